@@ -1,0 +1,17 @@
+// Config <-> JSON, used by safetensors __metadata__ and by case files.
+#pragma once
+
+#include <nlohmann/json.hpp>
+
+#include "model/config.h"
+#include "model/status.h"
+
+namespace kvcheck {
+
+nlohmann::json config_to_json(const Config& config);
+
+// Every field is required and type-checked; unknown fields are rejected; the
+// result is validated. Errors name the field and the value.
+Result<Config> config_from_json(const nlohmann::json& json);
+
+}  // namespace kvcheck

@@ -1,0 +1,475 @@
+#include "engine/cpu/cpu_engine.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <sstream>
+
+#include "engine/cpu/kernels.h"
+#include "engine/cpu/kv_cache.h"
+#include "engine/cpu/packed_weights.h"
+
+namespace kvcheck {
+namespace {
+
+using cpu::KvCache;
+using cpu::PackedLayer;
+using cpu::PackedWeights;
+
+// Per-sequence bookkeeping. `slot_base` and `position_base` are 0 in a correct
+// engine; only the reset faults make a new sequence inherit a row's leftovers.
+struct SequenceState {
+  int row = 0;            // index into the row table
+  int length = 0;         // tokens fed = the next absolute position
+  int chunks = 0;         // steps that fed this sequence
+  int slot_base = 0;      // first slot of this sequence's own data in its row
+  int position_base = 0;  // added to its positions
+};
+
+// Where one fed token goes, as the engine computes it (faults included).
+struct TokenPlan {
+  int row;        // storage row
+  int position;   // RoPE / wpe position
+  int slot;       // cache slot written
+  int n_keys;     // slots 0..n_keys-1 of the row are visible to this query
+  int chunk_len;  // length of the chunk it belongs to
+};
+
+class CpuEngine final : public Engine {
+ public:
+  CpuEngine(const Config& config, const Weights& weights, const EngineOptions& options)
+      : config_(config),
+        options_(options),
+        path_(options.kernels == KernelPath::kReference ? cpu::KernelPath::kScalar
+                                                        : cpu::KernelPath::kSimd),
+        weights_(cpu::pack_weights(config, weights)),
+        cache_(config.n_layers, options.max_rows, options.capacity, config.n_kv_heads,
+               config.head_dim, options.kv_dtype),
+        row_owner_(size_t(options.max_rows), kNoSequence),
+        row_fill_(size_t(options.max_rows), 0),
+        row_position_(size_t(options.max_rows), 0) {
+    const int half = config.head_dim / 2;
+    for (int i = 0; i < half; ++i) {
+      inv_freq_.push_back(std::pow(config.rope_theta, -2.0 * i / config.head_dim));
+    }
+  }
+
+  const Config& config() const override { return config_; }
+  const EngineOptions& options() const override { return options_; }
+  std::string name() const override {
+    return std::string("cpu-") + (path_ == cpu::KernelPath::kScalar ? "scalar" : "simd");
+  }
+
+  SequenceId start() override {
+    const auto free_row = std::find(row_owner_.begin(), row_owner_.end(), kNoSequence);
+    if (free_row == row_owner_.end()) {
+      throw EngineError(EngineError::Kind::kRows,
+                        "start: all " + std::to_string(options_.max_rows) +
+                            " rows are taken by running sequences (max_rows)");
+    }
+    const int row = static_cast<int>(free_row - row_owner_.begin());
+    const SequenceId id = next_id_++;
+    *free_row = id;
+    SequenceState s;
+    s.row = row;
+    if (has(Fault::kResetKeepsKv)) s.slot_base = row_fill_[size_t(row)];
+    if (has(Fault::kResetKeepsPosition)) s.position_base = row_position_[size_t(row)];
+    sequences_[id] = s;
+    return id;
+  }
+
+  void step(std::span<const BatchEntry> batch, std::vector<float>& logits) override {
+    check_batch(batch);
+    const std::vector<TokenPlan> plan = make_plan(batch);
+    const size_t n = plan.size();
+    logits.assign(n * size_t(config_.vocab), 0.0f);
+    if (n == 0) return;
+    grow_scratch(n);
+    embed(batch, plan);
+    for (int layer = 0; layer < config_.n_layers; ++layer) run_layer(layer, batch, plan);
+    const size_t E = size_t(config_.d_model);
+    for (size_t t = 0; t < n; ++t) norm(weights_.final_norm, weights_.final_norm_bias, t);
+    cpu::matmul(path_, h_.data(), n, weights_.lm_head.data(), nullptr, E, size_t(config_.vocab),
+                0, size_t(config_.vocab), logits.data());
+    for (const BatchEntry& e : batch) {
+      SequenceState& s = sequences_.at(e.sequence);
+      s.length += static_cast<int>(e.tokens.size());
+      s.chunks += 1;
+      row_fill_[size_t(s.row)] = std::max(row_fill_[size_t(s.row)], s.slot_base + s.length);
+      row_position_[size_t(s.row)] = s.position_base + s.length;
+    }
+  }
+
+  void finish(SequenceId id) override {
+    const SequenceState s = lookup(id, "finish");
+    sequences_.erase(id);
+    const int freed = s.row;
+    row_owner_[size_t(freed)] = kNoSequence;
+    // Compaction: every running sequence above the freed row moves down one,
+    // so live rows stay dense at the front.
+    int hole = freed;
+    for (int r = freed + 1; r < options_.max_rows; ++r) {
+      const SequenceId owner = row_owner_[size_t(r)];
+      if (owner == kNoSequence) continue;
+      if (!has(Fault::kCompactionTableOnly)) cache_.copy_row(storage_row(r), storage_row(hole));
+      row_fill_[size_t(hole)] = row_fill_[size_t(r)];
+      row_position_[size_t(hole)] = row_position_[size_t(r)];
+      row_owner_[size_t(hole)] = owner;
+      row_owner_[size_t(r)] = kNoSequence;
+      sequences_.at(owner).row = hole;
+      hole = r;
+    }
+    // The row left empty at the end holds nothing now.
+    if (!has(Fault::kCompactionTableOnly) || hole == freed) cache_.clear_row(storage_row(hole));
+    row_fill_[size_t(hole)] = 0;
+    row_position_[size_t(hole)] = 0;
+  }
+
+  void reset() override {
+    sequences_.clear();
+    std::fill(row_owner_.begin(), row_owner_.end(), kNoSequence);
+    for (int r = 0; r < options_.max_rows; ++r) {
+      if (!has(Fault::kResetKeepsKv)) {
+        cache_.clear_row(r);
+        row_fill_[size_t(r)] = 0;
+      }
+      if (!has(Fault::kResetKeepsPosition)) row_position_[size_t(r)] = 0;
+    }
+  }
+
+  int length(SequenceId id) const override { return lookup(id, "length").length; }
+
+  CacheSnapshot cache(SequenceId id, int layer) const override {
+    const SequenceState& s = lookup(id, "cache");
+    if (layer < 0 || layer >= config_.n_layers) {
+      throw EngineError(EngineError::Kind::kBadBatch,
+                        "cache: layer " + std::to_string(layer) + " is outside [0, " +
+                            std::to_string(config_.n_layers) + ")");
+    }
+    CacheSnapshot snap;
+    snap.dtype = options_.kv_dtype;
+    // Everything this sequence's queries can see: its own slots plus any
+    // prefix a faulty reset left in the row.
+    snap.length = std::min(s.slot_base + s.length, options_.capacity);
+    snap.n_kv_heads = config_.n_kv_heads;
+    snap.head_dim = config_.head_dim;
+    const size_t elem = size_t(kv_dtype_bytes(options_.kv_dtype));
+    const size_t head_bytes = size_t(config_.head_dim) * elem;
+    snap.k.resize(size_t(snap.length) * config_.n_kv_heads * head_bytes);
+    snap.v.resize(snap.k.size());
+    const int sl = storage_layer(layer), row = storage_row(s.row);
+    for (int pos = 0; pos < snap.length; ++pos) {
+      for (int g = 0; g < config_.n_kv_heads; ++g) {
+        const size_t dst = (size_t(pos) * config_.n_kv_heads + g) * head_bytes;
+        std::memcpy(snap.k.data() + dst, cache_.k(sl, row, g, pos), head_bytes);
+        std::memcpy(snap.v.data() + dst, cache_.v(sl, row, g, pos), head_bytes);
+      }
+    }
+    return snap;
+  }
+
+  MemoryReport memory() const override {
+    MemoryReport m;
+    m.kv_bytes = cache_.bytes();
+    m.weight_bytes = weights_.bytes();
+    m.scratch_bytes = (x_.size() + h_.size() + qkv_.size() + att_.size() + mlp_.size() +
+                       gate_.size() + scores_.size()) *
+                      sizeof(float);
+    m.metadata_bytes = sequences_.size() * (sizeof(SequenceId) + sizeof(SequenceState)) +
+                       row_owner_.size() * (sizeof(SequenceId) + 2 * sizeof(int));
+    return m;
+  }
+
+ private:
+  static constexpr SequenceId kNoSequence = -1;
+
+  bool has(Fault f) const { return options_.faults.has(f); }
+  int storage_row(int row) const { return has(Fault::kSharedRows) ? 0 : row; }
+  int storage_layer(int layer) const { return has(Fault::kSharedLayerCache) ? 0 : layer; }
+
+  const SequenceState& lookup(SequenceId id, const char* call) const {
+    const auto it = sequences_.find(id);
+    if (it == sequences_.end()) {
+      throw EngineError(EngineError::Kind::kUnknownSequence,
+                        std::string(call) + ": sequence " + std::to_string(id) +
+                            " is not running (never started, finished, or reset)");
+    }
+    return it->second;
+  }
+
+  // Every check happens before any state changes, so a refused step leaves
+  // every sequence exactly as it was.
+  void check_batch(std::span<const BatchEntry> batch) const {
+    std::vector<SequenceId> seen;
+    for (const BatchEntry& e : batch) {
+      const SequenceState& s = lookup(e.sequence, "step");
+      const std::string who = "step: sequence " + std::to_string(e.sequence);
+      if (std::find(seen.begin(), seen.end(), e.sequence) != seen.end()) {
+        throw EngineError(EngineError::Kind::kBadBatch, who + " appears twice in one batch");
+      }
+      seen.push_back(e.sequence);
+      if (e.tokens.empty()) throw EngineError(EngineError::Kind::kBadBatch, who + ": empty chunk");
+      for (size_t i = 0; i < e.tokens.size(); ++i) {
+        if (e.tokens[i] < 0 || e.tokens[i] >= config_.vocab) {
+          throw EngineError(EngineError::Kind::kBadToken,
+                            who + ", token " + std::to_string(i) + ": id " +
+                                std::to_string(e.tokens[i]) + " is outside the vocabulary [0, " +
+                                std::to_string(config_.vocab) + ")");
+        }
+      }
+      const long long end = (long long)s.slot_base + s.length + (long long)e.tokens.size();
+      if (end > options_.capacity && !has(Fault::kCapacityWraps)) {
+        throw EngineError(EngineError::Kind::kCapacity,
+                          who + ": appending " + std::to_string(e.tokens.size()) +
+                              " tokens at position " + std::to_string(s.length) +
+                              " exceeds the capacity of " + std::to_string(options_.capacity) +
+                              " positions");
+      }
+    }
+  }
+
+  std::vector<TokenPlan> make_plan(std::span<const BatchEntry> batch) const {
+    std::vector<TokenPlan> plan;
+    for (const BatchEntry& e : batch) {
+      const SequenceState& s = sequences_.at(e.sequence);
+      const int n = static_cast<int>(e.tokens.size());
+      for (int i = 0; i < n; ++i) {
+        const int pos = s.length + i;  // the true absolute position
+        TokenPlan t{storage_row(s.row), s.position_base + pos, s.slot_base + pos,
+                    s.slot_base + pos + 1, n};
+        if (has(Fault::kDecodePositionZero) && n == 1) t.position = 0;
+        if (has(Fault::kChunkPositionRestart) && n > 1) t.position = i;
+        if (has(Fault::kPositionLagAfterFirst) && s.chunks > 0) {
+          t.position += 1, t.slot += 1, t.n_keys += 1;
+        }
+        if (has(Fault::kMaskTopLeft)) t.n_keys = s.slot_base + i + 1;
+        if (has(Fault::kAppendOverwrites)) t.slot = s.slot_base + i, t.n_keys = s.slot_base + i + 1;
+        plan.push_back(t);
+      }
+    }
+    return plan;
+  }
+
+  // A token's plan as seen from one layer. Only the per-layer counter fault
+  // makes layers disagree; faults may push a slot past capacity, where it
+  // wraps so that even a faulty engine stays memory-safe.
+  TokenPlan at_layer(TokenPlan t, int layer) const {
+    if (has(Fault::kPositionBumpPerLayer) && layer > 0) {
+      t.position += t.chunk_len, t.slot += t.chunk_len, t.n_keys += t.chunk_len;
+    }
+    t.slot %= options_.capacity;
+    t.n_keys = std::min(t.n_keys, options_.capacity);
+    t.position %= config_.max_pos;
+    return t;
+  }
+
+  void grow_scratch(size_t n) {
+    const size_t E = size_t(config_.d_model), Q = size_t(config_.q_width()),
+                 KV = size_t(config_.kv_width()), F = size_t(config_.d_ff);
+    x_.resize(n * E);
+    h_.resize(n * E);
+    qkv_.resize(n * (Q + 2 * KV));
+    att_.resize(n * Q);
+    mlp_.resize(n * std::max(F, E));
+    gate_.resize(config_.family == Family::kLlama ? n * F : 0);
+    scores_.resize(size_t(options_.capacity) * size_t(config_.group()));
+  }
+
+  void embed(std::span<const BatchEntry> batch, const std::vector<TokenPlan>& plan) {
+    const size_t E = size_t(config_.d_model);
+    size_t t = 0;
+    for (const BatchEntry& e : batch) {
+      for (int32_t token : e.tokens) {
+        float* x = x_.data() + t * E;
+        std::memcpy(x, weights_.tok_embedding.data() + size_t(token) * E, E * sizeof(float));
+        if (config_.family == Family::kGpt2) {
+          const TokenPlan p = at_layer(plan[t], 0);
+          cpu::add_inplace(path_, x, weights_.pos_embedding.data() + size_t(p.position) * E, E);
+        }
+        ++t;
+      }
+    }
+  }
+
+  // h_[t] = norm(x_[t]) with the family's norm.
+  void norm(const std::vector<float>& gain, const std::vector<float>& bias, size_t t) {
+    const size_t E = size_t(config_.d_model);
+    const float eps = static_cast<float>(config_.norm_eps);
+    if (config_.family == Family::kGpt2) {
+      cpu::layer_norm(path_, x_.data() + t * E, gain.data(), bias.data(), E, eps,
+                      h_.data() + t * E);
+    } else {
+      cpu::rms_norm(path_, x_.data() + t * E, gain.data(), E, eps, h_.data() + t * E);
+    }
+  }
+
+  // Rotate-half RoPE of one head vector at `position`; angles in double so
+  // the only float rounding is in the rotation itself.
+  void rope(float* head, int position) const {
+    const int half = config_.head_dim / 2;
+    for (int i = 0; i < half; ++i) {
+      const double angle = position * inv_freq_[size_t(i)];
+      const float c = static_cast<float>(std::cos(angle)), s = static_cast<float>(std::sin(angle));
+      const float x1 = head[i], x2 = head[i + half];
+      head[i] = x1 * c - x2 * s;
+      head[i + half] = x2 * c + x1 * s;
+    }
+  }
+
+  // Fault: rotates each already-cached key of the sequence once more.
+  void rotate_cached_keys_again(int layer, const BatchEntry& e) {
+    const SequenceState& s = sequences_.at(e.sequence);
+    const int D = config_.head_dim;
+    std::vector<float> key(size_t(D), 0.0f);
+    for (int slot = s.slot_base; slot < s.slot_base + s.length && slot < options_.capacity; ++slot) {
+      for (int g = 0; g < config_.n_kv_heads; ++g) {
+        uint8_t* stored = cache_.k(storage_layer(layer), storage_row(s.row), g, slot);
+        load_kv(stored, key.data());
+        rope(key.data(), s.position_base + slot - s.slot_base);
+        cpu::kv_store(key.data(), options_.kv_dtype, stored, size_t(D));
+      }
+    }
+  }
+
+  void load_kv(const uint8_t* src, float* dst) const {
+    const int D = config_.head_dim;
+    for (int d = 0; d < D; ++d) {
+      if (options_.kv_dtype == KvDtype::kF32) {
+        std::memcpy(dst + d, src + 4 * d, 4);
+      } else {
+        uint16_t h;
+        std::memcpy(&h, src + 2 * d, 2);
+        dst[d] = options_.kv_dtype == KvDtype::kBF16 ? bf16_to_float(h) : f16_to_float(h);
+      }
+    }
+  }
+
+  void run_layer(int layer, std::span<const BatchEntry> batch, const std::vector<TokenPlan>& plan) {
+    const PackedLayer& w = weights_.layers[size_t(layer)];
+    const size_t n = plan.size();
+    const size_t E = size_t(config_.d_model), F = size_t(config_.d_ff), D = size_t(config_.head_dim);
+    const size_t Q = size_t(config_.q_width()), KV = size_t(config_.kv_width()),
+                 QKV = Q + 2 * KV;
+    const bool llama = config_.family == Family::kLlama;
+    const int sl = storage_layer(layer);
+
+    for (size_t t = 0; t < n; ++t) norm(w.attn_norm, w.attn_norm_bias, t);
+    cpu::matmul(path_, h_.data(), n, w.wqkv.data(), w.bqkv.empty() ? nullptr : w.bqkv.data(), E,
+                QKV, 0, QKV, qkv_.data());
+
+    if (llama && has(Fault::kRopeReapplied)) {
+      for (const BatchEntry& e : batch) rotate_cached_keys_again(layer, e);
+    }
+    // Write every fed token's K and V before any query reads: a chunk's token
+    // i attends to the chunk's tokens 0..i through the cache.
+    for (size_t t = 0; t < n; ++t) {
+      const TokenPlan p = at_layer(plan[t], layer);
+      float* q = qkv_.data() + t * QKV;
+      float* k = q + Q;
+      float* v = k + KV;
+      if (llama) {
+        for (int h = 0; h < config_.n_heads; ++h) rope(q + size_t(h) * D, p.position);
+        for (int g = 0; g < config_.n_kv_heads; ++g) rope(k + size_t(g) * D, p.position);
+      }
+      const bool swap = has(Fault::kKvSwapped);
+      for (int g = 0; g < config_.n_kv_heads; ++g) {
+        cpu::kv_store(swap ? v + g * D : k + g * D, options_.kv_dtype,
+                      cache_.k(sl, p.row, g, p.slot), D);
+        cpu::kv_store(swap ? k + g * D : v + g * D, options_.kv_dtype,
+                      cache_.v(sl, p.row, g, p.slot), D);
+      }
+    }
+    attend_all(layer, plan);
+
+    cpu::matmul(path_, att_.data(), n, w.wo.data(), w.bo.empty() ? nullptr : w.bo.data(), Q, E, 0,
+                E, mlp_.data());
+    cpu::add_inplace(path_, x_.data(), mlp_.data(), n * E);
+
+    for (size_t t = 0; t < n; ++t) norm(w.mlp_norm, w.mlp_norm_bias, t);
+    if (llama) {
+      cpu::matmul(path_, h_.data(), n, w.w_gate.data(), nullptr, E, F, 0, F, gate_.data());
+      cpu::matmul(path_, h_.data(), n, w.w_up.data(), nullptr, E, F, 0, F, mlp_.data());
+      cpu::silu_mul(path_, gate_.data(), mlp_.data(), n * F);
+      cpu::matmul(path_, gate_.data(), n, w.w_down.data(), nullptr, F, E, 0, E, h_.data());
+    } else {
+      cpu::matmul(path_, h_.data(), n, w.w_up.data(), w.b_up.data(), E, F, 0, F, mlp_.data());
+      cpu::gelu_tanh(path_, mlp_.data(), n * F);
+      // h_ is free again: the MLP input was consumed by the up projection.
+      cpu::matmul(path_, mlp_.data(), n, w.w_down.data(), w.b_down.data(), F, E, 0, E, h_.data());
+    }
+    cpu::add_inplace(path_, x_.data(), h_.data(), n * E);
+  }
+
+  void attend_all(int layer, const std::vector<TokenPlan>& plan) {
+    const size_t D = size_t(config_.head_dim), Q = size_t(config_.q_width()),
+                 QKV = Q + 2 * size_t(config_.kv_width());
+    const int group = config_.group();
+    const float scale = static_cast<float>(1.0 / std::sqrt(double(config_.head_dim)));
+    const int sl = storage_layer(layer);
+    for (size_t t = 0; t < plan.size(); ++t) {
+      const TokenPlan p = at_layer(plan[t], layer);
+      const float* q = qkv_.data() + t * QKV;
+      float* out = att_.data() + t * Q;
+      if (has(Fault::kTiledKvHeads)) {
+        for (int h = 0; h < config_.n_heads; ++h) {
+          const int g = h % config_.n_kv_heads;
+          cpu::attend(path_, q + size_t(h) * D, 1, cache_.k(sl, p.row, g, 0),
+                      cache_.v(sl, p.row, g, 0), options_.kv_dtype, D, size_t(p.n_keys), D, scale,
+                      scores_.data(), out + size_t(h) * D);
+        }
+        continue;
+      }
+      for (int g = 0; g < config_.n_kv_heads; ++g) {
+        const size_t first_head = size_t(g) * size_t(group);
+        cpu::attend(path_, q + first_head * D, size_t(group), cache_.k(sl, p.row, g, 0),
+                    cache_.v(sl, p.row, g, 0), options_.kv_dtype, D, size_t(p.n_keys), D, scale,
+                    scores_.data(), out + first_head * D);
+      }
+    }
+  }
+
+  Config config_;
+  EngineOptions options_;
+  cpu::KernelPath path_;
+  PackedWeights weights_;
+  KvCache cache_;
+  std::map<SequenceId, SequenceState> sequences_;
+  std::vector<SequenceId> row_owner_;  // [row] running sequence or kNoSequence
+  std::vector<int> row_fill_;          // [row] slots holding data
+  std::vector<int> row_position_;      // [row] position counter of the row's last sequence
+  std::vector<double> inv_freq_;       // [D/2] theta^(-2i/D)
+  SequenceId next_id_ = 0;
+
+  // Scratch, grown to the largest step seen; n = tokens in the step.
+  std::vector<float> x_;       // [n][E] residual stream
+  std::vector<float> h_;       // [n][E] normed input / MLP output
+  std::vector<float> qkv_;     // [n][H*D + 2*KVH*D]
+  std::vector<float> att_;     // [n][H*D] attention output
+  std::vector<float> mlp_;     // [n][max(F, E)]
+  std::vector<float> gate_;    // [n][F] llama only
+  std::vector<float> scores_;  // [group][capacity]
+};
+
+}  // namespace
+
+std::unique_ptr<Engine> make_cpu_engine(const Config& config, const Weights& weights,
+                                        const EngineOptions& options) {
+  if (const std::string error = config.validate(); !error.empty()) throw InputError(error);
+  if (const std::string error = check_shapes(config, weights); !error.empty()) {
+    throw InputError(error);
+  }
+  std::ostringstream out;
+  if (options.capacity < 1 || options.capacity > config.max_pos) {
+    out << "capacity: " << options.capacity << " is out of range [1, max_pos " << config.max_pos
+        << "]";
+  } else if (options.max_rows < 1 || options.max_rows > 4096) {
+    out << "max_rows: " << options.max_rows << " is out of range [1, 4096]";
+  } else if (options.threads < 1 || options.threads > 256) {
+    out << "threads: " << options.threads << " is out of range [1, 256]";
+  }
+  if (!out.str().empty()) throw InputError(out.str());
+  return std::make_unique<CpuEngine>(config, weights, options);
+}
+
+}  // namespace kvcheck

@@ -1,0 +1,16 @@
+// The CPU engine: SIMD kernels (engine/cpu/kernels.h) over a per-layer,
+// per-sequence KV cache (engine/cpu/kv_cache.h).
+#pragma once
+
+#include <memory>
+
+#include "engine/engine.h"
+
+namespace kvcheck {
+
+// Throws InputError naming the field when the config, the weights' shapes or
+// the options are inconsistent.
+std::unique_ptr<Engine> make_cpu_engine(const Config& config, const Weights& weights,
+                                        const EngineOptions& options);
+
+}  // namespace kvcheck

@@ -1,0 +1,56 @@
+// The CPU engine's KV storage: one K and one V block per layer, each row a
+// sequence's own slots. Slot s of a row holds the key/value at that row's
+// s-th cached position. Heads are outermost within a row so that a decode
+// over one KV head streams contiguous memory.
+#pragma once
+
+#include <cstdint>
+#include <vector>
+
+#include "engine/kv_dtype.h"
+
+namespace kvcheck::cpu {
+
+class KvCache {
+ public:
+  KvCache(int n_layers, int rows, int capacity, int n_kv_heads, int head_dim, KvDtype dtype);
+
+  KvDtype dtype() const { return dtype_; }
+  int capacity() const { return capacity_; }
+  int rows() const { return rows_; }
+
+  // Start of slot `slot` of (layer, row, kv_head); slots of one head are
+  // contiguous with stride head_dim elements.
+  uint8_t* k(int layer, int row, int kv_head, int slot) { return k_.data() + offset(layer, row, kv_head, slot); }
+  uint8_t* v(int layer, int row, int kv_head, int slot) { return v_.data() + offset(layer, row, kv_head, slot); }
+  const uint8_t* k(int layer, int row, int kv_head, int slot) const {
+    return k_.data() + offset(layer, row, kv_head, slot);
+  }
+  const uint8_t* v(int layer, int row, int kv_head, int slot) const {
+    return v_.data() + offset(layer, row, kv_head, slot);
+  }
+
+  // Marks every slot of a row unwritten (NaN when poisoning is compiled in).
+  void clear_row(int row);
+  // Copies every layer's K/V of row `from` into row `to`.
+  void copy_row(int from, int to);
+
+  // Exactly 2 * layers * rows * capacity * kv_heads * head_dim * sizeof(dtype).
+  uint64_t bytes() const { return k_.size() + v_.size(); }
+
+ private:
+  size_t offset(int layer, int row, int kv_head, int slot) const {
+    return ((((size_t(layer) * rows_ + row) * n_kv_heads_ + kv_head) * capacity_ + slot) *
+            head_dim_) *
+           elem_bytes_;
+  }
+  size_t row_bytes() const { return size_t(n_kv_heads_) * capacity_ * head_dim_ * elem_bytes_; }
+
+  int n_layers_, rows_, capacity_, n_kv_heads_, head_dim_;
+  KvDtype dtype_;
+  size_t elem_bytes_;
+  std::vector<uint8_t> k_;  // [layer][row][kv_head][slot][dim] of dtype
+  std::vector<uint8_t> v_;  // [layer][row][kv_head][slot][dim] of dtype
+};
+
+}  // namespace kvcheck::cpu

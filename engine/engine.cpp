@@ -1,0 +1,30 @@
+#include "engine/engine.h"
+
+#include <cstring>
+
+namespace kvcheck {
+
+namespace {
+
+float widen(const std::vector<uint8_t>& bytes, KvDtype dtype, size_t index) {
+  if (dtype == KvDtype::kF32) {
+    float f;
+    std::memcpy(&f, bytes.data() + index * 4, 4);
+    return f;
+  }
+  uint16_t h;
+  std::memcpy(&h, bytes.data() + index * 2, 2);
+  return dtype == KvDtype::kBF16 ? bf16_to_float(h) : f16_to_float(h);
+}
+
+}  // namespace
+
+float CacheSnapshot::k_at(int pos, int kv_head, int d) const {
+  return widen(k, dtype, (size_t(pos) * n_kv_heads + kv_head) * head_dim + d);
+}
+
+float CacheSnapshot::v_at(int pos, int kv_head, int d) const {
+  return widen(v, dtype, (size_t(pos) * n_kv_heads + kv_head) * head_dim + d);
+}
+
+}  // namespace kvcheck

@@ -1,0 +1,103 @@
+// The one interface the properties see. The CPU engine, the CUDA engine, the
+// fault switches and users' own engines all plug in here, so it stays small
+// and says nothing about how an engine computes.
+#pragma once
+
+#include <cstdint>
+#include <memory>
+#include <span>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include "engine/faults.h"
+#include "engine/kv_dtype.h"
+#include "model/config.h"
+#include "model/weights.h"
+
+namespace kvcheck {
+
+using SequenceId = int64_t;
+
+// One entry of a step: a chunk of n tokens appended at the sequence's next n
+// absolute positions. n == 1 is a decode; n > 1 a prefill chunk.
+struct BatchEntry {
+  SequenceId sequence;
+  std::span<const int32_t> tokens;  // [n]
+};
+
+// Reference kernels (plain scalar loops) or the optimized ones (SIMD on the
+// CPU). Both are invariant; they need not agree bitwise with each other.
+enum class KernelPath : uint8_t { kReference, kOptimized };
+
+struct EngineOptions {
+  int capacity = 256;  // positions per sequence
+  int max_rows = 8;    // sequences alive at once
+  KvDtype kv_dtype = KvDtype::kF32;
+  KernelPath kernels = KernelPath::kOptimized;
+  int threads = 1;  // split output elements, never a reduction
+  FaultSet faults;  // all off by default
+};
+
+// Misuse the engine refuses. The engine stays usable and no sequence's state
+// changed when one is thrown.
+class EngineError : public std::runtime_error {
+ public:
+  enum class Kind { kCapacity, kRows, kUnknownSequence, kBadBatch, kBadToken, kDevice };
+  EngineError(Kind kind, const std::string& message)
+      : std::runtime_error(message), kind_(kind) {}
+  Kind kind() const { return kind_; }
+
+ private:
+  Kind kind_;
+};
+
+// One sequence's cached K and V in one layer, copied exactly as stored.
+struct CacheSnapshot {
+  KvDtype dtype = KvDtype::kF32;
+  int length = 0;      // positions cached (= tokens fed)
+  int n_kv_heads = 0;  // KVH
+  int head_dim = 0;    // D
+  std::vector<uint8_t> k;  // [length][KVH][D] elements of dtype
+  std::vector<uint8_t> v;  // [length][KVH][D] elements of dtype
+
+  // Widened to float (exact for every dtype).
+  float k_at(int pos, int kv_head, int d) const;
+  float v_at(int pos, int kv_head, int d) const;
+};
+
+struct MemoryReport {
+  uint64_t kv_bytes = 0;        // exactly 2*L*rows*capacity*KVH*D*sizeof(dtype)
+  uint64_t weight_bytes = 0;    // packed weights the engine reads
+  uint64_t scratch_bytes = 0;   // activations, grown to the largest step seen
+  uint64_t metadata_bytes = 0;  // sequence and row tables
+};
+
+class Engine {
+ public:
+  virtual ~Engine() = default;
+
+  virtual const Config& config() const = 0;
+  virtual const EngineOptions& options() const = 0;
+  virtual std::string name() const = 0;
+
+  // Starts an empty sequence in a free row. Throws kRows when all are taken.
+  virtual SequenceId start() = 0;
+
+  // Appends every entry's chunk and writes the logits of every fed token,
+  // [sum of n][V], entries in batch order. A sequence appears at most once.
+  // The whole batch is checked before anything changes.
+  virtual void step(std::span<const BatchEntry> batch, std::vector<float>& logits) = 0;
+
+  // EOS: frees the sequence's row; compaction may move other rows.
+  virtual void finish(SequenceId sequence) = 0;
+
+  // Drops every sequence.
+  virtual void reset() = 0;
+
+  virtual int length(SequenceId sequence) const = 0;
+  virtual CacheSnapshot cache(SequenceId sequence, int layer) const = 0;
+  virtual MemoryReport memory() const = 0;
+};
+
+}  // namespace kvcheck

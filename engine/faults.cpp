@@ -1,0 +1,54 @@
+#include "engine/faults.h"
+
+namespace kvcheck {
+
+namespace {
+
+struct FaultInfo {
+  std::string_view name;
+  std::string_view summary;
+};
+
+constexpr std::array<FaultInfo, kFaultCount> kFaults = {{
+    {"shared_layer_cache", "all layers share one cache (MoE-Infinity PR #195)"},
+    {"shared_rows", "sequences share cache rows (llama.cpp #6173, #6583)"},
+    {"decode_position_zero", "decode positions restart at 0 (mlx-vlm #1983)"},
+    {"chunk_position_restart", "positions restart per prefill chunk (transformers #43082)"},
+    {"position_lag_after_first",
+     "positions lag by one after the first chunk (onnxruntime-genai PR #2354)"},
+    {"position_bump_per_layer",
+     "position counter advanced inside the layer loop (flash-linear-attention #766)"},
+    {"tiled_kv_heads", "tiled instead of interleaved KV heads (quant.cpp #61)"},
+    {"reset_keeps_kv", "reset keeps K/V (llama.cpp #27148)"},
+    {"reset_keeps_position", "reset keeps the position counter (keys_values #45)"},
+    {"mask_top_left", "causal mask aligned top-left (pytorch #108108, flash-attention #282)"},
+    {"append_overwrites", "append that overwrites instead of extending"},
+    {"compaction_table_only", "compaction moves the row table but not the data (tt-xla #5778)"},
+    {"rope_reapplied", "RoPE re-applied to cached keys (llama.cpp #3825)"},
+    {"kv_swapped", "K and V swapped on write"},
+    {"capacity_wraps", "capacity overflow wraps (guidance PR #1047, mlx-engine #177)"},
+}};
+
+}  // namespace
+
+std::string_view fault_name(Fault f) { return kFaults[static_cast<size_t>(f)].name; }
+std::string_view fault_summary(Fault f) { return kFaults[static_cast<size_t>(f)].summary; }
+
+std::optional<Fault> parse_fault(std::string_view name) {
+  for (int i = 0; i < kFaultCount; ++i) {
+    if (kFaults[static_cast<size_t>(i)].name == name) return static_cast<Fault>(i);
+  }
+  return std::nullopt;
+}
+
+std::string FaultSet::to_string() const {
+  std::string out;
+  for (int i = 0; i < kFaultCount; ++i) {
+    if (!has(static_cast<Fault>(i))) continue;
+    if (!out.empty()) out += ",";
+    out += fault_name(static_cast<Fault>(i));
+  }
+  return out.empty() ? "none" : out;
+}
+
+}  // namespace kvcheck

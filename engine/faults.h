@@ -1,0 +1,60 @@
+// Named fault switches of the engine: each reproduces a real KV-cache bug seen
+// in a public inference engine (docs/FAULTS.md cites them). They exist so the
+// kill matrix can prove that the properties catch each bug. All are off by
+// default; when off, each costs one predictable branch on a per-call value.
+#pragma once
+
+#include <array>
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+
+namespace kvcheck {
+
+enum class Fault : uint8_t {
+  kSharedLayerCache,       // every layer reads and writes layer 0's K/V
+  kSharedRows,             // every sequence uses cache row 0
+  kDecodePositionZero,     // a 1-token chunk gets position 0 for RoPE / wpe
+  kChunkPositionRestart,   // each chunk's positions restart at 0 (cache slots right)
+  kPositionLagAfterFirst,  // after the first chunk, slots and positions are one ahead
+  kPositionBumpPerLayer,   // layers >= 1 see the counter already advanced by the chunk
+  kTiledKvHeads,           // query head h reads KV head h % n_kv_heads
+  kResetKeepsKv,           // reset leaves rows' K/V in place as a visible prefix
+  kResetKeepsPosition,     // reset leaves rows' position counters in place
+  kMaskTopLeft,            // chunk query i sees keys 0..i instead of 0..p+i
+  kAppendOverwrites,       // each chunk replaces the cached K/V instead of extending it
+  kCompactionTableOnly,    // finish moves the row table but not the K/V data
+  kRopeReapplied,          // cached keys are rotated again on every later step
+  kKvSwapped,              // K is written to V's storage and V to K's
+  kCapacityWraps,          // past capacity, slots wrap to 0 instead of failing
+  kCount
+};
+
+constexpr int kFaultCount = static_cast<int>(Fault::kCount);
+
+// Stable names, used by the CLI, case files and KVCHECK_FAULT.
+std::string_view fault_name(Fault f);
+std::optional<Fault> parse_fault(std::string_view name);
+// One line: what the fault does and the public bug it models.
+std::string_view fault_summary(Fault f);
+
+class FaultSet {
+ public:
+  constexpr FaultSet() = default;
+  constexpr explicit FaultSet(Fault f) : bits_(uint32_t{1} << static_cast<int>(f)) {}
+  constexpr bool has(Fault f) const { return (bits_ >> static_cast<int>(f)) & 1u; }
+  constexpr bool any() const { return bits_ != 0; }
+  constexpr FaultSet with(Fault f) const {
+    FaultSet s;
+    s.bits_ = bits_ | (uint32_t{1} << static_cast<int>(f));
+    return s;
+  }
+  constexpr bool operator==(const FaultSet&) const = default;
+  std::string to_string() const;  // comma-separated names, "none" when empty
+
+ private:
+  uint32_t bits_ = 0;
+};
+
+}  // namespace kvcheck

@@ -1,0 +1,29 @@
+// kvcheck: verification and fuzzing harness for transformer KV caches.
+#include <cstdio>
+#include <exception>
+#include <vector>
+
+#include "model/status.h"
+#include "tools/commands.h"
+
+int main(int argc, char** argv) {
+  CLI::App app{"kvcheck: proves a transformer KV cache correct, or finds the smallest input "
+               "that shows it is not"};
+  app.require_subcommand(1);
+  const auto demo = kvcheck::cli::add_demo(app);
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    const int code = app.exit(e);
+    return code == 0 ? 0 : 2;
+  }
+  try {
+    return demo();
+  } catch (const kvcheck::InputError& e) {
+    std::fprintf(stderr, "kvcheck: %s\n", e.what());
+    return 2;
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "kvcheck: internal error: %s\n", e.what());
+    return 3;
+  }
+}

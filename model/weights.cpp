@@ -67,6 +67,15 @@ std::vector<TensorRef> tensor_table(const Config& c, Weights& w) {
   return table;
 }
 
+std::vector<TensorView> tensor_views(const Config& c, const Weights& w) {
+  std::vector<TensorView> views;
+  walk_tensors(c, w, [&](std::string name, std::vector<int64_t> shape, InitKind, int,
+                         const std::vector<float>& data) {
+    views.push_back({std::move(name), std::move(shape), &data});
+  });
+  return views;
+}
+
 Weights init_weights(const Config& config, uint64_t seed) {
   Weights w;
   for (const TensorRef& t : tensor_table(config, w)) {

@@ -63,6 +63,19 @@ struct TensorRef {
 // vectors are resized to their shapes first (layers included).
 std::vector<TensorRef> tensor_table(const Config& config, Weights& weights);
 
+// The same table, read-only and in the same order, for writers and for
+// checking a file against a config before anything is allocated: nothing is
+// resized, and `data` points at whatever the vector holds now (check_shapes
+// says whether that matches `shape`). Tensors of layers beyond
+// weights.layers.size() are left out, so a Weights holding only
+// config.n_layers empty layers lists every name and shape for free.
+struct TensorView {
+  std::string name;            // canonical, as in TensorRef
+  std::vector<int64_t> shape;  // row-major, as stored in data
+  const std::vector<float>* data;
+};
+std::vector<TensorView> tensor_views(const Config& config, const Weights& weights);
+
 // Deterministic weights from a 64-bit seed: the same bits on every machine.
 // Each tensor draws from its own splitmix64 stream keyed by seed and name.
 Weights init_weights(const Config& config, uint64_t seed);

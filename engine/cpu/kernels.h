@@ -7,7 +7,11 @@
 // invariant): for a given path and dispatch target, the value of every output
 // element depends only on the inputs that element reads and on the reduction
 // length, never on how many rows are processed together, on where the row
-// sits in the batch, or on the thread count.
+// sits in the batch, on the [o_begin, o_end) split, on pointer alignment, or
+// on the thread count. Elementwise kernels (activations, residual add, the
+// normalize step of the norms) give each element the same bits wherever it
+// sits in the array. docs/KERNELS.md says how each kernel keeps this and what
+// the SIMD path's exp/tanh errors are.
 #pragma once
 
 #include <cstddef>
@@ -26,35 +30,68 @@ enum class KernelPath : uint8_t { kScalar, kSimd };
 void matmul(KernelPath path, const float* x, size_t rows, const float* w, const float* bias,
             size_t in, size_t out, size_t o_begin, size_t o_end, float* y);
 
+// Floats of scratch that attend() needs: one score row per query head, so the
+// keys and values are read once for the whole group.
+inline size_t attend_scratch_floats(size_t group, size_t n_keys) { return group * n_keys; }
+
 // Causal attention of `group` query heads that share one KV head, for one
 // query at one absolute position, over cached keys 0..n_keys-1.
 //   q: [group][dim];  k, v: [n_keys][dim] rows of `dtype`, row stride `kv_stride`
-//   elements;  scores: scratch [n_keys] floats;  out: [group][dim].
+//   elements;  scores: scratch [group][n_keys] floats (attend_scratch_floats);
+//   out: [group][dim].
 // scale is 1/sqrt(dim). Softmax subtracts the exact max; the key reduction
-// runs over absolute key index 0..n_keys-1, the same order for every chunking.
+// runs over absolute key index 0..n_keys-1, the same order for every chunking,
+// and head g's result is the same bits for any group size. n_keys == 0 gives
+// zeros. A NaN anywhere in the keys or values read makes the output NaN.
 void attend(KernelPath path, const float* q, size_t group, const void* k, const void* v,
             KvDtype dtype, size_t kv_stride, size_t n_keys, size_t dim, float scale,
             float* scores, float* out);
 
-// LayerNorm (biased variance) and RMSNorm over one row of `width`.
-//   x, y: [width];  gain, bias: [width] (bias may be nullptr).
+// LayerNorm (biased variance, two-pass) and RMSNorm over one row of `width`.
+//   x, y: [width];  gain, bias: [width] (bias may be nullptr). y may alias x.
 void layer_norm(KernelPath path, const float* x, const float* gain, const float* bias,
                 size_t width, float eps, float* y);
 void rms_norm(KernelPath path, const float* x, const float* gain, size_t width, float eps,
               float* y);
 
-// In place: x[i] = gelu_tanh(x[i]) for i < n.
+// In place: x[i] = gelu_tanh(x[i]) for i < n.   x: [n]
 void gelu_tanh(KernelPath path, float* x, size_t n);
-// gate[i] = silu(gate[i]) * up[i] for i < n.
+// gate[i] = silu(gate[i]) * up[i] for i < n.   gate, up: [n]
 void silu_mul(KernelPath path, float* gate, const float* up, size_t n);
 
-// y[i] += x[i] for i < n (the residual add).
+// y[i] += x[i] for i < n (the residual add).   y, x: [n]
 void add_inplace(KernelPath path, float* y, const float* x, size_t n);
 
+// In place: x[i] = exp(x[i]) / tanh(x[i]) with the same elementwise function
+// attend/silu_mul and gelu_tanh use on this path; exposed so the tests can
+// measure its ulp error (docs/KERNELS.md) for the tolerance derivations.  x: [n]
+void exp_inplace(KernelPath path, float* x, size_t n);
+void tanh_inplace(KernelPath path, float* x, size_t n);
+
 // Stores n floats into a KV slot of `dtype`, rounding to nearest even.
+//   src: [n];  dst: [n] elements of `dtype`.
 void kv_store(const float* src, KvDtype dtype, void* dst, size_t n);
 
 // Name of the Highway target the SIMD path dispatches to on this machine.
 const char* simd_target_name();
+
+// The plain scalar reference behind KernelPath::kScalar (kernels_scalar.cc).
+// Engine code selects it through the KernelPath argument; the declarations are
+// here only so the dispatch point can reach it.
+namespace scalar {
+void matmul(const float* x, size_t rows, const float* w, const float* bias, size_t in,
+            size_t out, size_t o_begin, size_t o_end, float* y);
+void attend(const float* q, size_t group, const void* k, const void* v, KvDtype dtype,
+            size_t kv_stride, size_t n_keys, size_t dim, float scale, float* scores,
+            float* out);
+void layer_norm(const float* x, const float* gain, const float* bias, size_t width, float eps,
+                float* y);
+void rms_norm(const float* x, const float* gain, size_t width, float eps, float* y);
+void gelu_tanh(float* x, size_t n);
+void silu_mul(float* gate, const float* up, size_t n);
+void add_inplace(float* y, const float* x, size_t n);
+void exp_inplace(float* x, size_t n);
+void tanh_inplace(float* x, size_t n);
+}  // namespace scalar
 
 }  // namespace kvcheck::cpu

@@ -2,6 +2,8 @@
 // leaves the engine usable with every sequence's state untouched.
 #include <gtest/gtest.h>
 
+#include <cmath>
+
 #include "tests/engine/engine_test_util.h"
 
 namespace kvcheck::test {

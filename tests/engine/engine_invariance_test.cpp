@@ -63,10 +63,9 @@ TEST_P(EngineInvariance, BatchAndRowDoNotChangeBits) {
     for (size_t i = 0; i < others.size(); ++i) {
       batch.push_back({others[i], std::span<const int32_t>(other_tokens[i]).first(3 + i)});
     }
-    batch.insert(batch.begin() + long(batch.size() / 2),
-                 {s, std::span<const int32_t>(target).first(10)});
+    const size_t before = batch.size() / 2;  // entries ahead of the target
+    batch.insert(batch.begin() + long(before), {s, std::span<const int32_t>(target).first(10)});
     engine->step(batch, logits);
-    const size_t before = batch.size() / 2;
     size_t offset = 0;
     for (size_t i = 0; i < before; ++i) offset += batch[i].tokens.size();
     const size_t V = size_t(config().vocab);

@@ -6,6 +6,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <ostream>
 #include <string>
 #include <vector>
 
@@ -20,6 +21,7 @@ struct ModelCase {
   std::string name;
   Config config;
 };
+inline void PrintTo(const ModelCase& m, std::ostream* out) { *out << m.name; }
 
 // gpt2 and llama, each with MHA, GQA and MQA; 2 layers, small widths.
 std::vector<ModelCase> model_cases();

@@ -1,0 +1,683 @@
+#include "model/safetensors.h"
+
+#include <fcntl.h>
+#include <unistd.h>
+
+#include <algorithm>
+#include <bit>
+#include <cerrno>
+#include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <iterator>
+#include <limits>
+#include <map>
+#include <optional>
+#include <set>
+#include <stdexcept>
+#include <string_view>
+
+#include <nlohmann/json.hpp>
+
+#include "model/config_json.h"
+
+namespace kvcheck {
+
+namespace {
+
+using nlohmann::json;
+
+// The reference implementation's limit: no real header comes near it, and it
+// bounds what a hostile length field can make us parse.
+constexpr uint64_t kMaxHeaderBytes = 100'000'000;
+constexpr std::string_view kMetadataKey = "__metadata__";
+constexpr std::string_view kConfigKey = "kvcheck.config";
+
+// ---------------------------------------------------------------------------
+// Hugging Face names. Each canonical tensor maps to one HF tensor; tensors that
+// map to the same HF name are fused along the output dimension in table order
+// (gpt2's c_attn holds q | k | v). `conv1d` marks GPT-2's Conv1D, which stores
+// [in][out], the transpose of our canonical [out][in].
+
+struct NameRule {
+  std::string_view canonical;  // name, or suffix after "layers.N."
+  std::string_view hf;         // name, or suffix after the family's layer prefix
+  bool conv1d;
+};
+
+constexpr NameRule kLlamaTop[] = {
+    {"tok_embedding", "model.embed_tokens.weight", false},
+    {"final_norm", "model.norm.weight", false},
+    {"lm_head", "lm_head.weight", false},
+};
+constexpr NameRule kLlamaLayer[] = {
+    {"attn_norm", "input_layernorm.weight", false},
+    {"wq", "self_attn.q_proj.weight", false},
+    {"wk", "self_attn.k_proj.weight", false},
+    {"wv", "self_attn.v_proj.weight", false},
+    {"wo", "self_attn.o_proj.weight", false},
+    {"mlp_norm", "post_attention_layernorm.weight", false},
+    {"w_gate", "mlp.gate_proj.weight", false},
+    {"w_up", "mlp.up_proj.weight", false},
+    {"w_down", "mlp.down_proj.weight", false},
+};
+constexpr NameRule kGpt2Top[] = {
+    {"tok_embedding", "transformer.wte.weight", false},
+    {"pos_embedding", "transformer.wpe.weight", false},
+    {"final_norm", "transformer.ln_f.weight", false},
+    {"final_norm_bias", "transformer.ln_f.bias", false},
+    {"lm_head", "lm_head.weight", false},
+};
+constexpr NameRule kGpt2Layer[] = {
+    {"attn_norm", "ln_1.weight", false},   {"attn_norm_bias", "ln_1.bias", false},
+    {"wq", "attn.c_attn.weight", true},    {"wk", "attn.c_attn.weight", true},
+    {"wv", "attn.c_attn.weight", true},    {"bq", "attn.c_attn.bias", false},
+    {"bk", "attn.c_attn.bias", false},     {"bv", "attn.c_attn.bias", false},
+    {"wo", "attn.c_proj.weight", true},    {"bo", "attn.c_proj.bias", false},
+    {"mlp_norm", "ln_2.weight", false},    {"mlp_norm_bias", "ln_2.bias", false},
+    {"w_up", "mlp.c_fc.weight", true},     {"b_up", "mlp.c_fc.bias", false},
+    {"w_down", "mlp.c_proj.weight", true}, {"b_down", "mlp.c_proj.bias", false},
+};
+
+struct HfPlacement {
+  std::string name;
+  bool conv1d;
+};
+
+template <size_t N>
+std::optional<HfPlacement> find_rule(const NameRule (&rules)[N], std::string_view canonical,
+                                     const std::string& hf_prefix) {
+  for (const NameRule& rule : rules) {
+    if (rule.canonical == canonical) {
+      return HfPlacement{hf_prefix + std::string(rule.hf), rule.conv1d};
+    }
+  }
+  return std::nullopt;
+}
+
+std::optional<HfPlacement> hf_placement(Family family, std::string_view canonical) {
+  const bool gpt2 = family == Family::kGpt2;
+  constexpr std::string_view kLayers = "layers.";
+  if (!canonical.starts_with(kLayers)) {
+    return gpt2 ? find_rule(kGpt2Top, canonical, "") : find_rule(kLlamaTop, canonical, "");
+  }
+  const std::string_view rest = canonical.substr(kLayers.size());
+  const size_t dot = rest.find('.');
+  if (dot == std::string_view::npos) return std::nullopt;
+  const std::string layer(rest.substr(0, dot));
+  const std::string_view suffix = rest.substr(dot + 1);
+  return gpt2 ? find_rule(kGpt2Layer, suffix, "transformer.h." + layer + ".")
+              : find_rule(kLlamaLayer, suffix, "model.layers." + layer + ".");
+}
+
+// One canonical tensor's place inside an HF tensor: canonical rows [0, rows)
+// are HF output indices [out_offset, out_offset + rows).
+struct Part {
+  size_t canonical;    // index into tensor_views / tensor_table order
+  int64_t out_offset;  // first output index within the HF tensor
+  int64_t rows;        // canonical out dimension
+};
+
+struct HfTensor {
+  std::string name;
+  bool conv1d = false;
+  size_t rank = 0;  // 1 (bias, norm) or 2 (matrix)
+  int64_t in = 1;   // canonical inner dimension; 1 for rank 1
+  int64_t out = 0;  // sum of the parts' rows
+  std::vector<Part> parts;
+  std::vector<int64_t> shape;  // as stored in the file: [out], [out][in] or conv1d [in][out]
+
+  int64_t elements() const { return out * in; }
+};
+
+// The file's tensors for a config, in file order. Fails only if the canonical
+// table and the name rules above disagree, which is a bug here, not in a file.
+Result<std::vector<HfTensor>> hf_layout(const Config& config,
+                                        const std::vector<TensorView>& canonical) {
+  using R = Result<std::vector<HfTensor>>;
+  std::vector<HfTensor> layout;
+  std::map<std::string, size_t> index_of;
+  for (size_t c = 0; c < canonical.size(); ++c) {
+    const TensorView& view = canonical[c];
+    const std::optional<HfPlacement> placement = hf_placement(config.family, view.name);
+    if (!placement) return R::failure("internal: no Hugging Face name for \"" + view.name + "\"");
+    const size_t rank = view.shape.size();
+    const int64_t in = rank == 2 ? view.shape[1] : 1;
+    const auto [it, inserted] = index_of.try_emplace(placement->name, layout.size());
+    if (inserted) layout.push_back({placement->name, placement->conv1d, rank, in, 0, {}, {}});
+    HfTensor& hf = layout[it->second];
+    if ((rank != 1 && rank != 2) || hf.rank != rank || hf.in != in ||
+        hf.conv1d != placement->conv1d) {
+      return R::failure("internal: \"" + view.name + "\" cannot be fused into \"" + hf.name + "\"");
+    }
+    hf.parts.push_back({c, hf.out, view.shape[0]});
+    hf.out += view.shape[0];
+  }
+  for (HfTensor& hf : layout) {
+    if (hf.rank == 1) {
+      hf.shape = {hf.out};
+    } else {
+      hf.shape =
+          hf.conv1d ? std::vector<int64_t>{hf.in, hf.out} : std::vector<int64_t>{hf.out, hf.in};
+    }
+  }
+  return layout;
+}
+
+// Index of canonical element (row, col) of `part` within the HF tensor's
+// row-major storage.
+int64_t hf_index(const HfTensor& hf, const Part& part, int64_t row, int64_t col) {
+  const int64_t out = part.out_offset + row;
+  return hf.conv1d ? col * hf.out + out : out * hf.in + col;
+}
+
+// ---------------------------------------------------------------------------
+// Dtypes and little-endian element codecs.
+
+enum class Dtype { kF32, kF16, kBF16 };
+
+struct DtypeInfo {
+  std::string_view name;
+  Dtype dtype;
+  uint64_t bytes;
+};
+
+constexpr DtypeInfo kDtypes[] = {
+    {"F32", Dtype::kF32, 4}, {"F16", Dtype::kF16, 2}, {"BF16", Dtype::kBF16, 2}};
+
+uint32_t read_u32le(const uint8_t* p) {
+  return uint32_t{p[0]} | uint32_t{p[1]} << 8 | uint32_t{p[2]} << 16 | uint32_t{p[3]} << 24;
+}
+
+uint16_t read_u16le(const uint8_t* p) {
+  return static_cast<uint16_t>(p[0] | p[1] << 8);
+}
+
+// IEEE binary16 to binary32. Every half is exactly a float, so this is a bit
+// rearrangement: rebias normal exponents, scale subnormals, keep NaN payloads.
+float half_to_float(uint16_t half) {
+  const uint32_t sign = uint32_t{half & 0x8000u} << 16;
+  const uint32_t exponent = (half >> 10) & 0x1Fu;
+  const uint32_t mantissa = half & 0x3FFu;
+  uint32_t magnitude = 0;
+  if (exponent == 0) {
+    // mantissa * 2^-24: an integer below 2^10 times a power of two, exact.
+    magnitude = std::bit_cast<uint32_t>(static_cast<float>(mantissa) * 0x1p-24f);
+  } else if (exponent == 0x1F) {
+    magnitude = 0x7F800000u | mantissa << 13;
+  } else {
+    magnitude = (exponent + (127 - 15)) << 23 | mantissa << 13;
+  }
+  return std::bit_cast<float>(sign | magnitude);
+}
+
+// bfloat16 is the top half of a binary32.
+float bfloat16_to_float(uint16_t bits) {
+  return std::bit_cast<float>(uint32_t{bits} << 16);
+}
+
+// `bytes` holds exactly out.size() elements of `dtype`.
+void decode(Dtype dtype, std::span<const uint8_t> bytes, std::vector<float>& out) {
+  const uint8_t* p = bytes.data();
+  switch (dtype) {
+    case Dtype::kF32:
+      for (size_t k = 0; k < out.size(); ++k) out[k] = std::bit_cast<float>(read_u32le(p + 4 * k));
+      break;
+    case Dtype::kF16:
+      for (size_t k = 0; k < out.size(); ++k) out[k] = half_to_float(read_u16le(p + 2 * k));
+      break;
+    case Dtype::kBF16:
+      for (size_t k = 0; k < out.size(); ++k) out[k] = bfloat16_to_float(read_u16le(p + 2 * k));
+      break;
+  }
+}
+
+void append_f32le(std::vector<uint8_t>& out, float value) {
+  const uint32_t bits = std::bit_cast<uint32_t>(value);
+  for (int shift = 0; shift < 32; shift += 8) out.push_back(static_cast<uint8_t>(bits >> shift));
+}
+
+// ---------------------------------------------------------------------------
+// Header parsing: everything that can be checked without the config.
+
+// One tensor as the header describes it, already checked against the file.
+struct FileTensor {
+  Dtype dtype = Dtype::kF32;
+  std::vector<uint64_t> shape;
+  uint64_t begin = 0;  // byte range [begin, end) within the data section
+  uint64_t end = 0;
+};
+
+struct FileHeader {
+  std::map<std::string, FileTensor> tensors;  // sorted by name, so errors are deterministic
+  std::map<std::string, std::string> metadata;
+  std::span<const uint8_t> data;  // the data section, after the header
+};
+
+std::string quote(std::string_view text) {
+  return "\"" + std::string(text) + "\"";
+}
+
+// Messages quote what a file said; a hostile file must not make them huge, and
+// dump() must not throw on strings that are not UTF-8.
+std::string quote_value(const json& value) {
+  constexpr size_t kMaxQuoted = 80;
+  std::string text = value.dump(-1, ' ', false, json::error_handler_t::replace);
+  if (text.size() > kMaxQuoted) text = text.substr(0, kMaxQuoted) + "...";
+  return text;
+}
+
+template <class Int>
+std::string shape_text(const std::vector<Int>& shape) {
+  std::string text = "[";
+  for (size_t k = 0; k < shape.size(); ++k) text += (k ? ", " : "") + std::to_string(shape[k]);
+  return text + "]";
+}
+
+std::string range_text(uint64_t begin, uint64_t end) {
+  return "[" + std::to_string(begin) + ", " + std::to_string(end) + ")";
+}
+
+// nlohmann keeps the last of two equal keys without a word. A file whose
+// meaning depends on which duplicate a reader keeps is malformed, so the
+// parse callback records the first repeated key of any object.
+class DuplicateKeyFinder {
+ public:
+  bool operator()(int /*depth*/, json::parse_event_t event, json& parsed) {
+    switch (event) {
+      case json::parse_event_t::object_start:
+        open_.emplace_back();
+        break;
+      case json::parse_event_t::object_end:
+        if (!open_.empty()) open_.pop_back();
+        break;
+      case json::parse_event_t::key:
+        if (!open_.empty() && parsed.is_string() &&
+            !open_.back().insert(parsed.get<std::string>()).second && duplicate_.empty()) {
+          duplicate_ = parsed.get<std::string>();
+        }
+        break;
+      default:
+        break;
+    }
+    return true;
+  }
+  const std::string& duplicate() const { return duplicate_; }
+
+ private:
+  std::vector<std::set<std::string>> open_;  // [nesting depth] keys seen so far
+  std::string duplicate_;
+};
+
+// Reads a non-negative integer that fits in 64 bits.
+std::optional<uint64_t> as_u64(const json& value) {
+  if (!value.is_number_unsigned()) return std::nullopt;
+  return value.get<uint64_t>();
+}
+
+Result<FileTensor> parse_entry(const std::string& name, const json& entry, uint64_t data_bytes) {
+  using R = Result<FileTensor>;
+  const std::string who = "tensor " + quote(name) + ": ";
+  if (!entry.is_object()) return R::failure(who + "expected an object, got " + quote_value(entry));
+  for (const auto& [key, value] : entry.items()) {
+    if (key != "dtype" && key != "shape" && key != "data_offsets") {
+      return R::failure(who + "unexpected field " + quote(key));
+    }
+  }
+  for (const char* field : {"dtype", "shape", "data_offsets"}) {
+    if (!entry.contains(field)) return R::failure(who + "missing field " + quote(field));
+  }
+  FileTensor tensor;
+
+  const json& dtype = entry.at("dtype");
+  if (!dtype.is_string())
+    return R::failure(who + "dtype: expected a string, got " + quote_value(dtype));
+  const DtypeInfo* info = nullptr;
+  for (const DtypeInfo& candidate : kDtypes) {
+    if (dtype.get<std::string>() == candidate.name) info = &candidate;
+  }
+  if (!info) {
+    return R::failure(who + "dtype " + quote_value(dtype) +
+                      " is not supported (expected \"F32\", \"F16\" or \"BF16\")");
+  }
+  tensor.dtype = info->dtype;
+
+  const json& shape = entry.at("shape");
+  const std::string shape_error =
+      who + "shape: expected a list of non-negative integers, got " + quote_value(shape);
+  if (!shape.is_array()) return R::failure(shape_error);
+  uint64_t elements = 1;
+  bool overflow = false;
+  for (const json& dim : shape) {
+    const std::optional<uint64_t> d = as_u64(dim);
+    if (!d) return R::failure(shape_error);
+    tensor.shape.push_back(*d);
+    if (*d != 0 && elements > std::numeric_limits<uint64_t>::max() / *d) overflow = true;
+    elements *= *d;  // unsigned wraparound is defined; `overflow` says whether it happened
+  }
+  if (overflow || elements > std::numeric_limits<uint64_t>::max() / info->bytes) {
+    return R::failure(who + "shape " + shape_text(tensor.shape) + " has too many elements");
+  }
+  const uint64_t needed = elements * info->bytes;
+
+  const json& offsets = entry.at("data_offsets");
+  if (!offsets.is_array() || offsets.size() != 2 || !offsets[0].is_number_unsigned() ||
+      !offsets[1].is_number_unsigned()) {
+    return R::failure(who + "data_offsets: expected [begin, end] as non-negative integers, got " +
+                      quote_value(offsets));
+  }
+  const uint64_t begin = offsets[0].get<uint64_t>();
+  const uint64_t end = offsets[1].get<uint64_t>();
+  const std::string offsets_text = "[" + std::to_string(begin) + ", " + std::to_string(end) + "]";
+  if (begin > end) return R::failure(who + "data_offsets " + offsets_text + " are reversed");
+  if (end > data_bytes) {
+    return R::failure(who + "data_offsets " + offsets_text + " run past the end of the data (" +
+                      std::to_string(data_bytes) + " bytes); is the file truncated?");
+  }
+  if (end - begin != needed) {
+    return R::failure(who + "data_offsets " + offsets_text + " hold " +
+                      std::to_string(end - begin) + " bytes, but shape " +
+                      shape_text(tensor.shape) + " of " + std::string(info->name) + " needs " +
+                      std::to_string(needed));
+  }
+  tensor.begin = begin;
+  tensor.end = end;
+  return tensor;
+}
+
+// The data section must be tiled exactly: no overlaps (one byte read as two
+// tensors) and no holes (bytes no reader sees, the stuff of polyglot files),
+// as the safetensors specification requires.
+std::string check_tiling(const std::map<std::string, FileTensor>& tensors, uint64_t data_bytes) {
+  std::vector<std::pair<const std::string*, const FileTensor*>> by_offset;  // [tensors]
+  for (const auto& [name, tensor] : tensors) by_offset.emplace_back(&name, &tensor);
+  std::stable_sort(by_offset.begin(), by_offset.end(), [](const auto& a, const auto& b) {
+    return std::pair(a.second->begin, a.second->end) < std::pair(b.second->begin, b.second->end);
+  });
+  uint64_t covered = 0;  // bytes [0, covered) belong to a tensor
+  const std::string* last = nullptr;
+  for (const auto& [name, tensor] : by_offset) {
+    if (tensor->begin < covered) {
+      const FileTensor& previous = tensors.at(*last);
+      return "tensors " + quote(*last) + " " + range_text(previous.begin, previous.end) + " and " +
+             quote(*name) + " " + range_text(tensor->begin, tensor->end) + " overlap";
+    }
+    if (tensor->begin > covered) {
+      return "data: bytes " + range_text(covered, tensor->begin) + " belong to no tensor";
+    }
+    covered = tensor->end;
+    last = name;
+  }
+  if (covered != data_bytes) {
+    return "data: bytes " + range_text(covered, data_bytes) + " belong to no tensor";
+  }
+  return {};
+}
+
+Result<FileHeader> parse_header(std::span<const uint8_t> bytes) {
+  using R = Result<FileHeader>;
+  if (bytes.size() < 8) {
+    return R::failure("file is " + std::to_string(bytes.size()) +
+                      " bytes, too short for the 8-byte header length");
+  }
+  uint64_t header_bytes = 0;
+  for (int k = 7; k >= 0; --k) header_bytes = header_bytes << 8 | bytes[static_cast<size_t>(k)];
+  if (header_bytes > kMaxHeaderBytes) {
+    return R::failure("header length " + std::to_string(header_bytes) + " exceeds the limit of " +
+                      std::to_string(kMaxHeaderBytes) + " bytes");
+  }
+  const uint64_t after_length = bytes.size() - 8;
+  if (header_bytes > after_length) {
+    return R::failure("header length " + std::to_string(header_bytes) +
+                      " runs past the end of the file (" + std::to_string(after_length) +
+                      " bytes follow the length)");
+  }
+  const std::span<const uint8_t> text = bytes.subspan(8, header_bytes);
+
+  DuplicateKeyFinder duplicates;
+  const json header = json::parse(text.begin(), text.end(), std::ref(duplicates),
+                                  /*allow_exceptions=*/false);
+  if (header.is_discarded()) return R::failure("header is not valid JSON");
+  if (!duplicates.duplicate().empty()) {
+    return R::failure("header: duplicate key " + quote(duplicates.duplicate()));
+  }
+  if (!header.is_object()) {
+    return R::failure(std::string("header: expected a JSON object, got ") + header.type_name());
+  }
+
+  FileHeader parsed;
+  parsed.data = bytes.subspan(8 + header_bytes);
+  for (const auto& [name, entry] : header.items()) {
+    if (name == kMetadataKey) {
+      if (!entry.is_object()) {
+        return R::failure("__metadata__: expected an object of strings, got " + quote_value(entry));
+      }
+      for (const auto& [key, value] : entry.items()) {
+        if (!value.is_string()) {
+          return R::failure("__metadata__." + quote(key) + ": expected a string, got " +
+                            quote_value(value));
+        }
+        parsed.metadata[key] = value.get<std::string>();
+      }
+      continue;
+    }
+    Result<FileTensor> tensor = parse_entry(name, entry, parsed.data.size());
+    if (!tensor.ok()) return R::failure(tensor.error());
+    parsed.tensors[name] = std::move(tensor).value();
+  }
+  if (std::string error = check_tiling(parsed.tensors, parsed.data.size()); !error.empty()) {
+    return R::failure(error);
+  }
+  return parsed;
+}
+
+Result<Config> config_from_metadata(const FileHeader& header) {
+  const auto it = header.metadata.find(std::string(kConfigKey));
+  if (it == header.metadata.end()) {
+    return Result<Config>::failure(
+        "__metadata__ has no \"kvcheck.config\": the model config must be stored with the weights "
+        "(save_safetensors writes it)");
+  }
+  const std::string& text = it->second;
+  const json config_json = json::parse(text.begin(), text.end(), nullptr, false);
+  if (config_json.is_discarded()) return Result<Config>::failure("kvcheck.config: not valid JSON");
+  Result<Config> config = config_from_json(config_json);
+  if (!config.ok()) return Result<Config>::failure("kvcheck.config: " + config.error());
+  return config;
+}
+
+// The data checked against the config, then copied into canonical layout.
+Result<Weights> read_weights(const FileHeader& header, const Config& config) {
+  using R = Result<Weights>;
+  // Names and shapes only: nothing is allocated until the file is known to
+  // hold every tensor, so a config claiming billions of parameters in a
+  // small file costs nothing.
+  Weights skeleton;
+  skeleton.layers.resize(static_cast<size_t>(config.n_layers));
+  Result<std::vector<HfTensor>> layout = hf_layout(config, tensor_views(config, skeleton));
+  if (!layout.ok()) return R::failure(layout.error());
+
+  const std::string model = std::string("a ") + family_name(config.family) + " model";
+  std::set<std::string_view> expected;
+  for (const HfTensor& hf : layout.value()) {
+    expected.insert(hf.name);
+    const auto it = header.tensors.find(hf.name);
+    if (it == header.tensors.end()) {
+      return R::failure("missing tensor " + quote(hf.name) + " (shape " + shape_text(hf.shape) +
+                        ")");
+    }
+    const std::vector<uint64_t>& actual = it->second.shape;
+    if (!std::equal(actual.begin(), actual.end(), hf.shape.begin(), hf.shape.end(),
+                    [](uint64_t a, int64_t b) { return a == static_cast<uint64_t>(b); })) {
+      return R::failure("tensor " + quote(hf.name) + ": shape " + shape_text(actual) +
+                        " does not match the config's " + shape_text(hf.shape));
+    }
+  }
+  for (const auto& [name, tensor] : header.tensors) {
+    if (!expected.contains(name)) {
+      return R::failure("unexpected tensor " + quote(name) + ": not part of " + model +
+                        " with this config");
+    }
+  }
+
+  Weights weights;
+  const std::vector<TensorRef> canonical = tensor_table(config, weights);
+  std::vector<float> values;  // [hf.elements()] one HF tensor, widened to float, file layout
+  for (const HfTensor& hf : layout.value()) {
+    const FileTensor& file = header.tensors.at(hf.name);
+    values.resize(static_cast<size_t>(hf.elements()));
+    decode(file.dtype, header.data.subspan(file.begin, file.end - file.begin), values);
+    for (const Part& part : hf.parts) {
+      std::vector<float>& dst = *canonical[part.canonical].data;  // [rows][hf.in]
+      for (int64_t row = 0; row < part.rows; ++row) {
+        for (int64_t col = 0; col < hf.in; ++col) {
+          dst[static_cast<size_t>(row * hf.in + col)] =
+              values[static_cast<size_t>(hf_index(hf, part, row, col))];
+        }
+      }
+    }
+  }
+  return weights;
+}
+
+// Names the first field where two configs differ.
+std::string config_difference(const Config& file, const Config& expected) {
+  const json a = config_to_json(file), b = config_to_json(expected);
+  for (const auto& [key, value] : b.items()) {
+    if (a.at(key) != value) {
+      return "config mismatch: the file has " + key + " " + a.at(key).dump() + ", expected " +
+             value.dump();
+    }
+  }
+  return {};
+}
+
+}  // namespace
+
+Result<ModelFile> load_safetensors(std::span<const uint8_t> bytes) {
+  using R = Result<ModelFile>;
+  Result<FileHeader> header = parse_header(bytes);
+  if (!header.ok()) return R::failure(header.error());
+  Result<Config> config = config_from_metadata(header.value());
+  if (!config.ok()) return R::failure(config.error());
+  Result<Weights> weights = read_weights(header.value(), config.value());
+  if (!weights.ok()) return R::failure(weights.error());
+  return ModelFile{std::move(config).value(), std::move(weights).value()};
+}
+
+Result<Weights> load_safetensors(std::span<const uint8_t> bytes, const Config& expected) {
+  using R = Result<Weights>;
+  Result<FileHeader> header = parse_header(bytes);
+  if (!header.ok()) return R::failure(header.error());
+  Result<Config> config = config_from_metadata(header.value());
+  if (!config.ok()) return R::failure(config.error());
+  if (std::string error = config_difference(config.value(), expected); !error.empty()) {
+    return R::failure(error);
+  }
+  return read_weights(header.value(), config.value());
+}
+
+std::vector<uint8_t> save_safetensors(const Config& config, const Weights& weights) {
+  if (std::string error = config.validate(); !error.empty()) {
+    throw InputError("save_safetensors: config: " + error);
+  }
+  if (std::string error = check_shapes(config, weights); !error.empty()) {
+    throw InputError("save_safetensors: " + error);
+  }
+  const std::vector<TensorView> canonical = tensor_views(config, weights);
+  Result<std::vector<HfTensor>> layout = hf_layout(config, canonical);
+  if (!layout.ok()) throw std::logic_error(layout.error());
+
+  json header = json::object();
+  header[std::string(kMetadataKey)] = {{"format", "pt"},
+                                       {std::string(kConfigKey), config_to_json(config).dump()}};
+  uint64_t offset = 0;
+  for (const HfTensor& hf : layout.value()) {
+    const uint64_t bytes = static_cast<uint64_t>(hf.elements()) * 4;
+    json entry = json::object();
+    entry["dtype"] = "F32";
+    entry["shape"] = hf.shape;
+    entry["data_offsets"] = json::array({offset, offset + bytes});
+    header[hf.name] = std::move(entry);
+    offset += bytes;
+  }
+  std::string header_text = header.dump();
+  // Spaces (valid JSON whitespace) pad the header so the data section starts
+  // 8-byte aligned, as the reference writer does, for readers that map it.
+  header_text.append((8 - header_text.size() % 8) % 8, ' ');
+
+  std::vector<uint8_t> out;  // [8 + header + data] the whole file
+  out.reserve(8 + header_text.size() + offset);
+  const uint64_t header_bytes = header_text.size();
+  for (int shift = 0; shift < 64; shift += 8) {
+    out.push_back(static_cast<uint8_t>(header_bytes >> shift));
+  }
+  out.insert(out.end(), header_text.begin(), header_text.end());
+  std::vector<float> values;  // [hf.elements()] one HF tensor in file layout
+  for (const HfTensor& hf : layout.value()) {
+    values.resize(static_cast<size_t>(hf.elements()));
+    for (const Part& part : hf.parts) {
+      const std::vector<float>& src = *canonical[part.canonical].data;  // [rows][hf.in]
+      for (int64_t row = 0; row < part.rows; ++row) {
+        for (int64_t col = 0; col < hf.in; ++col) {
+          values[static_cast<size_t>(hf_index(hf, part, row, col))] =
+              src[static_cast<size_t>(row * hf.in + col)];
+        }
+      }
+    }
+    for (float value : values) append_f32le(out, value);
+  }
+  return out;
+}
+
+Result<ModelFile> load_safetensors_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) {
+    return Result<ModelFile>::failure(path + ": cannot open: " + std::strerror(errno));
+  }
+  std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)),
+                             std::istreambuf_iterator<char>());
+  if (in.bad()) return Result<ModelFile>::failure(path + ": read failed");
+  Result<ModelFile> model = load_safetensors(bytes);
+  if (!model.ok()) return Result<ModelFile>::failure(path + ": " + model.error());
+  return model;
+}
+
+std::string save_safetensors_file(const std::string& path, const Config& config,
+                                  const Weights& weights) {
+  std::vector<uint8_t> bytes;
+  try {
+    bytes = save_safetensors(config, weights);
+  } catch (const InputError& e) {
+    return path + ": " + e.what();
+  }
+  // Readers see the old file or the new one, never a half-written one: the
+  // bytes go to a temporary beside the target, reach the disk, then replace it.
+  const std::string temporary = path + ".tmp." + std::to_string(::getpid());
+  const int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
+  if (fd < 0) return temporary + ": cannot create: " + std::strerror(errno);
+  std::string error;
+  size_t written = 0;
+  while (error.empty() && written < bytes.size()) {
+    const ssize_t n = ::write(fd, bytes.data() + written, bytes.size() - written);
+    if (n < 0 && errno == EINTR) continue;
+    if (n <= 0) {
+      error = temporary + ": write failed: " + std::strerror(errno);
+    } else {
+      written += static_cast<size_t>(n);
+    }
+  }
+  if (error.empty() && ::fsync(fd) != 0)
+    error = temporary + ": fsync failed: " + std::strerror(errno);
+  if (::close(fd) != 0 && error.empty())
+    error = temporary + ": close failed: " + std::strerror(errno);
+  std::error_code ec;
+  if (error.empty()) {
+    std::filesystem::rename(temporary, path, ec);
+    if (ec) error = path + ": cannot rename " + temporary + " over it: " + ec.message();
+  }
+  if (!error.empty()) std::filesystem::remove(temporary, ec);
+  return error;
+}
+
+}  // namespace kvcheck

@@ -1,0 +1,152 @@
+#include "oracle/ops.h"
+
+#include <algorithm>
+#include <cmath>
+#include <numbers>
+#include <stdexcept>
+#include <string>
+
+namespace kvcheck::oracle {
+
+namespace {
+
+// The forward pass checks the model against its config before calling any op,
+// so a failure here is a bug in the oracle or in a test that calls an op
+// directly, never bad user input.
+void require(bool condition, const char* what) {
+  if (!condition) throw std::logic_error(std::string("oracle op precondition: ") + what);
+}
+
+size_t index(size_t row, size_t width, size_t column) {
+  return row * width + column;
+}
+
+}  // namespace
+
+std::vector<double> layer_norm(std::span<const double> x, std::span<const float> gain,
+                               std::span<const float> bias, double eps) {
+  require(!x.empty() && gain.size() == x.size() && bias.size() == x.size(),
+          "layer_norm: x, gain and bias have the same nonzero width");
+  const double n = static_cast<double>(x.size());
+  double mean = 0.0;
+  for (double value : x) mean += value;
+  mean /= n;
+  double variance = 0.0;  // biased: divided by n, as torch.nn.LayerNorm does
+  for (double value : x) variance += (value - mean) * (value - mean);
+  variance /= n;
+  const double inv_std = 1.0 / std::sqrt(variance + eps);
+  std::vector<double> out(x.size());  // [E]
+  for (size_t i = 0; i < x.size(); ++i) {
+    out[i] = (x[i] - mean) * inv_std * static_cast<double>(gain[i]) + static_cast<double>(bias[i]);
+  }
+  return out;
+}
+
+std::vector<double> rms_norm(std::span<const double> x, std::span<const float> gain, double eps) {
+  require(!x.empty() && gain.size() == x.size(),
+          "rms_norm: x and gain have the same nonzero width");
+  double mean_square = 0.0;
+  for (double value : x) mean_square += value * value;
+  mean_square /= static_cast<double>(x.size());
+  const double inv_rms = 1.0 / std::sqrt(mean_square + eps);
+  std::vector<double> out(x.size());  // [E]
+  for (size_t i = 0; i < x.size(); ++i) out[i] = x[i] * inv_rms * static_cast<double>(gain[i]);
+  return out;
+}
+
+std::vector<double> linear(std::span<const double> x, std::span<const float> weight,
+                           std::span<const float> bias, int out_features) {
+  const size_t n_out = static_cast<size_t>(out_features);
+  const size_t n_in = x.size();
+  require(out_features > 0 && weight.size() == n_out * n_in, "linear: weight is [out][in]");
+  require(bias.empty() || bias.size() == n_out, "linear: bias is [out] or absent");
+  std::vector<double> out(n_out);  // [out]
+  for (size_t o = 0; o < n_out; ++o) {
+    double sum = bias.empty() ? 0.0 : static_cast<double>(bias[o]);
+    for (size_t i = 0; i < n_in; ++i) sum += static_cast<double>(weight[index(o, n_in, i)]) * x[i];
+    out[o] = sum;
+  }
+  return out;
+}
+
+double gelu_tanh(double x) {
+  const double sqrt_2_over_pi = std::sqrt(2.0 / std::numbers::pi);
+  return 0.5 * x * (1.0 + std::tanh(sqrt_2_over_pi * (x + 0.044715 * x * x * x)));
+}
+
+double silu(double x) {
+  return x / (1.0 + std::exp(-x));
+}
+
+void apply_rope(std::span<double> head, int position, double theta) {
+  require(!head.empty() && head.size() % 2 == 0, "apply_rope: head_dim is even");
+  const size_t half = head.size() / 2;
+  const double dim = static_cast<double>(head.size());
+  for (size_t i = 0; i < half; ++i) {
+    const double inv_freq = std::pow(theta, -2.0 * static_cast<double>(i) / dim);
+    const double angle = static_cast<double>(position) * inv_freq;
+    const double c = std::cos(angle), s = std::sin(angle);
+    const double first = head[i], second = head[i + half];
+    head[i] = first * c - second * s;
+    head[i + half] = second * c + first * s;
+  }
+}
+
+int kv_head_of(int query_head, int n_heads, int n_kv_heads) {
+  require(n_kv_heads > 0 && n_heads % n_kv_heads == 0, "kv_head_of: n_kv_heads divides n_heads");
+  require(query_head >= 0 && query_head < n_heads, "kv_head_of: query head in [0, n_heads)");
+  const int group = n_heads / n_kv_heads;
+  return query_head / group;
+}
+
+std::vector<double> softmax(std::span<const double> scores) {
+  require(!scores.empty(), "softmax: at least one score");
+  // Subtracting the max keeps exp() finite; it cancels in the ratio.
+  double max_score = scores[0];
+  for (double s : scores) max_score = std::max(max_score, s);
+  std::vector<double> weights(scores.size());  // [N]
+  double total = 0.0;
+  for (size_t j = 0; j < scores.size(); ++j) {
+    weights[j] = std::exp(scores[j] - max_score);
+    total += weights[j];
+  }
+  for (double& w : weights) w /= total;
+  return weights;
+}
+
+std::vector<double> causal_attention(std::span<const double> q, std::span<const double> k,
+                                     std::span<const double> v, int n_tokens, int n_heads,
+                                     int n_kv_heads, int head_dim) {
+  const size_t T = static_cast<size_t>(n_tokens), H = static_cast<size_t>(n_heads),
+               KVH = static_cast<size_t>(n_kv_heads), D = static_cast<size_t>(head_dim);
+  require(n_tokens >= 0 && n_heads > 0 && n_kv_heads > 0 && head_dim > 0,
+          "causal_attention: positive sizes");
+  require(q.size() == T * H * D, "causal_attention: q is [T][H][D]");
+  require(k.size() == T * KVH * D && v.size() == T * KVH * D,
+          "causal_attention: k and v are [T][KVH][D]");
+  const double scale = 1.0 / std::sqrt(static_cast<double>(head_dim));
+  std::vector<double> out(T * H * D, 0.0);  // [T][H][D]
+  for (size_t t = 0; t < T; ++t) {
+    for (size_t h = 0; h < H; ++h) {
+      const size_t kv = static_cast<size_t>(kv_head_of(static_cast<int>(h), n_heads, n_kv_heads));
+      const double* query = &q[(t * H + h) * D];  // [D]
+      // Keys after t are not looked at at all: the mask is the loop bound.
+      std::vector<double> scores(t + 1);  // [t+1]
+      for (size_t j = 0; j <= t; ++j) {
+        const double* key = &k[(j * KVH + kv) * D];  // [D]
+        double dot = 0.0;
+        for (size_t d = 0; d < D; ++d) dot += query[d] * key[d];
+        scores[j] = dot * scale;
+      }
+      const std::vector<double> weights = softmax(scores);  // [t+1]
+      double* result = &out[(t * H + h) * D];               // [D]
+      for (size_t j = 0; j <= t; ++j) {
+        const double* value = &v[(j * KVH + kv) * D];  // [D]
+        for (size_t d = 0; d < D; ++d) result[d] += weights[j] * value[d];
+      }
+    }
+  }
+  return out;
+}
+
+}  // namespace kvcheck::oracle

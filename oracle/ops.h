@@ -1,0 +1,56 @@
+// The oracle's operations, one function per op, in double precision with
+// plain loops. Each is the specification of one step of the model; the
+// oracle's forward pass is nothing but these composed. Weights arrive as the
+// model's float storage and are widened to double exactly on read.
+//
+// Shapes are written [outer][inner], row-major. E is d_model, H query heads,
+// KVH KV heads, D head_dim, T tokens, F d_ff.
+#pragma once
+
+#include <span>
+#include <vector>
+
+namespace kvcheck::oracle {
+
+// LayerNorm over one vector: (x - mean) / sqrt(biased_var + eps) * gain + bias.
+// x [E], gain [E], bias [E] -> [E]
+std::vector<double> layer_norm(std::span<const double> x, std::span<const float> gain,
+                               std::span<const float> bias, double eps);
+
+// RMSNorm over one vector: x / sqrt(mean(x^2) + eps) * gain.
+// x [E], gain [E] -> [E]
+std::vector<double> rms_norm(std::span<const double> x, std::span<const float> gain, double eps);
+
+// y = W x (+ b), with W in the nn.Linear layout [out][in]. An empty bias
+// means the layer has none.
+// x [in], weight [out][in], bias [out] or [] -> [out]
+std::vector<double> linear(std::span<const double> x, std::span<const float> weight,
+                           std::span<const float> bias, int out_features);
+
+// 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))): GPT-2's approximation,
+// not the erf form.
+double gelu_tanh(double x);
+
+// x * sigmoid(x)
+double silu(double x);
+
+// Rotary embedding at absolute `position`, rotate-half pairing (Hugging Face
+// Llama): element i pairs with i + D/2, angle position * theta^(-2i/D).
+// head [D], D even; rotated in place.
+void apply_rope(std::span<double> head, int position, double theta);
+
+// The KV head a query head reads: contiguous groups of n_heads / n_kv_heads
+// query heads share one KV head (repeat_interleave), never h % n_kv_heads.
+int kv_head_of(int query_head, int n_heads, int n_kv_heads);
+
+// exp(s_i - max s) / sum_j exp(s_j - max s). scores [N], N >= 1 -> [N]
+std::vector<double> softmax(std::span<const double> scores);
+
+// Causal self-attention of T positions over themselves: the query at t
+// attends to keys 0..t with scores q.k / sqrt(D).
+// q [T][H][D], k [T][KVH][D], v [T][KVH][D] -> [T][H][D]
+std::vector<double> causal_attention(std::span<const double> q, std::span<const double> k,
+                                     std::span<const double> v, int n_tokens, int n_heads,
+                                     int n_kv_heads, int head_dim);
+
+}  // namespace kvcheck::oracle

@@ -9,6 +9,7 @@
 #include "engine/cpu/kernels.h"
 #include "engine/cpu/kv_cache.h"
 #include "engine/cpu/packed_weights.h"
+#include "engine/cpu/thread_pool.h"
 
 namespace kvcheck {
 namespace {
@@ -48,7 +49,8 @@ class CpuEngine final : public Engine {
                config.head_dim, options.kv_dtype),
         row_owner_(size_t(options.max_rows), kNoSequence),
         row_fill_(size_t(options.max_rows), 0),
-        row_position_(size_t(options.max_rows), 0) {
+        row_position_(size_t(options.max_rows), 0),
+        pool_(options.threads) {
     const int half = config.head_dim / 2;
     for (int i = 0; i < half; ++i) {
       inv_freq_.push_back(std::pow(config.rope_theta, -2.0 * i / config.head_dim));
@@ -90,8 +92,8 @@ class CpuEngine final : public Engine {
     for (int layer = 0; layer < config_.n_layers; ++layer) run_layer(layer, batch, plan);
     const size_t E = size_t(config_.d_model);
     for (size_t t = 0; t < n; ++t) norm(weights_.final_norm, weights_.final_norm_bias, t);
-    cpu::matmul(path_, h_.data(), n, weights_.lm_head.data(), nullptr, E, size_t(config_.vocab),
-                0, size_t(config_.vocab), logits.data());
+    matmul(h_.data(), n, weights_.lm_head.data(), nullptr, E, size_t(config_.vocab),
+           logits.data());
     for (const BatchEntry& e : batch) {
       SequenceState& s = sequences_.at(e.sequence);
       s.length += static_cast<int>(e.tokens.size());
@@ -273,7 +275,7 @@ class CpuEngine final : public Engine {
     att_.resize(n * Q);
     mlp_.resize(n * std::max(F, E));
     gate_.resize(config_.family == Family::kLlama ? n * F : 0);
-    scores_.resize(size_t(options_.capacity) * size_t(config_.group()));
+    scores_.resize(scores_per_thread() * size_t(pool_.size()));
   }
 
   void embed(std::span<const BatchEntry> batch, const std::vector<TokenPlan>& plan) {
@@ -355,8 +357,8 @@ class CpuEngine final : public Engine {
     const int sl = storage_layer(layer);
 
     for (size_t t = 0; t < n; ++t) norm(w.attn_norm, w.attn_norm_bias, t);
-    cpu::matmul(path_, h_.data(), n, w.wqkv.data(), w.bqkv.empty() ? nullptr : w.bqkv.data(), E,
-                QKV, 0, QKV, qkv_.data());
+    matmul(h_.data(), n, w.wqkv.data(), w.bqkv.empty() ? nullptr : w.bqkv.data(), E, QKV,
+           qkv_.data());
 
     if (llama && has(Fault::kRopeReapplied)) {
       for (const BatchEntry& e : batch) rotate_cached_keys_again(layer, e);
@@ -382,32 +384,63 @@ class CpuEngine final : public Engine {
     }
     attend_all(layer, plan);
 
-    cpu::matmul(path_, att_.data(), n, w.wo.data(), w.bo.empty() ? nullptr : w.bo.data(), Q, E, 0,
-                E, mlp_.data());
+    matmul(att_.data(), n, w.wo.data(), w.bo.empty() ? nullptr : w.bo.data(), Q, E,
+           mlp_.data());
     cpu::add_inplace(path_, x_.data(), mlp_.data(), n * E);
 
     for (size_t t = 0; t < n; ++t) norm(w.mlp_norm, w.mlp_norm_bias, t);
     if (llama) {
-      cpu::matmul(path_, h_.data(), n, w.w_gate.data(), nullptr, E, F, 0, F, gate_.data());
-      cpu::matmul(path_, h_.data(), n, w.w_up.data(), nullptr, E, F, 0, F, mlp_.data());
+      matmul(h_.data(), n, w.w_gate.data(), nullptr, E, F, gate_.data());
+      matmul(h_.data(), n, w.w_up.data(), nullptr, E, F, mlp_.data());
       cpu::silu_mul(path_, gate_.data(), mlp_.data(), n * F);
-      cpu::matmul(path_, gate_.data(), n, w.w_down.data(), nullptr, F, E, 0, E, h_.data());
+      matmul(gate_.data(), n, w.w_down.data(), nullptr, F, E, h_.data());
     } else {
-      cpu::matmul(path_, h_.data(), n, w.w_up.data(), w.b_up.data(), E, F, 0, F, mlp_.data());
+      matmul(h_.data(), n, w.w_up.data(), w.b_up.data(), E, F, mlp_.data());
       cpu::gelu_tanh(path_, mlp_.data(), n * F);
       // h_ is free again: the MLP input was consumed by the up projection.
-      cpu::matmul(path_, mlp_.data(), n, w.w_down.data(), w.b_down.data(), F, E, 0, E, h_.data());
+      matmul(mlp_.data(), n, w.w_down.data(), w.b_down.data(), F, E, h_.data());
     }
     cpu::add_inplace(path_, x_.data(), h_.data(), n * E);
   }
 
+  // y[rows][out] = x[rows][in] * w[out][in]^T (+ bias), output columns split
+  // over the pool in blocks of 16; each element's reduction stays whole.
+  void matmul(const float* x, size_t rows, const float* w, const float* bias, size_t in,
+              size_t out, float* y) {
+    const size_t parts = size_t(pool_.size());
+    if (parts == 1 || out < 64) {
+      cpu::matmul(path_, x, rows, w, bias, in, out, 0, out, y);
+      return;
+    }
+    const size_t block = ((out + parts - 1) / parts + 15) / 16 * 16;
+    pool_.run((out + block - 1) / block, [&](size_t i) {
+      cpu::matmul(path_, x, rows, w, bias, in, out, i * block, std::min(out, (i + 1) * block), y);
+    });
+  }
+
+  // Tokens are split into one contiguous block per thread, each with its own
+  // score scratch; a query's attention is never split.
   void attend_all(int layer, const std::vector<TokenPlan>& plan) {
+    const size_t parts = std::min(size_t(pool_.size()), plan.size());
+    const size_t block = (plan.size() + parts - 1) / parts;
+    pool_.run(parts, [&](size_t i) {
+      attend_tokens(layer, plan, i * block, std::min(plan.size(), (i + 1) * block),
+                    scores_.data() + i * scores_per_thread());
+    });
+  }
+
+  size_t scores_per_thread() const {
+    return cpu::attend_scratch_floats(size_t(config_.group()), size_t(options_.capacity));
+  }
+
+  void attend_tokens(int layer, const std::vector<TokenPlan>& plan, size_t begin, size_t end,
+                     float* scores) {
     const size_t D = size_t(config_.head_dim), Q = size_t(config_.q_width()),
                  QKV = Q + 2 * size_t(config_.kv_width());
     const int group = config_.group();
     const float scale = static_cast<float>(1.0 / std::sqrt(double(config_.head_dim)));
     const int sl = storage_layer(layer);
-    for (size_t t = 0; t < plan.size(); ++t) {
+    for (size_t t = begin; t < end; ++t) {
       const TokenPlan p = at_layer(plan[t], layer);
       const float* q = qkv_.data() + t * QKV;
       float* out = att_.data() + t * Q;
@@ -416,7 +449,7 @@ class CpuEngine final : public Engine {
           const int g = h % config_.n_kv_heads;
           cpu::attend(path_, q + size_t(h) * D, 1, cache_.k(sl, p.row, g, 0),
                       cache_.v(sl, p.row, g, 0), options_.kv_dtype, D, size_t(p.n_keys), D, scale,
-                      scores_.data(), out + size_t(h) * D);
+                      scores, out + size_t(h) * D);
         }
         continue;
       }
@@ -424,7 +457,7 @@ class CpuEngine final : public Engine {
         const size_t first_head = size_t(g) * size_t(group);
         cpu::attend(path_, q + first_head * D, size_t(group), cache_.k(sl, p.row, g, 0),
                     cache_.v(sl, p.row, g, 0), options_.kv_dtype, D, size_t(p.n_keys), D, scale,
-                    scores_.data(), out + first_head * D);
+                    scores, out + first_head * D);
       }
     }
   }
@@ -440,6 +473,7 @@ class CpuEngine final : public Engine {
   std::vector<int> row_position_;      // [row] position counter of the row's last sequence
   std::vector<double> inv_freq_;       // [D/2] theta^(-2i/D)
   SequenceId next_id_ = 0;
+  cpu::ThreadPool pool_;
 
   // Scratch, grown to the largest step seen; n = tokens in the step.
   std::vector<float> x_;       // [n][E] residual stream
@@ -448,7 +482,7 @@ class CpuEngine final : public Engine {
   std::vector<float> att_;     // [n][H*D] attention output
   std::vector<float> mlp_;     // [n][max(F, E)]
   std::vector<float> gate_;    // [n][F] llama only
-  std::vector<float> scores_;  // [group][capacity]
+  std::vector<float> scores_;  // [thread][group][capacity]
 };
 
 }  // namespace

@@ -134,3 +134,36 @@ INSTANTIATE_TEST_SUITE_P(
 
 }  // namespace
 }  // namespace kvcheck::test
+
+namespace kvcheck::test {
+namespace {
+
+TEST(EngineThreads, ThreadCountDoesNotChangeBits) {
+  for (const ModelCase& m : model_cases()) {
+    Config c = m.config;
+    c.d_ff = 200;  // output widths that do not split evenly
+    c.vocab = 97;
+    const Weights w = init_weights(c, 3);
+    const auto a = random_tokens(1, 20, c.vocab), b = random_tokens(2, 13, c.vocab);
+    std::vector<std::vector<float>> results;
+    for (int threads : {1, 2, 3}) {
+      EngineOptions o;
+      o.capacity = 32;
+      o.threads = threads;
+      auto engine = make_cpu_engine(c, w, o);
+      const SequenceId sa = engine->start(), sb = engine->start();
+      std::vector<float> logits;
+      const BatchEntry batch[] = {{sa, std::span<const int32_t>(a).first(17)},
+                                  {sb, std::span<const int32_t>(b)}};
+      engine->step(batch, logits);
+      auto rest = feed(*engine, sa, std::vector<int32_t>(a.begin() + 17, a.end()), {1, 1, 1});
+      logits.insert(logits.end(), rest.begin(), rest.end());
+      results.push_back(logits);
+    }
+    expect_bitwise(results[0], results[1], m.name + " threads 1 vs 2");
+    expect_bitwise(results[0], results[2], m.name + " threads 1 vs 3");
+  }
+}
+
+}  // namespace
+}  // namespace kvcheck::test

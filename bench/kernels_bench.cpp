@@ -114,8 +114,7 @@ void BM_Matmul(benchmark::State& state) {
   const auto x = filled(rows * in, 1.0f), w = filled(out * in, 2.0f), bias = filled(out, 3.0f);
   std::vector<float> y(rows * out);
   for (auto _ : state) {
-    kvcheck::cpu::matmul(kPath, x.data(), rows, w.data(), bias.data(), in, out, 0, out,
-                         y.data());
+    kvcheck::cpu::matmul(kPath, x.data(), rows, w.data(), bias.data(), in, out, 0, out, y.data());
     benchmark::DoNotOptimize(y.data());
     benchmark::ClobberMemory();
   }
@@ -146,8 +145,8 @@ void BM_MatmulEigen(benchmark::State& state) {
 }
 
 void MatvecShapes(benchmark::internal::Benchmark* b) {
-  for (auto [in, out] : {std::pair{768, 768}, {768, 2304}, {768, 3072}, {3072, 768},
-                         std::pair{4096, 8192}}) {
+  for (auto [in, out] :
+       {std::pair{768, 768}, {768, 2304}, {768, 3072}, {3072, 768}, std::pair{4096, 8192}}) {
     b->Args({1, in, out});
   }
 }
@@ -182,8 +181,8 @@ void BM_Attend(benchmark::State& state) {
   std::vector<float> scores(kvcheck::cpu::attend_scratch_floats(group, n_keys)), out(group * dim);
   const float scale = 1.0f / std::sqrt(float(dim));
   for (auto _ : state) {
-    kvcheck::cpu::attend(kPath, q.data(), group, k.data(), v.data(), dtype, dim, n_keys, dim,
-                         scale, scores.data(), out.data());
+    kvcheck::cpu::attend(kPath, q.data(), group, k.data(), v.data(), dtype, dim, n_keys, dim, scale,
+                         scores.data(), out.data());
     benchmark::DoNotOptimize(out.data());
     benchmark::ClobberMemory();
   }

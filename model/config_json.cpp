@@ -11,18 +11,9 @@ namespace {
 
 using nlohmann::json;
 
-// Messages quote the offending value; a hostile file must not be able to make
-// them huge, and dump() must not throw on strings that are not UTF-8.
-std::string quote_value(const json& value) {
-  constexpr size_t kMaxQuoted = 80;
-  std::string text = value.dump(-1, ' ', false, json::error_handler_t::replace);
-  if (text.size() > kMaxQuoted) text = text.substr(0, kMaxQuoted) + "...";
-  return text;
-}
-
 std::string field_error(std::string_view field, std::string_view expected, const json& value) {
   return "config." + std::string(field) + ": expected " + std::string(expected) + ", got " +
-         quote_value(value);
+         json_for_message(value);
 }
 
 // Empty on success. JSON integers arrive signed or unsigned depending on their
@@ -59,6 +50,13 @@ constexpr const char* kFields[] = {"family",     "n_layers",   "d_model",  "n_he
 
 }  // namespace
 
+std::string json_for_message(const json& value) {
+  constexpr size_t kMaxQuoted = 80;
+  std::string text = value.dump(-1, ' ', false, json::error_handler_t::replace);
+  if (text.size() > kMaxQuoted) text = text.substr(0, kMaxQuoted) + "...";
+  return text;
+}
+
 json config_to_json(const Config& c) {
   json out = json::object();
   out["family"] = family_name(c.family);
@@ -80,7 +78,7 @@ json config_to_json(const Config& c) {
 Result<Config> config_from_json(const json& object) {
   using R = Result<Config>;
   if (!object.is_object()) {
-    return R::failure("config: expected a JSON object, got " + quote_value(object));
+    return R::failure("config: expected a JSON object, got " + json_for_message(object));
   }
   for (const auto& [key, value] : object.items()) {
     bool known = false;

@@ -9,7 +9,6 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
-#include <iterator>
 #include <limits>
 #include <map>
 #include <optional>
@@ -258,15 +257,6 @@ std::string quote(std::string_view text) {
   return "\"" + std::string(text) + "\"";
 }
 
-// Messages quote what a file said; a hostile file must not make them huge, and
-// dump() must not throw on strings that are not UTF-8.
-std::string quote_value(const json& value) {
-  constexpr size_t kMaxQuoted = 80;
-  std::string text = value.dump(-1, ' ', false, json::error_handler_t::replace);
-  if (text.size() > kMaxQuoted) text = text.substr(0, kMaxQuoted) + "...";
-  return text;
-}
-
 template <class Int>
 std::string shape_text(const std::vector<Int>& shape) {
   std::string text = "[";
@@ -318,7 +308,8 @@ std::optional<uint64_t> as_u64(const json& value) {
 Result<FileTensor> parse_entry(const std::string& name, const json& entry, uint64_t data_bytes) {
   using R = Result<FileTensor>;
   const std::string who = "tensor " + quote(name) + ": ";
-  if (!entry.is_object()) return R::failure(who + "expected an object, got " + quote_value(entry));
+  if (!entry.is_object())
+    return R::failure(who + "expected an object, got " + json_for_message(entry));
   for (const auto& [key, value] : entry.items()) {
     if (key != "dtype" && key != "shape" && key != "data_offsets") {
       return R::failure(who + "unexpected field " + quote(key));
@@ -331,20 +322,20 @@ Result<FileTensor> parse_entry(const std::string& name, const json& entry, uint6
 
   const json& dtype = entry.at("dtype");
   if (!dtype.is_string())
-    return R::failure(who + "dtype: expected a string, got " + quote_value(dtype));
+    return R::failure(who + "dtype: expected a string, got " + json_for_message(dtype));
   const DtypeInfo* info = nullptr;
   for (const DtypeInfo& candidate : kDtypes) {
     if (dtype.get<std::string>() == candidate.name) info = &candidate;
   }
   if (!info) {
-    return R::failure(who + "dtype " + quote_value(dtype) +
+    return R::failure(who + "dtype " + json_for_message(dtype) +
                       " is not supported (expected \"F32\", \"F16\" or \"BF16\")");
   }
   tensor.dtype = info->dtype;
 
   const json& shape = entry.at("shape");
   const std::string shape_error =
-      who + "shape: expected a list of non-negative integers, got " + quote_value(shape);
+      who + "shape: expected a list of non-negative integers, got " + json_for_message(shape);
   if (!shape.is_array()) return R::failure(shape_error);
   uint64_t elements = 1;
   bool overflow = false;
@@ -364,7 +355,7 @@ Result<FileTensor> parse_entry(const std::string& name, const json& entry, uint6
   if (!offsets.is_array() || offsets.size() != 2 || !offsets[0].is_number_unsigned() ||
       !offsets[1].is_number_unsigned()) {
     return R::failure(who + "data_offsets: expected [begin, end] as non-negative integers, got " +
-                      quote_value(offsets));
+                      json_for_message(offsets));
   }
   const uint64_t begin = offsets[0].get<uint64_t>();
   const uint64_t end = offsets[1].get<uint64_t>();
@@ -450,12 +441,13 @@ Result<FileHeader> parse_header(std::span<const uint8_t> bytes) {
   for (const auto& [name, entry] : header.items()) {
     if (name == kMetadataKey) {
       if (!entry.is_object()) {
-        return R::failure("__metadata__: expected an object of strings, got " + quote_value(entry));
+        return R::failure("__metadata__: expected an object of strings, got " +
+                          json_for_message(entry));
       }
       for (const auto& [key, value] : entry.items()) {
         if (!value.is_string()) {
           return R::failure("__metadata__." + quote(key) + ": expected a string, got " +
-                            quote_value(value));
+                            json_for_message(value));
         }
         parsed.metadata[key] = value.get<std::string>();
       }
@@ -631,13 +623,23 @@ std::vector<uint8_t> save_safetensors(const Config& config, const Weights& weigh
 }
 
 Result<ModelFile> load_safetensors_file(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
+  // libstdc++ opens a directory as a stream and only fails, by throwing, on
+  // the first read.
+  std::error_code ec;
+  if (std::filesystem::is_directory(path, ec)) {
+    return Result<ModelFile>::failure(path + ": is a directory");
+  }
+  std::ifstream in(path, std::ios::binary | std::ios::ate);
   if (!in) {
     return Result<ModelFile>::failure(path + ": cannot open: " + std::strerror(errno));
   }
-  std::vector<uint8_t> bytes((std::istreambuf_iterator<char>(in)),
-                             std::istreambuf_iterator<char>());
-  if (in.bad()) return Result<ModelFile>::failure(path + ": read failed");
+  const std::streamoff size = in.tellg();
+  if (size < 0) return Result<ModelFile>::failure(path + ": cannot tell its size");
+  std::vector<uint8_t> bytes(static_cast<size_t>(size));  // [size] the whole file
+  in.seekg(0);
+  if (!in.read(reinterpret_cast<char*>(bytes.data()), size)) {
+    return Result<ModelFile>::failure(path + ": read failed");
+  }
   Result<ModelFile> model = load_safetensors(bytes);
   if (!model.ok()) return Result<ModelFile>::failure(path + ": " + model.error());
   return model;

@@ -30,6 +30,8 @@ Result<ModelFile> load_safetensors(std::span<const uint8_t> bytes);
 Result<Weights> load_safetensors(std::span<const uint8_t> bytes, const Config& expected);
 
 // F32, with the config in __metadata__ under "kvcheck.config" as JSON.
+// Throws InputError if the config does not validate or the weights do not
+// have its shapes (check_shapes), since no file could describe them.
 std::vector<uint8_t> save_safetensors(const Config& config, const Weights& weights);
 
 Result<ModelFile> load_safetensors_file(const std::string& path);

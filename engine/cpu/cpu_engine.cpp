@@ -186,7 +186,12 @@ class CpuEngine final : public Engine {
  private:
   static constexpr SequenceId kNoSequence = -1;
 
+#ifdef KVCHECK_NO_FAULTS
+  // The build the benchmark compares against: every fault branch folds away.
+  static constexpr bool has(Fault) { return false; }
+#else
   bool has(Fault f) const { return options_.faults.has(f); }
+#endif
   int storage_row(int row) const { return has(Fault::kSharedRows) ? 0 : row; }
   int storage_layer(int layer) const { return has(Fault::kSharedLayerCache) ? 0 : layer; }
 
@@ -487,8 +492,14 @@ class CpuEngine final : public Engine {
 
 }  // namespace
 
-std::unique_ptr<Engine> make_cpu_engine(const Config& config, const Weights& weights,
-                                        const EngineOptions& options) {
+#ifdef KVCHECK_NO_FAULTS
+#define KVCHECK_CPU_ENGINE_FACTORY make_cpu_engine_without_faults
+#else
+#define KVCHECK_CPU_ENGINE_FACTORY make_cpu_engine
+#endif
+
+std::unique_ptr<Engine> KVCHECK_CPU_ENGINE_FACTORY(const Config& config, const Weights& weights,
+                                                   const EngineOptions& options) {
   if (const std::string error = config.validate(); !error.empty()) throw InputError(error);
   if (const std::string error = check_shapes(config, weights); !error.empty()) {
     throw InputError(error);
@@ -502,6 +513,9 @@ std::unique_ptr<Engine> make_cpu_engine(const Config& config, const Weights& wei
   } else if (options.threads < 1 || options.threads > 256) {
     out << "threads: " << options.threads << " is out of range [1, 256]";
   }
+#ifdef KVCHECK_NO_FAULTS
+  if (options.faults.any()) out << "faults: this engine was built without fault switches";
+#endif
   if (!out.str().empty()) throw InputError(out.str());
   return std::make_unique<CpuEngine>(config, weights, options);
 }

@@ -128,7 +128,9 @@ HWY_INLINE VF LoadKvPadded(DF df, const void* HWY_RESTRICT row, size_t index, si
   }
 }
 
-HWY_INLINE float SumLanes(DF df, VF v) { return hn::GetLane(hn::SumOfLanes(df, v)); }
+HWY_INLINE float SumLanes(DF df, VF v) {
+  return hn::GetLane(hn::SumOfLanes(df, v));
+}
 
 // Highway's Exp returns 0 for NaN (its lower-bound select) and is only valid
 // up to ~88.7; clamping above that keeps it overflowing to +inf like expf, and
@@ -209,17 +211,24 @@ HWY_INLINE void MatmulRowRange(const float* HWY_RESTRICT x, const float* HWY_RES
   size_t i = i_begin;
   for (; i + 4 <= i_end; i += 4) MatmulTile<4, kOuts>(x, w, bias, in, out, i, o0, y);
   switch (i_end - i) {
-    case 3: MatmulTile<3, kOuts>(x, w, bias, in, out, i, o0, y); break;
-    case 2: MatmulTile<2, kOuts>(x, w, bias, in, out, i, o0, y); break;
-    case 1: MatmulTile<1, kOuts>(x, w, bias, in, out, i, o0, y); break;
-    default: break;
+    case 3:
+      MatmulTile<3, kOuts>(x, w, bias, in, out, i, o0, y);
+      break;
+    case 2:
+      MatmulTile<2, kOuts>(x, w, bias, in, out, i, o0, y);
+      break;
+    case 1:
+      MatmulTile<1, kOuts>(x, w, bias, in, out, i, o0, y);
+      break;
+    default:
+      break;
   }
 }
 
 // x: [rows][in];  w: [out][in];  bias: [out] or nullptr;  y: [rows][out]
 void MatmulSimd(const float* HWY_RESTRICT x, size_t rows, const float* HWY_RESTRICT w,
-                const float* HWY_RESTRICT bias, size_t in, size_t out, size_t o_begin,
-                size_t o_end, float* HWY_RESTRICT y) {
+                const float* HWY_RESTRICT bias, size_t in, size_t out, size_t o_begin, size_t o_end,
+                float* HWY_RESTRICT y) {
   if (rows == 0 || o_begin >= o_end) return;
   if (rows == 1) {
     // Matrix-vector: memory bound on w, so stream 8 weight rows at once with
@@ -411,7 +420,8 @@ void AttendTyped(const float* HWY_RESTRICT q, size_t group, const void* k, const
       case 1:
         AttendValues<kDtype, 1, false>(p, v_bytes, row_bytes, n_keys, d, dim, sum, out_head);
         break;
-      default: break;
+      default:
+        break;
     }
     if (dim_full != dim) {
       AttendValues<kDtype, 1, true>(p, v_bytes, row_bytes, n_keys, dim_full, dim, sum, out_head);
@@ -426,14 +436,12 @@ void AttendSimd(const float* q, size_t group, const void* k, const void* v, KvDt
                 float* out) {
   switch (dtype) {
     case KvDtype::kF32:
-      return AttendTyped<KvDtype::kF32>(q, group, k, v, kv_stride, n_keys, dim, scale, scores,
-                                        out);
+      return AttendTyped<KvDtype::kF32>(q, group, k, v, kv_stride, n_keys, dim, scale, scores, out);
     case KvDtype::kBF16:
       return AttendTyped<KvDtype::kBF16>(q, group, k, v, kv_stride, n_keys, dim, scale, scores,
                                          out);
     case KvDtype::kF16:
-      return AttendTyped<KvDtype::kF16>(q, group, k, v, kv_stride, n_keys, dim, scale, scores,
-                                        out);
+      return AttendTyped<KvDtype::kF16>(q, group, k, v, kv_stride, n_keys, dim, scale, scores, out);
   }
 }
 
@@ -473,13 +481,12 @@ HWY_INLINE VF LoadAt(DF df, const float* HWY_RESTRICT p, size_t i, size_t n) {
 }
 
 // x, y: [width];  gain, bias: [width] (bias may be nullptr)
-void LayerNormSimd(const float* x, const float* gain, const float* bias, size_t width,
-                   float eps, float* y) {
+void LayerNormSimd(const float* x, const float* gain, const float* bias, size_t width, float eps,
+                   float* y) {
   if (width == 0) return;
   const DF df;
-  const float mean =
-      SumOverRow(x, width, [](VF v, VF sum) HWY_ATTR { return hn::Add(sum, v); }) /
-      static_cast<float>(width);
+  const float mean = SumOverRow(x, width, [](VF v, VF sum) HWY_ATTR { return hn::Add(sum, v); }) /
+                     static_cast<float>(width);
   const VF mean_v = hn::Set(df, mean);
   const float sum_sq = SumOverRow(x, width, [&](VF v, VF sum) HWY_ATTR {
     const VF centered = hn::Sub(v, mean_v);
@@ -515,8 +522,7 @@ void GeluTanhSimd(float* x, size_t n) {
   const VF one = hn::Set(df, 1.0f);
   const VF half = hn::Set(df, 0.5f);
   MapRow(x, n, x, [&](VF v, size_t) HWY_ATTR {
-    const VF inner = hn::Mul(hn::Add(hn::Mul(hn::Mul(hn::Mul(v, v), v), cubic), v),
-                             sqrt_2_over_pi);
+    const VF inner = hn::Mul(hn::Add(hn::Mul(hn::Mul(hn::Mul(v, v), v), cubic), v), sqrt_2_over_pi);
     return hn::Mul(hn::Mul(hn::Add(TanhChecked(df, inner), one), v), half);
   });
 }
@@ -555,7 +561,9 @@ void TanhInplaceSimd(float* x, size_t n) {
   MapRow(x, n, x, [&](VF v, size_t) HWY_ATTR { return TanhChecked(df, v); });
 }
 
-const char* SimdTargetName() { return hwy::TargetName(HWY_TARGET); }
+const char* SimdTargetName() {
+  return hwy::TargetName(HWY_TARGET);
+}
 
 }  // namespace kvcheck::cpu::HWY_NAMESPACE
 HWY_AFTER_NAMESPACE();

@@ -27,22 +27,23 @@ HWY_EXPORT(SimdTargetName);
 
 void matmul(KernelPath path, const float* x, size_t rows, const float* w, const float* bias,
             size_t in, size_t out, size_t o_begin, size_t o_end, float* y) {
-  if (path == KernelPath::kScalar) return scalar::matmul(x, rows, w, bias, in, out, o_begin, o_end, y);
+  if (path == KernelPath::kScalar)
+    return scalar::matmul(x, rows, w, bias, in, out, o_begin, o_end, y);
   HWY_DYNAMIC_DISPATCH(MatmulSimd)(x, rows, w, bias, in, out, o_begin, o_end, y);
 }
 
 void attend(KernelPath path, const float* q, size_t group, const void* k, const void* v,
-            KvDtype dtype, size_t kv_stride, size_t n_keys, size_t dim, float scale,
-            float* scores, float* out) {
+            KvDtype dtype, size_t kv_stride, size_t n_keys, size_t dim, float scale, float* scores,
+            float* out) {
   if (path == KernelPath::kScalar) {
     return scalar::attend(q, group, k, v, dtype, kv_stride, n_keys, dim, scale, scores, out);
   }
-  HWY_DYNAMIC_DISPATCH(AttendSimd)(q, group, k, v, dtype, kv_stride, n_keys, dim, scale, scores,
-                                   out);
+  HWY_DYNAMIC_DISPATCH(AttendSimd)
+  (q, group, k, v, dtype, kv_stride, n_keys, dim, scale, scores, out);
 }
 
-void layer_norm(KernelPath path, const float* x, const float* gain, const float* bias,
-                size_t width, float eps, float* y) {
+void layer_norm(KernelPath path, const float* x, const float* gain, const float* bias, size_t width,
+                float eps, float* y) {
   if (path == KernelPath::kScalar) return scalar::layer_norm(x, gain, bias, width, eps, y);
   HWY_DYNAMIC_DISPATCH(LayerNormSimd)(x, gain, bias, width, eps, y);
 }
@@ -98,7 +99,9 @@ void kv_store(const float* src, KvDtype dtype, void* dst, size_t n) {
   }
 }
 
-const char* simd_target_name() { return HWY_DYNAMIC_DISPATCH(SimdTargetName)(); }
+const char* simd_target_name() {
+  return HWY_DYNAMIC_DISPATCH(SimdTargetName)();
+}
 
 }  // namespace kvcheck::cpu
 #endif  // HWY_ONCE

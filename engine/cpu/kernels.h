@@ -32,7 +32,9 @@ void matmul(KernelPath path, const float* x, size_t rows, const float* w, const 
 
 // Floats of scratch that attend() needs: one score row per query head, so the
 // keys and values are read once for the whole group.
-inline size_t attend_scratch_floats(size_t group, size_t n_keys) { return group * n_keys; }
+inline size_t attend_scratch_floats(size_t group, size_t n_keys) {
+  return group * n_keys;
+}
 
 // Causal attention of `group` query heads that share one KV head, for one
 // query at one absolute position, over cached keys 0..n_keys-1.
@@ -44,13 +46,13 @@ inline size_t attend_scratch_floats(size_t group, size_t n_keys) { return group 
 // and head g's result is the same bits for any group size. n_keys == 0 gives
 // zeros. A NaN anywhere in the keys or values read makes the output NaN.
 void attend(KernelPath path, const float* q, size_t group, const void* k, const void* v,
-            KvDtype dtype, size_t kv_stride, size_t n_keys, size_t dim, float scale,
-            float* scores, float* out);
+            KvDtype dtype, size_t kv_stride, size_t n_keys, size_t dim, float scale, float* scores,
+            float* out);
 
 // LayerNorm (biased variance, two-pass) and RMSNorm over one row of `width`.
 //   x, y: [width];  gain, bias: [width] (bias may be nullptr). y may alias x.
-void layer_norm(KernelPath path, const float* x, const float* gain, const float* bias,
-                size_t width, float eps, float* y);
+void layer_norm(KernelPath path, const float* x, const float* gain, const float* bias, size_t width,
+                float eps, float* y);
 void rms_norm(KernelPath path, const float* x, const float* gain, size_t width, float eps,
               float* y);
 
@@ -79,11 +81,10 @@ const char* simd_target_name();
 // Engine code selects it through the KernelPath argument; the declarations are
 // here only so the dispatch point can reach it.
 namespace scalar {
-void matmul(const float* x, size_t rows, const float* w, const float* bias, size_t in,
-            size_t out, size_t o_begin, size_t o_end, float* y);
+void matmul(const float* x, size_t rows, const float* w, const float* bias, size_t in, size_t out,
+            size_t o_begin, size_t o_end, float* y);
 void attend(const float* q, size_t group, const void* k, const void* v, KvDtype dtype,
-            size_t kv_stride, size_t n_keys, size_t dim, float scale, float* scores,
-            float* out);
+            size_t kv_stride, size_t n_keys, size_t dim, float scale, float* scores, float* out);
 void layer_norm(const float* x, const float* gain, const float* bias, size_t width, float eps,
                 float* y);
 void rms_norm(const float* x, const float* gain, size_t width, float eps, float* y);

@@ -15,9 +15,12 @@ namespace {
 // Widens element j of a K or V row to float exactly as the cache stores it.
 float load_kv(const void* base, KvDtype dtype, size_t index) {
   switch (dtype) {
-    case KvDtype::kF32: return static_cast<const float*>(base)[index];
-    case KvDtype::kBF16: return bf16_to_float(static_cast<const uint16_t*>(base)[index]);
-    case KvDtype::kF16: return f16_to_float(static_cast<const uint16_t*>(base)[index]);
+    case KvDtype::kF32:
+      return static_cast<const float*>(base)[index];
+    case KvDtype::kBF16:
+      return bf16_to_float(static_cast<const uint16_t*>(base)[index]);
+    case KvDtype::kF16:
+      return f16_to_float(static_cast<const uint16_t*>(base)[index]);
   }
   return 0.0f;
 }
@@ -29,8 +32,8 @@ constexpr float kGeluCubic = 0.044715f;
 
 }  // namespace
 
-void matmul(const float* x, size_t rows, const float* w, const float* bias, size_t in,
-            size_t out, size_t o_begin, size_t o_end, float* y) {
+void matmul(const float* x, size_t rows, const float* w, const float* bias, size_t in, size_t out,
+            size_t o_begin, size_t o_end, float* y) {
   for (size_t i = 0; i < rows; ++i) {
     const float* x_row = x + i * in;
     for (size_t o = o_begin; o < o_end; ++o) {
@@ -44,8 +47,7 @@ void matmul(const float* x, size_t rows, const float* w, const float* bias, size
 }
 
 void attend(const float* q, size_t group, const void* k, const void* v, KvDtype dtype,
-            size_t kv_stride, size_t n_keys, size_t dim, float scale, float* scores,
-            float* out) {
+            size_t kv_stride, size_t n_keys, size_t dim, float scale, float* scores, float* out) {
   const size_t elem_bytes = static_cast<size_t>(kv_dtype_bytes(dtype));
   const auto* k_bytes = static_cast<const unsigned char*>(k);
   const auto* v_bytes = static_cast<const unsigned char*>(v);

@@ -33,7 +33,9 @@ constexpr double kSecondOrderSlack = 1.01;
 
 constexpr uint64_t kSeed = 0x6b76636865636bULL;
 
-double gamma(double n) { return n * kUnitRoundoff / (1.0 - n * kUnitRoundoff); }
+double gamma(double n) {
+  return n * kUnitRoundoff / (1.0 - n * kUnitRoundoff);
+}
 
 // Relative size of one ulp of a float result, as a bound: ulp(y) <= 2^-23 |y|.
 constexpr double kUlpRelative = 0x1p-23;
@@ -78,7 +80,8 @@ std::map<std::string, double>& worst_ratios() {
 void expect_within(const std::string& check, double a, double b, double bound,
                    const std::string& where) {
   if (std::isnan(a) || std::isnan(b)) {
-    EXPECT_TRUE(std::isnan(a) && std::isnan(b)) << check << " " << where << ": " << a << " vs " << b;
+    EXPECT_TRUE(std::isnan(a) && std::isnan(b))
+        << check << " " << where << ": " << a << " vs " << b;
     return;
   }
   const double diff = std::fabs(a - b);
@@ -247,15 +250,14 @@ TEST(Matmul, PointerAlignmentDoesNotChangeBits) {
     const size_t rows = 6, in = 77, out = 11;
     const auto x = random_vector(rng, rows * in), w = random_vector(rng, out * in);
     std::vector<float> reference(rows * out);
-    matmul(KernelPath::kSimd, x.data(), rows, w.data(), nullptr, in, out, 0, out,
-           reference.data());
+    matmul(KernelPath::kSimd, x.data(), rows, w.data(), nullptr, in, out, 0, out, reference.data());
     for (size_t shift = 1; shift < 4; ++shift) {
       std::vector<float> x_moved(rows * in + shift), w_moved(out * in + shift);
       std::copy(x.begin(), x.end(), x_moved.begin() + shift);
       std::copy(w.begin(), w.end(), w_moved.begin() + shift);
       std::vector<float> y_moved(rows * out + shift);
-      matmul(KernelPath::kSimd, x_moved.data() + shift, rows, w_moved.data() + shift, nullptr,
-             in, out, 0, out, y_moved.data() + shift);
+      matmul(KernelPath::kSimd, x_moved.data() + shift, rows, w_moved.data() + shift, nullptr, in,
+             out, 0, out, y_moved.data() + shift);
       ASSERT_TRUE(same_bits(reference.data(), y_moved.data() + shift, rows * out))
           << "shift " << shift;
     }
@@ -277,9 +279,12 @@ struct KvRows {
   double at(size_t row, size_t d) const {
     const size_t i = row * stride + d;
     switch (dtype) {
-      case KvDtype::kF32: return full[i];
-      case KvDtype::kBF16: return bf16_to_float(half[i]);
-      case KvDtype::kF16: return f16_to_float(half[i]);
+      case KvDtype::kF32:
+        return full[i];
+      case KvDtype::kBF16:
+        return bf16_to_float(half[i]);
+      case KvDtype::kF16:
+        return f16_to_float(half[i]);
     }
     return 0.0;
   }
@@ -303,11 +308,10 @@ KvRows random_kv(Rng& rng, KvDtype dtype, size_t n_keys, size_t dim, size_t stri
 //   scores:  e_j = gamma_{dim+2} * scale * sum_d |q_d k_jd|
 //   shift:   dt_j = e_j + max_i e_i + u |t_j|          (t_j = s_j - max)
 //   exp:     rho_j = dt_j + kExpUlp * 2^-23            (relative error of p_j)
-//   sums:    errS = gamma_n S + sum p_j rho_j,  errN_d = gamma_n sum p_j |v_jd| + sum p_j rho_j |v_jd|
-//   divide:  |err out_d| <= (errN_d + |out_d| errS) / (S - errS) + u |out_d|
-void exact_attention(const float* q, const KvRows& k, const KvRows& v, size_t n_keys,
-                     size_t dim, double scale, std::vector<double>& out,
-                     std::vector<double>& bound) {
+//   sums:    errS = gamma_n S + sum p_j rho_j,  errN_d = gamma_n sum p_j |v_jd| + sum p_j rho_j
+//   |v_jd| divide:  |err out_d| <= (errN_d + |out_d| errS) / (S - errS) + u |out_d|
+void exact_attention(const float* q, const KvRows& k, const KvRows& v, size_t n_keys, size_t dim,
+                     double scale, std::vector<double>& out, std::vector<double>& bound) {
   out.assign(dim, 0.0);
   bound.assign(dim, 0.0);
   if (n_keys == 0) return;
@@ -341,9 +345,9 @@ void exact_attention(const float* q, const KvRows& k, const KvRows& v, size_t n_
     }
     err_numerator += gamma(double(n_keys)) * magnitude;
     out[d] = numerator / sum;
-    bound[d] = kSecondOrderSlack * ((err_numerator + std::fabs(out[d]) * err_sum) /
-                                        (sum - err_sum) +
-                                    kUnitRoundoff * std::fabs(out[d]));
+    bound[d] =
+        kSecondOrderSlack * ((err_numerator + std::fabs(out[d]) * err_sum) / (sum - err_sum) +
+                             kUnitRoundoff * std::fabs(out[d]));
   }
 }
 
@@ -363,8 +367,8 @@ TEST(Attend, SimdMatchesScalarWithinDerivedBoundOnEveryTarget) {
             std::vector<float> out_simd(group * dim), out_scalar(group * dim);
             attend(KernelPath::kSimd, q.data(), group, k.data(), v.data(), dtype, stride, n_keys,
                    dim, scale, scores.data(), out_simd.data());
-            attend(KernelPath::kScalar, q.data(), group, k.data(), v.data(), dtype, stride,
-                   n_keys, dim, scale, scores.data(), out_scalar.data());
+            attend(KernelPath::kScalar, q.data(), group, k.data(), v.data(), dtype, stride, n_keys,
+                   dim, scale, scores.data(), out_scalar.data());
             std::vector<double> exact, bound;
             for (size_t g = 0; g < group; ++g) {
               exact_attention(q.data() + g * dim, k, v, n_keys, dim, scale, exact, bound);
@@ -422,8 +426,7 @@ TEST(Attend, HeadResultIndependentOfGroupStrideAndAlignment) {
               attend(path, q_moved.data() + 1, 1, k_packed.data() + elem, v_packed.data() + elem,
                      dtype, dim, n_keys, dim, scale, scratch.data() + 1, single.data() + 1);
               ASSERT_TRUE(same_bits(single.data() + 1, grouped.data() + g * dim, dim))
-                  << kv_dtype_name(dtype) << " dim=" << dim << " keys=" << n_keys << " head "
-                  << g;
+                  << kv_dtype_name(dtype) << " dim=" << dim << " keys=" << n_keys << " head " << g;
             }
           }
         }
@@ -452,8 +455,8 @@ TEST(Attend, WidensEveryHalfPatternExactly) {
           const float widened = dtype == KvDtype::kBF16 ? bf16_to_float(bits) : f16_to_float(bits);
           // The value accumulates onto +0, so -0 reads back as +0.
           ASSERT_TRUE(out[i] == widened || (std::isnan(out[i]) && std::isnan(widened)))
-              << kv_dtype_name(dtype) << " bits 0x" << std::hex << i << ": " << out[i]
-              << " vs " << widened;
+              << kv_dtype_name(dtype) << " bits 0x" << std::hex << i << ": " << out[i] << " vs "
+              << widened;
         }
       }
     }
@@ -497,8 +500,7 @@ TEST(Attend, NoKeysGivesZeros) {
   const std::vector<float> q(2 * 5, 1.0f);
   for (KernelPath path : {KernelPath::kScalar, KernelPath::kSimd}) {
     std::vector<float> out(2 * 5, 7.0f);
-    attend(path, q.data(), 2, nullptr, nullptr, KvDtype::kF32, 5, 0, 5, 1.0f, nullptr,
-           out.data());
+    attend(path, q.data(), 2, nullptr, nullptr, KvDtype::kF32, 5, 0, 5, 1.0f, nullptr, out.data());
     EXPECT_EQ(out, std::vector<float>(10, 0.0f));
   }
 }
@@ -527,8 +529,8 @@ TEST(Norms, RmsNormWithinDerivedBoundOnEveryTarget) {
         const double inv = 1.0 / std::sqrt(sum_sq / double(width) + eps);
         for (size_t i = 0; i < width; ++i) {
           const double exact = x[i] * inv * gain[i];
-          const double bound = kSecondOrderSlack * std::fabs(exact) *
-                               (gamma(double(width)) / 2 + 6 * kUnitRoundoff);
+          const double bound =
+              kSecondOrderSlack * std::fabs(exact) * (gamma(double(width)) / 2 + 6 * kUnitRoundoff);
           const std::string where = target + " width=" + std::to_string(width);
           expect_within("rms_norm simd-vs-scalar", y_simd[i], y_scalar[i], 2 * bound, where);
           expect_within("rms_norm simd-vs-exact", y_simd[i], exact, bound, where);
@@ -565,16 +567,16 @@ TEST(Norms, LayerNormWithinDerivedBoundOnEveryTarget) {
         for (size_t i = 0; i < width; ++i) var += (x[i] - mean) * (x[i] - mean);
         var /= double(width);
         const double r = 1.0 / std::sqrt(var + eps);
-        const double dm = gamma(double(width)) * sum_abs / double(width) +
-                          kUnitRoundoff * std::fabs(mean);
+        const double dm =
+            gamma(double(width)) * sum_abs / double(width) + kUnitRoundoff * std::fabs(mean);
         const double rel_r = gamma(double(width + 1)) / 2 + 6 * kUnitRoundoff;
         for (size_t i = 0; i < width; ++i) {
           const double c = x[i] - mean;
           const double exact = c * r * gain[i] + (b ? b[i] : 0.0);
           const double bound =
-              kSecondOrderSlack * (std::fabs(gain[i]) * r *
-                                       (dm + kUnitRoundoff * std::fabs(c) + std::fabs(c) * rel_r) +
-                                   kUnitRoundoff * std::fabs(exact));
+              kSecondOrderSlack *
+              (std::fabs(gain[i]) * r * (dm + kUnitRoundoff * std::fabs(c) + std::fabs(c) * rel_r) +
+               kUnitRoundoff * std::fabs(exact));
           const std::string where = target + " width=" + std::to_string(width);
           expect_within("layer_norm simd-vs-scalar", y_simd[i], y_scalar[i], 2 * bound, where);
           expect_within("layer_norm simd-vs-exact", y_simd[i], exact, bound, where);
@@ -648,8 +650,8 @@ TEST(Elementwise, ExpAndTanhUlpErrorWithinDocumentedBound) {
 }
 
 TEST(Elementwise, SpecialValuesMatchScalarSemantics) {
-  const std::vector<float> inputs = {0.0f, -0.0f, 1e-30f, -1e-30f, 88.0f, 89.0f, 100.0f, -100.0f,
-                                     1e30f, -1e30f, HUGE_VALF, -HUGE_VALF, NAN};
+  const std::vector<float> inputs = {0.0f,    -0.0f, 1e-30f, -1e-30f,   88.0f,      89.0f, 100.0f,
+                                     -100.0f, 1e30f, -1e30f, HUGE_VALF, -HUGE_VALF, NAN};
   for_each_simd_target([&](const std::string& target) {
     std::vector<float> exp_simd = inputs, exp_scalar = inputs;
     exp_inplace(KernelPath::kSimd, exp_simd.data(), inputs.size());

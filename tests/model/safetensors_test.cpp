@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 #include <unistd.h>
 
+#include <algorithm>
 #include <bit>
 #include <cmath>
 #include <cstring>
@@ -770,6 +771,10 @@ TEST(SafetensorsFile, ErrorsNameThePath) {
   const Result<ModelFile> loaded = load_safetensors_file(missing);
   ASSERT_FALSE(loaded.ok());
   EXPECT_EQ(loaded.error().rfind(missing + ": cannot open", 0), 0u) << loaded.error();
+  const std::string directory = std::filesystem::temp_directory_path().string();
+  const Result<ModelFile> from_directory = load_safetensors_file(directory);
+  ASSERT_FALSE(from_directory.ok());
+  EXPECT_EQ(from_directory.error(), directory + ": is a directory");
 
   const Config config = small_llama();
   const std::string error = save_safetensors_file(missing, config, init_weights(config, 1));

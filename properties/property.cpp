@@ -1,0 +1,895 @@
+#include "properties/property.h"
+
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstdio>
+#include <sstream>
+
+#include "model/rng.h"
+#include "model/status.h"
+#include "oracle/oracle.h"
+#include "properties/runner.h"
+#include "properties/tolerance.h"
+
+namespace kvcheck {
+
+namespace {
+
+struct PropertyInfo {
+  std::string_view name;
+  std::string_view label;
+};
+
+constexpr std::array<PropertyInfo, kPropertyCount> kInfo = {{
+    {"oracle", "P1"},
+    {"chunking", "P2"},
+    {"batch", "P3"},
+    {"reset", "P4"},
+    {"compaction", "P5"},
+    {"cache_state", "P6"},
+    {"gqa", "P7"},
+    {"determinism", "P8"},
+    {"capacity", "P9"},
+}};
+
+// Salts that keep the derived random choices of different properties apart.
+constexpr uint64_t kChunkingSalt = 0x6368756e6b696e67ull;  // "chunking"
+constexpr uint64_t kDummySalt = 0x64756d6d79746f6bull;     // "dummytok"
+constexpr uint64_t kCapacitySalt = 0x6361706163697479ull;  // "capacity"
+
+// Everything a property needs about the scenario, computed once.
+struct Context {
+  const Scenario& scenario;
+  const EngineFactory& factory;
+  Weights weights;
+  SchedulePlan plan;
+  uint64_t digest;
+  int vocab;
+};
+
+std::string describe_chunks(const std::vector<int>& chunks) {
+  std::string text;
+  for (size_t i = 0; i < chunks.size(); ++i) {
+    if (i > 0) text += "+";
+    text += std::to_string(chunks[i]);
+  }
+  return text.empty() ? "(none)" : text;
+}
+
+std::string format_double(double value) {
+  char buffer[40];
+  std::snprintf(buffer, sizeof(buffer), "%.9g", value);
+  return buffer;
+}
+
+Verdict start_verdict(Property property) {
+  Verdict verdict;
+  verdict.property = property;
+  return verdict;
+}
+
+Verdict not_applicable(Property property, std::string why) {
+  Verdict verdict = start_verdict(property);
+  verdict.applicable = false;
+  verdict.summary = std::string(property_label(property)) + " " +
+                    std::string(property_name(property)) + ": not applicable: " + why;
+  return verdict;
+}
+
+void fail(Verdict& verdict, Location where, const std::string& summary, std::string detail) {
+  verdict.passed = false;
+  verdict.where = where;
+  verdict.summary = std::string(property_label(verdict.property)) + " " +
+                    std::string(property_name(verdict.property)) + ": " + summary;
+  verdict.detail = std::move(detail);
+}
+
+void pass(Verdict& verdict, const std::string& what) {
+  verdict.summary = std::string(property_label(verdict.property)) + " " +
+                    std::string(property_name(verdict.property)) + ": passed: " + what;
+}
+
+// A refusal of a call the scenario's validation allows is the engine's bug.
+Verdict engine_refused(Property property, const RunResult& run, const std::string& which_run) {
+  Verdict verdict = start_verdict(property);
+  Location where;
+  where.call = run.failed_call;
+  fail(verdict, where,
+       "call " + std::to_string(run.failed_call) + " of " + which_run +
+           ": the engine refused a valid call",
+       "EngineError: " + run.error_message + "\n");
+  return verdict;
+}
+
+// One sequence's logits from a solo run, or the refusal that stopped it.
+struct SoloRun {
+  std::vector<float> logits;  // [position][V]
+  RunResult run;
+};
+
+SoloRun run_solo(const Context& context, std::span<const int32_t> tokens,
+                 const std::vector<int>& chunks, int leading_dummies = 0,
+                 uint64_t dummy_seed = 0) {
+  const Scenario solo =
+      solo_scenario(context.scenario, tokens, chunks, leading_dummies, dummy_seed);
+  SoloRun result;
+  result.run = run_scenario(solo, context.weights, context.factory);
+  result.logits = std::move(result.run.logits[0]);
+  return result;
+}
+
+std::span<const int32_t> fed_tokens(const Context& context, int sequence) {
+  return std::span<const int32_t>(context.scenario.sequences[size_t(sequence)])
+      .first(size_t(context.plan.fed[size_t(sequence)]));
+}
+
+// Compares two runs of one sequence bit for bit. On a difference, fills the
+// verdict with the first differing logit, located at the scenario call that
+// fed that position.
+bool same_bits(Verdict& verdict, const Context& context, int sequence,
+               const std::vector<float>& expected, const std::string& expected_name,
+               const std::vector<float>& got, const std::string& got_name) {
+  const std::optional<size_t> at = first_bit_difference(expected, got);
+  if (!at) return true;
+  const size_t V = size_t(context.vocab);
+  const int position = static_cast<int>(*at / V);
+  const int vocab_index = static_cast<int>(*at % V);
+  Location where;
+  where.sequence = sequence;
+  where.position = position;
+  const std::vector<int>& calls = context.plan.call_of_position[size_t(sequence)];
+  where.call = position < static_cast<int>(calls.size()) ? calls[size_t(position)] : -1;
+  std::ostringstream detail;
+  detail << "sequence s" << sequence << ", position " << position << ", vocab index "
+         << vocab_index << " (fed by call " << where.call << ")\n";
+  if (*at < expected.size() && *at < got.size()) {
+    detail << "  " << expected_name << ": " << float_with_bits(expected[*at]) << "\n";
+    detail << "  " << got_name << ": " << float_with_bits(got[*at]) << "\n";
+  } else {
+    detail << "  " << expected_name << " has " << expected.size() / V << " positions, "
+           << got_name << " has " << got.size() / V << "\n";
+  }
+  fail(verdict, where,
+       "s" + std::to_string(sequence) + " position " + std::to_string(position) +
+           ": logits differ between " + expected_name + " and " + got_name,
+       detail.str());
+  return false;
+}
+
+// ---- P1 ---------------------------------------------------------------
+
+Verdict check_oracle(const Context& context) {
+  Verdict verdict = start_verdict(Property::kOracle);
+  const RunResult run = run_scenario(context.scenario, context.weights, context.factory);
+  if (run.engine_failed) return engine_refused(Property::kOracle, run, "the scenario");
+  const Config& config = context.scenario.config;
+  const size_t V = size_t(config.vocab);
+
+  struct Finding {
+    int call = -1, sequence = -1, position = -1, vocab_index = -1;
+    double engine = 0, oracle = 0, bound = 0, ratio = 0;
+    bool non_finite = false;
+  };
+  std::optional<Finding> first_non_finite, first_over;
+  Finding worst;
+  std::ostringstream per_sequence;
+  const auto earlier = [](const std::optional<Finding>& current, const Finding& candidate) {
+    return !current || candidate.call < current->call;
+  };
+  bool any = false;
+  for (size_t s = 0; s < context.scenario.sequences.size(); ++s) {
+    const int T = context.plan.fed[s];
+    if (T == 0) continue;
+    any = true;
+    const std::span<const int32_t> tokens = fed_tokens(context, static_cast<int>(s));
+    const oracle::Output reference = oracle::forward(config, context.weights, tokens);
+    const ErrorBounds bounds =
+        derive_error_bounds(config, context.weights, tokens, context.scenario.kv_dtype);
+    const std::vector<float>& logits = run.logits[s];  // [T][V]
+    Finding sequence_worst;
+    bool sequence_non_finite = false, sequence_over = false;
+    for (size_t i = 0; i < size_t(T) * V; ++i) {
+      const double engine = logits[i], exact = reference.logits[i], bound = bounds.logits[i];
+      const double ratio = std::abs(engine - exact) / bound;
+      const bool non_finite = !std::isfinite(engine);
+      if (!non_finite && !(ratio > 1.0) && ratio <= sequence_worst.ratio) continue;
+      const int position = static_cast<int>(i / V);
+      Finding f{context.plan.call_of_position[s][size_t(position)],
+                static_cast<int>(s),
+                position,
+                static_cast<int>(i % V),
+                engine,
+                exact,
+                bound,
+                non_finite ? INFINITY : ratio,
+                non_finite};
+      if (non_finite && !sequence_non_finite) {
+        sequence_non_finite = true;
+        if (earlier(first_non_finite, f)) first_non_finite = f;
+      } else if (!non_finite && ratio > 1.0 && !sequence_over) {
+        sequence_over = true;
+        if (earlier(first_over, f)) first_over = f;
+      }
+      if (f.ratio > sequence_worst.ratio || sequence_worst.sequence < 0) sequence_worst = f;
+    }
+    per_sequence << "  s" << s << ": " << T << " positions, worst error/bound "
+                 << format_double(sequence_worst.ratio) << " at position "
+                 << sequence_worst.position << " vocab " << sequence_worst.vocab_index << "\n";
+    if (sequence_worst.ratio > worst.ratio || worst.sequence < 0) worst = sequence_worst;
+  }
+  if (!any) return not_applicable(Property::kOracle, "no sequence is fed");
+  verdict.worst_ratio = worst.ratio;
+
+  const std::optional<Finding>& failure = first_non_finite ? first_non_finite : first_over;
+  if (!failure) {
+    pass(verdict, "worst error/bound " + format_double(worst.ratio));
+    verdict.detail = per_sequence.str();
+    return verdict;
+  }
+  const Finding& f = *failure;
+  Location where;
+  where.call = f.call;
+  where.sequence = f.sequence;
+  where.position = f.position;
+  std::ostringstream detail;
+  detail << "first failing logit: s" << f.sequence << " position " << f.position << " vocab "
+         << f.vocab_index << " (fed by call " << f.call << ")\n"
+         << "  engine " << format_double(f.engine) << "  oracle " << format_double(f.oracle)
+         << "  |error| " << format_double(std::abs(f.engine - f.oracle)) << "  bound "
+         << format_double(f.bound) << "  error/bound " << format_double(f.ratio) << "\n"
+         << "per sequence:\n"
+         << per_sequence.str();
+  fail(verdict, where,
+       f.non_finite ? "s" + std::to_string(f.sequence) + " position " +
+                          std::to_string(f.position) + ": non-finite logit " +
+                          format_double(f.engine)
+                    : "s" + std::to_string(f.sequence) + " position " +
+                          std::to_string(f.position) + ": error/bound " +
+                          format_double(f.ratio) + " > 1",
+       detail.str());
+  return verdict;
+}
+
+// ---- P2 ---------------------------------------------------------------
+
+std::vector<int> random_split(uint64_t seed, int n) {
+  SplitMix64 rng(seed);
+  std::vector<int> chunks;
+  while (n > 0) {
+    const int length = static_cast<int>(rng.in_range(1, n));
+    chunks.push_back(length);
+    n -= length;
+  }
+  return chunks;
+}
+
+Verdict check_chunking(const Context& context) {
+  Verdict verdict = start_verdict(Property::kChunking);
+  int checked = 0;
+  for (size_t s = 0; s < context.scenario.sequences.size(); ++s) {
+    const int T = context.plan.fed[s];
+    if (T < 2) continue;  // one token has one chunking
+    ++checked;
+    const int sequence = static_cast<int>(s);
+    const std::vector<int>& own = context.plan.chunks[s];
+    const SoloRun base = run_solo(context, fed_tokens(context, sequence), own);
+    if (base.run.engine_failed) {
+      return engine_refused(Property::kChunking, base.run,
+                            "the solo run of s" + std::to_string(s));
+    }
+    const std::vector<std::pair<std::string, std::vector<int>>> others = {
+        {"whole", {T}},
+        {"token by token", std::vector<int>(size_t(T), 1)},
+        {"random split", random_split(context.digest ^ kChunkingSalt ^ s, T)},
+    };
+    for (const auto& [name, chunks] : others) {
+      if (chunks == own) continue;
+      const SoloRun other = run_solo(context, fed_tokens(context, sequence), chunks);
+      if (other.run.engine_failed) {
+        return engine_refused(Property::kChunking, other.run,
+                              "the " + name + " run of s" + std::to_string(s));
+      }
+      if (!same_bits(verdict, context, sequence, base.logits,
+                     "the scenario's chunking " + describe_chunks(own), other.logits,
+                     name + " " + describe_chunks(chunks))) {
+        return verdict;
+      }
+    }
+  }
+  if (checked == 0) return not_applicable(Property::kChunking, "no sequence has 2 tokens fed");
+  pass(verdict, std::to_string(checked) + " sequences under 3 other chunkings");
+  return verdict;
+}
+
+// ---- P3, P4, P5: a scenario run against solo runs -----------------------
+
+// Compares the scenario's logits of every selected sequence with its solo run
+// on a fresh engine under the same chunking.
+bool scenario_matches_solo(Verdict& verdict, const Context& context, const RunResult& run,
+                           const std::vector<bool>& selected, const std::string& why) {
+  for (size_t s = 0; s < selected.size(); ++s) {
+    if (!selected[s] || context.plan.fed[s] == 0) continue;
+    const int sequence = static_cast<int>(s);
+    const SoloRun solo = run_solo(context, fed_tokens(context, sequence), context.plan.chunks[s]);
+    if (solo.run.engine_failed) {
+      verdict = engine_refused(verdict.property, solo.run, "the solo run of s" + std::to_string(s));
+      return false;
+    }
+    if (!same_bits(verdict, context, sequence, solo.logits,
+                   "its solo run on a fresh engine", run.logits[s], "the scenario (" + why + ")")) {
+      return false;
+    }
+  }
+  return true;
+}
+
+int count_fed(const Context& context, const std::vector<bool>& selected) {
+  int n = 0;
+  for (size_t s = 0; s < selected.size(); ++s) n += selected[s] && context.plan.fed[s] > 0;
+  return n;
+}
+
+Verdict check_batch(const Context& context) {
+  Verdict verdict = start_verdict(Property::kBatch);
+  const size_t n = context.scenario.sequences.size();
+  const int dummies = std::min(context.scenario.max_rows - 1, 2);
+  std::vector<bool> shared = context.plan.shared_step;
+  std::vector<bool> fed(n);
+  for (size_t s = 0; s < n; ++s) fed[s] = context.plan.fed[s] > 0;
+  const int n_shared = count_fed(context, shared);
+  const int n_placed = dummies > 0 ? count_fed(context, fed) : 0;
+  if (n_shared == 0 && n_placed == 0) {
+    return not_applicable(Property::kBatch,
+                          "no sequence shares a step and max_rows 1 leaves no other row");
+  }
+  if (n_shared > 0) {
+    const RunResult run = run_scenario(context.scenario, context.weights, context.factory);
+    if (run.engine_failed) return engine_refused(Property::kBatch, run, "the scenario");
+    if (!scenario_matches_solo(verdict, context, run, shared, "sharing its steps")) return verdict;
+  }
+  for (size_t s = 0; s < n && dummies > 0; ++s) {
+    if (!fed[s]) continue;
+    const int sequence = static_cast<int>(s);
+    const std::span<const int32_t> tokens = fed_tokens(context, sequence);
+    const SoloRun alone = run_solo(context, tokens, context.plan.chunks[s]);
+    const SoloRun placed = run_solo(context, tokens, context.plan.chunks[s], dummies,
+                                    context.digest ^ kDummySalt ^ s);
+    for (const SoloRun* r : {&alone, &placed}) {
+      if (r->run.engine_failed) {
+        return engine_refused(Property::kBatch, r->run,
+                              "a solo run of s" + std::to_string(s));
+      }
+    }
+    if (!same_bits(verdict, context, sequence, alone.logits, "its solo run in row 0",
+                   placed.logits,
+                   "a run behind " + std::to_string(dummies) +
+                       " decoding dummy sequences (later row and batch slot)")) {
+      return verdict;
+    }
+  }
+  pass(verdict, std::to_string(n_shared) + " batched and " + std::to_string(n_placed) +
+                    " re-placed sequences");
+  return verdict;
+}
+
+Verdict check_reset(const Context& context) {
+  Verdict verdict = start_verdict(Property::kReset);
+  const size_t n = context.scenario.sequences.size();
+  // A sequence started after a finish or a reset may land in a row (or a
+  // position counter) an earlier sequence used.
+  std::vector<bool> selected(n, false);
+  int first_release = -1;
+  for (size_t c = 0; c < context.scenario.calls.size(); ++c) {
+    const Call& call = context.scenario.calls[c];
+    if (call.kind == Call::Kind::kFinish || call.kind == Call::Kind::kReset) {
+      if (first_release < 0) first_release = static_cast<int>(c);
+    }
+  }
+  for (size_t s = 0; s < n; ++s) {
+    selected[s] = first_release >= 0 && context.plan.start_call[s] > first_release;
+  }
+  const int count = count_fed(context, selected);
+  if (count == 0) {
+    return not_applicable(Property::kReset, "no fed sequence starts after a reset or finish");
+  }
+  const RunResult run = run_scenario(context.scenario, context.weights, context.factory);
+  if (run.engine_failed) return engine_refused(Property::kReset, run, "the scenario");
+  if (!scenario_matches_solo(verdict, context, run, selected, "started after a reset or finish")) {
+    return verdict;
+  }
+  pass(verdict, std::to_string(count) + " sequences started after a reset or finish");
+  return verdict;
+}
+
+Verdict check_compaction(const Context& context) {
+  Verdict verdict = start_verdict(Property::kCompaction);
+  const size_t n = context.scenario.sequences.size();
+  std::vector<bool> selected(n, false);
+  for (size_t c = 0; c < context.scenario.calls.size(); ++c) {
+    const Call& call = context.scenario.calls[c];
+    if (call.kind != Call::Kind::kFinish) continue;
+    const int ci = static_cast<int>(c);
+    for (size_t s = 0; s < n; ++s) {
+      const bool started = context.plan.start_call[s] >= 0 && context.plan.start_call[s] < ci;
+      const bool still = context.plan.end_call[s] < 0 || context.plan.end_call[s] > ci;
+      if (started && still) selected[s] = true;
+    }
+  }
+  const int count = count_fed(context, selected);
+  if (count == 0) {
+    return not_applicable(Property::kCompaction, "no fed sequence runs while another finishes");
+  }
+  const RunResult run = run_scenario(context.scenario, context.weights, context.factory);
+  if (run.engine_failed) return engine_refused(Property::kCompaction, run, "the scenario");
+  if (!scenario_matches_solo(verdict, context, run, selected, "running across a finish")) {
+    return verdict;
+  }
+  pass(verdict, std::to_string(count) + " sequences running across a finish");
+  return verdict;
+}
+
+// ---- P6 ---------------------------------------------------------------
+
+struct SequenceReference {
+  oracle::Output oracle;
+  ErrorBounds bounds;
+};
+
+// Per layer, the largest |cached - oracle| of K and V over position ranges,
+// with its error/bound; "!" marks a range holding a wrong or non-finite slot.
+std::string cache_table(const Engine& engine, SequenceId id, const SequenceReference& reference,
+                        const Config& config, int length) {
+  const int KVH = config.n_kv_heads, D = config.head_dim, T = reference.oracle.n_tokens;
+  const int ranges = std::min(length, 8);
+  std::ostringstream out;
+  out << "largest |cached - oracle| (error/bound) per layer and position range; ! = wrong\n";
+  out << "  layer";
+  std::vector<std::pair<int, int>> spans;  // [range] first, last position
+  for (int r = 0; r < ranges; ++r) {
+    const int first = r * length / ranges, last = (r + 1) * length / ranges - 1;
+    spans.push_back({first, last});
+    char header[32];
+    std::snprintf(header, sizeof(header), " | pos %d..%d K, V", first, last);
+    out << header;
+  }
+  out << "\n";
+  for (int l = 0; l < config.n_layers; ++l) {
+    const CacheSnapshot snap = engine.cache(id, l);
+    out << "  " << l << "    ";
+    for (const auto& [first, last] : spans) {
+      for (int kind = 0; kind < 2; ++kind) {
+        double worst_error = 0, worst_ratio = 0;
+        bool bad = false;
+        for (int pos = first; pos <= last && pos < std::min(snap.length, T); ++pos) {
+          for (int g = 0; g < KVH; ++g) {
+            for (int d = 0; d < D; ++d) {
+              const size_t at = ((size_t(l) * size_t(T) + size_t(pos)) * size_t(KVH) + size_t(g)) *
+                                    size_t(D) +
+                                size_t(d);
+              const double cached = kind == 0 ? snap.k_at(pos, g, d) : snap.v_at(pos, g, d);
+              const double exact = kind == 0 ? reference.oracle.k[at] : reference.oracle.v[at];
+              const double bound = kind == 0 ? reference.bounds.k[at] : reference.bounds.v[at];
+              const double error = std::abs(cached - exact);
+              if (!std::isfinite(cached)) {
+                bad = true;
+                worst_error = INFINITY;
+                worst_ratio = INFINITY;
+                continue;
+              }
+              if (error > bound) bad = true;
+              worst_error = std::max(worst_error, error);
+              worst_ratio = std::max(worst_ratio, error / bound);
+            }
+          }
+        }
+        char cell[48];
+        std::snprintf(cell, sizeof(cell), "%s %.2e (%.2g)%s", kind == 0 ? " |" : ",", worst_error,
+                      worst_ratio, bad ? "!" : "");
+        out << cell;
+      }
+    }
+    out << "\n";
+  }
+  return out.str();
+}
+
+Verdict check_cache_state(const Context& context) {
+  Verdict verdict = start_verdict(Property::kCacheState);
+  const Config& config = context.scenario.config;
+  const int L = config.n_layers, KVH = config.n_kv_heads, D = config.head_dim;
+  const size_t n = context.scenario.sequences.size();
+  bool any_step = false;
+  for (const Call& call : context.scenario.calls) any_step |= call.kind == Call::Kind::kStep;
+  if (!any_step) return not_applicable(Property::kCacheState, "no step");
+
+  std::vector<SequenceReference> references(n);  // [sequence]
+  for (size_t s = 0; s < n; ++s) {
+    if (context.plan.fed[s] == 0) continue;
+    const std::span<const int32_t> tokens = fed_tokens(context, static_cast<int>(s));
+    references[s].oracle = oracle::forward(config, context.weights, tokens);
+    references[s].bounds =
+        derive_error_bounds(config, context.weights, tokens, context.scenario.kv_dtype);
+  }
+
+  double worst_ratio = 0;
+  bool failed = false;
+  const CallHook hook = [&](int call, const ScenarioRunner& runner) {
+    for (size_t s = 0; s < n; ++s) {
+      const int sequence = static_cast<int>(s);
+      if (!runner.running(sequence)) continue;
+      const int length = runner.fed(sequence);
+      const SequenceReference& reference = references[s];
+      const int T = reference.oracle.n_tokens;
+      Location where;
+      where.call = call;
+      where.sequence = sequence;
+      for (int l = 0; l < L; ++l) {
+        const CacheSnapshot snap = runner.engine().cache(runner.id(sequence), l);
+        if (snap.length != length || snap.n_kv_heads != KVH || snap.head_dim != D) {
+          where.layer = l;
+          where.position = std::min(snap.length, length);
+          fail(verdict, where,
+               "after call " + std::to_string(call) + ", s" + std::to_string(s) + " layer " +
+                   std::to_string(l) + ": the cache holds " + std::to_string(snap.length) +
+                   " positions, " + std::to_string(length) + " tokens were fed",
+               "snapshot: length " + std::to_string(snap.length) + ", kv heads " +
+                   std::to_string(snap.n_kv_heads) + ", head_dim " +
+                   std::to_string(snap.head_dim) + "; expected " + std::to_string(length) +
+                   ", " + std::to_string(KVH) + ", " + std::to_string(D) + "\n");
+          failed = true;
+          return false;
+        }
+        int first_bad = -1, last_bad = -1, bad_head = -1, bad_dim = -1, bad_kind = 0;
+        double bad_cached = 0, bad_exact = 0, bad_bound = 0;
+        for (int pos = 0; pos < length && pos < T; ++pos) {
+          for (int g = 0; g < KVH; ++g) {
+            const size_t base =
+                ((size_t(l) * size_t(T) + size_t(pos)) * size_t(KVH) + size_t(g)) * size_t(D);
+            for (int d = 0; d < D; ++d) {
+              for (int kind = 0; kind < 2; ++kind) {
+                const double cached = kind == 0 ? snap.k_at(pos, g, d) : snap.v_at(pos, g, d);
+                const double exact = kind == 0 ? reference.oracle.k[base + size_t(d)]
+                                               : reference.oracle.v[base + size_t(d)];
+                const double bound = kind == 0 ? reference.bounds.k[base + size_t(d)]
+                                               : reference.bounds.v[base + size_t(d)];
+                const double ratio = std::abs(cached - exact) / bound;
+                if (std::isfinite(cached) && ratio <= 1.0) {
+                  worst_ratio = std::max(worst_ratio, ratio);
+                  continue;
+                }
+                if (first_bad < 0) {
+                  first_bad = pos, bad_head = g, bad_dim = d, bad_kind = kind;
+                  bad_cached = cached, bad_exact = exact, bad_bound = bound;
+                }
+                last_bad = pos;
+              }
+            }
+          }
+        }
+        if (first_bad < 0) continue;
+        where.layer = l;
+        where.kv_head = bad_head;
+        where.position = first_bad;
+        where.first_bad_position = first_bad;
+        where.last_bad_position = last_bad;
+        std::ostringstream detail;
+        detail << "after call " << call << ", sequence s" << s << " with " << length << " positions cached\n"
+               << "first wrong element: layer " << l << " kv head " << bad_head << " position "
+               << first_bad << " dim " << bad_dim << " " << (bad_kind == 0 ? "K" : "V")
+               << ": cached " << format_double(bad_cached) << " oracle "
+               << format_double(bad_exact) << " bound " << format_double(bad_bound)
+               << (std::isfinite(bad_cached) ? "" : " (non-finite: a poisoned slot was read)")
+               << "\nwrong positions in layer " << l << ": " << first_bad << ".." << last_bad
+               << "\n"
+               << cache_table(runner.engine(), runner.id(sequence), reference, config, length);
+        fail(verdict, where,
+             "after call " + std::to_string(call) + ", s" + std::to_string(s) + " layer " +
+                 std::to_string(l) + " kv head " + std::to_string(bad_head) + ": cached " +
+                 (bad_kind == 0 ? "K" : "V") + " wrong at positions " +
+                 std::to_string(first_bad) + ".." + std::to_string(last_bad),
+             detail.str());
+        verdict.worst_ratio = std::isfinite(bad_cached)
+                                  ? std::abs(bad_cached - bad_exact) / bad_bound
+                                  : INFINITY;
+        failed = true;
+        return false;
+      }
+    }
+    return true;
+  };
+  ScenarioRunner runner(context.scenario, config, context.weights, context.factory);
+  const RunResult run = runner.run(hook);
+  if (failed) return verdict;
+  if (run.engine_failed) return engine_refused(Property::kCacheState, run, "the scenario");
+  verdict.worst_ratio = worst_ratio;
+  pass(verdict, "worst error/bound " + format_double(worst_ratio));
+  return verdict;
+}
+
+// ---- P7 ---------------------------------------------------------------
+
+// The MHA twin of a GQA model: KV head g's rows of wk/wv (and bk/bv) copied to
+// query heads g*group .. g*group+group-1 (repeat_interleave).
+std::pair<Config, Weights> mha_twin(const Config& config, const Weights& weights) {
+  Config mha = config;
+  mha.n_kv_heads = config.n_heads;
+  Weights twin = weights;
+  const size_t D = size_t(config.head_dim), E = size_t(config.d_model);
+  const int group = config.group();
+  const auto repeat = [&](const std::vector<float>& source, size_t row_width) {
+    std::vector<float> out;  // [H*D][row_width]
+    out.reserve(size_t(config.n_heads) * D * row_width);
+    for (int h = 0; h < config.n_heads; ++h) {
+      const size_t g = size_t(h / group);
+      out.insert(out.end(), source.begin() + std::ptrdiff_t(g * D * row_width),
+                 source.begin() + std::ptrdiff_t((g + 1) * D * row_width));
+    }
+    return out;
+  };
+  for (LayerWeights& layer : twin.layers) {
+    layer.wk = repeat(layer.wk, E);
+    layer.wv = repeat(layer.wv, E);
+    if (!layer.bk.empty()) layer.bk = repeat(layer.bk, 1);
+    if (!layer.bv.empty()) layer.bv = repeat(layer.bv, 1);
+  }
+  return {mha, std::move(twin)};
+}
+
+Verdict check_gqa(const Context& context) {
+  Verdict verdict = start_verdict(Property::kGqa);
+  const Config& config = context.scenario.config;
+  if (config.n_kv_heads == config.n_heads) {
+    return not_applicable(Property::kGqa, "the config is MHA (n_kv_heads == n_heads)");
+  }
+  const auto [mha_config, mha_weights] = mha_twin(config, context.weights);
+  const RunResult gqa = run_scenario(context.scenario, context.weights, context.factory);
+  if (gqa.engine_failed) return engine_refused(Property::kGqa, gqa, "the scenario");
+  ScenarioRunner twin_runner(context.scenario, mha_config, mha_weights, context.factory);
+  const RunResult mha = twin_runner.run();
+  if (mha.engine_failed) return engine_refused(Property::kGqa, mha, "the MHA twin");
+  for (size_t s = 0; s < context.scenario.sequences.size(); ++s) {
+    if (!same_bits(verdict, context, static_cast<int>(s), mha.logits[s],
+                   "the MHA twin (" + std::to_string(config.n_heads) + " KV heads)",
+                   gqa.logits[s], "GQA (" + std::to_string(config.n_kv_heads) + " KV heads)")) {
+      return verdict;
+    }
+  }
+  pass(verdict, "GQA equals its MHA twin");
+  return verdict;
+}
+
+// ---- P8 ---------------------------------------------------------------
+
+Verdict check_determinism(const Context& context) {
+  Verdict verdict = start_verdict(Property::kDeterminism);
+  const RunResult first = run_scenario(context.scenario, context.weights, context.factory);
+  const RunResult second = run_scenario(context.scenario, context.weights, context.factory);
+  if (first.engine_failed || second.engine_failed) {
+    return engine_refused(Property::kDeterminism, first.engine_failed ? first : second,
+                          first.engine_failed ? "the first run" : "the second run");
+  }
+  for (size_t s = 0; s < context.scenario.sequences.size(); ++s) {
+    if (!same_bits(verdict, context, static_cast<int>(s), first.logits[s], "the first run",
+                   second.logits[s], "the second run")) {
+      return verdict;
+    }
+  }
+  pass(verdict, "two runs gave the same bits");
+  return verdict;
+}
+
+// ---- P9 ---------------------------------------------------------------
+
+Verdict check_capacity(const Context& context) {
+  Verdict verdict = start_verdict(Property::kCapacity);
+  const Scenario& scenario = context.scenario;
+  const size_t n = scenario.sequences.size();
+  const int capacity = scenario.capacity;
+  ScenarioRunner runner(scenario, scenario.config, context.weights, context.factory);
+  const RunResult run = runner.run();
+  if (run.engine_failed) return engine_refused(Property::kCapacity, run, "the scenario");
+  Engine& engine = runner.engine();
+  SplitMix64 rng(context.digest ^ kCapacitySalt);
+
+  // What each probed sequence has been through: the scenario's sequences that
+  // still run, or one fresh probe sequence when none does.
+  struct Probe {
+    int sequence;  // scenario index, or -1 for the fresh probe
+    SequenceId id;
+    std::vector<int32_t> tokens;  // fed so far
+    std::vector<int> chunks;
+    std::vector<float> logits;  // [position][V]
+    int32_t next_token;
+  };
+  std::vector<Probe> probes;
+  for (size_t s = 0; s < n; ++s) {
+    const int sequence = static_cast<int>(s);
+    if (!runner.running(sequence)) continue;
+    const std::span<const int32_t> tokens = fed_tokens(context, sequence);
+    probes.push_back({sequence, runner.id(sequence),
+                      std::vector<int32_t>(tokens.begin(), tokens.end()), context.plan.chunks[s],
+                      runner.logits(sequence),
+                      static_cast<int32_t>(rng.below(uint64_t(context.vocab)))});
+  }
+  if (probes.empty()) {
+    try {
+      probes.push_back({-1, engine.start(), {}, {}, {},
+                        static_cast<int32_t>(rng.below(uint64_t(context.vocab)))});
+    } catch (const EngineError& e) {
+      Location where;
+      where.call = static_cast<int>(scenario.calls.size());
+      fail(verdict, where, "starting a probe sequence after the scenario was refused",
+           std::string("EngineError: ") + e.what() + "\n");
+      return verdict;
+    }
+  }
+  const auto name = [](const Probe& p) {
+    return p.sequence >= 0 ? "s" + std::to_string(p.sequence) : std::string("the probe sequence");
+  };
+
+  int call = static_cast<int>(scenario.calls.size());  // probes are numbered on
+  std::vector<float> logits;
+  for (size_t i = 0; i < probes.size(); ++i, ++call) {
+    const Probe& target = probes[i];
+    const int length = static_cast<int>(target.tokens.size());
+    std::vector<int32_t> overflow;  // [capacity - length + 1]
+    for (int j = 0; j < capacity - length + 1; ++j) {
+      overflow.push_back(static_cast<int32_t>(rng.below(uint64_t(context.vocab))));
+    }
+    std::vector<BatchEntry> batch;
+    std::string companion;
+    for (const Probe& other : probes) {
+      if (&other == &target || static_cast<int>(other.tokens.size()) >= capacity) continue;
+      batch.push_back({other.id, std::span<const int32_t>(&other.next_token, 1)});
+      companion = " batched after a valid decode of " + name(other);
+      break;
+    }
+    batch.push_back({target.id, overflow});
+    Location where;
+    where.call = call;
+    where.sequence = target.sequence;
+    where.position = capacity;
+    const std::string what = "probe call " + std::to_string(call) + ": " +
+                             std::to_string(overflow.size()) + " tokens for " + name(target) +
+                             " at position " + std::to_string(length) + " (capacity " +
+                             std::to_string(capacity) + ")" + companion;
+    try {
+      engine.step(batch, logits);
+      fail(verdict, where,
+           name(target) + ": a step past the capacity by 1 was accepted, not refused",
+           what + "\nexpected EngineError kCapacity; the engine returned logits\n");
+      return verdict;
+    } catch (const EngineError& e) {
+      if (e.kind() != EngineError::Kind::kCapacity) {
+        fail(verdict, where,
+             name(target) + ": a step past the capacity was refused with the wrong kind",
+             what + "\nEngineError kind " + std::to_string(static_cast<int>(e.kind())) + ": " +
+                 e.what() + "\n");
+        return verdict;
+      }
+    }
+    for (const Probe& p : probes) {
+      const int now = engine.length(p.id);
+      if (now != static_cast<int>(p.tokens.size())) {
+        where.sequence = p.sequence;
+        where.position = now;
+        fail(verdict, where,
+             name(p) + ": the refused step changed its length from " +
+                 std::to_string(p.tokens.size()) + " to " + std::to_string(now),
+             what + "\n");
+        return verdict;
+      }
+    }
+  }
+
+  // Every sequence goes on as if nothing had happened.
+  int continued = 0;
+  for (Probe& p : probes) {
+    if (static_cast<int>(p.tokens.size()) >= capacity) continue;
+    const BatchEntry entry{p.id, std::span<const int32_t>(&p.next_token, 1)};
+    Location where;
+    where.call = call;
+    where.sequence = p.sequence;
+    where.position = static_cast<int>(p.tokens.size());
+    try {
+      engine.step(std::span<const BatchEntry>(&entry, 1), logits);
+    } catch (const EngineError& e) {
+      fail(verdict, where, name(p) + ": a valid decode after the refused steps was refused",
+           std::string("EngineError: ") + e.what() + "\n");
+      return verdict;
+    }
+    ++call;
+    ++continued;
+    p.tokens.push_back(p.next_token);
+    p.chunks.push_back(1);
+    p.logits.insert(p.logits.end(), logits.begin(), logits.end());
+    const SoloRun solo = run_solo(context, p.tokens, p.chunks);
+    if (solo.run.engine_failed) {
+      return engine_refused(Property::kCapacity, solo.run, "the solo run of " + name(p));
+    }
+    const std::optional<size_t> at = first_bit_difference(solo.logits, p.logits);
+    if (!at) continue;
+    where.position = static_cast<int>(*at / size_t(context.vocab));
+    std::ostringstream detail;
+    detail << name(p) << " after the refused steps and one more token, vs its solo run ("
+           << describe_chunks(p.chunks) << "): first difference at position " << where.position
+           << " vocab " << *at % size_t(context.vocab) << "\n";
+    if (*at < solo.logits.size() && *at < p.logits.size()) {
+      detail << "  solo: " << float_with_bits(solo.logits[*at])
+             << "\n  after the refusal: " << float_with_bits(p.logits[*at]) << "\n";
+    }
+    fail(verdict, where,
+         name(p) + " position " + std::to_string(where.position) +
+             ": logits after the refused step differ from its solo run",
+         detail.str());
+    return verdict;
+  }
+  pass(verdict, std::to_string(probes.size()) + " refusals, " + std::to_string(continued) +
+                    " sequences continued");
+  return verdict;
+}
+
+}  // namespace
+
+std::string_view property_name(Property p) {
+  const int i = static_cast<int>(p);
+  return i >= 0 && i < kPropertyCount ? kInfo[size_t(i)].name : std::string_view("unknown");
+}
+
+std::string_view property_label(Property p) {
+  const int i = static_cast<int>(p);
+  return i >= 0 && i < kPropertyCount ? kInfo[size_t(i)].label : std::string_view("P?");
+}
+
+std::optional<Property> parse_property(std::string_view name) {
+  for (int i = 0; i < kPropertyCount; ++i) {
+    if (kInfo[size_t(i)].name == name || kInfo[size_t(i)].label == name) {
+      return static_cast<Property>(i);
+    }
+  }
+  return std::nullopt;
+}
+
+Verdict check_property(Property property, const Scenario& scenario, const EngineFactory& factory) {
+  if (const std::string error = scenario.validate(); !error.empty()) {
+    return not_applicable(property, "invalid scenario: " + error);
+  }
+  try {
+    const Context context{scenario,
+                          factory,
+                          init_weights(scenario.config, scenario.weight_seed),
+                          plan_schedule(scenario),
+                          scenario_digest(scenario),
+                          scenario.config.vocab};
+    switch (property) {
+      case Property::kOracle: return check_oracle(context);
+      case Property::kChunking: return check_chunking(context);
+      case Property::kBatch: return check_batch(context);
+      case Property::kReset: return check_reset(context);
+      case Property::kCompaction: return check_compaction(context);
+      case Property::kCacheState: return check_cache_state(context);
+      case Property::kGqa: return check_gqa(context);
+      case Property::kDeterminism: return check_determinism(context);
+      case Property::kCapacity: return check_capacity(context);
+      case Property::kCount: break;
+    }
+  } catch (const EngineError& e) {
+    // Only a call outside the scenario (a cache snapshot, a length) can
+    // throw through; the engine must answer those for a running sequence.
+    Verdict verdict = start_verdict(property);
+    fail(verdict, Location{}, "the engine refused a query about a running sequence",
+         std::string("EngineError: ") + e.what() + "\n");
+    return verdict;
+  } catch (const InputError& e) {
+    // The scenario validated, so an engine that will not even be built for
+    // it fails the property.
+    Verdict verdict = start_verdict(property);
+    fail(verdict, Location{}, "the engine could not be built for a valid scenario",
+         std::string("InputError: ") + e.what() + "\n");
+    return verdict;
+  }
+  return not_applicable(property, "unknown property");
+}
+
+}  // namespace kvcheck

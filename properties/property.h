@@ -1,0 +1,63 @@
+// Properties are plain functions Scenario x Engine factory -> Verdict, with no
+// RapidCheck inside, so RapidCheck, libFuzzer and replay all drive the same
+// code.
+#pragma once
+
+#include <functional>
+#include <memory>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "engine/engine.h"
+#include "properties/scenario.h"
+
+namespace kvcheck {
+
+enum class Property : uint8_t {
+  kOracle,       // P1 every logit matches the oracle within the derived bound
+  kChunking,     // P2 another chunking gives bitwise equal logits
+  kBatch,        // P3 alone vs inside a ragged batch, any row: bitwise equal
+  kReset,        // P4 after reset / in a reused row == fresh engine, bitwise
+  kCompaction,   // P5 survivors of finishes == their solo runs, bitwise
+  kCacheState,   // P6 cached K/V after every call == oracle K/V; lengths; no poison
+  kGqa,          // P7 GQA == MHA with repeat_interleaved K/V weights, bitwise
+  kDeterminism,  // P8 the same scenario twice gives the same bits
+  kCapacity,     // P9 past capacity: the documented error, others intact
+  kCount
+};
+constexpr int kPropertyCount = static_cast<int>(Property::kCount);
+
+std::string_view property_name(Property p);  // "oracle", "chunking", ...
+std::string_view property_label(Property p); // "P1", ...
+std::optional<Property> parse_property(std::string_view name);
+
+// Makes a fresh engine for a config, weights and options. Properties call it
+// as often as they need (solo runs, reruns); faults are baked into it.
+using EngineFactory = std::function<std::unique_ptr<Engine>(const Config&, const Weights&,
+                                                            const EngineOptions&)>;
+
+// Where a failure shows first. -1 where not applicable.
+struct Location {
+  int call = -1;      // index into Scenario::calls
+  int sequence = -1;  // index into Scenario::sequences
+  int position = -1;  // absolute token position
+  int layer = -1;     // P6: first layer whose cache diverges
+  int kv_head = -1;   // P6
+  int first_bad_position = -1, last_bad_position = -1;  // P6: range of wrong slots
+};
+
+struct Verdict {
+  Property property = Property::kOracle;
+  bool passed = true;
+  bool applicable = true;  // false when the scenario has nothing this property can check
+  double worst_ratio = 0;  // P1/P6: largest error / bound seen (passes stay < 1)
+  Location where;
+  std::string summary;     // one line
+  std::string detail;      // multi-line report for a person (replay prints it)
+};
+
+Verdict check_property(Property property, const Scenario& scenario, const EngineFactory& factory);
+
+}  // namespace kvcheck

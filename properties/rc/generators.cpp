@@ -1,0 +1,364 @@
+#include "properties/rc/generators.h"
+
+#include <algorithm>
+#include <cstddef>
+#include <numeric>
+#include <utility>
+
+namespace kvcheck::rcgen {
+namespace {
+
+// gen::weightedElement does not shrink in this RapidCheck (its value has no
+// shrinks), so biased choices are made here from a uniform index that shrinks
+// toward 0: options are listed simplest first and a shrink walks toward them.
+// The index ignores the size so edge cases are as likely in the first cases as
+// in the last.
+template <typename T>
+rc::Gen<T> weighted_choice(std::vector<std::pair<int, T>> options) {
+  const int total = std::accumulate(options.begin(), options.end(), 0,
+                                    [](int sum, const auto& o) { return sum + o.first; });
+  return rc::gen::map(rc::gen::resize(100, rc::gen::inRange(0, total)), [options](int u) {
+    for (const auto& [weight, value] : options) {
+      if (u < weight) return value;
+      u -= weight;
+    }
+    return options.back().second;
+  });
+}
+
+// As above, between generators: the choice shrinks first, then the value.
+template <typename T>
+rc::Gen<T> weighted_gen(std::vector<std::pair<int, rc::Gen<T>>> options) {
+  std::vector<std::pair<int, int>> indices;
+  for (size_t i = 0; i < options.size(); ++i) indices.push_back({options[i].first, int(i)});
+  std::vector<rc::Gen<T>> gens;
+  for (auto& o : options) gens.push_back(std::move(o.second));
+  return rc::gen::join(
+      rc::gen::map(weighted_choice(std::move(indices)), [gens](int i) { return gens[size_t(i)]; }));
+}
+
+// Inclusive range, scaled by RapidCheck's size, shrinking toward lo.
+rc::Gen<int> between(int lo, int hi) { return rc::gen::inRange(lo, hi + 1); }
+
+rc::Gen<bool> rarely_true(int weight_false, int weight_true) {
+  return weighted_choice<bool>({{weight_false, false}, {weight_true, true}});
+}
+
+// A vector whose length is drawn from `count` and which shrinks by removing
+// any run of elements (never below min_count) and by shrinking each element.
+// gen::container ties the length to the size (0..size) and gen::mapcat over a
+// count can only drop the tail; removal from the middle is what lets a
+// counterexample lose the sequence that does not matter.
+template <typename T>
+rc::Gen<std::vector<T>> vector_of(rc::Gen<int> count, size_t min_count, rc::Gen<T> element) {
+  using Elements = std::vector<rc::Shrinkable<T>>;
+  return [=](const rc::Random& random, int size) {
+    rc::Random r = random;
+    const int n = std::max(int(min_count), count(r.split(), size).value());
+    Elements elements;
+    for (int i = 0; i < n; ++i) elements.push_back(element(r.split(), size));
+    return rc::shrinkable::map(
+        rc::shrinkable::shrinkRecur(
+            std::move(elements),
+            [min_count](const Elements& e) {
+              return rc::seq::concat(
+                  rc::seq::filter(rc::shrink::removeChunks(e),
+                                  [min_count](const Elements& x) { return x.size() >= min_count; }),
+                  rc::shrink::eachElement(e, [](const rc::Shrinkable<T>& s) { return s.shrinks(); }));
+            }),
+        [](const Elements& e) {
+          std::vector<T> values;
+          values.reserve(e.size());
+          for (const auto& s : e) values.push_back(s.value());
+          return values;
+        });
+  };
+}
+
+rc::Gen<ModelGenes> model_genes(Emphasis emphasis) {
+  // MQA (1 KV head) and group sizes 2 and 4 are where head mappings go wrong.
+  rc::Gen<int> kv_heads = weighted_choice<int>(
+      {{6, 1}, {4, 2}, {1, 3}, {2, 4}, {1, 5}, {1, 6}, {1, 7}, {1, 8}});
+  rc::Gen<int> group =
+      emphasis == Emphasis::kSharedKvHeads
+          ? weighted_choice<int>({{5, 2}, {1, 3}, {4, 4}, {1, 5}, {1, 6}, {1, 7}, {1, 8}})
+          : weighted_choice<int>(
+                {{4, 1}, {4, 2}, {1, 3}, {3, 4}, {1, 5}, {1, 6}, {1, 7}, {1, 8}});
+  if (emphasis == Emphasis::kSharedKvHeads) {
+    // Keep room for a group of 2 or more under kMaxHeads.
+    kv_heads = weighted_choice<int>({{6, 1}, {4, 2}, {1, 3}, {2, 4}});
+  }
+  return rc::gen::build<ModelGenes>(
+      rc::gen::set(&ModelGenes::n_layers, between(1, kMaxLayers)),
+      rc::gen::set(&ModelGenes::n_kv_heads, kv_heads),
+      rc::gen::set(&ModelGenes::group, group),
+      rc::gen::set(&ModelGenes::family,
+                   weighted_choice<Family>({{1, Family::kGpt2}, {1, Family::kLlama}})),
+      // Mostly 2..8 wide: small heads are fast and lose nothing a cache can break.
+      rc::gen::set(&ModelGenes::half_head_dim,
+                   weighted_gen<int>({{8, between(1, 4)}, {1, between(1, 16)}})),
+      rc::gen::set(&ModelGenes::d_model, between(4, 32)),
+      rc::gen::set(&ModelGenes::d_ff, between(4, 48)),
+      rc::gen::set(&ModelGenes::vocab, between(8, 64)),
+      rc::gen::set(&ModelGenes::qkv_bias, rarely_true(3, 1)),
+      rc::gen::set(&ModelGenes::max_pos_slack,
+                   weighted_gen<int>({{3, rc::gen::just(0)}, {1, between(1, 16)}})),
+      rc::gen::set(&ModelGenes::weight_seed, rc::gen::inRange<uint64_t>(0, 1000)));
+}
+
+rc::Gen<SequenceGenes> sequence_genes() {
+  // Chunk length 1 (token-by-token prefill) and "the rest at once" are the
+  // edges; 0 comes first so chunk genes shrink toward fewer, longer chunks.
+  rc::Gen<int> chunk = weighted_gen<int>(
+      {{1, rc::gen::just(0)}, {3, rc::gen::just(1)}, {4, between(1, 16)}, {1, between(1, kMaxPrompt)}});
+  return rc::gen::build<SequenceGenes>(
+      rc::gen::set(&SequenceGenes::prompt_length,
+                   weighted_gen<int>({{2, rc::gen::just(1)},
+                                      {5, between(1, 8)},
+                                      {3, between(1, kMaxPrompt)}})),
+      rc::gen::set(&SequenceGenes::decode_length,
+                   weighted_gen<int>({{3, rc::gen::just(0)},
+                                      {4, between(0, 4)},
+                                      {2, between(0, kMaxDecode)}})),
+      rc::gen::set(&SequenceGenes::chunk_lengths,
+                   vector_of<int>(weighted_choice<int>({{2, 0}, {3, 1}, {3, 2}, {2, 4}, {1, 8}}), 0,
+                                  chunk)),
+      rc::gen::set(&SequenceGenes::finishes, rarely_true(2, 1)),
+      rc::gen::set(&SequenceGenes::start_delay,
+                   weighted_gen<int>({{3, rc::gen::just(0)}, {2, between(1, 6)}})),
+      rc::gen::set(&SequenceGenes::reset_before, rarely_true(6, 1)));
+}
+
+}  // namespace
+
+rc::Gen<ScenarioGenes> scenario_genes(Emphasis emphasis) {
+  const rc::Gen<int> sequence_count =
+      weighted_choice<int>({{4, 1}, {4, 2}, {2, 3}, {1, 4}, {1, 5}, {1, 6}});
+  // 0 (all running sequences in one step) is the shrink target and the most
+  // common: ragged batches are what the properties compare against solo runs.
+  const rc::Gen<int> step_mask =
+      weighted_gen<int>({{4, rc::gen::just(0)}, {3, rc::gen::inRange(1, 1 << kMaxSequences)}});
+  return rc::gen::build<ScenarioGenes>(
+      rc::gen::set(&ScenarioGenes::model, model_genes(emphasis)),
+      rc::gen::set(&ScenarioGenes::sequences, vector_of(sequence_count, 1, sequence_genes())),
+      rc::gen::set(&ScenarioGenes::step_masks,
+                   vector_of<int>(weighted_choice<int>({{1, 0}, {2, 4}, {2, 12}, {1, 32}}), 0,
+                                  step_mask)),
+      rc::gen::set(&ScenarioGenes::capacity_slack,
+                   weighted_gen<int>(
+                       {{3, rc::gen::just(0)}, {2, rc::gen::just(1)}, {1, between(2, 16)}})),
+      rc::gen::set(&ScenarioGenes::spare_rows, weighted_choice<int>({{4, 0}, {1, 1}, {1, 3}})),
+      rc::gen::set(&ScenarioGenes::kv_dtype,
+                   weighted_choice<KvDtype>(
+                       {{8, KvDtype::kF32}, {1, KvDtype::kBF16}, {1, KvDtype::kF16}})),
+      rc::gen::set(&ScenarioGenes::token_seed, rc::gen::inRange<uint64_t>(0, 1000)));
+}
+
+namespace {
+
+// splitmix64: the portable mixer tokens are drawn from, so a scenario's
+// tokens are the same bits on every platform.
+uint64_t mix(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+// One sequence's feeding plan: its chunks in order, then what follows.
+struct Plan {
+  std::vector<int> chunks;  // prompt chunks, then one 1-token chunk per decode token
+  bool finishes = false;
+  int start_delay = 0;
+  int epoch = 0;  // resets before it
+  bool reset_before = false;
+  size_t next = 0;  // next chunk to feed
+  bool has_tokens_left() const { return next < chunks.size(); }
+};
+
+Plan plan_of(const SequenceGenes& g) {
+  Plan plan;
+  const int prompt = std::clamp(g.prompt_length, 1, kMaxPrompt);
+  int left = prompt;
+  for (int c : g.chunk_lengths) {
+    if (left == 0) break;
+    if (c <= 0 || c >= left) break;
+    plan.chunks.push_back(c);
+    left -= c;
+  }
+  if (left > 0) plan.chunks.push_back(left);
+  const int decode = std::clamp(g.decode_length, 0, kMaxDecode);
+  plan.chunks.insert(plan.chunks.end(), size_t(decode), 1);
+  plan.finishes = g.finishes;
+  plan.start_delay = std::max(0, g.start_delay);
+  plan.reset_before = g.reset_before;
+  return plan;
+}
+
+}  // namespace
+
+Scenario decode(const ScenarioGenes& genes) {
+  Scenario s;
+  const ModelGenes& m = genes.model;
+  Config& c = s.config;
+  c.family = m.family;
+  c.n_layers = std::clamp(m.n_layers, 1, kMaxLayers);
+  c.n_kv_heads = std::clamp(m.n_kv_heads, 1, kMaxHeads);
+  c.n_heads = c.n_kv_heads * std::clamp(m.group, 1, kMaxHeads / c.n_kv_heads);
+  c.head_dim = 2 * std::clamp(m.half_head_dim, 1, 16);
+  c.d_model = std::clamp(m.d_model, 1, 32);
+  c.d_ff = std::clamp(m.d_ff, 1, 64);
+  c.vocab = std::clamp(m.vocab, 2, 64);
+  c.qkv_bias = m.family == Family::kGpt2 && m.qkv_bias;
+  s.weight_seed = m.weight_seed;
+  s.kv_dtype = genes.kv_dtype;
+
+  std::vector<Plan> plans;
+  for (const SequenceGenes& g : genes.sequences) {
+    if (plans.size() == size_t(kMaxSequences)) break;
+    plans.push_back(plan_of(g));
+  }
+  if (plans.empty()) plans.push_back(plan_of(SequenceGenes{}));
+
+  int longest = 0;
+  for (size_t i = 0; i < plans.size(); ++i) {
+    const int total = std::accumulate(plans[i].chunks.begin(), plans[i].chunks.end(), 0);
+    longest = std::max(longest, total);
+    std::vector<int32_t> tokens(static_cast<size_t>(total));
+    for (int t = 0; t < total; ++t) {
+      tokens[size_t(t)] = int32_t(mix(mix(genes.token_seed * 64 + i) + uint64_t(t)) %
+                                  uint64_t(c.vocab));
+    }
+    s.sequences.push_back(std::move(tokens));
+    plans[i].epoch = (i == 0 ? 0 : plans[i - 1].epoch) + (plans[i].reset_before ? 1 : 0);
+  }
+
+  // Schedule: epochs are separated by resets; inside one, sequences start by
+  // their delay (counted in steps of the epoch), each step feeds the next
+  // chunk of the running sequences its mask selects, and a sequence that
+  // finishes does so right after its last chunk.
+  size_t next_mask = 0;
+  int running_now = 0, running_peak = 0;
+  const int last_epoch = plans.back().epoch;
+  for (int epoch = 0; epoch <= last_epoch; ++epoch) {
+    std::vector<int> pending;
+    for (size_t i = 0; i < plans.size(); ++i) {
+      if (plans[i].epoch == epoch) pending.push_back(int(i));
+    }
+    if (epoch > 0) {
+      s.calls.push_back(Call::reset());
+      running_now = 0;
+    }
+    std::stable_sort(pending.begin(), pending.end(), [&](int a, int b) {
+      return plans[size_t(a)].start_delay < plans[size_t(b)].start_delay;
+    });
+    std::vector<int> running;
+    size_t next_pending = 0;
+    auto start_next = [&] {
+      const int i = pending[next_pending++];
+      s.calls.push_back(Call::start(i));
+      running.push_back(i);
+      running_peak = std::max(running_peak, ++running_now);
+    };
+    for (int steps = 0;; ++steps) {
+      while (next_pending < pending.size() &&
+             plans[size_t(pending[next_pending])].start_delay <= steps) {
+        start_next();
+      }
+      std::vector<int> feedable;
+      for (int i : running) {
+        if (plans[size_t(i)].has_tokens_left()) feedable.push_back(i);
+      }
+      if (feedable.empty()) {
+        if (next_pending == pending.size()) break;
+        start_next();  // nothing to feed until then, so it starts early
+        feedable.push_back(running.back());
+      }
+      const int mask = next_mask < genes.step_masks.size() ? genes.step_masks[next_mask++] : 0;
+      std::vector<int> chosen;
+      for (size_t k = 0; k < feedable.size(); ++k) {
+        if ((mask >> k) & 1) chosen.push_back(feedable[k]);
+      }
+      if (chosen.empty()) chosen = feedable;
+      std::vector<ChunkSpec> batch;
+      for (int i : chosen) {
+        Plan& p = plans[size_t(i)];
+        batch.push_back({i, p.chunks[p.next++]});
+      }
+      s.calls.push_back(Call::step(std::move(batch)));
+      for (int i : chosen) {
+        const Plan& p = plans[size_t(i)];
+        if (!p.has_tokens_left() && p.finishes) {
+          s.calls.push_back(Call::finish(i));
+          running.erase(std::find(running.begin(), running.end(), i));
+          --running_now;
+        }
+      }
+    }
+  }
+
+  s.capacity = longest + std::clamp(genes.capacity_slack, 0, 16);
+  s.max_rows = std::max(1, running_peak) + std::clamp(genes.spare_rows, 0, 3);
+  c.max_pos = s.capacity + std::clamp(m.max_pos_slack, 0, 16);
+  return s;
+}
+
+rc::Gen<Scenario> scenario(Emphasis emphasis) {
+  return rc::gen::map(scenario_genes(emphasis), [](const ScenarioGenes& g) { return decode(g); });
+}
+
+Coverage coverage(const Scenario& s) {
+  Coverage cov;
+  const Config& c = s.config;
+  cov.gpt2 = c.family == Family::kGpt2;
+  cov.mha = c.n_kv_heads == c.n_heads;
+  cov.mqa = c.n_kv_heads == 1 && c.n_heads > 1;
+  cov.gqa = c.n_kv_heads > 1 && c.n_kv_heads < c.n_heads;
+  cov.reduced_dtype = s.kv_dtype != KvDtype::kF32;
+
+  std::vector<int> fed(s.sequences.size(), 0);
+  std::vector<bool> had_one_token_chunk(s.sequences.size(), false);
+  bool finished_since_reset = false;
+  for (const Call& call : s.calls) {
+    switch (call.kind) {
+      case Call::Kind::kStart:
+        if (finished_since_reset) cov.reused_row = true;
+        break;
+      case Call::Kind::kStep: {
+        bool prefill = false, decode_token = false;
+        cov.batched_step = cov.batched_step || call.chunks.size() >= 2;
+        for (const ChunkSpec& chunk : call.chunks) {
+          const size_t i = size_t(chunk.sequence);
+          if (chunk.length == 1) {
+            had_one_token_chunk[i] = true;
+            decode_token = true;
+          } else {
+            prefill = true;
+            if (had_one_token_chunk[i]) cov.one_token_chunk = true;
+          }
+          fed[i] += chunk.length;
+          if (fed[i] == s.capacity) cov.at_capacity = true;
+        }
+        cov.mixed_step = cov.mixed_step || (prefill && decode_token);
+        break;
+      }
+      case Call::Kind::kFinish:
+        cov.finish = true;
+        finished_since_reset = true;
+        break;
+      case Call::Kind::kReset:
+        cov.reset = true;
+        finished_since_reset = false;
+        break;
+    }
+  }
+  return cov;
+}
+
+}  // namespace kvcheck::rcgen
+
+namespace kvcheck {
+void showValue(const Scenario& scenario, std::ostream& os) {
+  os << "size " << scenario.size() << "\n" << scenario.to_text();
+}
+}  // namespace kvcheck

@@ -1,0 +1,122 @@
+// RapidCheck generators of Scenarios that randomize what breaks KV caches:
+// family, layers, query and KV heads (MHA, GQA, MQA), head width, prompt
+// lengths, chunk splits, which sequences share a step, finish times, resets,
+// capacity at the edge and the KV dtype.
+//
+// Shrinking is the point of the design (docs/GENERATORS.md). RapidCheck cannot
+// shrink a schedule that was drawn step by step from the engine's state (each
+// draw depends on the previous ones, so most shrinks of one draw invalidate
+// the rest). Here every random choice is an independent, shrinkable "gene";
+// decode() turns any set of genes into a valid Scenario deterministically,
+// clamping what does not fit. So each shrink step of any gene still yields a
+// scenario that validates, and every gene shrinks toward the simplest choice:
+// fewer layers, heads, sequences and tokens, whole-prompt chunks, all running
+// sequences in one step, no finish, no reset.
+#pragma once
+
+#include <cstdint>
+#include <ostream>
+#include <string>
+#include <vector>
+
+#include <rapidcheck.h>
+
+#include "engine/kv_dtype.h"
+#include "model/config.h"
+#include "properties/scenario.h"
+
+namespace kvcheck::rcgen {
+
+// Upper limits of what the generators draw: small enough that a case runs in
+// about a millisecond, large enough for every cache shape that matters.
+inline constexpr int kMaxLayers = 4;
+inline constexpr int kMaxHeads = 8;
+inline constexpr int kMaxSequences = 6;
+inline constexpr int kMaxPrompt = 48;
+inline constexpr int kMaxDecode = 16;
+
+struct ModelGenes {
+  Family family = Family::kGpt2;
+  int n_layers = 1;
+  int n_kv_heads = 1;
+  int group = 1;          // query heads per KV head, clamped so that heads <= kMaxHeads
+  int half_head_dim = 1;  // head_dim = 2 * half_head_dim (RoPE needs it even)
+  int d_model = 4;
+  int d_ff = 4;
+  int vocab = 8;
+  bool qkv_bias = false;  // gpt2 only; ignored for llama
+  int max_pos_slack = 0;  // max_pos = capacity + slack
+  uint64_t weight_seed = 0;
+
+  bool operator==(const ModelGenes&) const = default;
+};
+
+struct SequenceGenes {
+  int prompt_length = 1;
+  int decode_length = 0;           // one-token steps after the prompt
+  std::vector<int> chunk_lengths;  // prompt split; 0 (or the end) puts the rest in one chunk
+  bool finishes = false;           // EOS right after its last token
+  int start_delay = 0;             // steps of its epoch that run before it starts
+  bool reset_before = false;       // the engine resets before this sequence's epoch
+
+  bool operator==(const SequenceGenes&) const = default;
+};
+
+struct ScenarioGenes {
+  ModelGenes model;
+  std::vector<SequenceGenes> sequences;  // at least one; beyond kMaxSequences ignored
+  // One per step, in order: bit i selects the i-th running sequence that has
+  // tokens left; 0 (or no gene left) selects all of them.
+  std::vector<int> step_masks;
+  int capacity_slack = 0;  // capacity = longest sequence + slack: 0 puts a chunk's end at capacity
+  int spare_rows = 0;      // max_rows = most sequences running at once + spare
+  KvDtype kv_dtype = KvDtype::kF32;
+  uint64_t token_seed = 0;
+
+  bool operator==(const ScenarioGenes&) const = default;
+};
+
+// What the generated scenarios must contain.
+enum class Emphasis : uint8_t {
+  kAny,             // every shape
+  kSharedKvHeads,   // n_kv_heads < n_heads (GQA or MQA): P7 has nothing to check otherwise
+};
+
+// The independent genes; shrinking them shrinks the decoded scenario.
+rc::Gen<ScenarioGenes> scenario_genes(Emphasis emphasis = Emphasis::kAny);
+
+// Any genes -> a Scenario that validates (Scenario::validate() == "").
+Scenario decode(const ScenarioGenes& genes);
+
+// decode() over scenario_genes().
+rc::Gen<Scenario> scenario(Emphasis emphasis = Emphasis::kAny);
+
+// Coverage tags of one scenario, for RC_TAG / RC_CLASSIFY and the docs.
+struct Coverage {
+  bool gpt2 = false;
+  bool mha = false, gqa = false, mqa = false;  // one head counts as MHA
+  bool batched_step = false;     // some step feeds two sequences or more
+  bool mixed_step = false;       // some step has a prefill chunk and a decode together
+  bool one_token_chunk = false;  // a prompt chunk of 1 token after another chunk
+  bool reset = false;
+  bool finish = false;
+  bool reused_row = false;       // a start after a finish, with no reset between
+  bool at_capacity = false;      // a sequence fills the capacity exactly
+  bool reduced_dtype = false;    // bf16 or f16 KV
+};
+Coverage coverage(const Scenario& scenario);
+
+}  // namespace kvcheck::rcgen
+
+namespace kvcheck {
+// RapidCheck prints counterexamples with this (found by argument-dependent
+// lookup), so a failure shows the scenario as its case-file-like text.
+void showValue(const Scenario& scenario, std::ostream& os);
+}  // namespace kvcheck
+
+namespace rc {
+template <>
+struct Arbitrary<kvcheck::Scenario> {
+  static Gen<kvcheck::Scenario> arbitrary() { return kvcheck::rcgen::scenario(); }
+};
+}  // namespace rc

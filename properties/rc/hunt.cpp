@@ -1,0 +1,84 @@
+#include "properties/rc/hunt.h"
+
+#include <chrono>
+#include <sstream>
+
+#include <rapidcheck.h>
+
+
+namespace kvcheck::rcgen {
+
+Emphasis emphasis_for(Property property) {
+  return property == Property::kGqa ? Emphasis::kSharedKvHeads : Emphasis::kAny;
+}
+
+Verdict check_any(const Scenario& scenario, const EngineFactory& factory) {
+  // P6 first: it compares the cache itself after every call, so it sees a
+  // fault before any logit does and names the layer and slots.
+  static constexpr Property kOrder[] = {
+      Property::kCacheState, Property::kOracle,     Property::kChunking,
+      Property::kBatch,      Property::kReset,      Property::kCompaction,
+      Property::kGqa,        Property::kDeterminism, Property::kCapacity};
+  static_assert(std::size(kOrder) == size_t(kPropertyCount));
+  Verdict last;
+  for (Property p : kOrder) {
+    Verdict v = check_property(p, scenario, factory);
+    if (!v.passed) return v;
+    last = std::move(v);
+  }
+  last.summary = "every property passed";
+  return last;
+}
+
+HuntResult hunt(const std::function<Verdict(const Scenario&)>& check, Emphasis emphasis,
+                const HuntOptions& options) {
+  HuntResult result;
+  const rc::Gen<Scenario> scenarios = scenario(emphasis);
+  // RapidCheck evaluates the shrunk counterexample last (it re-runs the best
+  // shrink to report it), so the last failing evaluation is the shrunk case.
+  std::optional<Scenario> last_failing;
+  Verdict last_failing_verdict;
+  int evaluations = 0, failing_evaluations = 0;
+  const auto property = [&] {
+    const Scenario s = *scenarios;
+    ++evaluations;
+    Verdict v = check(s);
+    if (!v.passed) {
+      ++failing_evaluations;
+      last_failing = s;
+      last_failing_verdict = v;
+      RC_FAIL(v.summary);
+    }
+  };
+
+  rc::detail::TestParams params;
+  params.seed = options.seed;
+  params.maxSuccess = options.max_cases;
+  params.maxSize = options.max_size;
+  params.disableShrinking = !options.shrink;
+  rc::detail::TestMetadata metadata;
+  metadata.id = metadata.description = "kvcheck hunt";
+
+  const auto begin = std::chrono::steady_clock::now();
+  const rc::detail::TestResult outcome = rc::detail::checkTestable(property, metadata, params);
+  result.seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
+  result.evaluations = evaluations;
+  result.failing_evaluations = failing_evaluations;
+
+  std::ostringstream message;
+  rc::detail::printResultMessage(outcome, message);
+  result.rapidcheck_message = message.str();
+  rc::detail::FailureResult failure;
+  if (outcome.match(failure)) {
+    result.failed = true;
+    result.cases_run = failure.numSuccess + 1;
+    result.counterexample = std::move(last_failing);
+    result.verdict = std::move(last_failing_verdict);
+  } else {
+    result.cases_run = options.max_cases;
+  }
+  return result;
+}
+
+}  // namespace kvcheck::rcgen

@@ -1,0 +1,112 @@
+// Executes a Scenario on an engine: maps sequence indices to the engine's
+// SequenceIds, feeds each step's chunks and files every fed token's logits
+// under its sequence. The properties build everything else (solo runs, other
+// chunkings, reruns) as scenarios of their own and run them through here.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <memory>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include "engine/engine.h"
+#include "properties/property.h"
+#include "properties/scenario.h"
+
+namespace kvcheck {
+
+// What a valid scenario's schedule implies, computed without an engine.
+struct SchedulePlan {
+  std::vector<int> fed;                          // [sequence] tokens fed by the last call
+  std::vector<std::vector<int>> chunks;          // [sequence][chunk] lengths, in feed order
+  std::vector<std::vector<int>> call_of_position;  // [sequence][position] call that fed it
+  std::vector<int> start_call;                   // [sequence] call that started it, or -1
+  std::vector<int> end_call;  // [sequence] call that finished or reset it, or -1 (still running)
+  std::vector<bool> shared_step;  // [sequence] fed in a step together with another sequence
+};
+
+// The scenario must validate.
+SchedulePlan plan_schedule(const Scenario& scenario);
+
+// Called after every call that succeeded; returning false stops the run there.
+class ScenarioRunner;
+using CallHook = std::function<bool(int call_index, const ScenarioRunner& runner)>;
+
+struct RunResult {
+  std::vector<std::vector<float>> logits;  // [sequence][position][V] flattened per sequence
+  bool engine_failed = false;  // an EngineError stopped a valid scenario: the engine's fault
+  int failed_call = -1;
+  EngineError::Kind error_kind = EngineError::Kind::kBadBatch;
+  std::string error_message;
+  bool stopped = false;  // the hook asked to stop
+};
+
+// One scenario on one fresh engine. Keeps the engine after the run so a
+// property (P9) can go on driving it.
+class ScenarioRunner {
+ public:
+  // `config` and `weights` may differ from the scenario's (P7 runs the MHA
+  // twin); the options come from the scenario, faults from the factory.
+  ScenarioRunner(const Scenario& scenario, const Config& config, const Weights& weights,
+                 const EngineFactory& factory);
+
+  // Runs every call in order. EngineErrors become RunResult::engine_failed.
+  RunResult run(const CallHook& hook = {});
+
+  Engine& engine() { return *engine_; }
+  const Engine& engine() const { return *engine_; }
+  bool running(int sequence) const { return running_[size_t(sequence)]; }
+  SequenceId id(int sequence) const { return ids_[size_t(sequence)]; }
+  int fed(int sequence) const { return fed_[size_t(sequence)]; }
+  const std::vector<float>& logits(int sequence) const { return logits_[size_t(sequence)]; }
+  // Hands the collected logits over; the runner keeps the engine.
+  std::vector<std::vector<float>> take_logits() { return std::move(logits_); }
+
+ private:
+  void execute(const Call& call);
+
+  const Scenario& scenario_;
+  std::unique_ptr<Engine> engine_;
+  int vocab_;
+  std::vector<SequenceId> ids_;          // [sequence]
+  std::vector<bool> running_;            // [sequence]
+  std::vector<int> fed_;                 // [sequence]
+  std::vector<std::vector<float>> logits_;  // [sequence][position][V]
+  std::vector<BatchEntry> batch_;        // [chunk] of the current step
+  std::vector<float> step_logits_;       // [tokens in step][V]
+};
+
+// The scenario on a fresh engine built from its own config and weights.
+RunResult run_scenario(const Scenario& scenario, const Weights& weights,
+                       const EngineFactory& factory, const CallHook& hook = {});
+
+// A scenario that feeds `tokens` to one sequence in the given chunk lengths,
+// on the same model and engine options as `base`. `leading_dummies` sequences
+// are started first (so the sequence lands in a later row) and, while they
+// have room, each gets a one-token decode placed before the sequence's chunk
+// in every step (so it also sits later in the batch); the dummies' tokens come
+// from `dummy_seed`. The sequence of interest is index 0.
+Scenario solo_scenario(const Scenario& base, std::span<const int32_t> tokens,
+                       const std::vector<int>& chunk_lengths, int leading_dummies = 0,
+                       uint64_t dummy_seed = 0);
+
+// A stable 64-bit digest of a scenario, used to seed its derived choices
+// (P2's random split, P3's dummy tokens, P9's extra tokens) so a replay makes
+// the very same ones.
+uint64_t scenario_digest(const Scenario& scenario);
+
+// Makes CPU engines with the given faults and kernel path (threads = 1).
+EngineFactory cpu_engine_factory(FaultSet faults = {},
+                                 KernelPath kernels = KernelPath::kOptimized);
+
+// Index of the first element whose bits differ, or nullopt when the two are
+// the same bits (sizes must match; a size difference reports min size).
+std::optional<size_t> first_bit_difference(std::span<const float> a, std::span<const float> b);
+
+// "0.12345678 (0x3dfcd35b)": the value and its bit pattern.
+std::string float_with_bits(float value);
+
+}  // namespace kvcheck

@@ -1,0 +1,190 @@
+#include "properties/scenario.h"
+
+#include <charconv>
+#include <sstream>
+
+namespace kvcheck {
+
+namespace {
+
+// The engine's own limit on rows (make_cpu_engine refuses more).
+constexpr int kMaxRows = 4096;
+
+// Shortest text that reads back to the same double, so a printed scenario
+// names its config exactly.
+std::string exact(double value) {
+  char buffer[32];
+  const auto result = std::to_chars(buffer, buffer + sizeof(buffer), value);
+  return std::string(buffer, result.ptr);
+}
+
+}  // namespace
+
+EngineOptions Scenario::engine_options() const {
+  EngineOptions options;
+  options.capacity = capacity;
+  options.max_rows = max_rows;
+  options.kv_dtype = kv_dtype;
+  return options;
+}
+
+int Scenario::size() const {
+  int total = config.n_layers + config.n_heads + static_cast<int>(sequences.size());
+  for (const Call& call : calls) {
+    if (call.kind == Call::Kind::kStart) continue;  // counted through its sequence
+    total += 1;
+    for (const ChunkSpec& chunk : call.chunks) total += chunk.length;
+  }
+  return total;
+}
+
+std::string Scenario::validate() const {
+  if (const std::string error = config.validate(); !error.empty()) return "config: " + error;
+  std::ostringstream out;
+  if (capacity < 1 || capacity > config.max_pos) {
+    out << "capacity: " << capacity << " is out of range [1, max_pos " << config.max_pos << "]";
+    return out.str();
+  }
+  if (max_rows < 1 || max_rows > kMaxRows) {
+    out << "max_rows: " << max_rows << " is out of range [1, " << kMaxRows << "]";
+    return out.str();
+  }
+  for (size_t s = 0; s < sequences.size(); ++s) {
+    for (size_t i = 0; i < sequences[s].size(); ++i) {
+      const int32_t token = sequences[s][i];
+      if (token < 0 || token >= config.vocab) {
+        out << "sequence " << s << ", token " << i << ": id " << token
+            << " is outside the vocabulary [0, " << config.vocab << ")";
+        return out.str();
+      }
+    }
+  }
+
+  enum class State : uint8_t { kNotStarted, kRunning, kDropped };
+  const int n_sequences = static_cast<int>(sequences.size());
+  std::vector<State> state(sequences.size(), State::kNotStarted);  // [sequence]
+  std::vector<int> fed(sequences.size(), 0);                       // [sequence]
+  int running = 0;
+  const auto in_range = [&](int s) { return s >= 0 && s < n_sequences; };
+  for (size_t c = 0; c < calls.size(); ++c) {
+    const Call& call = calls[c];
+    out << "call " << c << ": ";
+    switch (call.kind) {
+      case Call::Kind::kStart:
+        if (!in_range(call.sequence)) {
+          out << "start of sequence " << call.sequence << ", which does not exist (there are "
+              << n_sequences << ")";
+          return out.str();
+        }
+        if (state[size_t(call.sequence)] != State::kNotStarted) {
+          out << "start of sequence " << call.sequence << ", which was already started";
+          return out.str();
+        }
+        if (running == max_rows) {
+          out << "start of sequence " << call.sequence << " exceeds max_rows " << max_rows
+              << " (" << running << " sequences are running)";
+          return out.str();
+        }
+        state[size_t(call.sequence)] = State::kRunning;
+        ++running;
+        break;
+      case Call::Kind::kStep: {
+        if (call.chunks.empty()) {
+          out << "step feeds no sequence";
+          return out.str();
+        }
+        for (size_t i = 0; i < call.chunks.size(); ++i) {
+          const ChunkSpec& chunk = call.chunks[i];
+          const int s = chunk.sequence;
+          if (!in_range(s)) {
+            out << "step feeds sequence " << s << ", which does not exist (there are "
+                << n_sequences << ")";
+            return out.str();
+          }
+          if (state[size_t(s)] != State::kRunning) {
+            out << "step feeds sequence " << s << " which is not running";
+            return out.str();
+          }
+          for (size_t j = 0; j < i; ++j) {
+            if (call.chunks[j].sequence == s) {
+              out << "step feeds sequence " << s << " twice";
+              return out.str();
+            }
+          }
+          if (chunk.length < 1) {
+            out << "step feeds sequence " << s << " a chunk of length " << chunk.length;
+            return out.str();
+          }
+          const int end = fed[size_t(s)] + chunk.length;
+          if (end > static_cast<int>(sequences[size_t(s)].size())) {
+            out << "step feeds sequence " << s << " tokens " << fed[size_t(s)] << ".." << end - 1
+                << " but it has only " << sequences[size_t(s)].size();
+            return out.str();
+          }
+          if (end > capacity) {
+            out << "step feeds sequence " << s << " up to position " << end - 1
+                << ", past the capacity of " << capacity;
+            return out.str();
+          }
+          fed[size_t(s)] = end;
+        }
+        break;
+      }
+      case Call::Kind::kFinish:
+        if (!in_range(call.sequence) || state[size_t(call.sequence)] != State::kRunning) {
+          out << "finish of sequence " << call.sequence << " which is not running";
+          return out.str();
+        }
+        state[size_t(call.sequence)] = State::kDropped;
+        --running;
+        break;
+      case Call::Kind::kReset:
+        for (State& s : state) {
+          if (s == State::kRunning) s = State::kDropped;
+        }
+        running = 0;
+        break;
+      default:
+        out << "unknown call kind " << static_cast<int>(call.kind);
+        return out.str();
+    }
+    out.str("");
+  }
+  return {};
+}
+
+std::string Scenario::to_text() const {
+  std::ostringstream out;
+  out << "config " << family_name(config.family) << " layers=" << config.n_layers
+      << " d_model=" << config.d_model << " heads=" << config.n_heads
+      << " kv_heads=" << config.n_kv_heads << " head_dim=" << config.head_dim
+      << " d_ff=" << config.d_ff << " vocab=" << config.vocab << " max_pos=" << config.max_pos
+      << " rope_theta=" << exact(config.rope_theta) << " norm_eps=" << exact(config.norm_eps)
+      << " qkv_bias=" << (config.qkv_bias ? "true" : "false") << "\n";
+  out << "weight_seed " << weight_seed << " capacity " << capacity << " max_rows " << max_rows
+      << " kv_dtype " << kv_dtype_name(kv_dtype) << "\n";
+  for (size_t s = 0; s < sequences.size(); ++s) {
+    out << "s" << s << " (" << sequences[s].size() << " tokens):";
+    for (int32_t token : sequences[s]) out << " " << token;
+    out << "\n";
+  }
+  for (size_t c = 0; c < calls.size(); ++c) {
+    const Call& call = calls[c];
+    out << "call " << c << ": ";
+    switch (call.kind) {
+      case Call::Kind::kStart: out << "start s" << call.sequence; break;
+      case Call::Kind::kStep:
+        out << "step";
+        for (const ChunkSpec& chunk : call.chunks) {
+          out << " s" << chunk.sequence << ":" << chunk.length;
+        }
+        break;
+      case Call::Kind::kFinish: out << "finish s" << call.sequence; break;
+      case Call::Kind::kReset: out << "reset"; break;
+    }
+    out << "\n";
+  }
+  return out.str();
+}
+
+}  // namespace kvcheck

@@ -11,5 +11,6 @@ namespace kvcheck::cli {
 using Action = std::function<int()>;
 
 Action add_demo(CLI::App& app);
+Action add_campaign(CLI::App& app);
 
 }  // namespace kvcheck::cli

@@ -3,6 +3,7 @@
 #include <exception>
 #include <vector>
 
+
 #include "model/status.h"
 #include "tools/commands.h"
 
@@ -10,7 +11,8 @@ int main(int argc, char** argv) {
   CLI::App app{"kvcheck: proves a transformer KV cache correct, or finds the smallest input "
                "that shows it is not"};
   app.require_subcommand(1);
-  const auto demo = kvcheck::cli::add_demo(app);
+  const std::vector<kvcheck::cli::Action> actions = {kvcheck::cli::add_campaign(app),
+                                                     kvcheck::cli::add_demo(app)};
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
@@ -18,7 +20,10 @@ int main(int argc, char** argv) {
     return code == 0 ? 0 : 2;
   }
   try {
-    return demo();
+    for (const auto& action : actions) {
+      if (const int code = action(); code >= 0) return code;
+    }
+    return 2;
   } catch (const kvcheck::InputError& e) {
     std::fprintf(stderr, "kvcheck: %s\n", e.what());
     return 2;

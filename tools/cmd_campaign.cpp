@@ -1,0 +1,281 @@
+// `kvcheck campaign`: the main job. Runs every property on every available
+// backend for a time budget with a live progress line, prints a summary per
+// property and backend, then the fault kill matrix. Exit 0 when everything
+// held (and every fault was killed), 1 when a property failed on a correct
+// engine or a fault survived, 2 on bad input.
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <map>
+#include <nlohmann/json.hpp>
+#include <random>
+#include <sstream>
+
+#include "engine/faults.h"
+#include "model/rng.h"
+#include "model/status.h"
+#include "properties/property.h"
+#include "properties/rc/generators.h"
+#include "properties/rc/hunt.h"
+#include "properties/runner.h"
+#include "tools/backends.h"
+#include "tools/commands.h"
+#include "tools/failure_report.h"
+#include "tools/kill_matrix_report.h"
+
+namespace kvcheck::cli {
+
+namespace {
+
+using Clock = std::chrono::steady_clock;
+
+struct CampaignOptions {
+  uint64_t seed = 0;
+  bool seed_given = false;
+  int cases = 0;        // per property and backend; 0 = until the time is up
+  double seconds = 60;  // the whole campaign, kill matrix included
+  std::vector<std::string> properties;
+  std::vector<std::string> backends;
+  std::string json_path;
+  std::string failures_dir = "kvcheck-failures";
+  int kill_cases = 200;  // per fault
+  bool kill_matrix = true;
+};
+
+// Tallies for one (property, backend) pair.
+struct Tally {
+  Property property = Property::kOracle;
+  std::string backend;
+  int cases = 0, passed = 0, not_applicable = 0;
+  double worst_ratio = 0;
+  std::map<std::string, int> coverage;  // class -> cases
+  bool failed = false;
+  std::string failure;  // summary of the shrunk failure
+};
+
+void count_coverage(const Scenario& s, std::map<std::string, int>& out) {
+  const rcgen::Coverage c = rcgen::coverage(s);
+  const std::pair<const char*, bool> classes[] = {
+      {c.gpt2 ? "gpt2" : "llama", true}, {"mha", c.mha},       {"gqa", c.gqa},
+      {"mqa", c.mqa},                   {"batched", c.batched_step}, {"mixed", c.mixed_step},
+      {"1-token chunk", c.one_token_chunk}, {"reset", c.reset}, {"finish", c.finish},
+      {"reused row", c.reused_row},     {"at capacity", c.at_capacity},
+      {"bf16/f16", c.reduced_dtype}};
+  for (const auto& [name, on] : classes) {
+    if (on) ++out[name];
+  }
+}
+
+std::string coverage_text(const Tally& t) {
+  std::string text;
+  for (const auto& [name, n] : t.coverage) {
+    if (!text.empty()) text += ", ";
+    text += name + " " + std::to_string(t.cases ? 100 * n / t.cases : 0) + "%";
+  }
+  return text;
+}
+
+class Progress {
+ public:
+  explicit Progress(Clock::time_point start) : start_(start), tty_(isatty(STDERR_FILENO)) {}
+  void update(const std::string& line, bool force = false) {
+    const auto now = Clock::now();
+    const double since = std::chrono::duration<double>(now - last_).count();
+    if (!force && since < (tty_ ? 0.25 : 10.0)) return;
+    last_ = now;
+    const double t = std::chrono::duration<double>(now - start_).count();
+    if (tty_) {
+      std::fprintf(stderr, "\r\033[K[%6.1fs] %s", t, line.c_str());
+    } else {
+      std::fprintf(stderr, "[%6.1fs] %s\n", t, line.c_str());
+    }
+    std::fflush(stderr);
+  }
+  void done() {
+    if (tty_) std::fprintf(stderr, "\r\033[K");
+  }
+
+ private:
+  Clock::time_point start_, last_{};
+  bool tty_;
+};
+
+std::vector<Property> chosen_properties(const CampaignOptions& o) {
+  std::vector<Property> out;
+  if (o.properties.empty()) {
+    for (int i = 0; i < kPropertyCount; ++i) out.push_back(static_cast<Property>(i));
+    return out;
+  }
+  for (const std::string& name : o.properties) {
+    const auto p = parse_property(name);
+    if (!p) {
+      std::string known;
+      for (int i = 0; i < kPropertyCount; ++i) {
+        known += (i ? ", " : "") + std::string(property_name(static_cast<Property>(i)));
+      }
+      throw InputError("--property: unknown property \"" + name + "\" (known: " + known + ")");
+    }
+    out.push_back(*p);
+  }
+  return out;
+}
+
+int run_campaign(const CampaignOptions& o) {
+  const auto start = Clock::now();
+  const uint64_t seed = o.seed_given ? o.seed : (uint64_t(std::random_device{}()) << 32) ^
+                                                    uint64_t(std::random_device{}());
+  const std::vector<Property> properties = chosen_properties(o);
+  const std::vector<Backend> backends = chosen_backends(o.backends);
+  std::printf("kvcheck campaign: seed %llu, %zu properties x %zu backends, budget %.0f s%s\n",
+              (unsigned long long)seed, properties.size(), backends.size(), o.seconds,
+              o.cases ? (", at most " + std::to_string(o.cases) + " cases each").c_str() : "");
+  std::printf("reproduce: kvcheck campaign --seed %llu --time %.0f\n", (unsigned long long)seed,
+              o.seconds);
+  std::fflush(stdout);
+
+  // The property phase gets the time the kill matrix does not need.
+  const double property_budget = o.kill_matrix ? o.seconds * 0.7 : o.seconds;
+  std::vector<Tally> tallies;
+  for (const Backend& b : backends) {
+    for (Property p : properties) {
+      Tally t;
+      t.property = p;
+      t.backend = b.name;
+      tallies.push_back(t);
+    }
+  }
+  Progress progress(start);
+  SplitMix64 batch_seeds(seed);
+  bool any_failure = false;
+  constexpr int kBatch = 25;
+  int total_cases = 0;
+  const auto elapsed = [&] { return std::chrono::duration<double>(Clock::now() - start).count(); };
+  for (bool progress_made = true; progress_made && elapsed() < property_budget;) {
+    progress_made = false;
+    for (Tally& t : tallies) {
+      if (t.failed || (o.cases && t.cases >= o.cases) || elapsed() >= property_budget) continue;
+      const Backend& backend = *std::find_if(backends.begin(), backends.end(),
+                                             [&](const Backend& b) { return b.name == t.backend; });
+      const EngineFactory factory = backend.make_factory(FaultSet());
+      rcgen::HuntOptions h;
+      h.seed = batch_seeds.next();
+      h.max_cases = o.cases ? std::min(kBatch, o.cases - t.cases) : kBatch;
+      bool shrinking = false;
+      const auto check = [&](const Scenario& s) {
+        Verdict v = check_property(t.property, s, factory);
+        if (!shrinking) {
+          ++t.cases, ++total_cases;
+          if (!v.applicable) ++t.not_applicable;
+          if (v.passed) ++t.passed;
+          t.worst_ratio = std::max(t.worst_ratio, v.worst_ratio);
+          count_coverage(s, t.coverage);
+          if (!v.passed) shrinking = true;
+          progress.update(std::string(property_label(t.property)) + " " +
+                          std::string(property_name(t.property)) + " on " + t.backend + ": " +
+                          std::to_string(t.cases) + " cases | " + std::to_string(total_cases) +
+                          " in all, " + std::to_string(int(total_cases / std::max(elapsed(), 1e-3))) +
+                          " cases/s");
+        }
+        return v;
+      };
+      const rcgen::HuntResult r = rcgen::hunt(check, rcgen::emphasis_for(t.property), h);
+      progress_made = true;
+      if (r.failed) {
+        progress.done();
+        t.failed = true;
+        any_failure = true;
+        t.failure = r.verdict.summary;
+        report_failure(r, t.property, backend.name, FaultSet(), h.seed, o.failures_dir);
+      }
+    }
+  }
+  progress.done();
+
+  std::printf("\n%-16s %-14s %8s %8s %6s %11s  %s\n", "property", "backend", "cases", "passed",
+              "n/a", "worst e/b", "coverage");
+  for (const Tally& t : tallies) {
+    char ratio[32] = "-";
+    if (t.property == Property::kOracle || t.property == Property::kCacheState) {
+      std::snprintf(ratio, sizeof(ratio), "%.3g", t.worst_ratio);
+    }
+    std::printf("%-16s %-14s %8d %8d %6d %11s  %s\n",
+                (std::string(property_label(t.property)) + " " +
+                 std::string(property_name(t.property)))
+                    .c_str(),
+                t.backend.c_str(), t.cases, t.passed, t.not_applicable, ratio,
+                t.failed ? ("FAILED: " + t.failure).c_str() : coverage_text(t).c_str());
+  }
+
+  nlohmann::json json;
+  json["seed"] = seed;
+  for (const Tally& t : tallies) {
+    json["properties"].push_back({{"property", property_name(t.property)},
+                                  {"backend", t.backend},
+                                  {"cases", t.cases},
+                                  {"passed", t.passed},
+                                  {"not_applicable", t.not_applicable},
+                                  {"worst_error_over_bound", t.worst_ratio},
+                                  {"coverage", t.coverage},
+                                  {"failed", t.failed},
+                                  {"failure", t.failure}});
+  }
+
+  bool fault_survived = false;
+  if (o.kill_matrix) {
+    const double left = std::max(5.0, o.seconds - elapsed());
+    const KillMatrix matrix =
+        run_kill_matrix(backends.front(), seed, o.kill_cases, left, [&](const std::string& line) {
+          progress.update(line);
+        });
+    progress.done();
+    std::printf("\n%s", matrix.text.c_str());
+    fault_survived = !matrix.all_killed;
+    json["kill_matrix"] = matrix.json;
+  }
+  std::printf("\n%s in %.1f s: %d property cases, %s\n",
+              any_failure || fault_survived ? "FAILED" : "passed", elapsed(), total_cases,
+              any_failure ? "a property failed on a correct engine"
+              : fault_survived ? "a fault survived"
+                               : "every property held and every fault was killed");
+  if (!o.json_path.empty()) {
+    std::ofstream out(o.json_path);
+    if (!out) throw InputError("--json: cannot write \"" + o.json_path + "\"");
+    out << json.dump(2) << "\n";
+  }
+  return any_failure || fault_survived ? 1 : 0;
+}
+
+}  // namespace
+
+Action add_campaign(CLI::App& app) {
+  auto* cmd = app.add_subcommand(
+      "campaign", "Run every property on every available backend for a time budget, then the "
+                  "fault kill matrix (the main job)");
+  auto o = std::make_shared<CampaignOptions>();
+  cmd->add_option_function<uint64_t>(
+         "--seed", [o](uint64_t s) { o->seed = s, o->seed_given = true; },
+         "campaign seed (default: random, printed)");
+  cmd->add_option("--cases", o->cases, "at most this many cases per property and backend (0: "
+                                       "until the time is up)")
+      ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--time", o->seconds, "time budget in seconds, kill matrix included")
+      ->check(CLI::Range(1.0, 1e7))
+      ->capture_default_str();
+  cmd->add_option("--property", o->properties, "property name(s) (default: all)")->delimiter(',');
+  cmd->add_option("--backend", o->backends, "backend name(s): cpu, cpu-reference (default: all "
+                                            "available)")
+      ->delimiter(',');
+  cmd->add_option("--json", o->json_path, "also write the summary as JSON to FILE");
+  cmd->add_option("--failures", o->failures_dir, "folder for case files of failures")
+      ->capture_default_str();
+  cmd->add_option("--kill-cases", o->kill_cases, "cases per fault in the kill matrix")
+      ->check(CLI::Range(1, 1000000))
+      ->capture_default_str();
+  cmd->add_flag("!--no-kill-matrix", o->kill_matrix, "skip the fault kill matrix");
+  return [cmd, o]() { return cmd->parsed() ? run_campaign(*o) : -1; };
+}
+
+}  // namespace kvcheck::cli

@@ -149,8 +149,12 @@ void BM_DecodeStep(benchmark::State& state) {
     state.SetIterationTime(d);
     decode_s += d;
   }
+  // Must-read bytes: every weight except the embedding tables, of which a
+  // decode reads one row each, plus the sequence's K and V in every layer.
+  const double embedding_tables = double(c.vocab + c.max_pos) * c.d_model * sizeof(float);
   const double kv_bytes = 2.0 * c.n_layers * (ctx + 1) * c.kv_width() * sizeof(float);
-  const double bytes = double(f.engine->memory().weight_bytes) + kv_bytes;
+  const double bytes = double(f.engine->memory().weight_bytes) - embedding_tables +
+                       2.0 * c.d_model * sizeof(float) + kv_bytes;
   const double roofline_s = bytes * 1e-9 / probe_gbps();
   state.counters["roofline_ms"] = roofline_s * 1e3;
   state.counters["probe_GB/s"] = probe_gbps();

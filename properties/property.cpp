@@ -109,8 +109,7 @@ struct SoloRun {
 };
 
 SoloRun run_solo(const Context& context, std::span<const int32_t> tokens,
-                 const std::vector<int>& chunks, int leading_dummies = 0,
-                 uint64_t dummy_seed = 0) {
+                 const std::vector<int>& chunks, int leading_dummies = 0, uint64_t dummy_seed = 0) {
   const Scenario solo =
       solo_scenario(context.scenario, tokens, chunks, leading_dummies, dummy_seed);
   SoloRun result;
@@ -141,14 +140,14 @@ bool same_bits(Verdict& verdict, const Context& context, int sequence,
   const std::vector<int>& calls = context.plan.call_of_position[size_t(sequence)];
   where.call = position < static_cast<int>(calls.size()) ? calls[size_t(position)] : -1;
   std::ostringstream detail;
-  detail << "sequence s" << sequence << ", position " << position << ", vocab index "
-         << vocab_index << " (fed by call " << where.call << ")\n";
+  detail << "sequence s" << sequence << ", position " << position << ", vocab index " << vocab_index
+         << " (fed by call " << where.call << ")\n";
   if (*at < expected.size() && *at < got.size()) {
     detail << "  " << expected_name << ": " << float_with_bits(expected[*at]) << "\n";
     detail << "  " << got_name << ": " << float_with_bits(got[*at]) << "\n";
   } else {
-    detail << "  " << expected_name << " has " << expected.size() / V << " positions, "
-           << got_name << " has " << got.size() / V << "\n";
+    detail << "  " << expected_name << " has " << expected.size() / V << " positions, " << got_name
+           << " has " << got.size() / V << "\n";
   }
   fail(verdict, where,
        "s" + std::to_string(sequence) + " position " + std::to_string(position) +
@@ -241,12 +240,10 @@ Verdict check_oracle(const Context& context) {
          << "per sequence:\n"
          << per_sequence.str();
   fail(verdict, where,
-       f.non_finite ? "s" + std::to_string(f.sequence) + " position " +
-                          std::to_string(f.position) + ": non-finite logit " +
-                          format_double(f.engine)
-                    : "s" + std::to_string(f.sequence) + " position " +
-                          std::to_string(f.position) + ": error/bound " +
-                          format_double(f.ratio) + " > 1",
+       f.non_finite ? "s" + std::to_string(f.sequence) + " position " + std::to_string(f.position) +
+                          ": non-finite logit " + format_double(f.engine)
+                    : "s" + std::to_string(f.sequence) + " position " + std::to_string(f.position) +
+                          ": error/bound " + format_double(f.ratio) + " > 1",
        detail.str());
   return verdict;
 }
@@ -275,8 +272,7 @@ Verdict check_chunking(const Context& context) {
     const std::vector<int>& own = context.plan.chunks[s];
     const SoloRun base = run_solo(context, fed_tokens(context, sequence), own);
     if (base.run.engine_failed) {
-      return engine_refused(Property::kChunking, base.run,
-                            "the solo run of s" + std::to_string(s));
+      return engine_refused(Property::kChunking, base.run, "the solo run of s" + std::to_string(s));
     }
     const std::vector<std::pair<std::string, std::vector<int>>> others = {
         {"whole", {T}},
@@ -316,8 +312,8 @@ bool scenario_matches_solo(Verdict& verdict, const Context& context, const RunRe
       verdict = engine_refused(verdict.property, solo.run, "the solo run of s" + std::to_string(s));
       return false;
     }
-    if (!same_bits(verdict, context, sequence, solo.logits,
-                   "its solo run on a fresh engine", run.logits[s], "the scenario (" + why + ")")) {
+    if (!same_bits(verdict, context, sequence, solo.logits, "its solo run on a fresh engine",
+                   run.logits[s], "the scenario (" + why + ")")) {
       return false;
     }
   }
@@ -353,16 +349,14 @@ Verdict check_batch(const Context& context) {
     const int sequence = static_cast<int>(s);
     const std::span<const int32_t> tokens = fed_tokens(context, sequence);
     const SoloRun alone = run_solo(context, tokens, context.plan.chunks[s]);
-    const SoloRun placed = run_solo(context, tokens, context.plan.chunks[s], dummies,
-                                    context.digest ^ kDummySalt ^ s);
+    const SoloRun placed =
+        run_solo(context, tokens, context.plan.chunks[s], dummies, context.digest ^ kDummySalt ^ s);
     for (const SoloRun* r : {&alone, &placed}) {
       if (r->run.engine_failed) {
-        return engine_refused(Property::kBatch, r->run,
-                              "a solo run of s" + std::to_string(s));
+        return engine_refused(Property::kBatch, r->run, "a solo run of s" + std::to_string(s));
       }
     }
-    if (!same_bits(verdict, context, sequence, alone.logits, "its solo run in row 0",
-                   placed.logits,
+    if (!same_bits(verdict, context, sequence, alone.logits, "its solo run in row 0", placed.logits,
                    "a run behind " + std::to_string(dummies) +
                        " decoding dummy sequences (later row and batch slot)")) {
       return verdict;
@@ -464,9 +458,9 @@ std::string cache_table(const Engine& engine, SequenceId id, const SequenceRefer
         for (int pos = first; pos <= last && pos < std::min(snap.length, T); ++pos) {
           for (int g = 0; g < KVH; ++g) {
             for (int d = 0; d < D; ++d) {
-              const size_t at = ((size_t(l) * size_t(T) + size_t(pos)) * size_t(KVH) + size_t(g)) *
-                                    size_t(D) +
-                                size_t(d);
+              const size_t at =
+                  ((size_t(l) * size_t(T) + size_t(pos)) * size_t(KVH) + size_t(g)) * size_t(D) +
+                  size_t(d);
               const double cached = kind == 0 ? snap.k_at(pos, g, d) : snap.v_at(pos, g, d);
               const double exact = kind == 0 ? reference.oracle.k[at] : reference.oracle.v[at];
               const double bound = kind == 0 ? reference.bounds.k[at] : reference.bounds.v[at];
@@ -534,9 +528,9 @@ Verdict check_cache_state(const Context& context) {
                    std::to_string(l) + ": the cache holds " + std::to_string(snap.length) +
                    " positions, " + std::to_string(length) + " tokens were fed",
                "snapshot: length " + std::to_string(snap.length) + ", kv heads " +
-                   std::to_string(snap.n_kv_heads) + ", head_dim " +
-                   std::to_string(snap.head_dim) + "; expected " + std::to_string(length) +
-                   ", " + std::to_string(KVH) + ", " + std::to_string(D) + "\n");
+                   std::to_string(snap.n_kv_heads) + ", head_dim " + std::to_string(snap.head_dim) +
+                   "; expected " + std::to_string(length) + ", " + std::to_string(KVH) + ", " +
+                   std::to_string(D) + "\n");
           failed = true;
           return false;
         }
@@ -574,11 +568,12 @@ Verdict check_cache_state(const Context& context) {
         where.first_bad_position = first_bad;
         where.last_bad_position = last_bad;
         std::ostringstream detail;
-        detail << "after call " << call << ", sequence s" << s << " with " << length << " positions cached\n"
+        detail << "after call " << call << ", sequence s" << s << " with " << length
+               << " positions cached\n"
                << "first wrong element: layer " << l << " kv head " << bad_head << " position "
                << first_bad << " dim " << bad_dim << " " << (bad_kind == 0 ? "K" : "V")
-               << ": cached " << format_double(bad_cached) << " oracle "
-               << format_double(bad_exact) << " bound " << format_double(bad_bound)
+               << ": cached " << format_double(bad_cached) << " oracle " << format_double(bad_exact)
+               << " bound " << format_double(bad_bound)
                << (std::isfinite(bad_cached) ? "" : " (non-finite: a poisoned slot was read)")
                << "\nwrong positions in layer " << l << ": " << first_bad << ".." << last_bad
                << "\n"
@@ -586,12 +581,11 @@ Verdict check_cache_state(const Context& context) {
         fail(verdict, where,
              "after call " + std::to_string(call) + ", s" + std::to_string(s) + " layer " +
                  std::to_string(l) + " kv head " + std::to_string(bad_head) + ": cached " +
-                 (bad_kind == 0 ? "K" : "V") + " wrong at positions " +
-                 std::to_string(first_bad) + ".." + std::to_string(last_bad),
+                 (bad_kind == 0 ? "K" : "V") + " wrong at positions " + std::to_string(first_bad) +
+                 ".." + std::to_string(last_bad),
              detail.str());
-        verdict.worst_ratio = std::isfinite(bad_cached)
-                                  ? std::abs(bad_cached - bad_exact) / bad_bound
-                                  : INFINITY;
+        verdict.worst_ratio =
+            std::isfinite(bad_cached) ? std::abs(bad_cached - bad_exact) / bad_bound : INFINITY;
         failed = true;
         return false;
       }
@@ -650,8 +644,8 @@ Verdict check_gqa(const Context& context) {
   if (mha.engine_failed) return engine_refused(Property::kGqa, mha, "the MHA twin");
   for (size_t s = 0; s < context.scenario.sequences.size(); ++s) {
     if (!same_bits(verdict, context, static_cast<int>(s), mha.logits[s],
-                   "the MHA twin (" + std::to_string(config.n_heads) + " KV heads)",
-                   gqa.logits[s], "GQA (" + std::to_string(config.n_kv_heads) + " KV heads)")) {
+                   "the MHA twin (" + std::to_string(config.n_heads) + " KV heads)", gqa.logits[s],
+                   "GQA (" + std::to_string(config.n_kv_heads) + " KV heads)")) {
       return verdict;
     }
   }
@@ -714,7 +708,11 @@ Verdict check_capacity(const Context& context) {
   }
   if (probes.empty()) {
     try {
-      probes.push_back({-1, engine.start(), {}, {}, {},
+      probes.push_back({-1,
+                        engine.start(),
+                        {},
+                        {},
+                        {},
                         static_cast<int32_t>(rng.below(uint64_t(context.vocab)))});
     } catch (const EngineError& e) {
       Location where;
@@ -863,16 +861,26 @@ Verdict check_property(Property property, const Scenario& scenario, const Engine
                           scenario_digest(scenario),
                           scenario.config.vocab};
     switch (property) {
-      case Property::kOracle: return check_oracle(context);
-      case Property::kChunking: return check_chunking(context);
-      case Property::kBatch: return check_batch(context);
-      case Property::kReset: return check_reset(context);
-      case Property::kCompaction: return check_compaction(context);
-      case Property::kCacheState: return check_cache_state(context);
-      case Property::kGqa: return check_gqa(context);
-      case Property::kDeterminism: return check_determinism(context);
-      case Property::kCapacity: return check_capacity(context);
-      case Property::kCount: break;
+      case Property::kOracle:
+        return check_oracle(context);
+      case Property::kChunking:
+        return check_chunking(context);
+      case Property::kBatch:
+        return check_batch(context);
+      case Property::kReset:
+        return check_reset(context);
+      case Property::kCompaction:
+        return check_compaction(context);
+      case Property::kCacheState:
+        return check_cache_state(context);
+      case Property::kGqa:
+        return check_gqa(context);
+      case Property::kDeterminism:
+        return check_determinism(context);
+      case Property::kCapacity:
+        return check_capacity(context);
+      case Property::kCount:
+        break;
     }
   } catch (const EngineError& e) {
     // Only a call outside the scenario (a cache snapshot, a length) can

@@ -163,7 +163,9 @@ Scenario solo_scenario(const Scenario& base, std::span<const int32_t> tokens,
   return solo;
 }
 
-uint64_t scenario_digest(const Scenario& scenario) { return fnv1a64(scenario.to_text()); }
+uint64_t scenario_digest(const Scenario& scenario) {
+  return fnv1a64(scenario.to_text());
+}
 
 EngineFactory cpu_engine_factory(FaultSet faults, KernelPath kernels) {
   return [faults, kernels](const Config& config, const Weights& weights,

@@ -20,10 +20,10 @@ namespace kvcheck {
 
 // What a valid scenario's schedule implies, computed without an engine.
 struct SchedulePlan {
-  std::vector<int> fed;                          // [sequence] tokens fed by the last call
-  std::vector<std::vector<int>> chunks;          // [sequence][chunk] lengths, in feed order
+  std::vector<int> fed;                            // [sequence] tokens fed by the last call
+  std::vector<std::vector<int>> chunks;            // [sequence][chunk] lengths, in feed order
   std::vector<std::vector<int>> call_of_position;  // [sequence][position] call that fed it
-  std::vector<int> start_call;                   // [sequence] call that started it, or -1
+  std::vector<int> start_call;                     // [sequence] call that started it, or -1
   std::vector<int> end_call;  // [sequence] call that finished or reset it, or -1 (still running)
   std::vector<bool> shared_step;  // [sequence] fed in a step together with another sequence
 };
@@ -71,12 +71,12 @@ class ScenarioRunner {
   const Scenario& scenario_;
   std::unique_ptr<Engine> engine_;
   int vocab_;
-  std::vector<SequenceId> ids_;          // [sequence]
-  std::vector<bool> running_;            // [sequence]
-  std::vector<int> fed_;                 // [sequence]
+  std::vector<SequenceId> ids_;             // [sequence]
+  std::vector<bool> running_;               // [sequence]
+  std::vector<int> fed_;                    // [sequence]
   std::vector<std::vector<float>> logits_;  // [sequence][position][V]
-  std::vector<BatchEntry> batch_;        // [chunk] of the current step
-  std::vector<float> step_logits_;       // [tokens in step][V]
+  std::vector<BatchEntry> batch_;           // [chunk] of the current step
+  std::vector<float> step_logits_;          // [tokens in step][V]
 };
 
 // The scenario on a fresh engine built from its own config and weights.
@@ -99,8 +99,7 @@ Scenario solo_scenario(const Scenario& base, std::span<const int32_t> tokens,
 uint64_t scenario_digest(const Scenario& scenario);
 
 // Makes CPU engines with the given faults and kernel path (threads = 1).
-EngineFactory cpu_engine_factory(FaultSet faults = {},
-                                 KernelPath kernels = KernelPath::kOptimized);
+EngineFactory cpu_engine_factory(FaultSet faults = {}, KernelPath kernels = KernelPath::kOptimized);
 
 // Index of the first element whose bits differ, or nullopt when the two are
 // the same bits (sizes must match; a size difference reports min size).

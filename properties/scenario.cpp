@@ -81,8 +81,8 @@ std::string Scenario::validate() const {
           return out.str();
         }
         if (running == max_rows) {
-          out << "start of sequence " << call.sequence << " exceeds max_rows " << max_rows
-              << " (" << running << " sequences are running)";
+          out << "start of sequence " << call.sequence << " exceeds max_rows " << max_rows << " ("
+              << running << " sequences are running)";
           return out.str();
         }
         state[size_t(call.sequence)] = State::kRunning;
@@ -172,15 +172,21 @@ std::string Scenario::to_text() const {
     const Call& call = calls[c];
     out << "call " << c << ": ";
     switch (call.kind) {
-      case Call::Kind::kStart: out << "start s" << call.sequence; break;
+      case Call::Kind::kStart:
+        out << "start s" << call.sequence;
+        break;
       case Call::Kind::kStep:
         out << "step";
         for (const ChunkSpec& chunk : call.chunks) {
           out << " s" << chunk.sequence << ":" << chunk.length;
         }
         break;
-      case Call::Kind::kFinish: out << "finish s" << call.sequence; break;
-      case Call::Kind::kReset: out << "reset"; break;
+      case Call::Kind::kFinish:
+        out << "finish s" << call.sequence;
+        break;
+      case Call::Kind::kReset:
+        out << "reset";
+        break;
     }
     out << "\n";
   }

@@ -6,13 +6,18 @@
 
 namespace kvcheck {
 
-double gamma_n(double n) { return n * kUnitRoundoff / (1.0 - n * kUnitRoundoff); }
+double gamma_n(double n) {
+  return n * kUnitRoundoff / (1.0 - n * kUnitRoundoff);
+}
 
 KvStorageError kv_storage_error(KvDtype dtype) {
   switch (dtype) {
-    case KvDtype::kF32: return {0.0, 0.0};
-    case KvDtype::kBF16: return {kv_dtype_unit_roundoff(dtype), 0x1p-134};
-    case KvDtype::kF16: return {kv_dtype_unit_roundoff(dtype), 0x1p-25};
+    case KvDtype::kF32:
+      return {0.0, 0.0};
+    case KvDtype::kBF16:
+      return {kv_dtype_unit_roundoff(dtype), 0x1p-134};
+    case KvDtype::kF16:
+      return {kv_dtype_unit_roundoff(dtype), 0x1p-25};
   }
   return {};
 }
@@ -21,165 +26,97 @@ namespace {
 
 constexpr double u = kUnitRoundoff;
 
-// y = W x + b and its error bound. The engine's float dot product of length
-// `in` plus the bias is within gamma_{in+1} (sum |W_oi x_i| + |b_o|) of the
-// exact result on its own (rounded) inputs; errors dx in the inputs add
-// sum |W_oi| dx_i. Both are one pass over |W|: sum |W_oi| (dx_i + g |x_i|).
-//   w: [out][in];  b: [out] or empty;  x, dx: [in];  y, dy: [out];  z: [in] scratch.
-void linear_bound(const std::vector<float>& w, const std::vector<float>& b, const double* x,
-                  const double* dx, int in, int out, double* y, double* dy, double* z) {
-  const double g = gamma_n(in + 1);
-  for (int i = 0; i < in; ++i) z[i] = dx[i] + g * std::abs(x[i]);
+inline double sq(double a) {
+  return a * a;
+}
+
+// y = W x + b for rows [0, out), and the variance of the float result's error:
+// sum_i W_oi^2 var_x_i from the inputs, plus the kernel's own rounding. An
+// n-term float dot product (any order, FMA or not) plus the bias is, to first
+// order, sum_k t_k (sum of at most n+1 roundings d_j): each d_j (|d_j| <= u,
+// variance proxy u^2) scales a partial sum bounded by sum |t_k|, so the
+// rounding's variance is at most (n+1) u^2 (sum |W_oi x_i| + |b_o|)^2, the
+// probabilistic counterpart of gamma_{n+1} (sum |terms|).
+//   w: [out][in];  b: [out] or empty;  x, var_x: [in];  y, var_y: [out].
+void linear_var(const std::vector<float>& w, const std::vector<float>& b, const double* x,
+                const double* var_x, int in, int out, double* y, double* var_y) {
+  const double rounding = (in + 1) * u * u;
   const bool has_bias = !b.empty();
-  int o = 0;
-  // Four outputs at a time: independent accumulator chains instead of one
-  // latency-bound chain (summation order is irrelevant to a bound).
-  for (; o + 4 <= out; o += 4) {
-    const float* w0 = w.data() + size_t(o) * size_t(in);
-    const float* w1 = w0 + in;
-    const float* w2 = w1 + in;
-    const float* w3 = w2 + in;
-    double a0 = 0, a1 = 0, a2 = 0, a3 = 0, e0 = 0, e1 = 0, e2 = 0, e3 = 0;
+  for (int o = 0; o < out; ++o) {
+    const float* row = w.data() + size_t(o) * size_t(in);
+    double a = 0, m = 0, v = 0;
+    // The order of a bound's sums is free: let the compiler vectorize them.
+#pragma omp simd reduction(+ : a, m, v)
     for (int i = 0; i < in; ++i) {
-      const double xi = x[i], zi = z[i];
-      a0 += w0[i] * xi, e0 += std::abs(w0[i]) * zi;
-      a1 += w1[i] * xi, e1 += std::abs(w1[i]) * zi;
-      a2 += w2[i] * xi, e2 += std::abs(w2[i]) * zi;
-      a3 += w3[i] * xi, e3 += std::abs(w3[i]) * zi;
+      const double c = row[i];
+      a += c * x[i];
+      m += std::abs(c * x[i]);
+      v += c * c * var_x[i];
     }
-    const double acc[4] = {a0, a1, a2, a3}, err[4] = {e0, e1, e2, e3};
-    for (int j = 0; j < 4; ++j) {
-      const double bias = has_bias ? b[size_t(o + j)] : 0.0;
-      y[o + j] = acc[j] + bias;
-      dy[o + j] = err[j] + g * std::abs(bias);
-    }
-  }
-  for (; o < out; ++o) {
-    const float* wr = w.data() + size_t(o) * size_t(in);
-    double a = 0, e = 0;
-    for (int i = 0; i < in; ++i) a += wr[i] * x[i], e += std::abs(wr[i]) * z[i];
     const double bias = has_bias ? b[size_t(o)] : 0.0;
     y[o] = a + bias;
-    dy[o] = e + g * std::abs(bias);
+    var_y[o] = v + rounding * sq(m + std::abs(bias));
   }
 }
 
-// RMSNorm y = g x / r, r = sqrt(mean x^2 + eps). Propagated: the Jacobian
-// dy_i = g_i/r (dx_i - x_i (x.dx) / (E r^2)); rounding: |y_i| (gamma_E/2 + 6u)
-// (squares summed, /E, +eps, sqrt, 1/, two products; docs/KERNELS.md).
-//   x, dx, gain: [E];  y, dy: [E].
-void rms_norm_bound(const double* x, const double* dx, const std::vector<float>& gain, int width,
-                    double eps, double* y, double* dy) {
-  double sum_sq = 0, x_dx = 0;
-  for (int i = 0; i < width; ++i) sum_sq += x[i] * x[i], x_dx += std::abs(x[i]) * dx[i];
-  const double inv = 1.0 / std::sqrt(sum_sq / width + eps);
-  const double coupling = x_dx * inv * inv / width;
-  const double rounding = gamma_n(width) / 2 + 6 * u;
-  for (int i = 0; i < width; ++i) {
-    const double g = gain[size_t(i)];
-    y[i] = x[i] * inv * g;
-    dy[i] = std::abs(g) * inv * (dx[i] + std::abs(x[i]) * coupling) + std::abs(y[i]) * rounding;
+// The family's norm of one row, with its error variance. First order, both
+// norms are dy_i = g_i/r (dc_i - c_i (c.dc) / (E r^2)) (c = x for RMSNorm,
+// c = x - mean(x) with dc = dx - mean(dx) for LayerNorm); with independent
+// input errors the variance is (g_i/r)^2 (var_c_i + c_i^2 sum_j c_j^2 var_c_j /
+// (E r^2)^2), dropping a negative cross term. The kernel's own rounding
+// (docs/KERNELS.md, made probabilistic): the E-term sums contribute sqrt(E) u
+// instead of gamma_E, the handful of single roundings (/E, +eps, sqrt, 1/,
+// the products, the bias add) stay at their worst case 6u; LayerNorm's float
+// mean is off by dm = sqrt(E) u sum|x| / E + u |mean|.
+//   x, var_x, gain, bias: [E];  y, var_y: [E].
+void norm_var(bool layer_norm, const double* x, const double* var_x, const std::vector<float>& gain,
+              const std::vector<float>& bias, int width, double eps, double* y, double* var_y) {
+  double mean = 0, sum_abs = 0, mean_var = 0;
+  if (layer_norm) {
+    for (int i = 0; i < width; ++i) mean += x[i], sum_abs += std::abs(x[i]), mean_var += var_x[i];
+    mean /= width;
+    mean_var /= double(width) * width;
   }
-}
-
-// LayerNorm y = g c / r + b, c = x - mean, r = sqrt(mean c^2 + eps).
-// Propagated: dc_i = dx_i - mean(dx), dy_i = g_i/r (dc_i - c_i (c.dc) / (E r^2));
-// rounding (docs/KERNELS.md): |g_i|/r (dm + u|c_i| + |c_i| (gamma_{E+1}/2 + 6u))
-// + u |y_i|, dm = gamma_E sum|x| / E + u |mean| the error of the float mean.
-//   x, dx, gain, bias: [E];  y, dy: [E].
-void layer_norm_bound(const double* x, const double* dx, const std::vector<float>& gain,
-                      const std::vector<float>& bias, int width, double eps, double* y,
-                      double* dy) {
-  double sum = 0, sum_abs = 0, sum_dx = 0;
-  for (int i = 0; i < width; ++i) sum += x[i], sum_abs += std::abs(x[i]), sum_dx += dx[i];
-  const double mean = sum / width, mean_dx = sum_dx / width;
-  double var = 0, c_dc = 0;
+  double sum_sq = 0, coupling = 0;
   for (int i = 0; i < width; ++i) {
     const double c = x[i] - mean;
-    var += c * c;
-    c_dc += std::abs(c) * (dx[i] + mean_dx);
+    sum_sq += c * c;
+    coupling += c * c * (var_x[i] + mean_var);
   }
-  const double inv = 1.0 / std::sqrt(var / width + eps);
-  const double coupling = c_dc * inv * inv / width;
-  const double mean_error = gamma_n(width) * sum_abs / width + u * std::abs(mean);
-  const double relative = gamma_n(width + 1) / 2 + 6 * u;
+  const double r2 = sum_sq / width + eps, inv = 1.0 / std::sqrt(r2);
+  coupling /= sq(width * r2);
+  const double sqrt_w = std::sqrt(double(width));
+  const double mean_error = layer_norm ? sqrt_w * u * sum_abs / width + u * std::abs(mean) : 0.0;
+  const double relative = sqrt_w * u / 2 + 6 * u;
   for (int i = 0; i < width; ++i) {
     const double c = x[i] - mean, g = gain[size_t(i)];
-    y[i] = c * inv * g + bias[size_t(i)];
-    const double abs_c = std::abs(c);
-    dy[i] = std::abs(g) * inv * ((dx[i] + mean_dx) + abs_c * coupling) +
-            std::abs(g) * inv * (mean_error + u * abs_c + abs_c * relative) + u * std::abs(y[i]);
+    y[i] = c * inv * g + (layer_norm ? bias[size_t(i)] : 0.0);
+    const double rounding =
+        std::abs(g) * inv *
+            (mean_error + (layer_norm ? u : 0.0) * std::abs(c) + std::abs(c) * relative) +
+        (layer_norm ? u * std::abs(y[i]) : 0.0);
+    var_y[i] = sq(g * inv) * (var_x[i] + mean_var + c * c * coupling) + sq(rounding);
   }
 }
 
-// Rotate-half RoPE of one head at `position` with its bound. The rotation is
-// orthogonal, so input errors mix with |cos|, |sin|; the float rotation rounds
-// cos and sin (1 each) and two products and one sum: gamma_3 of each term's
-// magnitude. The engine and the oracle compute the angle with the same double
-// operations, so the angle itself adds nothing.
-//   head, dhead: [D];  inv_freq: [D/2].
-void rope_bound(double* head, double* dhead, const std::vector<double>& inv_freq, int position,
-                int dim) {
+// Rotate-half RoPE of one head at `position`, in place, with its variance:
+// the rotation mixes each pair's variances by cos^2 and sin^2; the float
+// rotation rounds cos and sin to float and two products and a sum: 3u of each
+// output's two terms. The engine and the oracle compute the angle with the
+// same double operations, so it adds nothing.
+//   head, var: [D];  inv_freq: [D/2].
+void rope_var(double* head, double* var, const std::vector<double>& inv_freq, int position,
+              int dim) {
   const int half = dim / 2;
-  const double g = gamma_n(3);
   for (int i = 0; i < half; ++i) {
     const double angle = position * inv_freq[size_t(i)];
     const double c = std::cos(angle), s = std::sin(angle);
-    const double x1 = head[i], x2 = head[i + half], d1 = dhead[i], d2 = dhead[i + half];
+    const double x1 = head[i], x2 = head[i + half], v1 = var[i], v2 = var[i + half];
     head[i] = x1 * c - x2 * s;
     head[i + half] = x2 * c + x1 * s;
     const double ac = std::abs(c), as = std::abs(s);
-    dhead[i] = ac * d1 + as * d2 + g * (std::abs(x1) * ac + std::abs(x2) * as);
-    dhead[i + half] = ac * d2 + as * d1 + g * (std::abs(x2) * ac + std::abs(x1) * as);
-  }
-}
-
-// GELU (tanh form) of each element, with its bound. Propagated: |gelu'(x)| dx.
-// Rounding: inner = (x^3 k + x) c takes 3 roundings on the x term (add, product,
-// the float constant c) and 7 on the cubic term (three products, the float
-// constant k, add, product, c); tanh is within its ulp error plus
-// (1 - t^2) times the inner error; then (t + 1) x / 2 rounds twice.
-//   x, dx: [n] in, overwritten by gelu(x) and its bound.
-void gelu_bound(double* x, double* dx, int n) {
-  const double c = std::sqrt(2.0 / std::numbers::pi), k = 0.044715;
-  const double g3 = gamma_n(3), g7 = gamma_n(7);
-  for (int i = 0; i < n; ++i) {
-    const double v = x[i], av = std::abs(v);
-    const double t = std::tanh(c * (v + k * v * v * v));
-    const double sech2 = 1 - t * t;
-    const double derivative = 0.5 * (1 + t) + 0.5 * v * sech2 * c * (1 + 3 * k * v * v);
-    const double dt = sech2 * (g3 * c * av + g7 * c * k * av * av * av) +
-                      kTanhRelativeError * std::abs(t);
-    const double y = 0.5 * v * (1 + t);
-    x[i] = y;
-    dx[i] = std::abs(derivative) * dx[i] + av / 2 * (dt + u * std::abs(1 + t)) + u * std::abs(y);
-  }
-}
-
-// y = silu(gate) * up with its bound. Propagated: |silu'(g)| dg |up| +
-// |silu(g)| dup + |silu'(g)| dg dup; rounding: exp(-g)'s ulp error enters
-// silu = g / (1 + e) scaled by e / (1 + e), then add, divide, multiply: 3u.
-//   gate, dgate, up, dup: [n];  y, dy: [n].
-void silu_mul_bound(const double* gate, const double* dgate, const double* up, const double* dup,
-                    int n, double* y, double* dy) {
-  for (int i = 0; i < n; ++i) {
-    const double g = gate[i];
-    const double e = std::exp(-g);
-    const double sigma = 1 / (1 + e);
-    const double silu = g * sigma;
-    const double derivative = sigma * (1 + g * (1 - sigma));
-    y[i] = silu * up[i];
-    dy[i] = std::abs(derivative) * dgate[i] * (std::abs(up[i]) + dup[i]) +
-            std::abs(silu) * dup[i] + std::abs(y[i]) * (kExpRelativeError * e * sigma + 3 * u);
-  }
-}
-
-// x += a with its bound: the errors add, the float sum rounds once.
-//   x, dx, a, da: [n].
-void residual_bound(double* x, double* dx, const double* a, const double* da, int n) {
-  for (int i = 0; i < n; ++i) {
-    x[i] += a[i];
-    dx[i] += da[i] + u * std::abs(x[i]);
+    var[i] = c * c * v1 + s * s * v2 + sq(3 * u * (std::abs(x1) * ac + std::abs(x2) * as));
+    var[i + half] = c * c * v2 + s * s * v1 + sq(3 * u * (std::abs(x2) * ac + std::abs(x1) * as));
   }
 }
 
@@ -193,179 +130,203 @@ ErrorBounds derive_error_bounds(const Config& config, const Weights& weights,
             KV = config.kv_width(), group = config.group();
   const bool gpt2 = config.family == Family::kGpt2;
   const KvStorageError storage = kv_storage_error(kv_dtype);
-  const size_t t_count = size_t(T);
+  const auto sz = [](int n) { return static_cast<size_t>(n); };
+  const size_t t_count = sz(T);
 
   ErrorBounds out;
   out.n_tokens = T;
-  out.logits.assign(t_count * size_t(V), 0.0);                 // [T][V]
-  out.k.assign(size_t(L) * t_count * size_t(KV), 0.0);         // [L][T][KVH][D]
-  out.v.assign(size_t(L) * t_count * size_t(KV), 0.0);         // [L][T][KVH][D]
+  out.logits.assign(t_count * sz(V), 0.0);      // [T][V]
+  out.k.assign(sz(L) * t_count * sz(KV), 0.0);  // [L][T][KVH][D]
+  out.v.assign(sz(L) * t_count * sz(KV), 0.0);  // [L][T][KVH][D]
   if (T == 0) return out;
 
-  std::vector<double> x(t_count * size_t(E)), dx(x.size());    // [T][E] residual stream
-  std::vector<double> h(size_t(E)), dh(size_t(E));             // [E] normed row
-  std::vector<double> q(t_count * size_t(Q)), dq(q.size());    // [T][H][D] after RoPE
-  std::vector<double> k(t_count * size_t(KV)), dk(k.size());   // [T][KVH][D] as cached
-  std::vector<double> v(t_count * size_t(KV)), dv(v.size());   // [T][KVH][D] as cached
-  std::vector<double> att(size_t(Q)), datt(size_t(Q));         // [H][D] one position
-  std::vector<double> proj(size_t(E)), dproj(size_t(E));       // [E] block output
-  const int widest = std::max({E, F, Q});
-  std::vector<double> z(size_t(widest));                       // linear_bound scratch
-  std::vector<double> up(size_t(F)), dup(size_t(F));           // [F]
-  std::vector<double> gate(size_t(F)), dgate(size_t(F));       // [F] llama
-  std::vector<double> hidden(size_t(F)), dhidden(size_t(F));   // [F]
-  std::vector<double> p(t_count), eta(t_count);                // [keys] one query head
-  std::vector<double> inv_freq(size_t(D / 2));                 // [D/2] RoPE frequencies
-  for (int i = 0; i < D / 2; ++i) inv_freq[size_t(i)] = std::pow(config.rope_theta, -2.0 * i / D);
+  // Values are the exact activations (double); var_* their error variances.
+  std::vector<double> x(t_count * sz(E)), var_x(x.size());   // [T][E] residual stream
+  std::vector<double> h(sz(E)), var_h(sz(E));                // [E] normed row
+  std::vector<double> q(t_count * sz(Q)), var_q(q.size());   // [T][H][D] after RoPE
+  std::vector<double> k(t_count * sz(KV)), var_k(k.size());  // [T][KVH][D] as cached
+  std::vector<double> v(t_count * sz(KV)), var_v(v.size());  // [T][KVH][D] as cached
+  std::vector<double> att(sz(Q)), var_att(sz(Q));            // [H][D] one position
+  std::vector<double> proj(sz(E)), var_proj(sz(E));          // [E] a block's output
+  std::vector<double> up(sz(F)), var_up(sz(F));              // [F]
+  std::vector<double> gate(sz(F)), var_gate(sz(F));          // [F] llama
+  std::vector<double> p(t_count), var_sigma(t_count);        // [keys] one query head
+  std::vector<double> inv_freq(sz(D / 2));                   // [D/2] RoPE frequencies
+  for (int i = 0; i < D / 2; ++i) inv_freq[sz(i)] = std::pow(config.rope_theta, -2.0 * i / D);
 
   for (int t = 0; t < T; ++t) {
-    const float* token_row = weights.tok_embedding.data() + size_t(tokens[size_t(t)]) * size_t(E);
-    double* xt = x.data() + size_t(t) * size_t(E);
-    double* dxt = dx.data() + size_t(t) * size_t(E);
+    const float* token_row = weights.tok_embedding.data() + sz(tokens[sz(t)]) * sz(E);
     for (int e = 0; e < E; ++e) {
-      xt[e] = token_row[e];
-      dxt[e] = 0;  // a copy of the embedding row is exact
+      const size_t at = sz(t) * sz(E) + sz(e);
+      x[at] = token_row[e];
+      var_x[at] = 0;  // a copied embedding row is exact
       if (gpt2) {
-        xt[e] += weights.pos_embedding[size_t(t) * size_t(E) + size_t(e)];
-        dxt[e] = u * std::abs(xt[e]);  // one float add
+        x[at] += weights.pos_embedding[at];
+        var_x[at] = sq(u * x[at]);  // one float add
       }
     }
   }
 
-  const auto norm = [&](const double* xt, const double* dxt, const std::vector<float>& gain,
-                        const std::vector<float>& bias) {
-    if (gpt2) {
-      layer_norm_bound(xt, dxt, gain, bias, E, config.norm_eps, h.data(), dh.data());
-    } else {
-      rms_norm_bound(xt, dxt, gain, E, config.norm_eps, h.data(), dh.data());
-    }
-  };
-
   const double scale = 1.0 / std::sqrt(double(D));
-  const double score_rounding = gamma_n(D + 2);  // dot of D, * scale, the float scale
+  // dot of D, * scale, the float scale
+  const double score_rounding = (D + 2) * u * u * scale * scale;
+  const double exp_var = sq(kExpRelativeError);
   for (int l = 0; l < L; ++l) {
-    const LayerWeights& w = weights.layers[size_t(l)];
+    const LayerWeights& w = weights.layers[sz(l)];
     for (int t = 0; t < T; ++t) {
-      const size_t row = size_t(t);
-      norm(x.data() + row * size_t(E), dx.data() + row * size_t(E), w.attn_norm,
-           w.attn_norm_bias);
-      double* qt = q.data() + row * size_t(Q);
-      double* dqt = dq.data() + row * size_t(Q);
-      double* kt = k.data() + row * size_t(KV);
-      double* dkt = dk.data() + row * size_t(KV);
-      double* vt = v.data() + row * size_t(KV);
-      double* dvt = dv.data() + row * size_t(KV);
-      linear_bound(w.wq, w.bq, h.data(), dh.data(), E, Q, qt, dqt, z.data());
-      linear_bound(w.wk, w.bk, h.data(), dh.data(), E, KV, kt, dkt, z.data());
-      linear_bound(w.wv, w.bv, h.data(), dh.data(), E, KV, vt, dvt, z.data());
+      const size_t row = sz(t);
+      norm_var(gpt2, x.data() + row * sz(E), var_x.data() + row * sz(E), w.attn_norm,
+               w.attn_norm_bias, E, config.norm_eps, h.data(), var_h.data());
+      double* qt = q.data() + row * sz(Q);
+      double* vqt = var_q.data() + row * sz(Q);
+      double* kt = k.data() + row * sz(KV);
+      double* vkt = var_k.data() + row * sz(KV);
+      double* vt = v.data() + row * sz(KV);
+      double* vvt = var_v.data() + row * sz(KV);
+      linear_var(w.wq, w.bq, h.data(), var_h.data(), E, Q, qt, vqt);
+      linear_var(w.wk, w.bk, h.data(), var_h.data(), E, KV, kt, vkt);
+      linear_var(w.wv, w.bv, h.data(), var_h.data(), E, KV, vt, vvt);
       if (!gpt2) {
-        for (int hq = 0; hq < H; ++hq) rope_bound(qt + hq * D, dqt + hq * D, inv_freq, t, D);
-        for (int hk = 0; hk < KVH; ++hk) rope_bound(kt + hk * D, dkt + hk * D, inv_freq, t, D);
+        for (int hq = 0; hq < H; ++hq) rope_var(qt + hq * D, vqt + hq * D, inv_freq, t, D);
+        for (int g = 0; g < KVH; ++g) rope_var(kt + g * D, vkt + g * D, inv_freq, t, D);
       }
-      // Storage rounds what was computed: |k^ (1 + r) - k| <= dk (1 + r) + r|k|.
+      // What P6 compares: kConfidence deviations of the computed value, then
+      // storage's rounding of it at its worst, |x^ (1 + r) - x| <= |x^ - x|
+      // (1 + r) + r |x| + a. Attention reads the stored value, whose storage
+      // rounding enters its variance as one more bounded term.
+      double* k_bound = out.k.data() + (sz(l) * t_count + row) * sz(KV);
+      double* v_bound = out.v.data() + (sz(l) * t_count + row) * sz(KV);
       for (int i = 0; i < KV; ++i) {
-        dkt[i] = dkt[i] * (1 + storage.relative) + storage.relative * std::abs(kt[i]) +
-                 storage.absolute;
-        dvt[i] = dvt[i] * (1 + storage.relative) + storage.relative * std::abs(vt[i]) +
-                 storage.absolute;
+        const double sk = storage.relative * std::abs(kt[i]) + storage.absolute;
+        const double sv = storage.relative * std::abs(vt[i]) + storage.absolute;
+        k_bound[i] = kConfidence * std::sqrt(vkt[i]) * (1 + storage.relative) + sk;
+        v_bound[i] = kConfidence * std::sqrt(vvt[i]) * (1 + storage.relative) + sv;
+        vkt[i] = vkt[i] * sq(1 + storage.relative) + sk * sk;
+        vvt[i] = vvt[i] * sq(1 + storage.relative) + sv * sv;
       }
     }
-    const size_t layer_offset = size_t(l) * t_count * size_t(KV);
-    std::copy(dk.begin(), dk.end(), out.k.begin() + std::ptrdiff_t(layer_offset));
-    std::copy(dv.begin(), dv.end(), out.v.begin() + std::ptrdiff_t(layer_offset));
 
     for (int t = 0; t < T; ++t) {
       const int n_keys = t + 1;
-      const double sum_rounding = gamma_n(n_keys);
+      const double sum_rounding = n_keys * u * u;
       for (int hq = 0; hq < H; ++hq) {
         const int g = hq / group;
-        const double* qh = q.data() + size_t(t) * size_t(Q) + size_t(hq) * size_t(D);
-        const double* dqh = dq.data() + size_t(t) * size_t(Q) + size_t(hq) * size_t(D);
-        // Scores and their bounds: propagated |k| dq + |q| dk + dq dk, plus
-        // the float dot product's own rounding.
+        const double* qh = q.data() + sz(t) * sz(Q) + sz(hq) * sz(D);
+        const double* vqh = var_q.data() + sz(t) * sz(Q) + sz(hq) * sz(D);
+        // Score s_j = scale q.k_j: first-order variance scale^2 sum (k^2 var_q
+        // + q^2 var_k) plus the dot product's rounding.
         double max_score = -INFINITY;
         for (int j = 0; j < n_keys; ++j) {
-          const size_t kv_at = size_t(j) * size_t(KV) + size_t(g) * size_t(D);
+          const size_t kv_at = sz(j) * sz(KV) + sz(g) * sz(D);
           const double* kj = k.data() + kv_at;
-          const double* dkj = dk.data() + kv_at;
-          double dot = 0, abs_dot = 0, prop = 0;
+          const double* vkj = var_k.data() + kv_at;
+          double dot = 0, abs_dot = 0, var = 0;
           for (int d = 0; d < D; ++d) {
             dot += qh[d] * kj[d];
             abs_dot += std::abs(qh[d] * kj[d]);
-            prop += std::abs(kj[d]) * dqh[d] + std::abs(qh[d]) * dkj[d] + dqh[d] * dkj[d];
+            var += kj[d] * kj[d] * vqh[d] + qh[d] * qh[d] * vkj[d];
           }
-          p[size_t(j)] = dot * scale;
-          eta[size_t(j)] = scale * (prop + score_rounding * abs_dot);
-          max_score = std::max(max_score, p[size_t(j)]);
+          p[sz(j)] = dot * scale;
+          var_sigma[sz(j)] = scale * scale * var + score_rounding * abs_dot * abs_dot;
+          max_score = std::max(max_score, p[sz(j)]);
         }
-        // Each weight exp(s_j - max) is off by a factor exp(sigma_j) with
-        // |sigma_j| <= eta_j: score error, the rounding of s_j - max
-        // (u |s_j - max|) and exp's own error. A shift common to all cancels.
-        double total = 0, eta_max = 0;
+        // Weight j is exp(s_j - max) (1 + sigma_j): score error, the float
+        // rounding of s_j - max and exp's own error (kept at its worst).
+        double total = 0;
         for (int j = 0; j < n_keys; ++j) {
-          const double shifted = p[size_t(j)] - max_score;
-          eta[size_t(j)] += u * std::abs(shifted) + kExpRelativeError;
-          eta_max = std::max(eta_max, eta[size_t(j)]);
-          p[size_t(j)] = std::exp(shifted);
-          total += p[size_t(j)];
+          const double shifted = p[sz(j)] - max_score;
+          var_sigma[sz(j)] += sq(u * shifted) + exp_var;
+          p[sz(j)] = std::exp(shifted);
+          total += p[sz(j)];
         }
-        for (int j = 0; j < n_keys; ++j) p[size_t(j)] /= total;
-        // o' - o = sum_j p_j (e^sigma_j - 1)(v_j - o) / Z exactly, with
-        // |e^sigma - 1| <= eta e^eta_max and Z >= e^-eta_max; the same factor
-        // bounds sum p'_j dv_j. Then the float sums (gamma_n) and the division.
-        const double factor = std::exp(2 * eta_max);
-        double* out_h = att.data() + size_t(hq) * size_t(D);
-        double* dout_h = datt.data() + size_t(hq) * size_t(D);
+        for (int j = 0; j < n_keys; ++j) p[sz(j)] /= total;
+        // o = sum p_j v_j; first order do = sum p_j dv_j + sum p_j sigma_j (v_j - o)
+        // (a shift common to all sigma_j cancels); then the float sums
+        // (n_keys terms each) and the division.
+        double* o = att.data() + sz(hq) * sz(D);
+        double* var_o = var_att.data() + sz(hq) * sz(D);
         for (int d = 0; d < D; ++d) {
-          double o = 0;
+          double value = 0;
+          for (int j = 0; j < n_keys; ++j)
+            value += p[sz(j)] * v[sz(j) * sz(KV) + sz(g) * sz(D) + sz(d)];
+          double var = 0, magnitude = 0;
           for (int j = 0; j < n_keys; ++j) {
-            o += p[size_t(j)] * v[size_t(j) * size_t(KV) + size_t(g) * size_t(D) + size_t(d)];
+            const size_t at = sz(j) * sz(KV) + sz(g) * sz(D) + sz(d);
+            const double pj = p[sz(j)];
+            var += pj * pj * (var_v[at] + var_sigma[sz(j)] * sq(v[at] - value));
+            magnitude += pj * std::abs(v[at]);
           }
-          double value_error = 0, weight_error = 0, magnitude = 0;
-          for (int j = 0; j < n_keys; ++j) {
-            const size_t at = size_t(j) * size_t(KV) + size_t(g) * size_t(D) + size_t(d);
-            value_error += p[size_t(j)] * dv[at];
-            weight_error += p[size_t(j)] * eta[size_t(j)] * std::abs(v[at] - o);
-            magnitude += p[size_t(j)] * std::abs(v[at]);
-          }
-          out_h[d] = o;
-          dout_h[d] = factor * (value_error + weight_error) +
-                      sum_rounding * (magnitude + std::abs(o)) + u * std::abs(o);
+          o[d] = value;
+          var_o[d] = var + sum_rounding * sq(magnitude + std::abs(value)) + sq(u * value);
         }
       }
-      linear_bound(w.wo, w.bo, att.data(), datt.data(), Q, E, proj.data(), dproj.data(),
-                   z.data());
-      residual_bound(x.data() + size_t(t) * size_t(E), dx.data() + size_t(t) * size_t(E),
-                     proj.data(), dproj.data(), E);
+      linear_var(w.wo, w.bo, att.data(), var_att.data(), Q, E, proj.data(), var_proj.data());
+      for (int e = 0; e < E; ++e) {
+        const size_t at = sz(t) * sz(E) + sz(e);
+        x[at] += proj[sz(e)];
+        var_x[at] += var_proj[sz(e)] + sq(u * x[at]);  // the residual add rounds once
+      }
     }
 
     for (int t = 0; t < T; ++t) {
-      double* xt = x.data() + size_t(t) * size_t(E);
-      double* dxt = dx.data() + size_t(t) * size_t(E);
-      norm(xt, dxt, w.mlp_norm, w.mlp_norm_bias);
+      double* xt = x.data() + sz(t) * sz(E);
+      double* vxt = var_x.data() + sz(t) * sz(E);
+      norm_var(gpt2, xt, vxt, w.mlp_norm, w.mlp_norm_bias, E, config.norm_eps, h.data(),
+               var_h.data());
       if (gpt2) {
-        linear_bound(w.w_up, w.b_up, h.data(), dh.data(), E, F, hidden.data(), dhidden.data(),
-                     z.data());
-        gelu_bound(hidden.data(), dhidden.data(), F);
+        linear_var(w.w_up, w.b_up, h.data(), var_h.data(), E, F, up.data(), var_up.data());
+        // GELU: the input variance through gelu'^2; rounding of inner =
+        // (x^3 k + x) c: 3 roundings on the x term (add, product, float c)
+        // and 7 on the cubic (three products, float k, add, product, float
+        // c); tanh's ulp error plus (1 - t^2) times inner's; then
+        // (t + 1) x / 2 rounds twice. All kept at their worst.
+        const double c = std::sqrt(2.0 / std::numbers::pi), kc = 0.044715;
+        for (int i = 0; i < F; ++i) {
+          const double z = up[sz(i)], az = std::abs(z);
+          const double th = std::tanh(c * (z + kc * z * z * z));
+          const double sech2 = 1 - th * th;
+          const double derivative = 0.5 * (1 + th) + 0.5 * z * sech2 * c * (1 + 3 * kc * z * z);
+          const double dt = sech2 * (3 * u * c * az + 7 * u * c * kc * az * az * az) +
+                            kTanhRelativeError * std::abs(th);
+          const double y = 0.5 * z * (1 + th);
+          const double rounding = az / 2 * (dt + u * std::abs(1 + th)) + u * std::abs(y);
+          up[sz(i)] = y;
+          var_up[sz(i)] = sq(derivative) * var_up[sz(i)] + sq(rounding);
+        }
       } else {
-        linear_bound(w.w_gate, {}, h.data(), dh.data(), E, F, gate.data(), dgate.data(),
-                     z.data());
-        linear_bound(w.w_up, {}, h.data(), dh.data(), E, F, up.data(), dup.data(), z.data());
-        silu_mul_bound(gate.data(), dgate.data(), up.data(), dup.data(), F, hidden.data(),
-                       dhidden.data());
+        linear_var(w.w_gate, {}, h.data(), var_h.data(), E, F, gate.data(), var_gate.data());
+        linear_var(w.w_up, {}, h.data(), var_h.data(), E, F, up.data(), var_up.data());
+        // silu(g) up: variances through silu'(g) up and silu(g); rounding:
+        // exp(-g)'s ulp error enters g / (1 + e) scaled by e / (1 + e), then
+        // add, divide, multiply: 3u, all at their worst.
+        for (int i = 0; i < F; ++i) {
+          const double g = gate[sz(i)];
+          const double e = std::exp(-g);
+          const double sigma = 1 / (1 + e);
+          const double silu = g * sigma;
+          const double derivative = sigma * (1 + g * (1 - sigma));
+          const double y = silu * up[sz(i)];
+          const double rounding = std::abs(y) * (kExpRelativeError * e * sigma + 3 * u);
+          var_up[sz(i)] = sq(derivative * up[sz(i)]) * var_gate[sz(i)] + sq(silu) * var_up[sz(i)] +
+                          sq(rounding);
+          up[sz(i)] = y;
+        }
       }
-      linear_bound(w.w_down, w.b_down, hidden.data(), dhidden.data(), F, E, proj.data(),
-                   dproj.data(), z.data());
-      residual_bound(xt, dxt, proj.data(), dproj.data(), E);
+      linear_var(w.w_down, w.b_down, up.data(), var_up.data(), F, E, proj.data(), var_proj.data());
+      for (int e = 0; e < E; ++e) {
+        xt[e] += proj[sz(e)];
+        vxt[e] += var_proj[sz(e)] + sq(u * xt[e]);
+      }
     }
   }
 
-  std::vector<double> logits(size_t(V));  // [V] values, unused beyond the bound
+  std::vector<double> logits(sz(V));  // [V] values; only their variances are used
   for (int t = 0; t < T; ++t) {
-    norm(x.data() + size_t(t) * size_t(E), dx.data() + size_t(t) * size_t(E), weights.final_norm,
-         weights.final_norm_bias);
-    linear_bound(weights.lm_head, {}, h.data(), dh.data(), E, V, logits.data(),
-                 out.logits.data() + size_t(t) * size_t(V), z.data());
+    norm_var(gpt2, x.data() + sz(t) * sz(E), var_x.data() + sz(t) * sz(E), weights.final_norm,
+             weights.final_norm_bias, E, config.norm_eps, h.data(), var_h.data());
+    double* bound = out.logits.data() + sz(t) * sz(V);
+    linear_var(weights.lm_head, {}, h.data(), var_h.data(), E, V, logits.data(), bound);
+    for (int i = 0; i < V; ++i) bound[i] = kConfidence * std::sqrt(bound[i]);
   }
   return out;
 }

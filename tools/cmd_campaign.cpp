@@ -20,11 +20,11 @@
 #include "properties/property.h"
 #include "properties/rc/generators.h"
 #include "properties/rc/hunt.h"
+#include "properties/rc/kill_matrix.h"
 #include "properties/runner.h"
 #include "tools/backends.h"
 #include "tools/commands.h"
 #include "tools/failure_report.h"
-#include "tools/kill_matrix_report.h"
 
 namespace kvcheck::cli {
 
@@ -225,20 +225,36 @@ int run_campaign(const CampaignOptions& o) {
 
   bool fault_survived = false;
   if (o.kill_matrix) {
-    const double left = std::max(5.0, o.seconds - elapsed());
-    const KillMatrix matrix =
-        run_kill_matrix(backends.front(), seed, o.kill_cases, left, [&](const std::string& line) {
-          progress.update(line);
-        });
+    rcgen::KillMatrixOptions k;
+    k.seed = seed;
+    k.cases_per_cell = o.kill_cases;
+    k.correct_cases = o.kill_cases;
+    k.per_property = false;  // the 'any' column: every property per case, fastest kill
+    k.time_limit_seconds = std::max(5.0, o.seconds - elapsed());
+    const rcgen::KillMatrix matrix = rcgen::run_kill_matrix(
+        backends.front().make_factory, k, [&](const std::string& line) { progress.update(line); });
     progress.done();
-    std::printf("\n%s", matrix.text.c_str());
-    fault_survived = !matrix.all_killed;
-    json["kill_matrix"] = matrix.json;
+    std::printf("\nkill matrix on %s (every property per case, up to %d cases per fault):\n%s",
+                backends.front().name.c_str(), o.kill_cases, matrix.table().c_str());
+    const std::vector<std::string> problems = matrix.problems();
+    for (const std::string& p : problems) std::printf("  problem: %s\n", p.c_str());
+    fault_survived = !problems.empty();
+    for (const rcgen::KillMatrixRow& row : matrix.rows) {
+      const rcgen::HuntResult* best = row.smallest();
+      json["kill_matrix"].push_back(
+          {{"fault", row.fault ? std::string(fault_name(*row.fault)) : "none"},
+           {"ran", row.ran},
+           {"killed", best != nullptr},
+           {"cases_to_kill", row.any.cases_run},
+           {"killed_by", best ? std::string(property_name(best->verdict.property)) : ""},
+           {"shrunk_size", best ? best->counterexample->size() : 0},
+           {"shrunk_scenario", best ? best->counterexample->to_text() : ""}});
+    }
   }
   std::printf("\n%s in %.1f s: %d property cases, %s\n",
               any_failure || fault_survived ? "FAILED" : "passed", elapsed(), total_cases,
               any_failure ? "a property failed on a correct engine"
-              : fault_survived ? "a fault survived"
+              : fault_survived ? "the kill matrix found a problem"
                                : "every property held and every fault was killed");
   if (!o.json_path.empty()) {
     std::ofstream out(o.json_path);

@@ -12,5 +12,7 @@ using Action = std::function<int()>;
 
 Action add_demo(CLI::App& app);
 Action add_campaign(CLI::App& app);
+Action add_replay(CLI::App& app);
+Action add_shrink(CLI::App& app);
 
 }  // namespace kvcheck::cli

@@ -1,12 +1,17 @@
 #include "tools/failure_report.h"
 
+#include <algorithm>
 #include <cstdio>
+#include <filesystem>
+
+#include "model/status.h"
+#include "properties/repro/failure_file.h"
+#include "tools/backends.h"
 
 namespace kvcheck::cli {
 
 void report_failure(const rcgen::HuntResult& result, Property property, const std::string& backend,
                     FaultSet faults, uint64_t seed, const std::string& failures_dir) {
-  (void)failures_dir;  // case files are written once the case format exists
   std::printf("\nFAILED %s %s on %s (faults: %s) after %d cases, hunt seed %llu\n",
               std::string(property_label(property)).c_str(),
               std::string(property_name(property)).c_str(), backend.c_str(),
@@ -16,7 +21,79 @@ void report_failure(const rcgen::HuntResult& result, Property property, const st
                 result.counterexample->to_text().c_str());
   }
   std::printf("%s\n%s\n", result.verdict.summary.c_str(), result.verdict.detail.c_str());
+  if (result.counterexample) {
+    FailureContext context;
+    context.failures_dir = failures_dir;
+    context.backend = backend;
+    context.found_by = "kvcheck campaign (" + std::string(property_label(property)) + " on " +
+                       backend + ", hunt seed " + std::to_string(seed) + ")";
+    // The hunt's own RapidCheck seed re-runs exactly this batch of cases.
+    context.reproduce = "RapidCheck seed " + std::to_string(seed) + " of rcgen::hunt(" +
+                        std::string(property_name(property)) + ")";
+    const WrittenCase written =
+        write_failure_case(*result.counterexample, result.verdict, faults, context);
+    std::printf("%s", written.report.c_str());
+  }
   std::fflush(stdout);
+}
+
+std::vector<std::string> collect_case_files(const std::vector<std::string>& paths) {
+  namespace fs = std::filesystem;
+  std::vector<std::string> files;
+  for (const std::string& path : paths) {
+    std::error_code ec;
+    if (fs::is_directory(path, ec)) {
+      std::vector<std::string> found;
+      for (fs::recursive_directory_iterator it(path, ec), end; !ec && it != end;
+           it.increment(ec)) {
+        if (it->is_regular_file(ec) && it->path().extension() == ".case") {
+          found.push_back(it->path().string());
+        }
+      }
+      if (ec) throw InputError(path + ": cannot list the folder: " + ec.message());
+      if (found.empty()) throw InputError(path + ": the folder holds no *.case files");
+      std::sort(found.begin(), found.end());
+      files.insert(files.end(), found.begin(), found.end());
+    } else if (fs::exists(path, ec)) {
+      files.push_back(path);
+    } else {
+      throw InputError(path + ": no such file or folder");
+    }
+  }
+  return files;
+}
+
+FaultSet parse_fault_option(const std::string& text) {
+  FaultSet faults;
+  if (text == "none") return faults;
+  size_t begin = 0;
+  while (begin <= text.size()) {
+    const size_t comma = std::min(text.find(',', begin), text.size());
+    const std::string name = text.substr(begin, comma - begin);
+    const std::optional<Fault> f = parse_fault(name);
+    if (!f) {
+      std::string known;
+      for (int i = 0; i < kFaultCount; ++i) {
+        known += (i ? ", " : "") + std::string(fault_name(static_cast<Fault>(i)));
+      }
+      throw InputError("--fault: unknown fault \"" + name + "\" (none or one of: " + known + ")");
+    }
+    faults = faults.with(*f);
+    begin = comma + 1;
+  }
+  return faults;
+}
+
+CaseEngine case_engine(const CaseFile& c, const std::string& backend_override,
+                       const std::optional<FaultSet>& fault_override) {
+  CaseEngine engine;
+  engine.backend = !backend_override.empty() ? backend_override
+                   : !c.backend.empty()      ? c.backend
+                                             : "cpu";
+  engine.faults = fault_override ? *fault_override : c.faults;
+  const std::vector<Backend> backends = chosen_backends({engine.backend});
+  engine.factory = backends.front().make_factory(engine.faults);
+  return engine;
 }
 
 }  // namespace kvcheck::cli

@@ -38,7 +38,9 @@ rc::Gen<T> weighted_gen(std::vector<std::pair<int, rc::Gen<T>>> options) {
 }
 
 // Inclusive range, scaled by RapidCheck's size, shrinking toward lo.
-rc::Gen<int> between(int lo, int hi) { return rc::gen::inRange(lo, hi + 1); }
+rc::Gen<int> between(int lo, int hi) {
+  return rc::gen::inRange(lo, hi + 1);
+}
 
 rc::Gen<bool> rarely_true(int weight_false, int weight_true) {
   return weighted_choice<bool>({{weight_false, false}, {weight_true, true}});
@@ -64,7 +66,8 @@ rc::Gen<std::vector<T>> vector_of(rc::Gen<int> count, size_t min_count, rc::Gen<
               return rc::seq::concat(
                   rc::seq::filter(rc::shrink::removeChunks(e),
                                   [min_count](const Elements& x) { return x.size() >= min_count; }),
-                  rc::shrink::eachElement(e, [](const rc::Shrinkable<T>& s) { return s.shrinks(); }));
+                  rc::shrink::eachElement(e,
+                                          [](const rc::Shrinkable<T>& s) { return s.shrinks(); }));
             }),
         [](const Elements& e) {
           std::vector<T> values;
@@ -77,21 +80,19 @@ rc::Gen<std::vector<T>> vector_of(rc::Gen<int> count, size_t min_count, rc::Gen<
 
 rc::Gen<ModelGenes> model_genes(Emphasis emphasis) {
   // MQA (1 KV head) and group sizes 2 and 4 are where head mappings go wrong.
-  rc::Gen<int> kv_heads = weighted_choice<int>(
-      {{6, 1}, {4, 2}, {1, 3}, {2, 4}, {1, 5}, {1, 6}, {1, 7}, {1, 8}});
+  rc::Gen<int> kv_heads =
+      weighted_choice<int>({{6, 1}, {4, 2}, {1, 3}, {2, 4}, {1, 5}, {1, 6}, {1, 7}, {1, 8}});
   rc::Gen<int> group =
       emphasis == Emphasis::kSharedKvHeads
           ? weighted_choice<int>({{5, 2}, {1, 3}, {4, 4}, {1, 5}, {1, 6}, {1, 7}, {1, 8}})
-          : weighted_choice<int>(
-                {{4, 1}, {4, 2}, {1, 3}, {3, 4}, {1, 5}, {1, 6}, {1, 7}, {1, 8}});
+          : weighted_choice<int>({{4, 1}, {4, 2}, {1, 3}, {3, 4}, {1, 5}, {1, 6}, {1, 7}, {1, 8}});
   if (emphasis == Emphasis::kSharedKvHeads) {
     // Keep room for a group of 2 or more under kMaxHeads.
     kv_heads = weighted_choice<int>({{6, 1}, {4, 2}, {1, 3}, {2, 4}});
   }
   return rc::gen::build<ModelGenes>(
       rc::gen::set(&ModelGenes::n_layers, between(1, kMaxLayers)),
-      rc::gen::set(&ModelGenes::n_kv_heads, kv_heads),
-      rc::gen::set(&ModelGenes::group, group),
+      rc::gen::set(&ModelGenes::n_kv_heads, kv_heads), rc::gen::set(&ModelGenes::group, group),
       rc::gen::set(&ModelGenes::family,
                    weighted_choice<Family>({{1, Family::kGpt2}, {1, Family::kLlama}})),
       // Mostly 2..8 wide: small heads are fast and lose nothing a cache can break.
@@ -109,24 +110,39 @@ rc::Gen<ModelGenes> model_genes(Emphasis emphasis) {
 rc::Gen<SequenceGenes> sequence_genes() {
   // Chunk length 1 (token-by-token prefill) and "the rest at once" are the
   // edges; 0 comes first so chunk genes shrink toward fewer, longer chunks.
-  rc::Gen<int> chunk = weighted_gen<int>(
-      {{1, rc::gen::just(0)}, {3, rc::gen::just(1)}, {4, between(1, 16)}, {1, between(1, kMaxPrompt)}});
-  return rc::gen::build<SequenceGenes>(
+  rc::Gen<int> chunk = weighted_gen<int>({{1, rc::gen::just(0)},
+                                          {3, rc::gen::just(1)},
+                                          {4, between(1, 16)},
+                                          {1, between(1, kMaxPrompt)}});
+  const rc::Gen<SequenceGenes> genes = rc::gen::build<SequenceGenes>(
       rc::gen::set(&SequenceGenes::prompt_length,
-                   weighted_gen<int>({{2, rc::gen::just(1)},
-                                      {5, between(1, 8)},
-                                      {3, between(1, kMaxPrompt)}})),
+                   weighted_gen<int>(
+                       {{2, rc::gen::just(1)}, {5, between(1, 8)}, {3, between(1, kMaxPrompt)}})),
       rc::gen::set(&SequenceGenes::decode_length,
-                   weighted_gen<int>({{3, rc::gen::just(0)},
-                                      {4, between(0, 4)},
-                                      {2, between(0, kMaxDecode)}})),
-      rc::gen::set(&SequenceGenes::chunk_lengths,
-                   vector_of<int>(weighted_choice<int>({{2, 0}, {3, 1}, {3, 2}, {2, 4}, {1, 8}}), 0,
-                                  chunk)),
+                   weighted_gen<int>(
+                       {{3, rc::gen::just(0)}, {4, between(0, 4)}, {2, between(0, kMaxDecode)}})),
+      rc::gen::set(
+          &SequenceGenes::chunk_lengths,
+          vector_of<int>(weighted_choice<int>({{2, 0}, {3, 1}, {3, 2}, {2, 4}, {1, 8}}), 0, chunk)),
       rc::gen::set(&SequenceGenes::finishes, rarely_true(2, 1)),
       rc::gen::set(&SequenceGenes::start_delay,
                    weighted_gen<int>({{3, rc::gen::just(0)}, {2, between(1, 6)}})),
       rc::gen::set(&SequenceGenes::reset_before, rarely_true(6, 1)));
+  // One more move after the gene-wise shrinks: fold the first decode token
+  // into the prompt. It keeps the tokens and lets the whole prompt go in one
+  // chunk, so p(2) p(1) (prompt 2, one decode) can become p(3); prompt length
+  // and decode count shrinking on their own never get there (growing the
+  // prompt is not a shrink). Each fold lowers the decode count, so shrinking
+  // still ends.
+  return rc::gen::shrink(genes, [](const SequenceGenes& g) {
+    if (g.decode_length == 0 || g.prompt_length >= kMaxPrompt) {
+      return rc::seq::fromContainer(std::vector<SequenceGenes>{});
+    }
+    SequenceGenes folded = g;
+    ++folded.prompt_length;
+    --folded.decode_length;
+    return rc::seq::fromContainer(std::vector<SequenceGenes>{folded});
+  });
 }
 
 }  // namespace
@@ -141,16 +157,20 @@ rc::Gen<ScenarioGenes> scenario_genes(Emphasis emphasis) {
   return rc::gen::build<ScenarioGenes>(
       rc::gen::set(&ScenarioGenes::model, model_genes(emphasis)),
       rc::gen::set(&ScenarioGenes::sequences, vector_of(sequence_count, 1, sequence_genes())),
-      rc::gen::set(&ScenarioGenes::step_masks,
-                   vector_of<int>(weighted_choice<int>({{1, 0}, {2, 4}, {2, 12}, {1, 32}}), 0,
-                                  step_mask)),
-      rc::gen::set(&ScenarioGenes::capacity_slack,
-                   weighted_gen<int>(
-                       {{3, rc::gen::just(0)}, {2, rc::gen::just(1)}, {1, between(2, 16)}})),
+      rc::gen::set(
+          &ScenarioGenes::step_masks,
+          vector_of<int>(weighted_choice<int>({{1, 0}, {2, 4}, {2, 12}, {1, 32}}), 0, step_mask)),
+      // Slack 0 is the edge (a chunk ends exactly at capacity) and the most
+      // common, but slack shrinks toward 1: at capacity 1 a misplaced slot or
+      // position wraps onto the right one and hides the fault, so a shrink
+      // that drops a token would otherwise stop at a larger case.
+      rc::gen::set(
+          &ScenarioGenes::capacity_slack,
+          weighted_gen<int>({{2, rc::gen::just(1)}, {3, rc::gen::just(0)}, {1, between(2, 16)}})),
       rc::gen::set(&ScenarioGenes::spare_rows, weighted_choice<int>({{4, 0}, {1, 1}, {1, 3}})),
-      rc::gen::set(&ScenarioGenes::kv_dtype,
-                   weighted_choice<KvDtype>(
-                       {{8, KvDtype::kF32}, {1, KvDtype::kBF16}, {1, KvDtype::kF16}})),
+      rc::gen::set(
+          &ScenarioGenes::kv_dtype,
+          weighted_choice<KvDtype>({{8, KvDtype::kF32}, {1, KvDtype::kBF16}, {1, KvDtype::kF16}})),
       rc::gen::set(&ScenarioGenes::token_seed, rc::gen::inRange<uint64_t>(0, 1000)));
 }
 
@@ -226,8 +246,8 @@ Scenario decode(const ScenarioGenes& genes) {
     longest = std::max(longest, total);
     std::vector<int32_t> tokens(static_cast<size_t>(total));
     for (int t = 0; t < total; ++t) {
-      tokens[size_t(t)] = int32_t(mix(mix(genes.token_seed * 64 + i) + uint64_t(t)) %
-                                  uint64_t(c.vocab));
+      tokens[size_t(t)] =
+          int32_t(mix(mix(genes.token_seed * 64 + i) + uint64_t(t)) % uint64_t(c.vocab));
     }
     s.sequences.push_back(std::move(tokens));
     plans[i].epoch = (i == 0 ? 0 : plans[i - 1].epoch) + (plans[i].reset_before ? 1 : 0);

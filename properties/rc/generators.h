@@ -78,8 +78,8 @@ struct ScenarioGenes {
 
 // What the generated scenarios must contain.
 enum class Emphasis : uint8_t {
-  kAny,             // every shape
-  kSharedKvHeads,   // n_kv_heads < n_heads (GQA or MQA): P7 has nothing to check otherwise
+  kAny,            // every shape
+  kSharedKvHeads,  // n_kv_heads < n_heads (GQA or MQA): P7 has nothing to check otherwise
 };
 
 // The independent genes; shrinking them shrinks the decoded scenario.
@@ -95,14 +95,14 @@ rc::Gen<Scenario> scenario(Emphasis emphasis = Emphasis::kAny);
 struct Coverage {
   bool gpt2 = false;
   bool mha = false, gqa = false, mqa = false;  // one head counts as MHA
-  bool batched_step = false;     // some step feeds two sequences or more
+  bool batched_step = false;                   // some step feeds two sequences or more
   bool mixed_step = false;       // some step has a prefill chunk and a decode together
   bool one_token_chunk = false;  // a prompt chunk of 1 token after another chunk
   bool reset = false;
   bool finish = false;
-  bool reused_row = false;       // a start after a finish, with no reset between
-  bool at_capacity = false;      // a sequence fills the capacity exactly
-  bool reduced_dtype = false;    // bf16 or f16 KV
+  bool reused_row = false;     // a start after a finish, with no reset between
+  bool at_capacity = false;    // a sequence fills the capacity exactly
+  bool reduced_dtype = false;  // bf16 or f16 KV
 };
 Coverage coverage(const Scenario& scenario);
 

@@ -35,9 +35,9 @@ struct HuntOptions {
 
 struct HuntResult {
   bool failed = false;
-  int cases_run = 0;   // until the first failure (inclusive), or all when none failed
+  int cases_run = 0;            // until the first failure (inclusive), or all when none failed
   int failing_evaluations = 0;  // the first failure, accepted shrinks and the final re-run
-  int evaluations = 0; // every property evaluation, the shrinking ones included
+  int evaluations = 0;          // every property evaluation, the shrinking ones included
   double seconds = 0;
   std::optional<Scenario> counterexample;  // shrunk; set when failed
   Verdict verdict;                         // of the shrunk counterexample

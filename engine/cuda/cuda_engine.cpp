@@ -1,0 +1,655 @@
+// The CUDA engine's host side: the same bookkeeping as the CPU engine
+// (engine/cpu/cpu_engine.cpp) — rows, sequence states, the token plan with
+// every fault switch, compaction and reset — driving the kernels of
+// engine/cuda/kernels.h over device-resident weights and KV cache. Only the
+// arithmetic moved to the device; each switch behaves as on the CPU.
+#include "engine/cuda/cuda_engine.h"
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+#include <map>
+#include <sstream>
+
+#include "engine/cuda/device.h"
+#include "engine/cuda/kernels.h"
+
+namespace kvcheck {
+namespace {
+
+using cuda::DeviceBuffer;
+using cuda::KvCacheView;
+using cuda::TokenSlot;
+
+// Per-sequence bookkeeping, as on the CPU: `slot_base` and `position_base`
+// are 0 in a correct engine; only the reset faults make a new sequence
+// inherit a row's leftovers.
+struct SequenceState {
+  int row = 0;            // index into the row table
+  int length = 0;         // tokens fed = the next absolute position
+  int chunks = 0;         // steps that fed this sequence
+  int slot_base = 0;      // first slot of this sequence's own data in its row
+  int position_base = 0;  // added to its positions
+};
+
+// Where one fed token goes before the per-layer adjustment (faults included).
+struct TokenPlan {
+  int row;        // storage row
+  int position;   // RoPE / wpe position
+  int slot;       // cache slot written
+  int n_keys;     // slots 0..n_keys-1 of the row are visible to this query
+  int chunk_len;  // length of the chunk it belongs to
+};
+
+// Device pointers of one layer's weights inside the engine's weight buffer.
+struct DeviceLayer {
+  const float* attn_norm = nullptr;       // [E]
+  const float* attn_norm_bias = nullptr;  // [E] or null (llama)
+  const float* wqkv = nullptr;            // [H*D + 2*KVH*D][E]: q rows, k rows, v rows
+  const float* bqkv = nullptr;            // [H*D + 2*KVH*D] or null
+  const float* wo = nullptr;              // [E][H*D]
+  const float* bo = nullptr;              // [E] or null
+  const float* mlp_norm = nullptr;        // [E]
+  const float* mlp_norm_bias = nullptr;   // [E] or null
+  const float* w_up = nullptr;            // [F][E]
+  const float* b_up = nullptr;            // [F] or null
+  const float* w_gate = nullptr;          // [F][E] llama only
+  const float* w_down = nullptr;          // [E][F]
+  const float* b_down = nullptr;          // [E] or null
+};
+
+// Collects host tensors into one staging vector, each at a 64-float (256 B)
+// boundary, then uploads them with one copy.
+class WeightStager {
+ public:
+  // Returns the tensor's offset in floats, or -1 for an empty tensor.
+  long add(const std::vector<float>& tensor) {
+    if (tensor.empty()) return -1;
+    const size_t at = (staging_.size() + 63) / 64 * 64;
+    staging_.resize(at + tensor.size(), 0.0f);
+    std::copy(tensor.begin(), tensor.end(), staging_.begin() + long(at));
+    return long(at);
+  }
+  // Q, K and V fused, like the CPU's packed wqkv.
+  long add_concat(const std::vector<float>& a, const std::vector<float>& b,
+                  const std::vector<float>& c) {
+    std::vector<float> joined;
+    joined.reserve(a.size() + b.size() + c.size());
+    joined.insert(joined.end(), a.begin(), a.end());
+    joined.insert(joined.end(), b.begin(), b.end());
+    joined.insert(joined.end(), c.begin(), c.end());
+    return add(joined);
+  }
+  const std::vector<float>& staging() const { return staging_; }
+
+ private:
+  std::vector<float> staging_;
+};
+
+class CudaEngine final : public Engine {
+ public:
+  CudaEngine(const Config& config, const Weights& weights, const EngineOptions& options)
+      : config_(config),
+        options_(options),
+        row_owner_(size_t(options.max_rows), kNoSequence),
+        row_fill_(size_t(options.max_rows), 0),
+        row_position_(size_t(options.max_rows), 0) {
+    upload_weights(weights);
+    const size_t elem = size_t(kv_dtype_bytes(options.kv_dtype));
+    kv_block_bytes_ = size_t(config.n_layers) * options.max_rows * options.capacity *
+                      config.n_kv_heads * config.head_dim * elem;
+    k_cache_.allocate(kv_block_bytes_, "KV cache (K)");
+    v_cache_.allocate(kv_block_bytes_, "KV cache (V)");
+#ifdef KVCHECK_POISON
+    // Unwritten slots hold NaN (0xFF.. is a NaN in f32, bf16 and f16), so a
+    // read of one surfaces, as on the CPU.
+    constexpr int kFill = 0xFF;
+#else
+    constexpr int kFill = 0;
+#endif
+    KVCHECK_CUDA_CHECK(cudaMemset(k_cache_.get(), kFill, kv_block_bytes_));
+    KVCHECK_CUDA_CHECK(cudaMemset(v_cache_.get(), kFill, kv_block_bytes_));
+    if (config.family == Family::kLlama) {
+      std::vector<double> inv_freq;
+      for (int i = 0; i < config.head_dim / 2; ++i) {
+        inv_freq.push_back(std::pow(config.rope_theta, -2.0 * i / config.head_dim));
+      }
+      inv_freq_.allocate(inv_freq.size() * sizeof(double), "RoPE frequencies");
+      KVCHECK_CUDA_CHECK(cudaMemcpy(inv_freq_.get(), inv_freq.data(),
+                                    inv_freq.size() * sizeof(double), cudaMemcpyHostToDevice));
+    }
+  }
+
+  const Config& config() const override { return config_; }
+  const EngineOptions& options() const override { return options_; }
+  std::string name() const override { return "cuda"; }
+
+  SequenceId start() override {
+    const auto free_row = std::find(row_owner_.begin(), row_owner_.end(), kNoSequence);
+    if (free_row == row_owner_.end()) {
+      throw EngineError(EngineError::Kind::kRows,
+                        "start: all " + std::to_string(options_.max_rows) +
+                            " rows are taken by running sequences (max_rows)");
+    }
+    const int row = static_cast<int>(free_row - row_owner_.begin());
+    const SequenceId id = next_id_++;
+    *free_row = id;
+    SequenceState s;
+    s.row = row;
+    if (has(Fault::kResetKeepsKv)) s.slot_base = row_fill_[size_t(row)];
+    if (has(Fault::kResetKeepsPosition)) s.position_base = row_position_[size_t(row)];
+    sequences_[id] = s;
+    return id;
+  }
+
+  void step(std::span<const BatchEntry> batch, std::vector<float>& logits) override {
+    check_batch(batch);
+    const std::vector<TokenPlan> plan = make_plan(batch);
+    const size_t n = plan.size();
+    logits.assign(n * size_t(config_.vocab), 0.0f);
+    if (n == 0) return;
+
+    // Every layer's view of every token, computed here once: [L][n].
+    const int L = config_.n_layers;
+    std::vector<TokenSlot> slots(size_t(L) * n);
+    int max_keys = 0;
+    for (int layer = 0; layer < L; ++layer) {
+      for (size_t t = 0; t < n; ++t) {
+        const TokenPlan p = at_layer(plan[t], layer);
+        slots[size_t(layer) * n + t] = {p.row, p.position, p.slot, p.n_keys};
+        max_keys = std::max(max_keys, p.n_keys);
+      }
+    }
+    std::vector<int32_t> tokens;
+    tokens.reserve(n);
+    for (const BatchEntry& e : batch) tokens.insert(tokens.end(), e.tokens.begin(), e.tokens.end());
+
+    grow_scratch(n, max_keys);
+    KVCHECK_CUDA_CHECK(cudaMemcpy(tokens_.get(), tokens.data(), n * sizeof(int32_t),
+                                  cudaMemcpyHostToDevice));
+    KVCHECK_CUDA_CHECK(cudaMemcpy(slots_.get(), slots.data(), slots.size() * sizeof(TokenSlot),
+                                  cudaMemcpyHostToDevice));
+
+    const int N = static_cast<int>(n), E = config_.d_model, V = config_.vocab;
+    cuda::launch_embed(tokens_.as<int32_t>(), slots_.as<TokenSlot>(), tok_embedding_,
+                       config_.family == Family::kGpt2 ? pos_embedding_ : nullptr, N, E,
+                       x_.as<float>(), kStream);
+    for (int layer = 0; layer < L; ++layer) {
+      run_layer(layer, batch, std::span<const TokenSlot>(slots).subspan(size_t(layer) * n, n),
+                slots_.as<TokenSlot>() + size_t(layer) * n);
+    }
+    norm(final_norm_, final_norm_bias_, N);
+    matmul(h_.as<float>(), N, lm_head_, nullptr, E, V, logits_.as<float>());
+    // Synchronizing copy: any kernel error of the step surfaces here.
+    KVCHECK_CUDA_CHECK(cudaMemcpy(logits.data(), logits_.get(), n * size_t(V) * sizeof(float),
+                                  cudaMemcpyDeviceToHost));
+
+    for (const BatchEntry& e : batch) {
+      SequenceState& s = sequences_.at(e.sequence);
+      s.length += static_cast<int>(e.tokens.size());
+      s.chunks += 1;
+      row_fill_[size_t(s.row)] = std::max(row_fill_[size_t(s.row)], s.slot_base + s.length);
+      row_position_[size_t(s.row)] = s.position_base + s.length;
+    }
+  }
+
+  void finish(SequenceId id) override {
+    const SequenceState s = lookup(id, "finish");
+    sequences_.erase(id);
+    const int freed = s.row;
+    row_owner_[size_t(freed)] = kNoSequence;
+    // Compaction: every running sequence above the freed row moves down one,
+    // so live rows stay dense at the front.
+    int hole = freed;
+    for (int r = freed + 1; r < options_.max_rows; ++r) {
+      const SequenceId owner = row_owner_[size_t(r)];
+      if (owner == kNoSequence) continue;
+      if (!has(Fault::kCompactionTableOnly)) copy_row(storage_row(r), storage_row(hole));
+      row_fill_[size_t(hole)] = row_fill_[size_t(r)];
+      row_position_[size_t(hole)] = row_position_[size_t(r)];
+      row_owner_[size_t(hole)] = owner;
+      row_owner_[size_t(r)] = kNoSequence;
+      sequences_.at(owner).row = hole;
+      hole = r;
+    }
+    // The row left empty at the end holds nothing now.
+    if (!has(Fault::kCompactionTableOnly) || hole == freed) clear_row(storage_row(hole));
+    row_fill_[size_t(hole)] = 0;
+    row_position_[size_t(hole)] = 0;
+  }
+
+  void reset() override {
+    sequences_.clear();
+    std::fill(row_owner_.begin(), row_owner_.end(), kNoSequence);
+    for (int r = 0; r < options_.max_rows; ++r) {
+      if (!has(Fault::kResetKeepsKv)) {
+        clear_row(r);
+        row_fill_[size_t(r)] = 0;
+      }
+      if (!has(Fault::kResetKeepsPosition)) row_position_[size_t(r)] = 0;
+    }
+  }
+
+  int length(SequenceId id) const override { return lookup(id, "length").length; }
+
+  CacheSnapshot cache(SequenceId id, int layer) const override {
+    const SequenceState& s = lookup(id, "cache");
+    if (layer < 0 || layer >= config_.n_layers) {
+      throw EngineError(EngineError::Kind::kBadBatch,
+                        "cache: layer " + std::to_string(layer) + " is outside [0, " +
+                            std::to_string(config_.n_layers) + ")");
+    }
+    CacheSnapshot snap;
+    snap.dtype = options_.kv_dtype;
+    // Everything this sequence's queries can see: its own slots plus any
+    // prefix a faulty reset left in the row.
+    snap.length = std::min(s.slot_base + s.length, options_.capacity);
+    snap.n_kv_heads = config_.n_kv_heads;
+    snap.head_dim = config_.head_dim;
+    const size_t elem = size_t(kv_dtype_bytes(options_.kv_dtype));
+    const size_t head_bytes = size_t(config_.head_dim) * elem;
+    snap.k.resize(size_t(snap.length) * config_.n_kv_heads * head_bytes);
+    snap.v.resize(snap.k.size());
+    if (snap.length == 0) return snap;
+    const KvCacheView view = cache_view();
+    const int sl = storage_layer(layer), row = storage_row(s.row);
+    // Device [slot][D] per KV head -> host [pos][KVH][D]: one strided copy per head.
+    for (int g = 0; g < config_.n_kv_heads; ++g) {
+      const size_t src = view.offset(sl, row, g, 0) * elem;
+      const size_t dst_pitch = size_t(config_.n_kv_heads) * head_bytes;
+      KVCHECK_CUDA_CHECK(cudaMemcpy2D(snap.k.data() + size_t(g) * head_bytes, dst_pitch,
+                                      k_cache_.as<uint8_t>() + src, head_bytes, head_bytes,
+                                      size_t(snap.length), cudaMemcpyDeviceToHost));
+      KVCHECK_CUDA_CHECK(cudaMemcpy2D(snap.v.data() + size_t(g) * head_bytes, dst_pitch,
+                                      v_cache_.as<uint8_t>() + src, head_bytes, head_bytes,
+                                      size_t(snap.length), cudaMemcpyDeviceToHost));
+    }
+    return snap;
+  }
+
+  MemoryReport memory() const override {
+    MemoryReport m;
+    m.kv_bytes = k_cache_.bytes() + v_cache_.bytes();
+    m.weight_bytes = weights_.bytes();
+    m.scratch_bytes = x_.bytes() + h_.bytes() + qkv_.bytes() + att_.bytes() + mlp_.bytes() +
+                      gate_.bytes() + logits_.bytes() + tokens_.bytes() + slots_.bytes() +
+                      matmul_partial_.bytes() + attention_partial_.bytes() + inv_freq_.bytes();
+    m.metadata_bytes = sequences_.size() * (sizeof(SequenceId) + sizeof(SequenceState)) +
+                       row_owner_.size() * (sizeof(SequenceId) + 2 * sizeof(int));
+    return m;
+  }
+
+ private:
+  static constexpr SequenceId kNoSequence = -1;
+  // The legacy default stream: every call of the engine is ordered after the
+  // previous one, and the synchronizing copies mark the ends of calls.
+  static constexpr cudaStream_t kStream = nullptr;
+
+  bool has(Fault f) const { return options_.faults.has(f); }
+  int storage_row(int row) const { return has(Fault::kSharedRows) ? 0 : row; }
+  int storage_layer(int layer) const { return has(Fault::kSharedLayerCache) ? 0 : layer; }
+
+  KvCacheView cache_view() const {
+    KvCacheView view;
+    view.k = k_cache_.get();
+    view.v = v_cache_.get();
+    view.dtype = options_.kv_dtype;
+    view.rows = options_.max_rows;
+    view.n_kv_heads = config_.n_kv_heads;
+    view.capacity = options_.capacity;
+    view.head_dim = config_.head_dim;
+    return view;
+  }
+
+  const SequenceState& lookup(SequenceId id, const char* call) const {
+    const auto it = sequences_.find(id);
+    if (it == sequences_.end()) {
+      throw EngineError(EngineError::Kind::kUnknownSequence,
+                        std::string(call) + ": sequence " + std::to_string(id) +
+                            " is not running (never started, finished, or reset)");
+    }
+    return it->second;
+  }
+
+  // Every check happens before any state changes (host or device), so a
+  // refused step leaves every sequence exactly as it was. Same messages as
+  // the CPU engine.
+  void check_batch(std::span<const BatchEntry> batch) const {
+    std::vector<SequenceId> seen;
+    for (const BatchEntry& e : batch) {
+      const SequenceState& s = lookup(e.sequence, "step");
+      const std::string who = "step: sequence " + std::to_string(e.sequence);
+      if (std::find(seen.begin(), seen.end(), e.sequence) != seen.end()) {
+        throw EngineError(EngineError::Kind::kBadBatch, who + " appears twice in one batch");
+      }
+      seen.push_back(e.sequence);
+      if (e.tokens.empty()) throw EngineError(EngineError::Kind::kBadBatch, who + ": empty chunk");
+      for (size_t i = 0; i < e.tokens.size(); ++i) {
+        if (e.tokens[i] < 0 || e.tokens[i] >= config_.vocab) {
+          throw EngineError(EngineError::Kind::kBadToken,
+                            who + ", token " + std::to_string(i) + ": id " +
+                                std::to_string(e.tokens[i]) + " is outside the vocabulary [0, " +
+                                std::to_string(config_.vocab) + ")");
+        }
+      }
+      const long long end = (long long)s.slot_base + s.length + (long long)e.tokens.size();
+      if (end > options_.capacity && !has(Fault::kCapacityWraps)) {
+        throw EngineError(EngineError::Kind::kCapacity,
+                          who + ": appending " + std::to_string(e.tokens.size()) +
+                              " tokens at position " + std::to_string(s.length) +
+                              " exceeds the capacity of " + std::to_string(options_.capacity) +
+                              " positions");
+      }
+    }
+  }
+
+  std::vector<TokenPlan> make_plan(std::span<const BatchEntry> batch) const {
+    std::vector<TokenPlan> plan;
+    for (const BatchEntry& e : batch) {
+      const SequenceState& s = sequences_.at(e.sequence);
+      const int n = static_cast<int>(e.tokens.size());
+      for (int i = 0; i < n; ++i) {
+        const int pos = s.length + i;  // the true absolute position
+        TokenPlan t{storage_row(s.row), s.position_base + pos, s.slot_base + pos,
+                    s.slot_base + pos + 1, n};
+        if (has(Fault::kDecodePositionZero) && n == 1) t.position = 0;
+        if (has(Fault::kChunkPositionRestart) && n > 1) t.position = i;
+        if (has(Fault::kPositionLagAfterFirst) && s.chunks > 0) {
+          t.position += 1, t.slot += 1, t.n_keys += 1;
+        }
+        if (has(Fault::kMaskTopLeft)) t.n_keys = s.slot_base + i + 1;
+        if (has(Fault::kAppendOverwrites)) t.slot = s.slot_base + i, t.n_keys = s.slot_base + i + 1;
+        plan.push_back(t);
+      }
+    }
+    return plan;
+  }
+
+  // A token's plan as seen from one layer. Only the per-layer counter fault
+  // makes layers disagree; faults may push a slot past capacity, where it
+  // wraps so that even a faulty engine stays memory-safe.
+  TokenPlan at_layer(TokenPlan t, int layer) const {
+    if (has(Fault::kPositionBumpPerLayer) && layer > 0) {
+      t.position += t.chunk_len, t.slot += t.chunk_len, t.n_keys += t.chunk_len;
+    }
+    t.slot %= options_.capacity;
+    t.n_keys = std::min(t.n_keys, options_.capacity);
+    t.position %= config_.max_pos;
+    return t;
+  }
+
+  void upload_weights(const Weights& w) {
+    WeightStager stager;
+    const long tok = stager.add(w.tok_embedding);
+    const long pos = stager.add(w.pos_embedding);
+    const long fnorm = stager.add(w.final_norm);
+    const long fnorm_bias = stager.add(w.final_norm_bias);
+    const long lm = stager.add(w.lm_head);
+    struct LayerOffsets {
+      long attn_norm, attn_norm_bias, wqkv, bqkv, wo, bo, mlp_norm, mlp_norm_bias, w_up, b_up,
+          w_gate, w_down, b_down;
+    };
+    std::vector<LayerOffsets> offsets;
+    for (const LayerWeights& lw : w.layers) {
+      LayerOffsets o;
+      o.attn_norm = stager.add(lw.attn_norm);
+      o.attn_norm_bias = stager.add(lw.attn_norm_bias);
+      o.wqkv = stager.add_concat(lw.wq, lw.wk, lw.wv);
+      o.bqkv = config_.qkv_bias ? stager.add_concat(lw.bq, lw.bk, lw.bv) : -1;
+      o.wo = stager.add(lw.wo);
+      o.bo = stager.add(lw.bo);
+      o.mlp_norm = stager.add(lw.mlp_norm);
+      o.mlp_norm_bias = stager.add(lw.mlp_norm_bias);
+      o.w_up = stager.add(lw.w_up);
+      o.b_up = stager.add(lw.b_up);
+      o.w_gate = stager.add(lw.w_gate);
+      o.w_down = stager.add(lw.w_down);
+      o.b_down = stager.add(lw.b_down);
+      offsets.push_back(o);
+    }
+    const std::vector<float>& staging = stager.staging();
+    weights_.allocate(staging.size() * sizeof(float), "weights");
+    KVCHECK_CUDA_CHECK(cudaMemcpy(weights_.get(), staging.data(), staging.size() * sizeof(float),
+                                  cudaMemcpyHostToDevice));
+    const auto at = [&](long offset) -> const float* {
+      return offset < 0 ? nullptr : weights_.as<float>() + offset;
+    };
+    tok_embedding_ = at(tok), pos_embedding_ = at(pos), final_norm_ = at(fnorm);
+    final_norm_bias_ = at(fnorm_bias), lm_head_ = at(lm);
+    for (const LayerOffsets& o : offsets) {
+      DeviceLayer& l = layers_.emplace_back();
+      l.attn_norm = at(o.attn_norm), l.attn_norm_bias = at(o.attn_norm_bias);
+      l.wqkv = at(o.wqkv), l.bqkv = at(o.bqkv), l.wo = at(o.wo), l.bo = at(o.bo);
+      l.mlp_norm = at(o.mlp_norm), l.mlp_norm_bias = at(o.mlp_norm_bias);
+      l.w_up = at(o.w_up), l.b_up = at(o.b_up), l.w_gate = at(o.w_gate);
+      l.w_down = at(o.w_down), l.b_down = at(o.b_down);
+    }
+    // The matmul scratch for the largest (segments x outputs) of the model.
+    const int E = config_.d_model, F = config_.d_ff, Q = config_.q_width();
+    const int QKV = Q + 2 * config_.kv_width();
+    matmul_partial_floats_ = 0;
+    for (auto [in, out] : {std::pair{E, QKV}, {Q, E}, {E, F}, {F, E}, {E, config_.vocab}}) {
+      matmul_partial_floats_ = std::max(matmul_partial_floats_, cuda::matmul_partial_floats(in, out));
+    }
+    matmul_partial_.allocate(matmul_partial_floats_ * sizeof(float), "matmul scratch");
+  }
+
+  // Scratch grows to the largest step seen (tokens) and the longest key
+  // range (attention splits).
+  void grow_scratch(size_t n, int max_keys) {
+    const size_t E = size_t(config_.d_model), Q = size_t(config_.q_width()),
+                 KV = size_t(config_.kv_width()), F = size_t(config_.d_ff),
+                 V = size_t(config_.vocab);
+    x_.reserve(n * E * sizeof(float), "activations x");
+    h_.reserve(n * E * sizeof(float), "activations h");
+    qkv_.reserve(n * (Q + 2 * KV) * sizeof(float), "activations qkv");
+    att_.reserve(n * Q * sizeof(float), "attention output");
+    mlp_.reserve(n * std::max(F, E) * sizeof(float), "MLP activations");
+    if (config_.family == Family::kLlama) gate_.reserve(n * F * sizeof(float), "MLP gate");
+    logits_.reserve(n * V * sizeof(float), "logits");
+    tokens_.reserve(n * sizeof(int32_t), "token ids");
+    slots_.reserve(n * size_t(config_.n_layers) * sizeof(TokenSlot), "token plan");
+    attention_partial_.reserve(cuda::attention_partial_floats(static_cast<int>(n), config_.n_heads,
+                                                              config_.head_dim, max_keys) *
+                                   sizeof(float),
+                               "attention splits");
+  }
+
+  // h = norm(x) for n rows with the family's norm.
+  void norm(const float* gain, const float* bias, int n) {
+    const float eps = static_cast<float>(config_.norm_eps);
+    if (config_.family == Family::kGpt2) {
+      cuda::launch_layer_norm(x_.as<float>(), gain, bias, n, config_.d_model, eps, h_.as<float>(),
+                              kStream);
+    } else {
+      cuda::launch_rms_norm(x_.as<float>(), gain, n, config_.d_model, eps, h_.as<float>(), kStream);
+    }
+  }
+
+  void matmul(const float* x, int rows, const float* w, const float* bias, int in, int out,
+              float* y) {
+    cuda::launch_matmul(x, rows, w, bias, in, out, matmul_partial_.as<float>(),
+                        matmul_partial_floats_, y, kStream);
+  }
+
+  // Under a fault two tokens of one step can target the same (row, slot);
+  // then the store runs in token order so the last one wins, as on the CPU.
+  bool slots_collide(std::span<const TokenSlot> slots) const {
+    std::vector<long long> keys;
+    keys.reserve(slots.size());
+    for (const TokenSlot& s : slots) keys.push_back((long long)s.row * options_.capacity + s.slot);
+    std::sort(keys.begin(), keys.end());
+    return std::adjacent_find(keys.begin(), keys.end()) != keys.end();
+  }
+
+  void run_layer(int layer, std::span<const BatchEntry> batch, std::span<const TokenSlot> slots,
+                 const TokenSlot* device_slots) {
+    const DeviceLayer& w = layers_[size_t(layer)];
+    const int n = static_cast<int>(slots.size());
+    const int E = config_.d_model, F = config_.d_ff, Q = config_.q_width(),
+              QKV = Q + 2 * config_.kv_width();
+    const bool llama = config_.family == Family::kLlama;
+    const int sl = storage_layer(layer);
+    const KvCacheView view = cache_view();
+
+    norm(w.attn_norm, w.attn_norm_bias, n);
+    matmul(h_.as<float>(), n, w.wqkv, w.bqkv, E, QKV, qkv_.as<float>());
+
+    if (llama && has(Fault::kRopeReapplied)) {
+      // One launch per entry, in batch order: under shared_rows two entries
+      // rotate the same slots, one after the other, as on the CPU.
+      for (const BatchEntry& e : batch) {
+        const SequenceState& s = sequences_.at(e.sequence);
+        const int end = std::min(s.slot_base + s.length, options_.capacity);
+        cuda::launch_rope_cached_keys(view, sl, storage_row(s.row), s.slot_base, end,
+                                      s.position_base - s.slot_base, inv_freq_.as<double>(),
+                                      kStream);
+      }
+    }
+    // Every fed token's K and V are written before any query reads: a
+    // chunk's token i attends to the chunk's tokens 0..i through the cache.
+    cuda::launch_rope_and_store(qkv_.as<float>(), device_slots, n, config_.n_heads,
+                                llama ? inv_freq_.as<double>() : nullptr, view, sl,
+                                has(Fault::kKvSwapped), slots_collide(slots), kStream);
+
+    int max_keys = 0;
+    for (const TokenSlot& s : slots) max_keys = std::max(max_keys, int(s.n_keys));
+    cuda::AttentionArgs args;
+    args.qkv = qkv_.as<float>();
+    args.qkv_stride = QKV;
+    args.cache = view;
+    args.layer = sl;
+    args.n_heads = config_.n_heads;
+    args.plan = device_slots;
+    args.n_tokens = n;
+    args.max_keys = max_keys;
+    args.tiled_kv_heads = has(Fault::kTiledKvHeads);
+    args.scale = static_cast<float>(1.0 / std::sqrt(double(config_.head_dim)));
+    args.out = att_.as<float>();
+    args.partial = attention_partial_.as<float>();
+    cuda::launch_attention(args, kStream);
+
+    const size_t count = size_t(n) * size_t(E);
+    matmul(att_.as<float>(), n, w.wo, w.bo, Q, E, mlp_.as<float>());
+    cuda::launch_add(x_.as<float>(), mlp_.as<float>(), count, kStream);
+
+    norm(w.mlp_norm, w.mlp_norm_bias, n);
+    if (llama) {
+      matmul(h_.as<float>(), n, w.w_gate, nullptr, E, F, gate_.as<float>());
+      matmul(h_.as<float>(), n, w.w_up, nullptr, E, F, mlp_.as<float>());
+      cuda::launch_silu_mul(gate_.as<float>(), mlp_.as<float>(), size_t(n) * size_t(F), kStream);
+      matmul(gate_.as<float>(), n, w.w_down, nullptr, F, E, h_.as<float>());
+    } else {
+      matmul(h_.as<float>(), n, w.w_up, w.b_up, E, F, mlp_.as<float>());
+      cuda::launch_gelu_tanh(mlp_.as<float>(), size_t(n) * size_t(F), kStream);
+      // h_ is free again: the MLP input was consumed by the up projection.
+      matmul(mlp_.as<float>(), n, w.w_down, w.b_down, F, E, h_.as<float>());
+    }
+    cuda::launch_add(x_.as<float>(), h_.as<float>(), count, kStream);
+  }
+
+  // Bytes of one (layer, row) block: [KVH][capacity][D] elements.
+  size_t row_block_bytes() const {
+    return size_t(config_.n_kv_heads) * options_.capacity * config_.head_dim *
+           size_t(kv_dtype_bytes(options_.kv_dtype));
+  }
+
+  // Copies every layer's K/V of row `from` into row `to`.
+  void copy_row(int from, int to) {
+    if (from == to) return;
+    const size_t block = row_block_bytes();
+    for (int l = 0; l < config_.n_layers; ++l) {
+      const size_t src = (size_t(l) * options_.max_rows + from) * block;
+      const size_t dst = (size_t(l) * options_.max_rows + to) * block;
+      KVCHECK_CUDA_CHECK(cudaMemcpy(k_cache_.as<uint8_t>() + dst, k_cache_.as<uint8_t>() + src,
+                                    block, cudaMemcpyDeviceToDevice));
+      KVCHECK_CUDA_CHECK(cudaMemcpy(v_cache_.as<uint8_t>() + dst, v_cache_.as<uint8_t>() + src,
+                                    block, cudaMemcpyDeviceToDevice));
+    }
+  }
+
+  // Marks every slot of a row unwritten (NaN when poisoning is compiled in).
+  void clear_row(int row) {
+#ifdef KVCHECK_POISON
+    const size_t block = row_block_bytes();
+    for (int l = 0; l < config_.n_layers; ++l) {
+      const size_t at = (size_t(l) * options_.max_rows + row) * block;
+      KVCHECK_CUDA_CHECK(cudaMemset(k_cache_.as<uint8_t>() + at, 0xFF, block));
+      KVCHECK_CUDA_CHECK(cudaMemset(v_cache_.as<uint8_t>() + at, 0xFF, block));
+    }
+#else
+    (void)row;
+#endif
+  }
+
+  Config config_;
+  EngineOptions options_;
+  std::map<SequenceId, SequenceState> sequences_;
+  std::vector<SequenceId> row_owner_;  // [row] running sequence or kNoSequence
+  std::vector<int> row_fill_;          // [row] slots holding data
+  std::vector<int> row_position_;      // [row] position counter of the row's last sequence
+  SequenceId next_id_ = 0;
+
+  // Device memory. Weights: one buffer, every tensor at a 256-byte boundary.
+  DeviceBuffer weights_;
+  const float* tok_embedding_ = nullptr;    // [V][E]
+  const float* pos_embedding_ = nullptr;    // [max_pos][E] gpt2 only
+  const float* final_norm_ = nullptr;       // [E]
+  const float* final_norm_bias_ = nullptr;  // [E] gpt2 only
+  const float* lm_head_ = nullptr;          // [V][E]
+  std::vector<DeviceLayer> layers_;         // [L]
+  DeviceBuffer inv_freq_;                   // [D/2] double theta^(-2i/D), llama only
+  size_t kv_block_bytes_ = 0;
+  DeviceBuffer k_cache_;  // [layer][row][kv_head][slot][dim] of kv_dtype
+  DeviceBuffer v_cache_;  // [layer][row][kv_head][slot][dim] of kv_dtype
+
+  // Scratch, grown to the largest step seen; n = tokens in the step.
+  DeviceBuffer x_;       // [n][E] residual stream
+  DeviceBuffer h_;       // [n][E] normed input / MLP output
+  DeviceBuffer qkv_;     // [n][H*D + 2*KVH*D]
+  DeviceBuffer att_;     // [n][H*D] attention output
+  DeviceBuffer mlp_;     // [n][max(F, E)]
+  DeviceBuffer gate_;    // [n][F] llama only
+  DeviceBuffer logits_;  // [n][V]
+  DeviceBuffer tokens_;  // [n] int32 token ids
+  DeviceBuffer slots_;   // [L][n] TokenSlot: each layer's view of each token
+  DeviceBuffer matmul_partial_;     // [segments][rows][out] floats, fixed size
+  size_t matmul_partial_floats_ = 0;
+  DeviceBuffer attention_partial_;  // [n][H][splits][D], then [n][H][splits][2] floats
+};
+
+}  // namespace
+
+bool cuda_device_available() { return cuda::device_present(); }
+
+std::unique_ptr<Engine> make_cuda_engine(const Config& config, const Weights& weights,
+                                         const EngineOptions& options) {
+  if (const std::string error = config.validate(); !error.empty()) throw InputError(error);
+  if (const std::string error = check_shapes(config, weights); !error.empty()) {
+    throw InputError(error);
+  }
+  std::ostringstream out;
+  if (options.capacity < 1 || options.capacity > config.max_pos) {
+    out << "capacity: " << options.capacity << " is out of range [1, max_pos " << config.max_pos
+        << "]";
+  } else if (options.max_rows < 1 || options.max_rows > 4096) {
+    out << "max_rows: " << options.max_rows << " is out of range [1, 4096]";
+  } else if (options.threads < 1 || options.threads > 256) {
+    out << "threads: " << options.threads << " is out of range [1, 256]";
+  } else if (config.head_dim > cuda::kMaxAttentionHeadDim) {
+    out << "head_dim: " << config.head_dim << " exceeds the CUDA engine's limit of "
+        << cuda::kMaxAttentionHeadDim;
+  }
+  if (!out.str().empty()) throw InputError(out.str());
+  int devices = 0;
+  const cudaError_t error = cudaGetDeviceCount(&devices);
+  if (error != cudaSuccess || devices == 0) {
+    (void)cudaGetLastError();
+    throw EngineError(EngineError::Kind::kDevice,
+                      std::string("cuda: no CUDA device is available (") +
+                          (error != cudaSuccess ? cudaGetErrorString(error) : "0 devices") + ")");
+  }
+  return std::make_unique<CudaEngine>(config, weights, options);
+}
+
+}  // namespace kvcheck

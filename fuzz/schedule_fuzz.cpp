@@ -1,0 +1,91 @@
+// schedule_fuzz: raw bytes -> a bounded Scenario (schedule_program.h) -> every
+// property on the CPU engine. A failing verdict prints the scenario and the
+// verdict, writes a case file and aborts, so libFuzzer keeps the input as a
+// crash. KVCHECK_FAULT=name[,name...] turns engine faults on, so a campaign
+// can prove it finds each one.
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+#include <string_view>
+
+#include "engine/faults.h"
+#include "fuzz/fuzz_target.h"
+#include "fuzz/schedule_program.h"
+#include "properties/property.h"
+#include "properties/repro/failure_file.h"
+#include "properties/runner.h"
+#include "properties/scenario.h"
+
+namespace kvcheck::fuzz {
+
+const TargetTraits kTarget{"schedule_fuzz", /*keep_rejected_in_corpus=*/false};
+
+namespace {
+
+FaultSet g_faults;
+EngineFactory g_factory;
+
+[[noreturn]] void fail(const std::string& message) {
+  std::fprintf(stderr, "schedule_fuzz: %s\n", message.c_str());
+  std::fflush(stderr);
+  std::abort();
+}
+
+// The same order as the kill matrix's check_any: P6 first, since it compares
+// the cache itself after every call and so names the layer and slots.
+constexpr Property kPropertyOrder[] = {
+    Property::kCacheState, Property::kOracle,      Property::kChunking,
+    Property::kBatch,      Property::kReset,       Property::kCompaction,
+    Property::kGqa,        Property::kDeterminism, Property::kCapacity};
+static_assert(std::size(kPropertyOrder) == size_t(kPropertyCount));
+
+[[noreturn]] void report_failure(const Scenario& scenario, const Verdict& verdict) {
+  std::string text = "property " + std::string(property_label(verdict.property)) + " " +
+                     std::string(property_name(verdict.property)) +
+                     " failed (faults: " + g_faults.to_string() + ")\n" + verdict.summary + "\n" +
+                     verdict.detail + "\nscenario:\n" + scenario.to_text();
+  FailureContext context;  // failures_dir: $KVCHECK_FAILURES, else ./kvcheck-failures
+  context.backend = "cpu";
+  context.found_by = "schedule_fuzz";
+  const WrittenCase written = write_failure_case(scenario, verdict, g_faults, context);
+  text += written.report;
+  fail(text);
+}
+
+}  // namespace
+
+void initialize() {
+  const char* env = std::getenv("KVCHECK_FAULT");
+  std::string_view names = env ? env : "";
+  while (!names.empty() && names != "none") {
+    const size_t comma = names.find(',');
+    const std::string_view name = names.substr(0, comma);
+    const std::optional<Fault> fault = parse_fault(name);
+    if (!fault) fail("KVCHECK_FAULT names an unknown fault: " + std::string(name));
+    g_faults = g_faults.with(*fault);
+    names = comma == std::string_view::npos ? std::string_view{} : names.substr(comma + 1);
+  }
+  if (g_faults.any())
+    std::fprintf(stderr, "schedule_fuzz: faults on: %s\n", g_faults.to_string().c_str());
+  g_factory = cpu_engine_factory(g_faults);
+}
+
+Outcome run_one(std::span<const uint8_t> input) {
+  const ScheduleProgram program = decode(input);
+  const std::vector<uint8_t> canonical = encode(program);
+  // The custom mutator relies on encode() inverting decode().
+  if (decode(canonical) != program) fail("encode() does not invert decode() on this input");
+  const Scenario scenario = to_scenario(program);
+  if (const std::string error = scenario.validate(); !error.empty()) {
+    fail("the decoded scenario does not validate: " + error + "\n" + scenario.to_text());
+  }
+  for (Property property : kPropertyOrder) {
+    const Verdict verdict = check_property(property, scenario, g_factory);
+    if (!verdict.passed) report_failure(scenario, verdict);
+  }
+  const bool is_canonical = canonical.size() == input.size() &&
+                            std::equal(canonical.begin(), canonical.end(), input.begin());
+  return is_canonical ? Outcome::kAccepted : Outcome::kRejected;
+}
+
+}  // namespace kvcheck::fuzz

@@ -1,0 +1,445 @@
+#include "fuzz/schedule_program.h"
+
+#include <algorithm>
+#include <array>
+#include <cstddef>
+#include <iterator>
+
+#include <fuzzer/FuzzedDataProvider.h>
+
+namespace kvcheck::fuzz {
+namespace {
+
+enum Op : int { kOpStep = 0, kOpStart = 1, kOpFinish = 2, kOpReset = 3, kOpLast = kOpReset };
+
+struct FieldRange {
+  int ProgramHeader::*field;
+  int lo, hi;
+};
+
+// The header's byte layout, in reading order. Decoding, encoding and
+// mutation all walk this one table, so they cannot disagree on it.
+constexpr std::array kHeaderFields = {
+    FieldRange{&ProgramHeader::family, 0, 1},
+    FieldRange{&ProgramHeader::n_layers, 1, kMaxLayers},
+    FieldRange{&ProgramHeader::n_kv_heads, 1, kMaxKvHeads},
+    FieldRange{&ProgramHeader::group, 1, kMaxGroup},
+    FieldRange{&ProgramHeader::half_head_dim, 1, kMaxHalfHeadDim},
+    FieldRange{&ProgramHeader::d_model, kMinWidth, kMaxDModel},
+    FieldRange{&ProgramHeader::d_ff, kMinWidth, kMaxDff},
+    FieldRange{&ProgramHeader::vocab, kMinVocab, kMaxVocab},
+    FieldRange{&ProgramHeader::qkv_bias, 0, 1},
+    FieldRange{&ProgramHeader::weight_seed, 0, 0xffff},
+    FieldRange{&ProgramHeader::token_seed, 0, 0xffff},
+    FieldRange{&ProgramHeader::capacity_slack, 0, kMaxSlack},
+    FieldRange{&ProgramHeader::max_pos_slack, 0, kMaxSlack},
+    FieldRange{&ProgramHeader::spare_rows, 0, kMaxSpareRows},
+    FieldRange{&ProgramHeader::kv_dtype, 0, 2},
+};
+
+// What the schedule has done so far; decides which operations can apply.
+class ScheduleState {
+ public:
+  int sequence_count() const { return static_cast<int>(fed_.size()); }
+  bool can_start() const { return sequence_count() < kMaxSequences && running_ < kMaxRunning; }
+  int tokens_left(int s) const { return kMaxTokens - fed_[size_t(s)]; }
+  bool is_running(int s) const {
+    return s >= 0 && s < sequence_count() && running_flags_[size_t(s)];
+  }
+
+  // Running sequences, in index order.
+  std::vector<int> running() const {
+    std::vector<int> out;
+    for (int s = 0; s < sequence_count(); ++s) {
+      if (running_flags_[size_t(s)]) out.push_back(s);
+    }
+    return out;
+  }
+  // Running sequences that can still be fed, in index order.
+  std::vector<int> feedable() const {
+    std::vector<int> out;
+    for (int s : running()) {
+      if (tokens_left(s) > 0) out.push_back(s);
+    }
+    return out;
+  }
+
+  void apply(const Call& call) {
+    switch (call.kind) {
+      case Call::Kind::kStart:
+        fed_.push_back(0);
+        running_flags_.push_back(true);
+        ++running_;
+        break;
+      case Call::Kind::kStep:
+        for (const ChunkSpec& chunk : call.chunks) fed_[size_t(chunk.sequence)] += chunk.length;
+        break;
+      case Call::Kind::kFinish:
+        running_flags_[size_t(call.sequence)] = false;
+        --running_;
+        break;
+      case Call::Kind::kReset:
+        std::fill(running_flags_.begin(), running_flags_.end(), false);
+        running_ = 0;
+        break;
+    }
+  }
+
+ private:
+  std::vector<int> fed_;             // [sequence]
+  std::vector<bool> running_flags_;  // [sequence]
+  int running_ = 0;
+};
+
+int longest_chunk(int tokens_left) {
+  return std::min(kMaxChunk, tokens_left);
+}
+
+int index_of(const std::vector<int>& values, int value) {
+  const auto it = std::find(values.begin(), values.end(), value);
+  return it == values.end() ? -1 : static_cast<int>(it - values.begin());
+}
+
+// Writes values so that FuzzedDataProvider::ConsumeIntegralInRange reads them
+// back: it takes as many bytes as the range needs from the end of the data,
+// the first byte taken being the most significant, and reduces the result
+// modulo the range size (a no-op for values in range).
+class ByteWriter {
+ public:
+  void value(int v, int lo, int hi) {
+    const uint64_t range = uint64_t(int64_t(hi) - int64_t(lo));
+    const uint64_t offset = uint64_t(int64_t(std::clamp(v, lo, hi)) - int64_t(lo));
+    int bytes = 0;
+    while (bytes < int(sizeof(int)) && (range >> (8 * bytes)) > 0) ++bytes;
+    for (int i = bytes - 1; i >= 0; --i) taken_order_.push_back(uint8_t(offset >> (8 * i)));
+  }
+  std::vector<uint8_t> bytes() const { return {taken_order_.rbegin(), taken_order_.rend()}; }
+
+ private:
+  std::vector<uint8_t> taken_order_;  // in the order the reader takes them
+};
+
+// splitmix64, the portable mixer tokens and mutations draw from.
+uint64_t mix(uint64_t x) {
+  x += 0x9e3779b97f4a7c15ull;
+  x = (x ^ (x >> 30)) * 0xbf58476d1ce4e5b9ull;
+  x = (x ^ (x >> 27)) * 0x94d049bb133111ebull;
+  return x ^ (x >> 31);
+}
+
+class Random {
+ public:
+  explicit Random(uint64_t state) : state_(state) {}
+  uint64_t next() { return mix(state_++); }
+  int below(int n) { return n <= 0 ? 0 : static_cast<int>(next() % uint64_t(n)); }
+  int between(int lo, int hi) { return lo + below(hi - lo + 1); }
+
+ private:
+  uint64_t state_;
+};
+
+}  // namespace
+
+ScheduleProgram decode(std::span<const uint8_t> bytes) {
+  FuzzedDataProvider reader(bytes.data(), bytes.size());
+  const auto read = [&](int lo, int hi) { return reader.ConsumeIntegralInRange<int>(lo, hi); };
+  ScheduleProgram program;
+  for (const FieldRange& f : kHeaderFields) program.header.*f.field = read(f.lo, f.hi);
+
+  ScheduleState state;
+  while (reader.remaining_bytes() > 0 && program.calls.size() < size_t(kMaxCalls)) {
+    const int op = read(0, kOpLast);
+    Call call;
+    if (op == kOpStep) {
+      std::vector<int> candidates = state.feedable();
+      if (candidates.empty()) continue;
+      const int count = read(1, static_cast<int>(candidates.size()));
+      std::vector<ChunkSpec> chunks;
+      for (int i = 0; i < count; ++i) {
+        const int pick = read(0, static_cast<int>(candidates.size()) - 1);
+        const int s = candidates[size_t(pick)];
+        candidates.erase(candidates.begin() + pick);
+        chunks.push_back({s, read(1, longest_chunk(state.tokens_left(s)))});
+      }
+      call = Call::step(std::move(chunks));
+    } else if (op == kOpStart) {
+      if (!state.can_start()) continue;
+      call = Call::start(state.sequence_count());
+    } else if (op == kOpFinish) {
+      const std::vector<int> running = state.running();
+      if (running.empty()) continue;
+      call = Call::finish(running[size_t(read(0, static_cast<int>(running.size()) - 1))]);
+    } else {
+      call = Call::reset();
+    }
+    state.apply(call);
+    program.calls.push_back(std::move(call));
+  }
+  return program;
+}
+
+std::vector<uint8_t> encode(const ScheduleProgram& program) {
+  ByteWriter writer;
+  for (const FieldRange& f : kHeaderFields) writer.value(program.header.*f.field, f.lo, f.hi);
+
+  ScheduleState state;
+  int calls = 0;
+  for (const Call& original : program.calls) {
+    if (calls == kMaxCalls) break;
+    Call call = original;
+    switch (call.kind) {
+      case Call::Kind::kStep: {
+        std::vector<int> candidates = state.feedable();
+        // Keep the chunks that can apply, in batch order, each sequence once.
+        std::vector<ChunkSpec> kept;
+        std::vector<int> picks;  // index among the candidates left at each chunk
+        for (const ChunkSpec& chunk : call.chunks) {
+          const int pick = index_of(candidates, chunk.sequence);
+          if (pick < 0) continue;
+          kept.push_back(
+              {chunk.sequence,
+               std::clamp(chunk.length, 1, longest_chunk(state.tokens_left(chunk.sequence)))});
+          picks.push_back(pick);
+          candidates.erase(candidates.begin() + pick);
+        }
+        if (kept.empty()) continue;
+        const int feedable = static_cast<int>(state.feedable().size());
+        writer.value(kOpStep, 0, kOpLast);
+        writer.value(static_cast<int>(kept.size()), 1, feedable);
+        for (size_t i = 0; i < kept.size(); ++i) {
+          writer.value(picks[i], 0, feedable - 1 - static_cast<int>(i));
+          writer.value(kept[i].length, 1, longest_chunk(state.tokens_left(kept[i].sequence)));
+        }
+        call.chunks = std::move(kept);
+        break;
+      }
+      case Call::Kind::kStart:
+        if (!state.can_start()) continue;
+        writer.value(kOpStart, 0, kOpLast);
+        call.sequence = state.sequence_count();
+        break;
+      case Call::Kind::kFinish: {
+        const std::vector<int> running = state.running();
+        const int pick = index_of(running, call.sequence);
+        if (pick < 0) continue;
+        writer.value(kOpFinish, 0, kOpLast);
+        writer.value(pick, 0, static_cast<int>(running.size()) - 1);
+        break;
+      }
+      case Call::Kind::kReset:
+        writer.value(kOpReset, 0, kOpLast);
+        break;
+    }
+    state.apply(call);
+    ++calls;
+  }
+  return writer.bytes();
+}
+
+Scenario to_scenario(const ScheduleProgram& program) {
+  const ProgramHeader& h = program.header;
+  const auto clamp_field = [&](const FieldRange& f) { return std::clamp(h.*f.field, f.lo, f.hi); };
+  ProgramHeader b;  // the header within its bounds
+  for (const FieldRange& f : kHeaderFields) b.*f.field = clamp_field(f);
+
+  Scenario scenario;
+  Config& config = scenario.config;
+  config.family = b.family == 1 ? Family::kLlama : Family::kGpt2;
+  config.n_layers = b.n_layers;
+  config.n_kv_heads = b.n_kv_heads;
+  config.n_heads = b.n_kv_heads * std::min(b.group, std::max(1, kMaxHeads / b.n_kv_heads));
+  config.head_dim = 2 * b.half_head_dim;
+  config.d_model = b.d_model;
+  config.d_ff = b.d_ff;
+  config.vocab = b.vocab;
+  config.qkv_bias = config.family == Family::kGpt2 && b.qkv_bias == 1;
+  scenario.weight_seed = uint64_t(b.weight_seed);
+  scenario.kv_dtype = b.kv_dtype == 1   ? KvDtype::kBF16
+                      : b.kv_dtype == 2 ? KvDtype::kF16
+                                        : KvDtype::kF32;
+
+  // The program came from decode() or was made valid by encode(); rereading
+  // it through the bytes makes sure either way.
+  const ScheduleProgram valid = decode(encode(program));
+  std::vector<int> fed;
+  int running = 0, peak_running = 0;
+  for (const Call& call : valid.calls) {
+    switch (call.kind) {
+      case Call::Kind::kStart:
+        fed.push_back(0);
+        peak_running = std::max(peak_running, ++running);
+        break;
+      case Call::Kind::kStep:
+        for (const ChunkSpec& chunk : call.chunks) fed[size_t(chunk.sequence)] += chunk.length;
+        break;
+      case Call::Kind::kFinish:
+        --running;
+        break;
+      case Call::Kind::kReset:
+        running = 0;
+        break;
+    }
+  }
+  scenario.calls = valid.calls;
+  for (size_t s = 0; s < fed.size(); ++s) {
+    std::vector<int32_t> tokens(static_cast<size_t>(fed[s]));
+    const uint64_t stream = mix(uint64_t(b.token_seed) << 8 | s);
+    for (size_t t = 0; t < tokens.size(); ++t) {
+      tokens[t] = static_cast<int32_t>(mix(stream + t) % uint64_t(config.vocab));
+    }
+    scenario.sequences.push_back(std::move(tokens));
+  }
+  const int longest = fed.empty() ? 0 : *std::max_element(fed.begin(), fed.end());
+  scenario.capacity = std::max(1, longest + b.capacity_slack);
+  config.max_pos = scenario.capacity + b.max_pos_slack;
+  scenario.max_rows = std::max(1, peak_running + b.spare_rows);
+  return scenario;
+}
+
+void mutate_program(ScheduleProgram& program, uint64_t random_state) {
+  Random random(random_state);
+  std::vector<Call>& calls = program.calls;
+  int starts = 0;
+  for (const Call& call : calls) starts += call.kind == Call::Kind::kStart;
+  const auto any_sequence = [&] { return random.below(starts + 1); };
+  const auto any_position = [&] { return calls.begin() + random.below(int(calls.size()) + 1); };
+  const auto indices_of = [&](Call::Kind kind) {
+    std::vector<size_t> out;
+    for (size_t i = 0; i < calls.size(); ++i) {
+      if (calls[i].kind == kind) out.push_back(i);
+    }
+    return out;
+  };
+  const auto pick = [&](const std::vector<size_t>& from) {
+    return from[size_t(random.below(int(from.size())))];
+  };
+  const std::vector<size_t> steps = indices_of(Call::Kind::kStep);
+
+  enum Edit {
+    kInsertCall,
+    kRemoveCall,
+    kSplitChunk,
+    kMergeChunks,
+    kMoveReset,
+    kMoveFinish,
+    kAddToBatch,
+    kDropFromBatch,
+    kReorderBatch,
+    kResizeChunk,
+    kRedrawHeader,
+    kEditCount
+  };
+  switch (static_cast<Edit>(random.below(kEditCount))) {
+    case kInsertCall: {
+      Call call;
+      switch (random.below(4)) {
+        case 0:
+          call = Call::step({{any_sequence(), random.between(1, kMaxChunk)}});
+          break;
+        case 1:
+          call = Call::start(starts);
+          break;
+        case 2:
+          call = Call::finish(any_sequence());
+          break;
+        default:
+          call = Call::reset();
+          break;
+      }
+      calls.insert(any_position(), std::move(call));
+      return;
+    }
+    case kRemoveCall:
+      if (!calls.empty()) calls.erase(calls.begin() + random.below(int(calls.size())));
+      return;
+    case kSplitChunk: {
+      // One chunk of n tokens becomes a chunks of a and then n - a: the same
+      // tokens, fed across two steps.
+      std::vector<std::pair<size_t, size_t>> splittable;  // (call, chunk)
+      for (size_t i : steps) {
+        for (size_t c = 0; c < calls[i].chunks.size(); ++c) {
+          if (calls[i].chunks[c].length >= 2) splittable.push_back({i, c});
+        }
+      }
+      if (splittable.empty()) return;
+      const auto [i, c] = splittable[size_t(random.below(int(splittable.size())))];
+      ChunkSpec& chunk = calls[i].chunks[c];
+      const int first = random.between(1, chunk.length - 1);
+      const ChunkSpec rest{chunk.sequence, chunk.length - first};
+      chunk.length = first;
+      calls.insert(calls.begin() + std::ptrdiff_t(i) + 1, Call::step({rest}));
+      return;
+    }
+    case kMergeChunks: {
+      // A sequence's chunk absorbs its next chunk, in a later step.
+      if (steps.empty()) return;
+      const size_t i = pick(steps);
+      if (calls[i].chunks.empty()) return;
+      ChunkSpec& chunk = calls[i].chunks[size_t(random.below(int(calls[i].chunks.size())))];
+      for (size_t j = i + 1; j < calls.size(); ++j) {
+        auto& later = calls[j].chunks;
+        const auto same = std::find_if(later.begin(), later.end(), [&](const ChunkSpec& c) {
+          return c.sequence == chunk.sequence;
+        });
+        if (calls[j].kind != Call::Kind::kStep || same == later.end()) continue;
+        chunk.length += same->length;
+        later.erase(same);
+        if (later.empty()) calls.erase(calls.begin() + std::ptrdiff_t(j));
+        return;
+      }
+      return;
+    }
+    case kMoveReset:
+    case kMoveFinish: {
+      // Where a reset or a finish falls decides what survives it; when there
+      // is none to move, one is added.
+      const bool move_reset = random.below(2) == 0;
+      const std::vector<size_t> found =
+          indices_of(move_reset ? Call::Kind::kReset : Call::Kind::kFinish);
+      if (found.empty()) {
+        calls.insert(any_position(), move_reset ? Call::reset() : Call::finish(any_sequence()));
+        return;
+      }
+      const size_t from = pick(found);
+      const Call moved = calls[from];
+      calls.erase(calls.begin() + std::ptrdiff_t(from));
+      calls.insert(any_position(), moved);
+      return;
+    }
+    case kAddToBatch:
+      if (steps.empty()) return;
+      calls[pick(steps)].chunks.push_back({any_sequence(), random.between(1, kMaxChunk)});
+      return;
+    case kDropFromBatch: {
+      if (steps.empty()) return;
+      auto& chunks = calls[pick(steps)].chunks;
+      if (chunks.size() >= 2) chunks.erase(chunks.begin() + random.below(int(chunks.size())));
+      return;
+    }
+    case kReorderBatch: {
+      if (steps.empty()) return;
+      auto& chunks = calls[pick(steps)].chunks;
+      if (chunks.size() >= 2) {
+        std::swap(chunks[size_t(random.below(int(chunks.size())))],
+                  chunks[size_t(random.below(int(chunks.size())))]);
+      }
+      return;
+    }
+    case kResizeChunk: {
+      if (steps.empty()) return;
+      auto& chunks = calls[pick(steps)].chunks;
+      if (!chunks.empty()) {
+        chunks[size_t(random.below(int(chunks.size())))].length = random.between(1, kMaxChunk);
+      }
+      return;
+    }
+    case kRedrawHeader:
+    case kEditCount: {
+      const FieldRange& f = kHeaderFields[size_t(random.below(int(kHeaderFields.size())))];
+      program.header.*f.field = random.between(f.lo, f.hi);
+      return;
+    }
+  }
+}
+
+}  // namespace kvcheck::fuzz

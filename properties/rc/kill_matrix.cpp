@@ -1,0 +1,196 @@
+#include "properties/rc/kill_matrix.h"
+
+#include <chrono>
+#include <cstdio>
+#include <sstream>
+
+namespace kvcheck::rcgen {
+
+const std::vector<CatalogueEntry>& fault_catalogue() {
+  using P = Property;
+  static const std::vector<CatalogueEntry> entries = {
+      {Fault::kSharedLayerCache, {P::kOracle, P::kCacheState}, 8, 6},
+      {Fault::kSharedRows, {P::kOracle, P::kBatch, P::kCacheState}, 9, 7},
+      {Fault::kDecodePositionZero, {P::kOracle, P::kChunking, P::kCacheState}, 7, 6},
+      {Fault::kChunkPositionRestart, {P::kOracle, P::kChunking, P::kCacheState}, 8, 7},
+      {Fault::kPositionLagAfterFirst, {P::kOracle, P::kCacheState}, 7, 6},
+      {Fault::kPositionBumpPerLayer, {P::kOracle, P::kCacheState}, 6, 6},
+      {Fault::kTiledKvHeads, {P::kOracle, P::kGqa}, 8, 8},
+      {Fault::kResetKeepsKv, {P::kOracle, P::kReset, P::kCacheState}, 9, 9},
+      {Fault::kResetKeepsPosition, {P::kOracle, P::kReset, P::kCacheState}, 9, 9},
+      {Fault::kMaskTopLeft, {P::kOracle, P::kChunking}, 7, 6},
+      {Fault::kAppendOverwrites, {P::kOracle, P::kChunking, P::kCacheState}, 7, 6},
+      {Fault::kCompactionTableOnly, {P::kOracle, P::kCompaction}, 10, 8},
+      {Fault::kRopeReapplied, {P::kOracle, P::kChunking, P::kCacheState}, 8, 7},
+      {Fault::kKvSwapped, {P::kOracle, P::kCacheState}, 5, 5},
+      {Fault::kCapacityWraps, {P::kCapacity}, 7, 5},
+  };
+  return entries;
+}
+
+const HuntResult* KillMatrixRow::smallest() const {
+  const HuntResult* best = any.failed ? &any : nullptr;
+  for (const HuntResult& r : cells) {
+    if (r.failed && (best == nullptr || r.counterexample->size() < best->counterexample->size())) {
+      best = &r;
+    }
+  }
+  return best;
+}
+
+KillMatrix run_kill_matrix(const std::function<EngineFactory(FaultSet)>& factory_for,
+                           const KillMatrixOptions& options,
+                           const std::function<void(const std::string&)>& progress) {
+  const auto start = std::chrono::steady_clock::now();
+  const auto out_of_time = [&] {
+    return options.time_limit_seconds > 0 &&
+           std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() >
+               options.time_limit_seconds;
+  };
+  KillMatrix m;
+  m.rows.push_back({"(correct engine)", std::nullopt, {}, {}});
+  for (const CatalogueEntry& e : fault_catalogue()) {
+    m.rows.push_back({std::string(fault_name(e.fault)), e.fault, {}, {}});
+  }
+  for (KillMatrixRow& row : m.rows) {
+    if (out_of_time()) {
+      row.ran = false;
+      continue;
+    }
+    const EngineFactory factory = factory_for(row.fault ? FaultSet(*row.fault) : FaultSet());
+    HuntOptions hunt_options;
+    hunt_options.seed = options.seed;
+    hunt_options.max_cases = row.fault ? options.cases_per_cell : options.correct_cases;
+    if (progress) progress("kill matrix: " + row.name + ", every property per case");
+    row.any = hunt([&](const Scenario& s) { return check_any(s, factory); }, Emphasis::kAny,
+                   hunt_options);
+    if (row.fault) m.kill_all_seconds += row.any.seconds;
+    m.total_seconds += row.any.seconds;
+    if (!options.per_property) continue;
+    for (int p = 0; p < kPropertyCount; ++p) {
+      const Property property = static_cast<Property>(p);
+      if (progress) progress("kill matrix: " + row.name + " x " + std::string(property_name(property)));
+      row.cells.push_back(
+          hunt([&](const Scenario& s) { return check_property(property, s, factory); },
+               emphasis_for(property), hunt_options));
+      m.total_seconds += row.cells.back().seconds;
+    }
+  }
+  return m;
+}
+
+namespace {
+
+std::string cell_text(const HuntResult& r) { return r.failed ? std::to_string(r.cases_run) : "-"; }
+
+}  // namespace
+
+std::string KillMatrix::table() const {
+  std::ostringstream out;
+  char line[256];
+  const bool per_property = !rows.empty() && !rows.front().cells.empty();
+  std::snprintf(line, sizeof(line), "%-26s", "fault \\ property");
+  out << line;
+  if (per_property) {
+    for (int p = 0; p < kPropertyCount; ++p) {
+      std::snprintf(line, sizeof(line), " %4s", std::string(property_label(Property(p))).c_str());
+      out << line;
+    }
+  }
+  out << "   any  size target    x  logits-min  s(any)  killed first by\n";
+  for (const KillMatrixRow& row : rows) {
+    std::snprintf(line, sizeof(line), "%-26s", row.name.c_str());
+    out << line;
+    if (!row.ran) {
+      out << "  not run: time limit\n";
+      continue;
+    }
+    for (const HuntResult& r : row.cells) {
+      std::snprintf(line, sizeof(line), " %4s", cell_text(r).c_str());
+      out << line;
+    }
+    const HuntResult* best = row.smallest();
+    if (row.fault && best != nullptr) {
+      const CatalogueEntry& entry = fault_catalogue()[size_t(*row.fault)];
+      const int size = best->counterexample->size();
+      std::snprintf(line, sizeof(line), "  %4s  %4d %6d %4.2f %11d %7.2f  %s\n",
+                    cell_text(row.any).c_str(), size, entry.shrink_target,
+                    double(size) / entry.shrink_target, entry.logits_minimum, row.any.seconds,
+                    row.any.failed ? std::string(property_label(row.any.verdict.property)).c_str()
+                                   : "-");
+    } else {
+      std::snprintf(line, sizeof(line), "  %4s  %4s %6s %4s %11s %7.2f  %s\n",
+                    cell_text(row.any).c_str(), "-", "-", "-", "-", row.any.seconds,
+                    row.fault ? "SURVIVED" : "-");
+    }
+    out << line;
+  }
+  std::snprintf(line, sizeof(line),
+                "\nkilling every fault (the 'any' column): %.2f s; the whole matrix: %.2f s\n",
+                kill_all_seconds, total_seconds);
+  out << line;
+  return out.str();
+}
+
+std::string KillMatrix::counterexamples() const {
+  std::ostringstream out;
+  for (const KillMatrixRow& row : rows) {
+    if (!row.fault || !row.ran) continue;
+    const HuntResult* best = row.smallest();
+    const CatalogueEntry& entry = fault_catalogue()[size_t(*row.fault)];
+    out << "\n== " << row.name << " (shrink target " << entry.shrink_target
+        << ", logits minimum " << entry.logits_minimum << ")";
+    if (best == nullptr) {
+      out << ": SURVIVED every property\n";
+      continue;
+    }
+    out << ": shrunk to size " << best->counterexample->size() << " by " << best->verdict.summary
+        << "\n"
+        << best->counterexample->to_text();
+  }
+  return out.str();
+}
+
+std::vector<std::string> KillMatrix::problems() const {
+  std::vector<std::string> out;
+  if (rows.empty()) return {"the kill matrix did not run"};
+  const KillMatrixRow& correct = rows.front();
+  for (size_t p = 0; p < correct.cells.size(); ++p) {
+    const HuntResult& r = correct.cells[p];
+    if (r.failed) {
+      out.push_back("the correct engine fails " + std::string(property_label(Property(p))) +
+                    ": " + r.verdict.summary + "\n" + r.verdict.detail +
+                    (r.counterexample ? r.counterexample->to_text() : ""));
+    }
+  }
+  if (correct.any.failed) out.push_back("the correct engine fails: " + correct.any.verdict.summary);
+  for (size_t i = 1; i < rows.size(); ++i) {
+    const KillMatrixRow& row = rows[i];
+    if (!row.ran) {
+      out.push_back(row.name + ": not run within the time limit");
+      continue;
+    }
+    const CatalogueEntry& entry = fault_catalogue()[i - 1];
+    const HuntResult* best = row.smallest();
+    if (best == nullptr) {
+      out.push_back(row.name + " survived every property");
+      continue;
+    }
+    // Shrink quality: a counterexample a person can read in a minute.
+    if (best->counterexample->size() > 2 * entry.shrink_target) {
+      out.push_back(row.name + ": shrunk to " + std::to_string(best->counterexample->size()) +
+                    ", more than twice the hand-derived shrink target " +
+                    std::to_string(entry.shrink_target));
+    }
+    if (row.cells.empty()) continue;
+    for (Property p : entry.caught_by) {
+      if (!row.cells[size_t(p)].failed) {
+        out.push_back(row.name + ": docs/FAULTS.md says " + std::string(property_label(p)) +
+                      " catches it, but it survived");
+      }
+    }
+  }
+  return out;
+}
+
+}  // namespace kvcheck::rcgen

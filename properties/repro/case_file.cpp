@@ -1,0 +1,676 @@
+#include "properties/repro/case_file.h"
+
+#include <cctype>
+#include <charconv>
+#include <cmath>
+#include <cstdio>
+#include <fstream>
+#include <limits>
+#include <map>
+#include <optional>
+#include <sstream>
+#include <tuple>
+
+namespace kvcheck {
+
+namespace {
+
+// Shortest text that reads back to the same double.
+std::string exact(double value) {
+  char buffer[40];
+  const auto result = std::to_chars(buffer, buffer + sizeof(buffer), value);
+  return std::string(buffer, result.ptr);
+}
+
+bool is_space(char c) { return c == ' ' || c == '\t'; }
+
+// Blanks and control characters at the ends carry nothing a reader could
+// see, so they never belong to a value (and a value never ends with one).
+bool is_blank(char c) {
+  const unsigned char u = static_cast<unsigned char>(c);
+  return u <= 0x20 || u == 0x7f;
+}
+
+std::string_view trim(std::string_view text) {
+  while (!text.empty() && is_blank(text.front())) text.remove_prefix(1);
+  while (!text.empty() && is_blank(text.back())) text.remove_suffix(1);
+  return text;
+}
+
+// Splits off the first whitespace-separated word.
+std::string_view next_word(std::string_view& rest) {
+  rest = trim(rest);
+  size_t end = 0;
+  while (end < rest.size() && !is_space(rest[end])) ++end;
+  const std::string_view word = rest.substr(0, end);
+  rest = trim(rest.substr(end));
+  return word;
+}
+
+// Quotes input text in a message: printable ASCII kept, the rest escaped, and
+// cut short so that a hostile line cannot make the message huge.
+std::string quoted(std::string_view text) {
+  constexpr size_t kMaxQuoted = 60;
+  std::string out = "\"";
+  for (size_t i = 0; i < text.size() && i < kMaxQuoted; ++i) {
+    const unsigned char c = static_cast<unsigned char>(text[i]);
+    if (c >= 0x20 && c < 0x7f && c != '"' && c != '\\') {
+      out += static_cast<char>(c);
+    } else {
+      char escaped[8];
+      std::snprintf(escaped, sizeof(escaped), "\\x%02x", c);
+      out += escaped;
+    }
+  }
+  if (text.size() > kMaxQuoted) out += "...";
+  return out + "\"";
+}
+
+struct ParseError {
+  int line;  // 0: not tied to one line
+  std::string message;
+};
+
+[[noreturn]] void fail_at(int line, std::string message) { throw ParseError{line, std::move(message)}; }
+
+// Config fields in print order; each is required exactly once.
+constexpr const char* kConfigKeys[] = {"family",     "n_layers",   "d_model",  "n_heads",
+                                       "n_kv_heads", "head_dim",   "d_ff",     "vocab",
+                                       "max_pos",    "rope_theta", "norm_eps", "qkv_bias"};
+constexpr const char* kEngineKeys[] = {"weight_seed", "capacity", "max_rows", "kv_dtype"};
+
+bool is_config_key(std::string_view key) {
+  for (const char* k : kConfigKeys) {
+    if (key == k) return true;
+  }
+  return false;
+}
+
+bool is_engine_key(std::string_view key) {
+  for (const char* k : kEngineKeys) {
+    if (key == k) return true;
+  }
+  return false;
+}
+
+std::string property_choices() {
+  std::string text;
+  for (int i = 0; i < kPropertyCount; ++i) {
+    if (i > 0) text += ", ";
+    text += std::string(property_name(static_cast<Property>(i)));
+  }
+  return text;
+}
+
+int64_t parse_integer(int line, std::string_view field, std::string_view text, int64_t lo,
+                      int64_t hi) {
+  int64_t value = 0;
+  const char* end = text.data() + text.size();
+  const auto result = std::from_chars(text.data(), end, value);
+  if (text.empty() || result.ec != std::errc() || result.ptr != end || value < lo || value > hi) {
+    fail_at(line, std::string(field) + ": expected an integer in [" + std::to_string(lo) + ", " +
+                      std::to_string(hi) + "], got " + quoted(text));
+  }
+  return value;
+}
+
+int parse_int(int line, std::string_view field, std::string_view text, int lo = 0,
+              int hi = std::numeric_limits<int>::max()) {
+  return static_cast<int>(parse_integer(line, field, text, lo, hi));
+}
+
+uint64_t parse_u64(int line, std::string_view field, std::string_view text) {
+  uint64_t value = 0;
+  const char* end = text.data() + text.size();
+  const auto result = std::from_chars(text.data(), end, value);
+  if (text.empty() || result.ec != std::errc() || result.ptr != end) {
+    fail_at(line, std::string(field) + ": expected an unsigned 64-bit integer, got " +
+                      quoted(text));
+  }
+  return value;
+}
+
+double parse_double(int line, std::string_view field, std::string_view text) {
+  double value = 0;
+  const char* end = text.data() + text.size();
+  const auto result = std::from_chars(text.data(), end, value);
+  if (text.empty() || result.ec != std::errc() || result.ptr != end || !std::isfinite(value)) {
+    fail_at(line, std::string(field) + ": expected a finite number (e.g. 1e-05), got " +
+                      quoted(text));
+  }
+  return value;
+}
+
+// "s<index>" naming a sequence; the index is checked against the schedule by
+// Scenario::validate.
+int parse_sequence_ref(int line, std::string_view what, std::string_view text) {
+  if (text.size() < 2 || text[0] != 's') {
+    fail_at(line, std::string(what) + ": expected a sequence as s<index> (e.g. s0), got " +
+                      quoted(text));
+  }
+  return parse_int(line, what, text.substr(1), 0, kMaxCaseSequences - 1);
+}
+
+// Traces a Scenario::validate message ("call 3: ...", "sequence 1, token 2:
+// ...", "capacity: ...", "config: n_heads: ...") back to the line it names.
+struct LineIndex {
+  std::map<std::string, int, std::less<>> key_line;
+  std::vector<int> sequence_line;  // [sequence]
+  std::vector<int> call_line;      // [call]
+};
+
+int leading_number(std::string_view text) {
+  int value = -1;
+  std::from_chars(text.data(), text.data() + text.size(), value);
+  return value;
+}
+
+int line_of_validation_error(const LineIndex& index, std::string_view error) {
+  const auto key_line = [&](std::string_view key) {
+    const auto it = index.key_line.find(key);
+    return it == index.key_line.end() ? 0 : it->second;
+  };
+  if (error.starts_with("call ")) {
+    const int call = leading_number(error.substr(5));
+    if (call >= 0 && call < static_cast<int>(index.call_line.size())) {
+      return index.call_line[size_t(call)];
+    }
+    return 0;
+  }
+  if (error.starts_with("sequence ")) {
+    const int sequence = leading_number(error.substr(9));
+    if (sequence >= 0 && sequence < static_cast<int>(index.sequence_line.size())) {
+      return index.sequence_line[size_t(sequence)];
+    }
+    return 0;
+  }
+  if (error.starts_with("config: ")) error.remove_prefix(8);
+  size_t field_end = 0;
+  while (field_end < error.size() &&
+         (std::isalnum(static_cast<unsigned char>(error[field_end])) || error[field_end] == '_')) {
+    ++field_end;
+  }
+  return key_line(error.substr(0, field_end));
+}
+
+class Parser {
+ public:
+  CaseFile parse(std::string_view text) {
+    if (text.size() > kMaxCaseBytes) {
+      fail_at(0, "the file has " + std::to_string(text.size()) + " bytes; expected at most " +
+                     std::to_string(kMaxCaseBytes));
+    }
+    int line_number = 0;
+    while (!text.empty()) {
+      const size_t end = text.find('\n');
+      std::string_view line = text.substr(0, end);
+      text = end == std::string_view::npos ? std::string_view() : text.substr(end + 1);
+      ++line_number;
+      if (!line.empty() && line.back() == '\r') line.remove_suffix(1);
+      if (line_number == 1) {
+        read_magic(line);
+        continue;
+      }
+      line = trim(line);
+      if (line.empty() || line.front() == '#') continue;
+      read_line(line_number, line);
+    }
+    if (line_number == 0) fail_at(1, "the file is empty; expected the first line \"kvcheck-case 1\"");
+    last_line_ = line_number;
+    return finish();
+  }
+
+ private:
+  void read_magic(std::string_view line) {
+    const std::string_view trimmed = trim(line);
+    if (trimmed == kCaseMagic) return;
+    std::string_view rest = trimmed;
+    if (next_word(rest) == "kvcheck-case") {
+      fail_at(1, "unsupported case format version " + quoted(rest) +
+                     "; expected \"kvcheck-case 1\" (this kvcheck reads version 1)");
+    }
+    fail_at(1, "expected the first line \"kvcheck-case 1\", got " + quoted(line));
+  }
+
+  void once(int line, std::string_view key) {
+    const auto [it, inserted] = index_.key_line.emplace(std::string(key), line);
+    if (!inserted) {
+      fail_at(line, std::string(key) + ": given twice (first on line " +
+                        std::to_string(it->second) + "); expected it once");
+    }
+  }
+
+  void read_line(int line, std::string_view text) {
+    std::string_view rest = text;
+    const std::string_view key = next_word(rest);
+    if (key == "note") {
+      if (static_cast<int>(c_.notes.size()) == kMaxCaseNotes) {
+        fail_at(line, "note: more than " + std::to_string(kMaxCaseNotes) + " notes");
+      }
+      c_.notes.push_back(std::string(rest));
+    } else if (key == "property") {
+      once(line, key);
+      const std::string_view name = next_word(rest);
+      expect_end(line, key, rest);
+      const std::optional<Property> p = parse_property(name);
+      if (!p) {
+        fail_at(line, "property: unknown property " + quoted(name) + "; expected one of " +
+                          property_choices() + " (or P1..P9)");
+      }
+      c_.property = *p;
+    } else if (key == "fault") {
+      once(line, key);
+      read_faults(line, next_word(rest));
+      expect_end(line, key, rest);
+    } else if (key == "backend") {
+      once(line, key);
+      const std::string_view name = next_word(rest);
+      expect_end(line, key, rest);
+      for (char ch : name) {
+        if (!std::isalnum(static_cast<unsigned char>(ch)) && ch != '-' && ch != '_') {
+          fail_at(line, "backend: expected a name of letters, digits, - and _, got " +
+                            quoted(name));
+        }
+      }
+      if (name.empty()) fail_at(line, "backend: expected a backend name (e.g. cpu)");
+      c_.backend = std::string(name);
+    } else if (is_config_key(key) || is_engine_key(key)) {
+      once(line, key);
+      const std::string_view value = next_word(rest);
+      expect_end(line, key, rest);
+      read_model_field(line, key, value);
+    } else if (key == "weights_file") {
+      fail_at(line, "weights_file: loading weights from a file is not supported by case format "
+                    "1; expected weight_seed <integer> (docs/CASE_FORMAT.md)");
+    } else if (key == "sequence") {
+      read_sequence(line, rest);
+    } else if (key == "start" || key == "finish") {
+      const std::string_view ref = next_word(rest);
+      expect_end(line, key, rest);
+      const int s = parse_sequence_ref(line, key, ref);
+      add_call(line, key == "start" ? Call::start(s) : Call::finish(s));
+    } else if (key == "reset") {
+      expect_end(line, key, rest);
+      add_call(line, Call::reset());
+    } else if (key == "step") {
+      read_step(line, rest);
+    } else if (key == "verdict") {
+      once(line, key);
+      const std::string_view outcome = next_word(rest);
+      expect_end(line, key, rest);
+      if (outcome == "failed") {
+        c_.verdict.outcome = RecordedVerdict::Outcome::kFailed;
+      } else if (outcome == "passed") {
+        c_.verdict.outcome = RecordedVerdict::Outcome::kPassed;
+      } else if (outcome == "not_applicable") {
+        c_.verdict.outcome = RecordedVerdict::Outcome::kNotApplicable;
+      } else {
+        fail_at(line, "verdict: expected failed, passed or not_applicable, got " +
+                          quoted(outcome));
+      }
+      c_.has_verdict = true;
+    } else if (key == "where") {
+      once(line, key);
+      read_where(line, rest);
+    } else if (key == "summary") {
+      once(line, key);
+      c_.verdict.summary = std::string(rest);
+    } else {
+      fail_at(line, "unknown key " + quoted(key) +
+                        "; expected one of note, property, fault, backend, the model and engine "
+                        "fields (family ... kv_dtype), sequence, start, step, finish, reset, "
+                        "verdict, where, summary (docs/CASE_FORMAT.md)");
+    }
+  }
+
+  static void expect_end(int line, std::string_view key, std::string_view rest) {
+    if (!rest.empty()) {
+      fail_at(line, std::string(key) + ": unexpected " + quoted(rest) + " after the value");
+    }
+  }
+
+  void read_faults(int line, std::string_view names) {
+    if (names == "none") return;
+    if (names.empty()) fail_at(line, "fault: expected none or fault names separated by commas");
+    while (!names.empty()) {
+      const size_t comma = names.find(',');
+      const std::string_view name = names.substr(0, comma);
+      const std::optional<Fault> f = parse_fault(name);
+      if (!f) {
+        std::string known;
+        for (int i = 0; i < kFaultCount; ++i) {
+          known += (i ? ", " : "") + std::string(fault_name(static_cast<Fault>(i)));
+        }
+        fail_at(line, "fault: unknown fault " + quoted(name) + "; expected none or one of " +
+                          known);
+      }
+      c_.faults = c_.faults.with(*f);
+      names = comma == std::string_view::npos ? std::string_view() : names.substr(comma + 1);
+      if (comma != std::string_view::npos && names.empty()) {
+        fail_at(line, "fault: expected a fault name after the last comma");
+      }
+    }
+  }
+
+  void read_model_field(int line, std::string_view key, std::string_view value) {
+    Config& config = c_.scenario.config;
+    Scenario& s = c_.scenario;
+    const auto int_field = [&](int& out) { out = parse_int(line, key, value, 0); };
+    if (key == "family") {
+      const Result<Family> family = parse_family(std::string(value));
+      if (!family) fail_at(line, "family: expected gpt2 or llama, got " + quoted(value));
+      config.family = family.value();
+    } else if (key == "n_layers") {
+      int_field(config.n_layers);
+    } else if (key == "d_model") {
+      int_field(config.d_model);
+    } else if (key == "n_heads") {
+      int_field(config.n_heads);
+    } else if (key == "n_kv_heads") {
+      int_field(config.n_kv_heads);
+    } else if (key == "head_dim") {
+      int_field(config.head_dim);
+    } else if (key == "d_ff") {
+      int_field(config.d_ff);
+    } else if (key == "vocab") {
+      int_field(config.vocab);
+    } else if (key == "max_pos") {
+      int_field(config.max_pos);
+    } else if (key == "rope_theta") {
+      config.rope_theta = parse_double(line, key, value);
+    } else if (key == "norm_eps") {
+      config.norm_eps = parse_double(line, key, value);
+    } else if (key == "qkv_bias") {
+      if (value != "true" && value != "false") {
+        fail_at(line, "qkv_bias: expected true or false, got " + quoted(value));
+      }
+      config.qkv_bias = value == "true";
+    } else if (key == "weight_seed") {
+      s.weight_seed = parse_u64(line, key, value);
+    } else if (key == "capacity") {
+      int_field(s.capacity);
+    } else if (key == "max_rows") {
+      int_field(s.max_rows);
+    } else if (key == "kv_dtype") {
+      const Result<KvDtype> dtype = parse_kv_dtype(std::string(value));
+      if (!dtype) fail_at(line, "kv_dtype: expected f32, bf16 or f16, got " + quoted(value));
+      s.kv_dtype = dtype.value();
+    }
+  }
+
+  void read_sequence(int line, std::string_view rest) {
+    std::vector<std::vector<int32_t>>& sequences = c_.scenario.sequences;
+    const int expected = static_cast<int>(sequences.size());
+    const std::string_view label = next_word(rest);
+    if (label.empty() || label.back() != ':') {
+      fail_at(line, "sequence: expected \"sequence s" + std::to_string(expected) +
+                        ": <token ids>\", got " + quoted(label));
+    }
+    const int s = parse_sequence_ref(line, "sequence", label.substr(0, label.size() - 1));
+    if (s != expected) {
+      fail_at(line, "sequence: expected s" + std::to_string(expected) +
+                        " (sequences are listed in order from s0), got s" + std::to_string(s));
+    }
+    if (expected == kMaxCaseSequences) {
+      fail_at(line, "sequence: more than " + std::to_string(kMaxCaseSequences) + " sequences");
+    }
+    std::vector<int32_t> tokens;
+    while (!rest.empty()) {
+      if (total_tokens_ == kMaxCaseTokens) {
+        fail_at(line, "sequence: more than " + std::to_string(kMaxCaseTokens) +
+                          " tokens in the file");
+      }
+      tokens.push_back(parse_int(line, "token id", next_word(rest)));
+      ++total_tokens_;
+    }
+    sequences.push_back(std::move(tokens));
+    index_.sequence_line.push_back(line);
+  }
+
+  void read_step(int line, std::string_view rest) {
+    std::vector<ChunkSpec> chunks;
+    if (rest.empty()) fail_at(line, "step: expected one or more chunks s<index>:<length>");
+    while (!rest.empty()) {
+      const std::string_view chunk = next_word(rest);
+      const size_t colon = chunk.find(':');
+      if (colon == std::string_view::npos) {
+        fail_at(line, "step: expected a chunk s<index>:<length> (e.g. s0:3), got " +
+                          quoted(chunk));
+      }
+      if (static_cast<int>(chunks.size()) == kMaxCaseSequences) {
+        fail_at(line, "step: more than " + std::to_string(kMaxCaseSequences) + " chunks");
+      }
+      ChunkSpec spec;
+      spec.sequence = parse_sequence_ref(line, "step", chunk.substr(0, colon));
+      spec.length = parse_int(line, "step chunk length", chunk.substr(colon + 1), 1);
+      chunks.push_back(spec);
+    }
+    add_call(line, Call::step(std::move(chunks)));
+  }
+
+  void add_call(int line, Call call) {
+    if (static_cast<int>(c_.scenario.calls.size()) == kMaxCaseCalls) {
+      fail_at(line, "more than " + std::to_string(kMaxCaseCalls) + " calls");
+    }
+    c_.scenario.calls.push_back(std::move(call));
+    index_.call_line.push_back(line);
+  }
+
+  void read_where(int line, std::string_view rest) {
+    Location& where = c_.verdict.where;
+    while (!rest.empty()) {
+      const std::string_view item = next_word(rest);
+      const size_t eq = item.find('=');
+      const std::string_view name = item.substr(0, eq);
+      const std::string_view value =
+          eq == std::string_view::npos ? std::string_view() : item.substr(eq + 1);
+      if (eq == std::string_view::npos) {
+        fail_at(line, "where: expected name=value (e.g. call=3), got " + quoted(item));
+      }
+      if (name == "positions") {
+        const size_t dots = value.find("..");
+        if (dots == std::string_view::npos) {
+          fail_at(line, "where: positions: expected first..last (e.g. 0..3), got " +
+                            quoted(value));
+        }
+        where.first_bad_position = parse_int(line, "where positions", value.substr(0, dots));
+        where.last_bad_position = parse_int(line, "where positions", value.substr(dots + 2));
+        continue;
+      }
+      int* target = name == "call"       ? &where.call
+                    : name == "sequence" ? &where.sequence
+                    : name == "position" ? &where.position
+                    : name == "layer"    ? &where.layer
+                    : name == "kv_head"  ? &where.kv_head
+                                         : nullptr;
+      if (target == nullptr) {
+        fail_at(line, "where: unknown field " + quoted(name) +
+                          "; expected call, sequence, position, layer, kv_head or positions");
+      }
+      *target = parse_int(line, "where " + std::string(name), value);
+    }
+  }
+
+  CaseFile finish() {
+    const int end = last_line_;
+    for (const char* key : kConfigKeys) require(key, end);
+    for (const char* key : kEngineKeys) require(key, end);
+    require("property", end);
+    const bool verdict_details =
+        index_.key_line.count("where") > 0 || index_.key_line.count("summary") > 0;
+    if (verdict_details && !c_.has_verdict) {
+      const int line = index_.key_line.count("where") ? index_.key_line.at("where")
+                                                       : index_.key_line.at("summary");
+      fail_at(line, "where/summary describe a verdict; expected a line \"verdict failed\" (or "
+                    "passed, not_applicable) too");
+    }
+    if (const std::string error = c_.scenario.validate(); !error.empty()) {
+      fail_at(line_of_validation_error(index_, error), "invalid scenario: " + error);
+    }
+    return std::move(c_);
+  }
+
+  void require(const char* key, int end) {
+    if (index_.key_line.count(key) == 0) {
+      fail_at(0, "at the end of the file (line " + std::to_string(end) + "): missing \"" + key +
+                     "\"; expected a line \"" + key + " <value>\" (docs/CASE_FORMAT.md)");
+    }
+  }
+
+  CaseFile c_;
+  LineIndex index_;
+  int total_tokens_ = 0;
+  int last_line_ = 0;
+};
+
+}  // namespace
+
+bool RecordedVerdict::operator==(const RecordedVerdict& other) const {
+  const auto key = [](const RecordedVerdict& v) {
+    const Location& w = v.where;
+    return std::tuple(v.outcome, w.call, w.sequence, w.position, w.layer, w.kv_head,
+                      w.first_bad_position, w.last_bad_position, std::string_view(v.summary));
+  };
+  return key(*this) == key(other);
+}
+
+std::string one_line(std::string_view text) {
+  std::string out(text);
+  for (char& c : out) {
+    const unsigned char u = static_cast<unsigned char>(c);
+    if (u < 0x20 || u == 0x7f) c = ' ';
+  }
+  return std::string(trim(out));
+}
+
+std::string_view outcome_name(RecordedVerdict::Outcome outcome) {
+  switch (outcome) {
+    case RecordedVerdict::Outcome::kPassed: return "passed";
+    case RecordedVerdict::Outcome::kFailed: return "failed";
+    case RecordedVerdict::Outcome::kNotApplicable: return "not_applicable";
+  }
+  return "failed";
+}
+
+RecordedVerdict::Outcome outcome_of(const Verdict& verdict) {
+  if (!verdict.passed) return RecordedVerdict::Outcome::kFailed;
+  return verdict.applicable ? RecordedVerdict::Outcome::kPassed
+                            : RecordedVerdict::Outcome::kNotApplicable;
+}
+
+RecordedVerdict record_verdict(const Verdict& verdict) {
+  RecordedVerdict r;
+  r.outcome = outcome_of(verdict);
+  r.where = verdict.where;
+  for (int* field : {&r.where.call, &r.where.sequence, &r.where.position, &r.where.layer,
+                     &r.where.kv_head}) {
+    if (*field < 0) *field = -1;
+  }
+  // The range is written as first..last, so it is kept only when whole.
+  if (r.where.first_bad_position < 0 || r.where.last_bad_position < 0) {
+    r.where.first_bad_position = r.where.last_bad_position = -1;
+  }
+  r.summary = one_line(verdict.summary);
+  return r;
+}
+
+std::string print_case(const CaseFile& c) {
+  const Scenario& s = c.scenario;
+  const Config& config = s.config;
+  std::ostringstream out;
+  out << kCaseMagic << "\n";
+  out << "# A kvcheck case (docs/CASE_FORMAT.md). Replay: kvcheck replay FILE\n";
+  for (const std::string& note : c.notes) out << "note " << note << "\n";
+  out << "property " << property_name(c.property) << "\n";
+  out << "fault " << c.faults.to_string() << "\n";
+  if (!c.backend.empty()) out << "backend " << c.backend << "\n";
+  out << "\n# model\n";
+  out << "family " << family_name(config.family) << "\n";
+  out << "n_layers " << config.n_layers << "\n";
+  out << "d_model " << config.d_model << "\n";
+  out << "n_heads " << config.n_heads << "\n";
+  out << "n_kv_heads " << config.n_kv_heads << "\n";
+  out << "head_dim " << config.head_dim << "\n";
+  out << "d_ff " << config.d_ff << "\n";
+  out << "vocab " << config.vocab << "\n";
+  out << "max_pos " << config.max_pos << "\n";
+  out << "rope_theta " << exact(config.rope_theta) << "\n";
+  out << "norm_eps " << exact(config.norm_eps) << "\n";
+  out << "qkv_bias " << (config.qkv_bias ? "true" : "false") << "\n";
+  out << "weight_seed " << s.weight_seed << "\n";
+  out << "\n# engine\n";
+  out << "capacity " << s.capacity << "\n";
+  out << "max_rows " << s.max_rows << "\n";
+  out << "kv_dtype " << kv_dtype_name(s.kv_dtype) << "\n";
+  out << "\n# sequences: token ids in feed order\n";
+  for (size_t i = 0; i < s.sequences.size(); ++i) {
+    out << "sequence s" << i << ":";
+    for (int32_t token : s.sequences[i]) out << " " << token;
+    out << "\n";
+  }
+  out << "\n# schedule: one engine call per line, in order\n";
+  for (const Call& call : s.calls) {
+    switch (call.kind) {
+      case Call::Kind::kStart: out << "start s" << call.sequence; break;
+      case Call::Kind::kFinish: out << "finish s" << call.sequence; break;
+      case Call::Kind::kReset: out << "reset"; break;
+      case Call::Kind::kStep:
+        out << "step";
+        for (const ChunkSpec& chunk : call.chunks) {
+          out << " s" << chunk.sequence << ":" << chunk.length;
+        }
+        break;
+    }
+    out << "\n";
+  }
+  if (c.has_verdict) {
+    const RecordedVerdict& v = c.verdict;
+    const Location& w = v.where;
+    out << "\n# the verdict seen when this file was written\n";
+    out << "verdict " << outcome_name(v.outcome) << "\n";
+    std::string where;
+    const auto add = [&](const char* name, int value) {
+      if (value >= 0) where += std::string(" ") + name + "=" + std::to_string(value);
+    };
+    add("call", w.call);
+    add("sequence", w.sequence);
+    add("position", w.position);
+    add("layer", w.layer);
+    add("kv_head", w.kv_head);
+    if (w.first_bad_position >= 0 && w.last_bad_position >= 0) {
+      where += " positions=" + std::to_string(w.first_bad_position) + ".." +
+               std::to_string(w.last_bad_position);
+    }
+    if (!where.empty()) out << "where" << where << "\n";
+    if (!v.summary.empty()) out << "summary " << v.summary << "\n";
+  }
+  return out.str();
+}
+
+Result<CaseFile> parse_case(std::string_view text) {
+  try {
+    return Parser().parse(text);
+  } catch (const ParseError& e) {
+    return Result<CaseFile>::failure(e.line > 0 ? "line " + std::to_string(e.line) + ": " + e.message
+                                                : e.message);
+  }
+}
+
+Result<CaseFile> read_case_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  if (!in) return Result<CaseFile>::failure(path + ": cannot open the file");
+  std::string text;
+  char buffer[1 << 16];
+  while (in.read(buffer, sizeof(buffer)) || in.gcount() > 0) {
+    text.append(buffer, size_t(in.gcount()));
+    if (text.size() > kMaxCaseBytes) {
+      return Result<CaseFile>::failure(path + ": larger than " + std::to_string(kMaxCaseBytes) +
+                                       " bytes; expected a case file");
+    }
+  }
+  Result<CaseFile> parsed = parse_case(text);
+  if (!parsed) return Result<CaseFile>::failure(path + ": " + parsed.error());
+  return parsed;
+}
+
+}  // namespace kvcheck

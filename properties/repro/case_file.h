@@ -1,0 +1,80 @@
+// Case files: a failure (or a hand-written check) as versioned text that a
+// person can read and edit, and that replay, shrink and the regression corpus
+// all read back. The format is specified in docs/CASE_FORMAT.md.
+//
+// The parser is a pure function from text to case-or-error so that libFuzzer
+// can drive it: it never asserts on its input, bounds every size it allocates
+// from the input, and reports the first problem with its line number and what
+// was expected.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "engine/faults.h"
+#include "model/status.h"
+#include "properties/property.h"
+#include "properties/scenario.h"
+
+namespace kvcheck {
+
+// The verdict a case recorded when it was written: what was seen, so that a
+// replay can say whether it still sees the same.
+struct RecordedVerdict {
+  enum class Outcome : uint8_t { kPassed, kFailed, kNotApplicable };
+  Outcome outcome = Outcome::kFailed;
+  Location where;
+  std::string summary;  // one line; see one_line()
+
+  bool operator==(const RecordedVerdict& other) const;
+};
+
+struct CaseFile {
+  Scenario scenario;
+  Property property = Property::kOracle;
+  FaultSet faults;                 // the fault switches that were on ("none" when empty)
+  std::string backend;             // where it was seen ("cpu", ...); empty when not recorded
+  std::vector<std::string> notes;  // free one-line remarks, kept in order
+  bool has_verdict = false;
+  RecordedVerdict verdict;         // meaningful when has_verdict
+
+  bool operator==(const CaseFile&) const = default;
+};
+
+// Limits on what a case file may ask the parser to hold. They are far above
+// any case kvcheck writes (minimized cases have tens of tokens) and keep a
+// hostile file from allocating more than a few megabytes.
+inline constexpr size_t kMaxCaseBytes = size_t{4} << 20;
+inline constexpr int kMaxCaseSequences = 1024;
+inline constexpr int kMaxCaseTokens = 1 << 18;  // over all sequences
+inline constexpr int kMaxCaseCalls = 1 << 16;
+inline constexpr int kMaxCaseNotes = 256;
+
+inline constexpr std::string_view kCaseMagic = "kvcheck-case 1";
+
+// The case as text; parse_case(print_case(c)) == c for every case whose
+// scenario validates and whose strings are one_line().
+std::string print_case(const CaseFile& c);
+
+// Text -> case, or "line N: <what was wrong>; expected <what>" for the first
+// problem. The scenario is validated (Scenario::validate), and its errors are
+// traced back to the line of the call or field they name.
+Result<CaseFile> parse_case(std::string_view text);
+
+// Reads and parses one file; errors start with the path.
+Result<CaseFile> read_case_file(const std::string& path);
+
+// The text with control characters turned into spaces and the ends trimmed,
+// so that it fits on one line of a case file and reads back unchanged.
+std::string one_line(std::string_view text);
+
+// A verdict as a case records it.
+RecordedVerdict record_verdict(const Verdict& verdict);
+
+// "failed", "passed", "not_applicable".
+std::string_view outcome_name(RecordedVerdict::Outcome outcome);
+RecordedVerdict::Outcome outcome_of(const Verdict& verdict);
+
+}  // namespace kvcheck

@@ -1,0 +1,382 @@
+#include "properties/repro/shrink.h"
+
+#include <algorithm>
+#include <chrono>
+#include <set>
+#include <tuple>
+#include <unordered_set>
+
+#include "properties/runner.h"
+
+namespace kvcheck {
+
+namespace {
+
+// [call][chunk]: the index of the chunk's first token in its sequence.
+std::vector<std::vector<int>> chunk_offsets(const Scenario& s) {
+  std::vector<int> fed(s.sequences.size(), 0);
+  std::vector<std::vector<int>> offsets(s.calls.size());
+  for (size_t c = 0; c < s.calls.size(); ++c) {
+    for (const ChunkSpec& chunk : s.calls[c].chunks) {
+      const size_t q = size_t(chunk.sequence);
+      offsets[c].push_back(q < fed.size() ? fed[q] : 0);
+      if (q < fed.size()) fed[q] += chunk.length;
+    }
+  }
+  return offsets;
+}
+
+void erase_tokens(Scenario& s, int sequence, int from, int count) {
+  std::vector<int32_t>& tokens = s.sequences[size_t(sequence)];
+  const int end = std::min<int>(from + count, static_cast<int>(tokens.size()));
+  if (from >= end) return;
+  tokens.erase(tokens.begin() + from, tokens.begin() + end);
+}
+
+void drop_sequence(Scenario& s, int k) {
+  std::vector<Call> calls;
+  for (Call call : s.calls) {
+    if ((call.kind == Call::Kind::kStart || call.kind == Call::Kind::kFinish) &&
+        call.sequence == k) {
+      continue;
+    }
+    std::erase_if(call.chunks, [k](const ChunkSpec& c) { return c.sequence == k; });
+    if (call.kind == Call::Kind::kStep && call.chunks.empty()) continue;
+    if (call.sequence > k) --call.sequence;
+    for (ChunkSpec& chunk : call.chunks) {
+      if (chunk.sequence > k) --chunk.sequence;
+    }
+    calls.push_back(std::move(call));
+  }
+  s.calls = std::move(calls);
+  s.sequences.erase(s.sequences.begin() + k);
+}
+
+// Tokens nothing feeds and sequences nothing starts only perturb the derived
+// seeds (scenario_digest); they are dropped from every candidate.
+void normalize(Scenario& s) {
+  std::vector<int> fed(s.sequences.size(), 0);
+  std::vector<bool> started(s.sequences.size(), false);
+  for (const Call& call : s.calls) {
+    if (call.kind == Call::Kind::kStart && size_t(call.sequence) < started.size()) {
+      started[size_t(call.sequence)] = true;
+    }
+    for (const ChunkSpec& chunk : call.chunks) {
+      if (size_t(chunk.sequence) < fed.size()) fed[size_t(chunk.sequence)] += chunk.length;
+    }
+  }
+  for (size_t q = 0; q < s.sequences.size(); ++q) {
+    if (s.sequences[q].size() > size_t(fed[q])) s.sequences[q].resize(size_t(fed[q]));
+  }
+  for (int k = static_cast<int>(s.sequences.size()) - 1; k >= 0; --k) {
+    if (!started[size_t(k)]) drop_sequence(s, k);
+  }
+}
+
+// The most sequences running at once, and the longest fed sequence.
+std::pair<int, int> peak_rows_and_length(const Scenario& s) {
+  int running = 0, peak = 0;
+  std::vector<int> fed(s.sequences.size(), 0);
+  int longest = 0;
+  for (const Call& call : s.calls) {
+    switch (call.kind) {
+      case Call::Kind::kStart: peak = std::max(peak, ++running); break;
+      case Call::Kind::kFinish: --running; break;
+      case Call::Kind::kReset: running = 0; break;
+      case Call::Kind::kStep:
+        for (const ChunkSpec& chunk : call.chunks) {
+          if (size_t(chunk.sequence) >= fed.size()) continue;
+          longest = std::max(longest, fed[size_t(chunk.sequence)] += chunk.length);
+        }
+        break;
+    }
+  }
+  return {peak, longest};
+}
+
+// Distinct candidate values below `current` (and >= lo), smallest first.
+std::vector<int> smaller_values(int current, int lo, std::initializer_list<int> extra = {}) {
+  std::set<int> values = {lo, current / 2, current - 1};
+  for (int v : extra) values.insert(v);
+  std::vector<int> out;
+  for (int v : values) {
+    if (v >= lo && v < current) out.push_back(v);
+  }
+  return out;
+}
+
+class CandidateList {
+ public:
+  explicit CandidateList(const Scenario& base) : base_(base) {}
+
+  void add(Scenario candidate) {
+    normalize(candidate);
+    if (!candidate.validate().empty()) return;
+    if (!(key(candidate) < key(base_))) return;
+    list_.push_back(std::move(candidate));
+  }
+
+  std::vector<Scenario> sorted() && {
+    std::vector<std::pair<std::pair<int, int64_t>, size_t>> order;
+    for (size_t i = 0; i < list_.size(); ++i) order.push_back({key(list_[i]), i});
+    std::stable_sort(order.begin(), order.end(),
+                     [](const auto& a, const auto& b) { return a.first < b.first; });
+    std::vector<Scenario> out;
+    out.reserve(list_.size());
+    for (const auto& [k, i] : order) out.push_back(std::move(list_[i]));
+    return out;
+  }
+
+  static std::pair<int, int64_t> key(const Scenario& s) { return {s.size(), shrink_complexity(s)}; }
+
+ private:
+  const Scenario& base_;
+  std::vector<Scenario> list_;
+};
+
+void schedule_candidates(const Scenario& s, CandidateList& out) {
+  const int n = static_cast<int>(s.sequences.size());
+  // Whole sequences: keep one, or drop one.
+  if (n > 1) {
+    for (int keep = 0; keep < n; ++keep) {
+      Scenario c = s;
+      for (int k = n - 1; k >= 0; --k) {
+        if (k != keep) drop_sequence(c, k);
+      }
+      out.add(std::move(c));
+    }
+  }
+  for (int k = 0; k < n; ++k) {
+    Scenario c = s;
+    drop_sequence(c, k);
+    out.add(std::move(c));
+  }
+  const std::vector<std::vector<int>> offsets = chunk_offsets(s);
+  for (size_t cut = 1; cut < s.calls.size(); ++cut) {
+    Scenario c = s;
+    c.calls.resize(cut);
+    out.add(std::move(c));
+  }
+  for (size_t i = 0; i < s.calls.size(); ++i) {
+    const Call& call = s.calls[i];
+    if (call.kind == Call::Kind::kStart) continue;  // goes with its sequence
+    {
+      // Drop the call; a step's tokens go with it so later steps feed the same ones.
+      Scenario c = s;
+      for (size_t j = call.chunks.size(); j-- > 0;) {
+        erase_tokens(c, call.chunks[j].sequence, offsets[i][j], call.chunks[j].length);
+      }
+      c.calls.erase(c.calls.begin() + std::ptrdiff_t(i));
+      out.add(std::move(c));
+    }
+    if (call.kind != Call::Kind::kStep) continue;
+    for (size_t j = 0; j < call.chunks.size(); ++j) {
+      const ChunkSpec chunk = call.chunks[j];
+      if (call.chunks.size() > 1) {
+        Scenario c = s;
+        erase_tokens(c, chunk.sequence, offsets[i][j], chunk.length);
+        c.calls[i].chunks.erase(c.calls[i].chunks.begin() + std::ptrdiff_t(j));
+        out.add(std::move(c));
+      }
+      for (int length : smaller_values(chunk.length, 1)) {
+        // Keep the chunk's first tokens, or (for one token less) its last ones.
+        Scenario tail_cut = s;
+        erase_tokens(tail_cut, chunk.sequence, offsets[i][j] + length, chunk.length - length);
+        tail_cut.calls[i].chunks[j].length = length;
+        out.add(std::move(tail_cut));
+        if (length == chunk.length - 1) {
+          Scenario head_cut = s;
+          erase_tokens(head_cut, chunk.sequence, offsets[i][j], 1);
+          head_cut.calls[i].chunks[j].length = length;
+          out.add(std::move(head_cut));
+        }
+      }
+    }
+    // Merge with the next step: one call fewer, the same tokens fed.
+    if (i + 1 < s.calls.size() && s.calls[i + 1].kind == Call::Kind::kStep) {
+      Scenario c = s;
+      std::vector<ChunkSpec>& merged = c.calls[i].chunks;
+      for (const ChunkSpec& next : s.calls[i + 1].chunks) {
+        auto same = std::find_if(merged.begin(), merged.end(),
+                                 [&](const ChunkSpec& m) { return m.sequence == next.sequence; });
+        if (same != merged.end()) {
+          same->length += next.length;
+        } else {
+          merged.push_back(next);
+        }
+      }
+      c.calls.erase(c.calls.begin() + std::ptrdiff_t(i + 1));
+      out.add(std::move(c));
+    }
+  }
+}
+
+void model_candidates(const Scenario& s, CandidateList& out) {
+  const Config& config = s.config;
+  const bool llama = config.family == Family::kLlama;
+  const auto with = [&](auto edit) {
+    Scenario c = s;
+    edit(c.config);
+    out.add(std::move(c));
+  };
+  for (int v : smaller_values(config.n_layers, 1)) with([&](Config& c) { c.n_layers = v; });
+  // Query heads and KV heads together: every (h, kv) with kv dividing h.
+  for (int h : smaller_values(config.n_heads + 1, 1, {2, 4})) {
+    for (int kv : smaller_values(config.n_kv_heads + 1, 1, {2, 4, h})) {
+      if (h % kv != 0 || (h == config.n_heads && kv == config.n_kv_heads)) continue;
+      with([&](Config& c) { c.n_heads = h, c.n_kv_heads = kv; });
+    }
+  }
+  const int dim_step = llama ? 2 : 1;  // RoPE rotates pairs
+  for (int v : smaller_values(config.head_dim, dim_step, {2, 4})) {
+    if (v % dim_step == 0) with([&](Config& c) { c.head_dim = v; });
+  }
+  for (int v : smaller_values(config.d_model, 1, {2, 4})) with([&](Config& c) { c.d_model = v; });
+  for (int v : smaller_values(config.d_ff, 1, {2, 4})) with([&](Config& c) { c.d_ff = v; });
+  if (config.qkv_bias) with([](Config& c) { c.qkv_bias = false; });
+
+  // A smaller vocabulary: ids taken modulo the new size, or ranked.
+  std::set<int32_t> distinct;
+  for (const auto& tokens : s.sequences) distinct.insert(tokens.begin(), tokens.end());
+  for (int v : smaller_values(config.vocab, 1, {2})) {
+    Scenario c = s;
+    c.config.vocab = v;
+    for (auto& tokens : c.sequences) {
+      for (int32_t& t : tokens) t %= v;
+    }
+    out.add(std::move(c));
+  }
+  if (!distinct.empty() && static_cast<int>(distinct.size()) < config.vocab) {
+    Scenario c = s;
+    c.config.vocab = static_cast<int>(distinct.size());
+    for (auto& tokens : c.sequences) {
+      for (int32_t& t : tokens) {
+        t = static_cast<int32_t>(std::distance(distinct.begin(), distinct.find(t)));
+      }
+    }
+    out.add(std::move(c));
+  }
+
+  const auto [peak_rows, longest] = peak_rows_and_length(s);
+  for (int v : smaller_values(s.capacity, std::max(1, longest))) {
+    Scenario c = s;
+    c.capacity = v;
+    out.add(std::move(c));
+  }
+  if (config.max_pos > s.capacity) with([&](Config& c) { c.max_pos = s.capacity; });
+  for (int v : smaller_values(s.max_rows, std::max(1, peak_rows))) {
+    Scenario c = s;
+    c.max_rows = v;
+    out.add(std::move(c));
+  }
+  if (s.kv_dtype != KvDtype::kF32) {
+    Scenario c = s;
+    c.kv_dtype = KvDtype::kF32;
+    out.add(std::move(c));
+  }
+}
+
+void token_candidates(const Scenario& s, CandidateList& out) {
+  constexpr int kMaxSingleTokenEdits = 64;
+  int total = 0;
+  for (const auto& tokens : s.sequences) total += static_cast<int>(tokens.size());
+  const auto zero = [&](int only_sequence, int only_token) {
+    Scenario c = s;
+    bool changed = false;
+    for (size_t q = 0; q < c.sequences.size(); ++q) {
+      if (only_sequence >= 0 && int(q) != only_sequence) continue;
+      for (size_t i = 0; i < c.sequences[q].size(); ++i) {
+        if (only_token >= 0 && int(i) != only_token) continue;
+        changed |= c.sequences[q][i] != 0;
+        c.sequences[q][i] = 0;
+      }
+    }
+    if (changed) out.add(std::move(c));
+  };
+  zero(-1, -1);
+  for (size_t q = 0; q < s.sequences.size() && s.sequences.size() > 1; ++q) zero(int(q), -1);
+  if (total > kMaxSingleTokenEdits) return;
+  for (size_t q = 0; q < s.sequences.size(); ++q) {
+    for (size_t i = 0; i < s.sequences[q].size(); ++i) zero(int(q), int(i));
+  }
+}
+
+}  // namespace
+
+int64_t shrink_complexity(const Scenario& s) {
+  const Config& c = s.config;
+  int64_t total = int64_t(c.d_model) + c.d_ff + c.head_dim + c.n_kv_heads + c.vocab + c.max_pos +
+                  s.capacity + s.max_rows + (c.qkv_bias ? 1 : 0) +
+                  (s.kv_dtype != KvDtype::kF32 ? 1 : 0);
+  for (const auto& tokens : s.sequences) {
+    total += int64_t(tokens.size());
+    for (int32_t t : tokens) total += std::max<int32_t>(t, 0);
+  }
+  return total;
+}
+
+std::vector<Scenario> shrink_candidates(const Scenario& scenario) {
+  CandidateList out(scenario);
+  schedule_candidates(scenario, out);
+  model_candidates(scenario, out);
+  token_candidates(scenario, out);
+  return std::move(out).sorted();
+}
+
+ShrinkResult shrink_scenario(const Scenario& failing, const Verdict& verdict,
+                             const FailureCheck& still_fails, const ShrinkOptions& options) {
+  using Clock = std::chrono::steady_clock;
+  const auto start = Clock::now();
+  ShrinkResult result;
+  result.scenario = failing;
+  result.verdict = verdict;
+  result.size_before = failing.size();
+  // Candidates that held, by digest: later rounds list many of them again.
+  std::unordered_set<uint64_t> held;
+  const auto out_of_budget = [&] {
+    return result.evaluations >= options.max_evaluations ||
+           std::chrono::duration<double>(Clock::now() - start).count() >= options.max_seconds;
+  };
+  bool progress = true;
+  while (progress) {
+    progress = false;
+    for (Scenario& candidate : shrink_candidates(result.scenario)) {
+      if (out_of_budget()) {
+        result.size_after = result.scenario.size();
+        return result;
+      }
+      const uint64_t digest = scenario_digest(candidate);
+      if (held.count(digest)) continue;
+      ++result.evaluations;
+      std::optional<Verdict> failed = still_fails(candidate);
+      if (!failed) {
+        held.insert(digest);
+        continue;
+      }
+      result.scenario = std::move(candidate);
+      result.verdict = std::move(*failed);
+      ++result.accepted;
+      if (options.on_accept) options.on_accept(result.scenario, result.evaluations);
+      progress = true;
+      break;
+    }
+  }
+  result.fixed_point = true;
+  result.size_after = result.scenario.size();
+  return result;
+}
+
+std::optional<ShrinkResult> shrink_failure(const Scenario& failing, Property property,
+                                           const EngineFactory& factory,
+                                           const ShrinkOptions& options) {
+  const FailureCheck check = [&](const Scenario& s) -> std::optional<Verdict> {
+    Verdict v = check_property(property, s, factory);
+    if (v.passed) return std::nullopt;
+    return v;
+  };
+  const std::optional<Verdict> initial = check(failing);
+  if (!initial) return std::nullopt;
+  return shrink_scenario(failing, *initial, check, options);
+}
+
+}  // namespace kvcheck

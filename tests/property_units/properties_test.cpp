@@ -1,0 +1,112 @@
+// The correct engine passes every property on hand-made scenarios, on both
+// kernel paths and every KV dtype: a property that flags the correct engine
+// is as broken as one that misses a fault.
+#include <gtest/gtest.h>
+
+#include "properties/runner.h"
+#include "tests/property_units/test_scenarios.h"
+
+namespace kvcheck::test {
+namespace {
+
+struct Shape {
+  Family family;
+  int heads, kv_heads;
+};
+
+TEST(Properties, CorrectEnginePassesEveryPropertyOnTheRichScenario) {
+  const Shape shapes[] = {{Family::kGpt2, 4, 4},
+                          {Family::kGpt2, 4, 2},
+                          {Family::kLlama, 4, 2},
+                          {Family::kLlama, 4, 1},
+                          {Family::kLlama, 4, 4}};
+  for (const Shape& shape : shapes) {
+    for (KvDtype dtype : {KvDtype::kF32, KvDtype::kBF16, KvDtype::kF16}) {
+      for (KernelPath path : {KernelPath::kReference, KernelPath::kOptimized}) {
+        const Scenario scenario = rich_scenario(shape.family, shape.heads, shape.kv_heads, dtype);
+        ASSERT_EQ(scenario.validate(), "");
+        const EngineFactory factory = cpu_engine_factory(FaultSet(), path);
+        for (int i = 0; i < kPropertyCount; ++i) {
+          const Property p = static_cast<Property>(i);
+          const Verdict v = check_property(p, scenario, factory);
+          const bool mha = shape.heads == shape.kv_heads;
+          SCOPED_TRACE(std::string(family_name(shape.family)) + " " + std::to_string(shape.heads) +
+                       "/" + std::to_string(shape.kv_heads) + " " + kv_dtype_name(dtype) +
+                       (path == KernelPath::kReference ? " reference" : " optimized"));
+          EXPECT_TRUE(v.passed) << describe(v);
+          EXPECT_EQ(v.property, p);
+          EXPECT_EQ(v.applicable, !(p == Property::kGqa && mha)) << describe(v);
+          if (p == Property::kOracle || p == Property::kCacheState) {
+            EXPECT_GT(v.worst_ratio, 0.0);
+            EXPECT_LT(v.worst_ratio, 1.0);
+          }
+        }
+      }
+    }
+  }
+}
+
+TEST(Properties, InvalidScenarioIsNotApplicableAndNamesTheProblem) {
+  Scenario s = rich_scenario(Family::kGpt2, 4, 4, KvDtype::kF32);
+  s.calls.insert(s.calls.begin(), P({{0, 1}}));
+  const Verdict v = check_property(Property::kOracle, s, cpu_engine_factory());
+  EXPECT_FALSE(v.applicable);
+  EXPECT_TRUE(v.passed);
+  EXPECT_NE(v.summary.find("call 0: step feeds sequence 0 which is not running"), std::string::npos)
+      << v.summary;
+}
+
+TEST(Properties, NotApplicableWhereThereIsNothingToCheck) {
+  // One sequence, one token, one row: nothing is chunked, batched, reset,
+  // compacted, and the model is MHA.
+  Scenario s;
+  s.config = small_config(Family::kGpt2, 1, 2, 2);
+  s.capacity = 4;
+  s.max_rows = 1;
+  s.sequences = token_table(1, {1}, s.config.vocab);
+  s.calls = {S(0), P({{0, 1}})};
+  const EngineFactory factory = cpu_engine_factory();
+  for (Property p : {Property::kChunking, Property::kBatch, Property::kReset, Property::kCompaction,
+                     Property::kGqa}) {
+    const Verdict v = check_property(p, s, factory);
+    EXPECT_FALSE(v.applicable) << describe(v);
+    EXPECT_TRUE(v.passed);
+  }
+  for (Property p :
+       {Property::kOracle, Property::kCacheState, Property::kDeterminism, Property::kCapacity}) {
+    const Verdict v = check_property(p, s, factory);
+    EXPECT_TRUE(v.applicable) << describe(v);
+    EXPECT_TRUE(v.passed) << describe(v);
+  }
+}
+
+TEST(Properties, CapacityProbesWithACompanionAndAFreshProbeSequence) {
+  Scenario s;
+  s.config = small_config(Family::kLlama, 1, 2, 1);
+  s.capacity = 6;
+  s.max_rows = 2;
+  s.sequences = token_table(9, {6, 3, 2}, s.config.vocab);
+  s.calls = {S(0), S(1), P({{0, 4}, {1, 2}}), P({{0, 2}})};  // s0 at capacity, s1 has room
+  Verdict v = check_property(Property::kCapacity, s, cpu_engine_factory());
+  EXPECT_TRUE(v.passed) << describe(v);
+  EXPECT_NE(v.summary.find("2 refusals, 1 sequences continued"), std::string::npos) << v.summary;
+  // Nothing running at the end: a fresh probe sequence is refused capacity+1.
+  s.calls.push_back(R());
+  v = check_property(Property::kCapacity, s, cpu_engine_factory());
+  EXPECT_TRUE(v.passed) << describe(v);
+  EXPECT_NE(v.summary.find("1 refusals, 1 sequences continued"), std::string::npos) << v.summary;
+}
+
+TEST(Properties, NamesAndLabelsRoundTrip) {
+  for (int i = 0; i < kPropertyCount; ++i) {
+    const Property p = static_cast<Property>(i);
+    EXPECT_EQ(parse_property(property_name(p)), p);
+    EXPECT_EQ(parse_property(property_label(p)), p);
+    EXPECT_EQ(property_label(p), "P" + std::to_string(i + 1));
+  }
+  EXPECT_EQ(property_name(Property::kCacheState), "cache_state");
+  EXPECT_EQ(parse_property("no_such_property"), std::nullopt);
+}
+
+}  // namespace
+}  // namespace kvcheck::test

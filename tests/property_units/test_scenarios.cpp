@@ -1,0 +1,125 @@
+#include "tests/property_units/test_scenarios.h"
+
+#include <sstream>
+
+#include "model/rng.h"
+
+namespace kvcheck::test {
+
+Config small_config(Family family, int n_layers, int n_heads, int n_kv_heads) {
+  Config c = family == Family::kGpt2 ? gpt2_tiny() : llama_tiny();
+  c.n_layers = n_layers;
+  c.n_heads = n_heads;
+  c.n_kv_heads = n_kv_heads;
+  c.max_pos = 64;
+  return c;
+}
+
+std::vector<std::vector<int32_t>> token_table(uint64_t seed, const std::vector<int>& lengths,
+                                              int vocab) {
+  SplitMix64 rng(seed);
+  std::vector<std::vector<int32_t>> table;
+  for (int n : lengths) {
+    std::vector<int32_t>& tokens = table.emplace_back();
+    for (int i = 0; i < n; ++i) tokens.push_back(static_cast<int32_t>(rng.below(uint64_t(vocab))));
+  }
+  return table;
+}
+
+Scenario rich_scenario(Family family, int n_heads, int n_kv_heads, KvDtype dtype) {
+  Scenario s;
+  s.config = small_config(family, 2, n_heads, n_kv_heads);
+  s.weight_seed = 11;
+  s.capacity = 12;
+  s.max_rows = 3;
+  s.kv_dtype = dtype;
+  s.sequences = token_table(5, {7, 12, 5, 6, 4}, s.config.vocab);
+  s.calls = {S(0),
+             S(1),
+             P({{0, 3}, {1, 5}}),
+             P({{1, 1}, {0, 1}}),
+             S(2),
+             P({{2, 2}, {0, 2}, {1, 1}}),
+             F(0),  // s1, s2 move down a row
+             P({{1, 2}, {2, 1}}),
+             S(3),                         // reuses the freed row
+             P({{3, 4}, {2, 2}, {1, 3}}),  // s1 reaches capacity exactly
+             R(),
+             S(4),
+             P({{4, 3}}),
+             P({{4, 1}})};
+  return s;
+}
+
+Scenario minimal_fault_scenario(Fault fault) {
+  Scenario s;
+  const auto model = [&](Family family, int layers, int heads, int kv_heads) {
+    s.config = small_config(family, layers, heads, kv_heads);
+  };
+  s.weight_seed = 77;
+  s.capacity = 4;
+  s.max_rows = 4;
+  model(Family::kGpt2, 1, 1, 1);
+  switch (fault) {
+    case Fault::kSharedLayerCache:
+      model(Family::kGpt2, 2, 1, 1);
+      s.calls = {S(0), P({{0, 1}}), P({{0, 1}})};
+      break;
+    case Fault::kSharedRows:
+      s.calls = {S(0), S(1), P({{0, 1}, {1, 1}}), P({{0, 1}})};
+      break;
+    case Fault::kDecodePositionZero:
+    case Fault::kPositionLagAfterFirst:
+    case Fault::kMaskTopLeft:
+    case Fault::kAppendOverwrites:
+      s.calls = {S(0), P({{0, 1}}), P({{0, 1}})};
+      break;
+    case Fault::kChunkPositionRestart:
+      s.calls = {S(0), P({{0, 1}}), P({{0, 2}})};
+      break;
+    case Fault::kPositionBumpPerLayer:
+      model(Family::kGpt2, 2, 1, 1);
+      s.calls = {S(0), P({{0, 1}})};
+      break;
+    case Fault::kTiledKvHeads:
+      model(Family::kGpt2, 1, 4, 2);
+      s.calls = {S(0), P({{0, 1}})};
+      break;
+    case Fault::kResetKeepsKv:
+    case Fault::kResetKeepsPosition:
+      s.calls = {S(0), P({{0, 1}}), R(), S(1), P({{1, 1}})};
+      break;
+    case Fault::kCompactionTableOnly:
+      s.calls = {S(0), S(1), P({{0, 1}, {1, 1}}), F(0), P({{1, 1}})};
+      break;
+    case Fault::kRopeReapplied:
+      model(Family::kLlama, 1, 1, 1);
+      s.calls = {S(0), P({{0, 2}}), P({{0, 1}})};
+      break;
+    case Fault::kKvSwapped:
+      s.calls = {S(0), P({{0, 1}})};
+      break;
+    case Fault::kCapacityWraps:
+      s.capacity = 1;
+      s.calls = {S(0), P({{0, 1}})};
+      break;
+    case Fault::kCount:
+      break;
+  }
+  int n_sequences = 0;
+  for (const Call& c : s.calls) n_sequences += c.kind == Call::Kind::kStart;
+  std::vector<int> lengths(size_t(n_sequences), 0);
+  for (const Call& c : s.calls) {
+    for (const ChunkSpec& chunk : c.chunks) lengths[size_t(chunk.sequence)] += chunk.length;
+  }
+  s.sequences = token_table(3, lengths, s.config.vocab);
+  return s;
+}
+
+std::string describe(const Verdict& verdict) {
+  std::ostringstream out;
+  out << verdict.summary << "\n" << verdict.detail;
+  return out.str();
+}
+
+}  // namespace kvcheck::test

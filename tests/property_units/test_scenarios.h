@@ -1,0 +1,46 @@
+// Hand-made scenarios for the property unit tests.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "engine/kv_dtype.h"
+#include "properties/property.h"
+#include "properties/scenario.h"
+
+namespace kvcheck::test {
+
+// One layer of notation: S(i) start, P({{s, n}, ...}) step, F(i) finish, R() reset.
+inline Call S(int s) {
+  return Call::start(s);
+}
+inline Call P(std::vector<ChunkSpec> chunks) {
+  return Call::step(std::move(chunks));
+}
+inline Call F(int s) {
+  return Call::finish(s);
+}
+inline Call R() {
+  return Call::reset();
+}
+
+// A small model of the family; heads over kv_heads, head_dim 8.
+Config small_config(Family family, int n_layers, int n_heads, int n_kv_heads);
+
+// `lengths[i]` tokens for sequence i, drawn from a SplitMix64 seeded by `seed`.
+std::vector<std::vector<int32_t>> token_table(uint64_t seed, const std::vector<int>& lengths,
+                                              int vocab);
+
+// Every kind of call: batched prefill, decodes, a finish under a running
+// sequence (compaction), a row reuse, a reset and a fresh start after it,
+// chunk ends at capacity.
+Scenario rich_scenario(Family family, int n_heads, int n_kv_heads, KvDtype dtype);
+
+// The smallest scenario of docs/FAULTS.md for a fault.
+Scenario minimal_fault_scenario(Fault fault);
+
+// gtest-friendly text of a verdict.
+std::string describe(const Verdict& verdict);
+
+}  // namespace kvcheck::test

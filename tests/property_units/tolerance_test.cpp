@@ -1,0 +1,147 @@
+// The derived tolerance: the correct engine stays inside it, and it is tight
+// enough to mean something (a bound as wide as the logits would pass anything).
+#include <gtest/gtest.h>
+
+#include <cmath>
+
+#include "oracle/oracle.h"
+#include "properties/runner.h"
+#include "properties/tolerance.h"
+#include "tests/property_units/test_scenarios.h"
+
+namespace kvcheck::test {
+namespace {
+
+TEST(Tolerance, Constants) {
+  EXPECT_DOUBLE_EQ(gamma_n(1), 0x1p-24 / (1 - 0x1p-24));
+  EXPECT_EQ(kv_storage_error(KvDtype::kF32).relative, 0.0);
+  EXPECT_EQ(kv_storage_error(KvDtype::kF32).absolute, 0.0);
+  EXPECT_EQ(kv_storage_error(KvDtype::kBF16).relative, 0x1p-8);
+  EXPECT_EQ(kv_storage_error(KvDtype::kF16).relative, 0x1p-11);
+  EXPECT_EQ(kv_storage_error(KvDtype::kF16).absolute, 0x1p-25);
+  EXPECT_NEAR(2 * std::exp(-kConfidence * kConfidence / 2), 4e-16, 1e-16);
+}
+
+struct Fixture {
+  Config config;
+  Weights weights;
+  std::vector<int32_t> tokens;
+};
+
+Fixture fixture(Family family) {
+  Fixture f{small_config(family, 2, 4, 2), {}, {}};
+  f.weights = init_weights(f.config, 3);
+  f.tokens = token_table(4, {20}, f.config.vocab)[0];
+  return f;
+}
+
+TEST(Tolerance, ShapesAndStorageTerms) {
+  for (Family family : {Family::kGpt2, Family::kLlama}) {
+    const Fixture f = fixture(family);
+    const oracle::Output ref = oracle::forward(f.config, f.weights, f.tokens);
+    const ErrorBounds f32 = derive_error_bounds(f.config, f.weights, f.tokens, KvDtype::kF32);
+    const ErrorBounds bf16 = derive_error_bounds(f.config, f.weights, f.tokens, KvDtype::kBF16);
+    ASSERT_EQ(f32.logits.size(), ref.logits.size());
+    ASSERT_EQ(f32.k.size(), ref.k.size());
+    ASSERT_EQ(f32.v.size(), ref.v.size());
+    for (size_t i = 0; i < f32.logits.size(); ++i) {
+      ASSERT_TRUE(std::isfinite(f32.logits[i]) && f32.logits[i] > 0);
+      ASSERT_GT(bf16.logits[i], f32.logits[i]);  // storage error flows into the logits
+    }
+    for (size_t i = 0; i < f32.k.size(); ++i) {
+      // bf16 storage alone may move an element by up to 2^-8 of it.
+      ASSERT_GE(bf16.k[i], 0x1p-8 * std::abs(ref.k[i]));
+      ASSERT_GE(bf16.v[i], 0x1p-8 * std::abs(ref.v[i]));
+      ASSERT_GT(f32.k[i], 0);
+    }
+  }
+}
+
+TEST(Tolerance, TightEnoughToMeanSomething) {
+  // The f32 bound stays below 1e-4 of the logits' spread, bf16 below 2e-2:
+  // any fault that moves a logit by more fails P1.
+  for (Family family : {Family::kGpt2, Family::kLlama}) {
+    const Fixture f = fixture(family);
+    const oracle::Output ref = oracle::forward(f.config, f.weights, f.tokens);
+    double spread = 0;
+    for (double l : ref.logits) spread = std::max(spread, std::abs(l));
+    for (auto [dtype, limit] : {std::pair{KvDtype::kF32, 1e-4}, std::pair{KvDtype::kBF16, 2e-2}}) {
+      const ErrorBounds b = derive_error_bounds(f.config, f.weights, f.tokens, dtype);
+      double widest = 0;
+      for (double x : b.logits) widest = std::max(widest, x);
+      EXPECT_LT(widest / spread, limit) << family_name(family) << " " << kv_dtype_name(dtype);
+    }
+  }
+}
+
+TEST(Tolerance, CorrectEngineWithinBoundOnBothPathsAndAllDtypes) {
+  for (Family family : {Family::kGpt2, Family::kLlama}) {
+    const Fixture f = fixture(family);
+    const oracle::Output ref = oracle::forward(f.config, f.weights, f.tokens);
+    for (KvDtype dtype : {KvDtype::kF32, KvDtype::kBF16, KvDtype::kF16}) {
+      const ErrorBounds b = derive_error_bounds(f.config, f.weights, f.tokens, dtype);
+      for (KernelPath path : {KernelPath::kReference, KernelPath::kOptimized}) {
+        Scenario s;
+        s.config = f.config;
+        s.weight_seed = 3;
+        s.capacity = 32;
+        s.sequences = {f.tokens};
+        s.kv_dtype = dtype;
+        const Scenario solo = solo_scenario(s, f.tokens, {7, 1, 1, 11});
+        const RunResult run = run_scenario(solo, f.weights, cpu_engine_factory({}, path));
+        ASSERT_FALSE(run.engine_failed);
+        double worst = 0;
+        for (size_t i = 0; i < ref.logits.size(); ++i) {
+          worst = std::max(worst, std::abs(double(run.logits[0][i]) - ref.logits[i]) / b.logits[i]);
+        }
+        EXPECT_LT(worst, 1.0) << family_name(family) << " " << kv_dtype_name(dtype);
+        EXPECT_GT(worst, 0.0);  // the engine is float: exact agreement would be suspicious
+      }
+    }
+  }
+}
+
+TEST(Tolerance, OneLogitOffByTenBoundsFailsP1) {
+  // The flip side of the margin: the check really compares against the bound.
+  const Fixture f = fixture(Family::kLlama);
+  const ErrorBounds b = derive_error_bounds(f.config, f.weights, f.tokens, KvDtype::kF32);
+  const double shift = 10 * b.logits[5];
+  struct ShiftedEngine final : Engine {
+    std::unique_ptr<Engine> inner;
+    double shift;
+    const Config& config() const override { return inner->config(); }
+    const EngineOptions& options() const override { return inner->options(); }
+    std::string name() const override { return "shifted"; }
+    SequenceId start() override { return inner->start(); }
+    void step(std::span<const BatchEntry> batch, std::vector<float>& logits) override {
+      inner->step(batch, logits);
+      logits[5] += static_cast<float>(shift);
+    }
+    void finish(SequenceId s) override { inner->finish(s); }
+    void reset() override { inner->reset(); }
+    int length(SequenceId s) const override { return inner->length(s); }
+    CacheSnapshot cache(SequenceId s, int l) const override { return inner->cache(s, l); }
+    MemoryReport memory() const override { return inner->memory(); }
+  };
+  const EngineFactory factory = [shift, base = cpu_engine_factory()](
+                                    const Config& c, const Weights& w, const EngineOptions& o) {
+    auto engine = std::make_unique<ShiftedEngine>();
+    engine->inner = base(c, w, o);
+    engine->shift = shift;
+    return std::unique_ptr<Engine>(std::move(engine));
+  };
+  Scenario s;
+  s.config = f.config;
+  s.weight_seed = 3;
+  s.capacity = 32;
+  s.sequences = {f.tokens};
+  s.calls = {S(0), P({{0, 20}})};
+  const Verdict v = check_property(Property::kOracle, s, factory);
+  ASSERT_FALSE(v.passed) << describe(v);
+  EXPECT_EQ(v.where.position, 0);
+  EXPECT_GT(v.worst_ratio, 8.0);
+  EXPECT_LT(v.worst_ratio, 12.0);
+}
+
+}  // namespace
+}  // namespace kvcheck::test

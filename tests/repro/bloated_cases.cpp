@@ -1,0 +1,36 @@
+#include "tests/repro/bloated_cases.h"
+
+#include <rapidcheck.h>
+
+#include "properties/rc/generators.h"
+#include "properties/rc/hunt.h"
+#include "properties/runner.h"
+
+namespace kvcheck::test {
+
+std::optional<CaseFile> bloated_case(const FaultTarget& target, int min_size, uint64_t seed,
+                                     int tries) {
+  const FaultSet faults(target.fault);
+  const EngineFactory factory = cpu_engine_factory(faults);
+  const rc::Gen<Scenario> scenarios = rcgen::scenario(rcgen::emphasis_for(target.property));
+  constexpr int kFullSize = 100;
+  for (int i = 0; i < tries; ++i) {
+    const Scenario s = scenarios(rc::Random(seed + uint64_t(i)), kFullSize).value();
+    if (s.size() < min_size) continue;
+    const Verdict v = check_property(target.property, s, factory);
+    if (v.passed) continue;
+    CaseFile c;
+    c.scenario = s;
+    c.property = target.property;
+    c.faults = faults;
+    c.backend = "cpu";
+    c.notes.push_back("bloated starting case for " + std::string(fault_name(target.fault)) +
+                      " (generated, seed " + std::to_string(seed + uint64_t(i)) + ")");
+    c.has_verdict = true;
+    c.verdict = record_verdict(v);
+    return c;
+  }
+  return std::nullopt;
+}
+
+}  // namespace kvcheck::test

@@ -1,0 +1,19 @@
+// Deliberately large failing scenarios, one per fault, as the starting point
+// for showing that the shrinker reaches the catalogue's shrink targets.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+
+#include "properties/repro/case_file.h"
+#include "tests/repro/fault_targets.h"
+
+namespace kvcheck::test {
+
+// The first generated scenario (RapidCheck generators at full size, seeds
+// from `seed` on) of at least `min_size` that fails the target's property
+// with its fault on; nullopt when none of `tries` does.
+std::optional<CaseFile> bloated_case(const FaultTarget& target, int min_size, uint64_t seed = 1,
+                                     int tries = 400);
+
+}  // namespace kvcheck::test

@@ -1,0 +1,271 @@
+// `kvcheck replay FILE|DIR...`: re-runs each case file's property (or every
+// property with --all) and prints a report a person can act on: the verdict
+// against the one the file recorded, the first diverging call, sequence and
+// position, the per-layer cache table for cache faults and, for invariance
+// failures, the two schedules with the first differing logit in value and
+// bits. Exit 1 when a case fails, 0 when all hold, 2 on bad input.
+#include <cstdio>
+#include <fstream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <optional>
+#include <sstream>
+
+#include "model/status.h"
+#include "properties/property.h"
+#include "properties/repro/case_file.h"
+#include "properties/runner.h"
+#include "tools/commands.h"
+#include "tools/failure_report.h"
+
+namespace kvcheck::cli {
+
+namespace {
+
+struct ReplayOptions {
+  std::vector<std::string> paths;
+  bool all = false;
+  std::string backend;
+  std::string fault;  // empty: the case's own
+  std::string json_path;
+};
+
+std::string call_text(const Call& call) {
+  switch (call.kind) {
+    case Call::Kind::kStart: return "start s" + std::to_string(call.sequence);
+    case Call::Kind::kFinish: return "finish s" + std::to_string(call.sequence);
+    case Call::Kind::kReset: return "reset";
+    case Call::Kind::kStep: {
+      std::string text = "step";
+      for (const ChunkSpec& c : call.chunks) {
+        text += " s" + std::to_string(c.sequence) + ":" + std::to_string(c.length);
+      }
+      return text;
+    }
+  }
+  return "?";
+}
+
+// The schedule, one call a line, the diverging call marked.
+std::string schedule_text(const Scenario& s, int marked_call) {
+  std::ostringstream out;
+  for (size_t c = 0; c < s.calls.size(); ++c) {
+    out << (int(c) == marked_call ? "  > " : "    ") << "call " << c << ": "
+        << call_text(s.calls[c]) << "\n";
+  }
+  return out.str();
+}
+
+// How one sequence was fed by the scenario: its chunk lengths and the calls.
+std::string sequence_schedule(const Scenario& s, int sequence) {
+  const SchedulePlan plan = plan_schedule(s);
+  std::ostringstream out;
+  out << "s" << sequence << " in the scenario: chunks ";
+  const std::vector<int>& chunks = plan.chunks[size_t(sequence)];
+  for (size_t i = 0; i < chunks.size(); ++i) out << (i ? "+" : "") << chunks[i];
+  out << " (calls";
+  int last = -1;
+  for (int call : plan.call_of_position[size_t(sequence)]) {
+    if (call != last) out << " " << call;
+    last = call;
+  }
+  out << "), tokens";
+  for (int i = 0; i < plan.fed[size_t(sequence)]; ++i) {
+    out << " " << s.sequences[size_t(sequence)][size_t(i)];
+  }
+  out << "\n";
+  return out.str();
+}
+
+nlohmann::json location_json(const Location& w) {
+  nlohmann::json out = nlohmann::json::object();
+  const auto put = [&](const char* name, int value) {
+    if (value >= 0) out[name] = value;
+  };
+  put("call", w.call);
+  put("sequence", w.sequence);
+  put("position", w.position);
+  put("layer", w.layer);
+  put("kv_head", w.kv_head);
+  put("first_bad_position", w.first_bad_position);
+  put("last_bad_position", w.last_bad_position);
+  return out;
+}
+
+nlohmann::json verdict_json(const Verdict& v) {
+  return {{"property", property_name(v.property)},
+          {"outcome", outcome_name(outcome_of(v))},
+          {"summary", v.summary},
+          {"where", location_json(v.where)},
+          {"worst_error_over_bound", v.worst_ratio},
+          {"detail", v.detail}};
+}
+
+bool is_invariance(Property p) {
+  return p == Property::kChunking || p == Property::kBatch || p == Property::kReset ||
+         p == Property::kCompaction || p == Property::kGqa || p == Property::kDeterminism;
+}
+
+// Replays one property of one case; prints the report and returns its JSON.
+nlohmann::json replay_property(const CaseFile& c, Property property, const CaseEngine& engine,
+                               bool compare_recorded, bool& failed) {
+  const Scenario& s = c.scenario;
+  const Verdict v = check_property(property, s, engine.factory);
+  nlohmann::json out = verdict_json(v);
+  failed |= !v.passed;
+  const char* status = !v.passed ? "FAILED" : v.applicable ? "passed" : "not applicable";
+  std::printf("%s %s: %s\n", std::string(property_label(property)).c_str(), status,
+              v.summary.c_str());
+  if (compare_recorded && c.has_verdict) {
+    const RecordedVerdict now = record_verdict(v);
+    const bool same_outcome = now.outcome == c.verdict.outcome;
+    const bool same = now == c.verdict;
+    std::printf("  recorded: %s%s%s\n", std::string(outcome_name(c.verdict.outcome)).c_str(),
+                c.verdict.summary.empty() ? "" : ": ", c.verdict.summary.c_str());
+    std::printf("  %s\n", same           ? "the same verdict as recorded"
+                          : same_outcome ? "the same outcome as recorded, another localization"
+                                         : "a DIFFERENT outcome than recorded");
+    out["matches_recorded"] = same;
+    out["outcome_matches_recorded"] = same_outcome;
+  }
+  if (v.passed) return out;
+
+  const Location& w = v.where;
+  std::printf("\n  first divergence:");
+  if (w.call >= 0) {
+    std::printf(" call %d", w.call);
+    if (w.call < static_cast<int>(s.calls.size())) {
+      std::printf(" (%s)", call_text(s.calls[size_t(w.call)]).c_str());
+    } else {
+      std::printf(" (a probe call after the scenario)");
+    }
+  }
+  if (w.sequence >= 0) std::printf(", sequence s%d", w.sequence);
+  if (w.position >= 0) std::printf(", position %d", w.position);
+  if (w.layer >= 0) std::printf(", layer %d", w.layer);
+  if (w.kv_head >= 0) std::printf(", kv head %d", w.kv_head);
+  if (w.first_bad_position >= 0) {
+    std::printf(", wrong positions %d..%d", w.first_bad_position, w.last_bad_position);
+  }
+  std::printf("\n  schedule:\n%s", schedule_text(s, w.call).c_str());
+  if (is_invariance(property) && w.sequence >= 0 &&
+      w.sequence < static_cast<int>(s.sequences.size())) {
+    std::printf("  the two runs compared (first differing logit below, value and bits):\n    %s",
+                sequence_schedule(s, w.sequence).c_str());
+  }
+  std::printf("\n");
+  std::istringstream detail(v.detail);
+  for (std::string line; std::getline(detail, line);) std::printf("  | %s\n", line.c_str());
+
+  // The cache itself: where P6 did not fail already, it tells whether the
+  // cached K/V are wrong (and where) or the fault is elsewhere.
+  if (property != Property::kCacheState) {
+    const Verdict cache = check_property(Property::kCacheState, s, engine.factory);
+    out["cache_localization"] = verdict_json(cache);
+    std::printf("\n  cache localization (P6 on the same scenario): %s\n", cache.summary.c_str());
+    if (!cache.passed) {
+      std::istringstream lines(cache.detail);
+      for (std::string line; std::getline(lines, line);) std::printf("  | %s\n", line.c_str());
+    } else if (cache.applicable) {
+      std::printf("  the cached K/V match the oracle after every call: the fault is in how the "
+                  "cache is read (positions, mask, heads) or outside it\n");
+    }
+  }
+  return out;
+}
+
+int run_replay(const ReplayOptions& o) {
+  const std::vector<std::string> files = collect_case_files(o.paths);
+  const std::optional<FaultSet> fault_override =
+      o.fault.empty() ? std::nullopt : std::optional<FaultSet>(parse_fault_option(o.fault));
+  bool any_failed = false, any_bad = false;
+  int failed_cases = 0, held_cases = 0;
+  nlohmann::json report = nlohmann::json::array();
+  for (const std::string& file : files) {
+    std::printf("== %s\n", file.c_str());
+    nlohmann::json entry = {{"file", file}};
+    const Result<CaseFile> parsed = read_case_file(file);
+    if (!parsed) {
+      std::printf("bad case file: %s\n\n", parsed.error().c_str());
+      std::fprintf(stderr, "kvcheck replay: %s\n", parsed.error().c_str());
+      entry["error"] = parsed.error();
+      report.push_back(entry);
+      any_bad = true;
+      continue;
+    }
+    const CaseFile& c = parsed.value();
+    CaseEngine engine;
+    try {
+      engine = case_engine(c, o.backend, fault_override);
+    } catch (const InputError& e) {
+      std::printf("cannot replay: %s\n\n", e.what());
+      entry["error"] = e.what();
+      report.push_back(entry);
+      any_bad = true;
+      continue;
+    }
+    const Scenario& s = c.scenario;
+    std::printf("%s %s, %s model (%d layers, %d heads over %d kv heads), %zu sequences, %zu calls, "
+                "size %d\n",
+                std::string(property_label(c.property)).c_str(),
+                std::string(property_name(c.property)).c_str(), family_name(s.config.family),
+                s.config.n_layers, s.config.n_heads, s.config.n_kv_heads, s.sequences.size(),
+                s.calls.size(), s.size());
+    std::printf("engine: %s, faults: %s%s\n", engine.backend.c_str(),
+                engine.faults.to_string().c_str(),
+                fault_override && *fault_override != c.faults
+                    ? (" (the case records " + c.faults.to_string() + ")").c_str()
+                    : "");
+    for (const std::string& note : c.notes) std::printf("note: %s\n", note.c_str());
+    std::printf("\n");
+    entry["property"] = property_name(c.property);
+    entry["backend"] = engine.backend;
+    entry["faults"] = engine.faults.to_string();
+    entry["recorded_faults"] = c.faults.to_string();
+    entry["size"] = s.size();
+    bool failed = false;
+    const bool same_engine_as_recorded = !fault_override || *fault_override == c.faults;
+    if (o.all) {
+      for (int i = 0; i < kPropertyCount; ++i) {
+        const Property p = static_cast<Property>(i);
+        entry["verdicts"].push_back(
+            replay_property(c, p, engine, same_engine_as_recorded && p == c.property, failed));
+      }
+    } else {
+      entry["verdicts"].push_back(
+          replay_property(c, c.property, engine, same_engine_as_recorded, failed));
+    }
+    entry["failed"] = failed;
+    report.push_back(entry);
+    any_failed |= failed;
+    (failed ? failed_cases : held_cases) += 1;
+    std::printf("\n");
+  }
+  std::printf("replayed %zu case files: %d failed, %d held%s\n", files.size(), failed_cases,
+              held_cases, any_bad ? ", some could not be read (exit 2)" : "");
+  if (!o.json_path.empty()) {
+    std::ofstream out(o.json_path);
+    if (!out) throw InputError("--json: cannot write \"" + o.json_path + "\"");
+    out << nlohmann::json{{"cases", report}}.dump(2) << "\n";
+  }
+  return any_bad ? 2 : any_failed ? 1 : 0;
+}
+
+}  // namespace
+
+Action add_replay(CLI::App& app) {
+  auto* cmd = app.add_subcommand(
+      "replay", "Re-run case files (or every *.case under a folder) and localize each failure");
+  auto o = std::make_shared<ReplayOptions>();
+  cmd->add_option("paths", o->paths, "case files or folders of them")->required();
+  cmd->add_flag("--all", o->all, "check every property, not just the case's own");
+  cmd->add_option("--backend", o->backend,
+                  "engine to replay on: cpu, cpu-reference (default: the case's, else cpu)");
+  cmd->add_option("--fault", o->fault,
+                  "fault switches to turn on instead of the case's: none, or names separated by "
+                  "commas");
+  cmd->add_option("--json", o->json_path, "also write the report as JSON to FILE");
+  return [cmd, o]() { return cmd->parsed() ? run_replay(*o) : -1; };
+}
+
+}  // namespace kvcheck::cli

@@ -1,0 +1,136 @@
+// `kvcheck shrink FILE`: minimizes a failing case file, whatever produced it,
+// with the deterministic shrinker of properties/repro/shrink.h, keeping the
+// same property and the same faults. Writes FILE's stem + ".shrunk.case" next
+// to it (never overwriting) and prints the sizes before and after. Exit 0
+// when the result is written, 2 on bad input (including a case that does not
+// fail, which has nothing to shrink).
+#include <chrono>
+#include <cstdio>
+#include <filesystem>
+#include <fstream>
+#include <memory>
+#include <nlohmann/json.hpp>
+#include <unistd.h>
+
+#include "model/status.h"
+#include "properties/repro/case_file.h"
+#include "properties/repro/failure_file.h"
+#include "properties/repro/shrink.h"
+#include "tools/commands.h"
+#include "tools/failure_report.h"
+
+namespace kvcheck::cli {
+
+namespace {
+
+struct ShrinkCommandOptions {
+  std::string path;
+  std::string backend;
+  std::string fault;
+  int max_evaluations = 20000;
+  double seconds = 600;
+  std::string json_path;
+};
+
+int run_shrink(const ShrinkCommandOptions& o) {
+  const Result<CaseFile> parsed = read_case_file(o.path);
+  if (!parsed) throw InputError(parsed.error());
+  const CaseFile& input = parsed.value();
+  const std::optional<FaultSet> fault_override =
+      o.fault.empty() ? std::nullopt : std::optional<FaultSet>(parse_fault_option(o.fault));
+  const CaseEngine engine = case_engine(input, o.backend, fault_override);
+  const Property property = input.property;
+  const std::string label =
+      std::string(property_label(property)) + " " + std::string(property_name(property));
+  std::printf("kvcheck shrink %s: %s on %s with faults %s, size %d\n", o.path.c_str(),
+              label.c_str(), engine.backend.c_str(), engine.faults.to_string().c_str(),
+              input.scenario.size());
+  std::fflush(stdout);
+
+  const auto start = std::chrono::steady_clock::now();
+  const bool tty = isatty(STDERR_FILENO);
+  ShrinkOptions options;
+  options.max_evaluations = o.max_evaluations;
+  options.max_seconds = o.seconds;
+  options.on_accept = [&](const Scenario& s, int evaluations) {
+    if (!tty) return;
+    std::fprintf(stderr, "\r\033[Ksize %d after %d checks", s.size(), evaluations);
+  };
+  const std::optional<ShrinkResult> result =
+      shrink_failure(input.scenario, property, engine.factory, options);
+  if (tty) std::fprintf(stderr, "\r\033[K");
+  if (!result) {
+    throw InputError(o.path + ": " + label + " holds on " + engine.backend + " with faults " +
+                     engine.faults.to_string() +
+                     ", so there is nothing to shrink (shrink needs a failing case; see "
+                     "`kvcheck replay`)");
+  }
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+
+  CaseFile output = input;
+  output.scenario = result->scenario;
+  output.faults = engine.faults;
+  output.backend = engine.backend;
+  output.has_verdict = true;
+  output.verdict = record_verdict(result->verdict);
+  output.notes.push_back(one_line("shrunk by kvcheck shrink from " +
+                                  std::filesystem::path(o.path).filename().string() + " (size " +
+                                  std::to_string(result->size_before) + " -> " +
+                                  std::to_string(result->size_after) + ")"));
+
+  const std::filesystem::path input_path(o.path);
+  std::string stem = input_path.filename().string();
+  if (input_path.extension() == ".case") stem = input_path.stem().string();
+  const Result<std::string> written = write_new_file(
+      input_path.parent_path().string(), stem + ".shrunk", ".case", print_case(output));
+  if (!written) throw InputError(written.error());
+
+  std::printf("size %d -> %d (%d checks, %d accepted, %.1f s%s)\n", result->size_before,
+              result->size_after, result->evaluations, result->accepted, seconds,
+              result->fixed_point ? ", fixed point" : ", stopped by the budget");
+  std::printf("%s\n", result->verdict.summary.c_str());
+  std::printf("wrote %s\nreplay: kvcheck replay %s\n", written.value().c_str(),
+              written.value().c_str());
+  if (!o.json_path.empty()) {
+    std::ofstream out(o.json_path);
+    if (!out) throw InputError("--json: cannot write \"" + o.json_path + "\"");
+    out << nlohmann::json{{"input", o.path},
+                          {"output", written.value()},
+                          {"property", property_name(property)},
+                          {"faults", engine.faults.to_string()},
+                          {"size_before", result->size_before},
+                          {"size_after", result->size_after},
+                          {"evaluations", result->evaluations},
+                          {"accepted", result->accepted},
+                          {"fixed_point", result->fixed_point},
+                          {"seconds", seconds},
+                          {"summary", result->verdict.summary}}
+               .dump(2)
+        << "\n";
+  }
+  return 0;
+}
+
+}  // namespace
+
+Action add_shrink(CLI::App& app) {
+  auto* cmd = app.add_subcommand(
+      "shrink", "Minimize a failing case file; writes FILE.shrunk.case next to it");
+  auto o = std::make_shared<ShrinkCommandOptions>();
+  cmd->add_option("file", o->path, "the failing case file")->required();
+  cmd->add_option("--backend", o->backend,
+                  "engine: cpu, cpu-reference (default: the case's, else cpu)");
+  cmd->add_option("--fault", o->fault,
+                  "fault switches instead of the case's: none, or names separated by commas");
+  cmd->add_option("--max-evaluations", o->max_evaluations, "stop after this many checks")
+      ->check(CLI::Range(1, 100000000))
+      ->capture_default_str();
+  cmd->add_option("--time", o->seconds, "stop after this many seconds")
+      ->check(CLI::Range(1.0, 1e7))
+      ->capture_default_str();
+  cmd->add_option("--json", o->json_path, "also write the sizes and verdict as JSON to FILE");
+  return [cmd, o]() { return cmd->parsed() ? run_shrink(*o) : -1; };
+}
+
+}  // namespace kvcheck::cli

@@ -192,7 +192,9 @@ Verdict check_oracle(const Context& context) {
       const double engine = logits[i], exact = reference.logits[i], bound = bounds.logits[i];
       const double ratio = std::abs(engine - exact) / bound;
       const bool non_finite = !std::isfinite(engine);
-      if (!non_finite && !(ratio > 1.0) && ratio <= sequence_worst.ratio) continue;
+      // A NaN ratio (a broken bound) must fail, never pass silently.
+      const bool over = !(ratio <= 1.0);
+      if (!non_finite && !over && ratio <= sequence_worst.ratio) continue;
       const int position = static_cast<int>(i / V);
       Finding f{context.plan.call_of_position[s][size_t(position)],
                 static_cast<int>(s),
@@ -201,12 +203,12 @@ Verdict check_oracle(const Context& context) {
                 engine,
                 exact,
                 bound,
-                non_finite ? INFINITY : ratio,
+                non_finite || std::isnan(ratio) ? INFINITY : ratio,
                 non_finite};
       if (non_finite && !sequence_non_finite) {
         sequence_non_finite = true;
         if (earlier(first_non_finite, f)) first_non_finite = f;
-      } else if (!non_finite && ratio > 1.0 && !sequence_over) {
+      } else if (!non_finite && over && !sequence_over) {
         sequence_over = true;
         if (earlier(first_over, f)) first_over = f;
       }

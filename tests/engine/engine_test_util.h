@@ -43,11 +43,8 @@ std::vector<float> feed(Engine& engine, SequenceId sequence, const std::vector<i
 std::vector<float> solo_run(const Config& config, const Weights& weights,
                             const EngineOptions& options, const std::vector<int32_t>& tokens);
 
-// Bound on max|engine - oracle| / max(1, max|oracle|) for a prefix of n_keys.
-// A provisional bound from the longest reduction chain; see docs/TOLERANCE.md.
-double logit_bound(const Config& config, KvDtype dtype, int n_keys);
-
-// Asserts engine logits [T][V] are within the bound of the oracle's.
+// Asserts every engine logit [T][V] is within its derived bound
+// (properties/tolerance.h, docs/TOLERANCE.md) of the oracle's.
 void expect_matches_oracle(const Config& config, const Weights& weights, KvDtype dtype,
                            const std::vector<int32_t>& tokens, const std::vector<float>& logits,
                            const std::string& context);

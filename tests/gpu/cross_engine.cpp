@@ -27,7 +27,6 @@ Verdict check_cross_engine(const Scenario& scenario, const EngineFactory& engine
                       (a.engine_failed ? a.error_message : b.error_message);
     return verdict;
   }
-  const ErrorModel model(scenario.config, weights);
   const size_t V = size_t(scenario.config.vocab);
   bool any = false;
   for (size_t s = 0; s < scenario.sequences.size(); ++s) {
@@ -36,7 +35,8 @@ Verdict check_cross_engine(const Scenario& scenario, const EngineFactory& engine
     any = true;
     const std::span<const int32_t> tokens =
         std::span<const int32_t>(scenario.sequences[s]).first(fed);
-    const ErrorBounds bounds = model.bounds(tokens, scenario.kv_dtype);
+    const ErrorBounds bounds =
+        derive_error_bounds(scenario.config, weights, tokens, scenario.kv_dtype);
     for (size_t i = 0; i < fed * V; ++i) {
       const double x = a.logits[s][i], y = b.logits[s][i];
       const double ratio = std::abs(x - y) / (2.0 * bounds.logits[i]);

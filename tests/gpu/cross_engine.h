@@ -3,7 +3,7 @@
 // the properties library's public API.
 //
 // Derivation: the tolerance module bounds, per logit, |engine - exact| by
-// B (docs/TOLERANCE.md) for any engine whose kernels meet the per-kernel
+// B (properties/tolerance.h) for any engine whose kernels meet the per-kernel
 // error bounds of docs/KERNELS.md, whatever their reduction order. The CPU
 // engine meets them; so does the CUDA engine (docs/CUDA.md, "Accuracy":
 // every dot product / sum is some order of the same terms, exp and tanh are

@@ -135,3 +135,39 @@ TEST(FailureFile, DefaultFolderFollowsTheEnvironment) {
 
 }  // namespace
 }  // namespace kvcheck::test
+
+#include "properties/repro/shrink.h"
+#include "tests/repro/rc_record.h"
+
+namespace kvcheck::test {
+namespace {
+
+// The ctest driver: a RapidCheck run that fails (here on purpose, with a
+// fault on) leaves exactly one case file, of the shrunk counterexample, and
+// that file replays the failure.
+TEST_F(FailureFileTest, RapidCheckFailureBecomesOneReplayableFile) {
+  FailureContext context;
+  context.failures_dir = dir_.string();
+  context.backend = "cpu";
+  context.found_by = "ctest FailureFileTest.RapidCheckFailureBecomesOneReplayableFile";
+  const RecordedRun run =
+      check_and_record(Property::kCacheState, FaultSet(Fault::kSharedRows), 200, 7, context);
+  ASSERT_TRUE(run.failed) << run.rapidcheck_message;
+  ASSERT_TRUE(run.written.ok) << run.written.error;
+  EXPECT_EQ(listing(dir_).size(), 1u);
+  std::printf("%s", run.written.report.c_str());
+  const Result<CaseFile> c = read_case_file(run.written.path);
+  ASSERT_TRUE(c.ok()) << c.error();
+  EXPECT_EQ(c.value().scenario, *run.counterexample);
+  EXPECT_EQ(c.value().faults, FaultSet(Fault::kSharedRows));
+  const Verdict again = check_property(Property::kCacheState, c.value().scenario,
+                                       cpu_engine_factory(c.value().faults));
+  EXPECT_FALSE(again.passed);
+  EXPECT_EQ(record_verdict(again), c.value().verdict);
+  // And the correct engine passes it.
+  EXPECT_TRUE(check_property(Property::kCacheState, c.value().scenario, cpu_engine_factory())
+                  .passed);
+}
+
+}  // namespace
+}  // namespace kvcheck::test

@@ -1,0 +1,127 @@
+// Harness throughput: how many cases per second each property checks on the
+// optimized CPU engine (one thread), and how long the kill matrix's 'any'
+// column takes to kill every fault. docs/PERFORMANCE.md, "Harness
+// throughput", records the figures and the command.
+//
+// The cases are a fixed set of scenarios drawn once from the RapidCheck
+// generator (properties/rc/generators.h) with a fixed seed, at the sizes a
+// RapidCheck run with max size 100 walks through (0, 1, ..., 100, 0, ...), so
+// every run of the benchmark times the very same work. One benchmark
+// iteration checks the property on every scenario of the set; the counter
+// `cases/s` is what the brief calls throughput. P7 draws from the shared-KV-
+// heads generator (the one the suite checks it on); the others from the
+// every-shape generator.
+//
+//   harness_bench [--benchmark_filter=...]   (KVCHECK_HARNESS_SCENARIOS=N to
+//   change the set's size, 200 by default)
+#include <benchmark/benchmark.h>
+
+#include <cstdint>
+#include <cstdlib>
+#include <string>
+#include <vector>
+
+#include <rapidcheck.h>
+
+#include "properties/property.h"
+#include "properties/rc/generators.h"
+#include "properties/rc/hunt.h"
+#include "properties/rc/kill_matrix.h"
+#include "properties/runner.h"
+
+namespace {
+
+using namespace kvcheck;
+
+constexpr uint64_t kScenarioSeed = 0x68617273ull;  // "hars"
+constexpr int kMaxSize = 100;                      // RapidCheck's default max size
+
+int scenario_count() {
+  const char* value = std::getenv("KVCHECK_HARNESS_SCENARIOS");
+  const int n = value != nullptr ? std::atoi(value) : 200;
+  return n > 0 ? n : 200;
+}
+
+// The fixed set for one emphasis, generated on first use.
+const std::vector<Scenario>& scenarios(rcgen::Emphasis emphasis) {
+  static std::vector<Scenario> sets[2];
+  std::vector<Scenario>& set = sets[emphasis == rcgen::Emphasis::kAny ? 0 : 1];
+  if (set.empty()) {
+    const rc::Gen<Scenario> gen = rcgen::scenario(emphasis);
+    rc::Random random(kScenarioSeed + static_cast<uint64_t>(emphasis));
+    const int n = scenario_count();
+    for (int i = 0; i < n; ++i) {
+      set.push_back(gen(random.split(), i % (kMaxSize + 1)).value());
+    }
+  }
+  return set;
+}
+
+void BM_Property(benchmark::State& state) {
+  const Property property = static_cast<Property>(state.range(0));
+  const std::vector<Scenario>& set = scenarios(rcgen::emphasis_for(property));
+  const EngineFactory factory = cpu_engine_factory({}, KernelPath::kOptimized);
+  int64_t cases = 0, applicable = 0, failed = 0;
+  for (auto _ : state) {
+    for (const Scenario& s : set) {
+      const Verdict v = check_property(property, s, factory);
+      benchmark::DoNotOptimize(v.passed);
+      applicable += v.applicable;
+      failed += !v.passed;
+      ++cases;
+    }
+  }
+  if (failed > 0) {
+    state.SkipWithError("the correct engine failed a property: the harness is broken");
+  }
+  state.SetLabel(std::string(property_label(property)) + " " +
+                 std::string(property_name(property)));
+  state.counters["cases/s"] = benchmark::Counter(double(cases), benchmark::Counter::kIsRate);
+  state.counters["applicable"] =
+      benchmark::Counter(double(applicable) / double(cases > 0 ? cases : 1));
+}
+BENCHMARK(BM_Property)
+    ->DenseRange(0, kPropertyCount - 1)
+    ->Unit(benchmark::kMillisecond)
+    ->MinTime(2.0);
+
+// check_any (every property on one case, as the kill matrix's 'any' column
+// and the campaigns run it) on the correct engine: cases/s of the whole suite.
+void BM_CheckAny(benchmark::State& state) {
+  const std::vector<Scenario>& set = scenarios(rcgen::Emphasis::kAny);
+  const EngineFactory factory = cpu_engine_factory({}, KernelPath::kOptimized);
+  int64_t cases = 0, failed = 0;
+  for (auto _ : state) {
+    for (const Scenario& s : set) {
+      const Verdict v = rcgen::check_any(s, factory);
+      failed += !v.passed;
+      ++cases;
+    }
+  }
+  if (failed > 0) state.SkipWithError("the correct engine failed check_any");
+  state.counters["cases/s"] = benchmark::Counter(double(cases), benchmark::Counter::kIsRate);
+}
+BENCHMARK(BM_CheckAny)->Unit(benchmark::kMillisecond)->MinTime(2.0);
+
+// The kill matrix's 'any' column with its CI options (seed, 100 cases per
+// fault, shrinking on): the time to kill every fault of the catalogue. The
+// correct-engine row is cut to 10 cases here (it is not part of the figure).
+void BM_KillAllFaults(benchmark::State& state) {
+  rcgen::KillMatrixOptions options;
+  options.per_property = false;
+  options.correct_cases = 10;
+  for (auto _ : state) {
+    const rcgen::KillMatrix matrix =
+        rcgen::run_kill_matrix([](FaultSet f) { return cpu_engine_factory(f); }, options);
+    state.SetIterationTime(matrix.kill_all_seconds);
+    if (!matrix.problems().empty()) {
+      state.SkipWithError(("kill matrix problem: " + matrix.problems().front()).c_str());
+      break;
+    }
+  }
+}
+BENCHMARK(BM_KillAllFaults)->UseManualTime()->Unit(benchmark::kMillisecond)->Iterations(3);
+
+}  // namespace
+
+BENCHMARK_MAIN();

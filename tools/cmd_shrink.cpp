@@ -4,13 +4,13 @@
 // to it (never overwriting) and prints the sizes before and after. Exit 0
 // when the result is written, 2 on bad input (including a case that does not
 // fail, which has nothing to shrink).
+#include <unistd.h>
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
 #include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
-#include <unistd.h>
 
 #include "model/status.h"
 #include "properties/repro/case_file.h"
@@ -82,8 +82,8 @@ int run_shrink(const ShrinkCommandOptions& o) {
   const std::filesystem::path input_path(o.path);
   std::string stem = input_path.filename().string();
   if (input_path.extension() == ".case") stem = input_path.stem().string();
-  const Result<std::string> written = write_new_file(
-      input_path.parent_path().string(), stem + ".shrunk", ".case", print_case(output));
+  const Result<std::string> written = write_new_file(input_path.parent_path().string(),
+                                                     stem + ".shrunk", ".case", print_case(output));
   if (!written) throw InputError(written.error());
 
   std::printf("size %d -> %d (%d checks, %d accepted, %.1f s%s)\n", result->size_before,

@@ -44,8 +44,7 @@ std::vector<std::string> collect_case_files(const std::vector<std::string>& path
     std::error_code ec;
     if (fs::is_directory(path, ec)) {
       std::vector<std::string> found;
-      for (fs::recursive_directory_iterator it(path, ec), end; !ec && it != end;
-           it.increment(ec)) {
+      for (fs::recursive_directory_iterator it(path, ec), end; !ec && it != end; it.increment(ec)) {
         if (it->is_regular_file(ec) && it->path().extension() == ".case") {
           found.push_back(it->path().string());
         }

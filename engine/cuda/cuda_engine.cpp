@@ -120,9 +120,15 @@ class CudaEngine final : public Engine {
     }
   }
 
-  const Config& config() const override { return config_; }
-  const EngineOptions& options() const override { return options_; }
-  std::string name() const override { return "cuda"; }
+  const Config& config() const override {
+    return config_;
+  }
+  const EngineOptions& options() const override {
+    return options_;
+  }
+  std::string name() const override {
+    return "cuda";
+  }
 
   SequenceId start() override {
     const auto free_row = std::find(row_owner_.begin(), row_owner_.end(), kNoSequence);
@@ -165,8 +171,8 @@ class CudaEngine final : public Engine {
     for (const BatchEntry& e : batch) tokens.insert(tokens.end(), e.tokens.begin(), e.tokens.end());
 
     grow_scratch(n, max_keys);
-    KVCHECK_CUDA_CHECK(cudaMemcpy(tokens_.get(), tokens.data(), n * sizeof(int32_t),
-                                  cudaMemcpyHostToDevice));
+    KVCHECK_CUDA_CHECK(
+        cudaMemcpy(tokens_.get(), tokens.data(), n * sizeof(int32_t), cudaMemcpyHostToDevice));
     KVCHECK_CUDA_CHECK(cudaMemcpy(slots_.get(), slots.data(), slots.size() * sizeof(TokenSlot),
                                   cudaMemcpyHostToDevice));
 
@@ -230,14 +236,16 @@ class CudaEngine final : public Engine {
     }
   }
 
-  int length(SequenceId id) const override { return lookup(id, "length").length; }
+  int length(SequenceId id) const override {
+    return lookup(id, "length").length;
+  }
 
   CacheSnapshot cache(SequenceId id, int layer) const override {
     const SequenceState& s = lookup(id, "cache");
     if (layer < 0 || layer >= config_.n_layers) {
-      throw EngineError(EngineError::Kind::kBadBatch,
-                        "cache: layer " + std::to_string(layer) + " is outside [0, " +
-                            std::to_string(config_.n_layers) + ")");
+      throw EngineError(EngineError::Kind::kBadBatch, "cache: layer " + std::to_string(layer) +
+                                                          " is outside [0, " +
+                                                          std::to_string(config_.n_layers) + ")");
     }
     CacheSnapshot snap;
     snap.dtype = options_.kv_dtype;
@@ -285,9 +293,15 @@ class CudaEngine final : public Engine {
   // previous one, and the synchronizing copies mark the ends of calls.
   static constexpr cudaStream_t kStream = nullptr;
 
-  bool has(Fault f) const { return options_.faults.has(f); }
-  int storage_row(int row) const { return has(Fault::kSharedRows) ? 0 : row; }
-  int storage_layer(int layer) const { return has(Fault::kSharedLayerCache) ? 0 : layer; }
+  bool has(Fault f) const {
+    return options_.faults.has(f);
+  }
+  int storage_row(int row) const {
+    return has(Fault::kSharedRows) ? 0 : row;
+  }
+  int storage_layer(int layer) const {
+    return has(Fault::kSharedLayerCache) ? 0 : layer;
+  }
 
   KvCacheView cache_view() const {
     KvCacheView view;
@@ -429,7 +443,8 @@ class CudaEngine final : public Engine {
     const int QKV = Q + 2 * config_.kv_width();
     matmul_partial_floats_ = 0;
     for (auto [in, out] : {std::pair{E, QKV}, {Q, E}, {E, F}, {F, E}, {E, config_.vocab}}) {
-      matmul_partial_floats_ = std::max(matmul_partial_floats_, cuda::matmul_partial_floats(in, out));
+      matmul_partial_floats_ =
+          std::max(matmul_partial_floats_, cuda::matmul_partial_floats(in, out));
     }
     matmul_partial_.allocate(matmul_partial_floats_ * sizeof(float), "matmul scratch");
   }
@@ -604,23 +619,25 @@ class CudaEngine final : public Engine {
   DeviceBuffer v_cache_;  // [layer][row][kv_head][slot][dim] of kv_dtype
 
   // Scratch, grown to the largest step seen; n = tokens in the step.
-  DeviceBuffer x_;       // [n][E] residual stream
-  DeviceBuffer h_;       // [n][E] normed input / MLP output
-  DeviceBuffer qkv_;     // [n][H*D + 2*KVH*D]
-  DeviceBuffer att_;     // [n][H*D] attention output
-  DeviceBuffer mlp_;     // [n][max(F, E)]
-  DeviceBuffer gate_;    // [n][F] llama only
-  DeviceBuffer logits_;  // [n][V]
-  DeviceBuffer tokens_;  // [n] int32 token ids
-  DeviceBuffer slots_;   // [L][n] TokenSlot: each layer's view of each token
-  DeviceBuffer matmul_partial_;     // [segments][rows][out] floats, fixed size
+  DeviceBuffer x_;               // [n][E] residual stream
+  DeviceBuffer h_;               // [n][E] normed input / MLP output
+  DeviceBuffer qkv_;             // [n][H*D + 2*KVH*D]
+  DeviceBuffer att_;             // [n][H*D] attention output
+  DeviceBuffer mlp_;             // [n][max(F, E)]
+  DeviceBuffer gate_;            // [n][F] llama only
+  DeviceBuffer logits_;          // [n][V]
+  DeviceBuffer tokens_;          // [n] int32 token ids
+  DeviceBuffer slots_;           // [L][n] TokenSlot: each layer's view of each token
+  DeviceBuffer matmul_partial_;  // [segments][rows][out] floats, fixed size
   size_t matmul_partial_floats_ = 0;
   DeviceBuffer attention_partial_;  // [n][H][splits][D], then [n][H][splits][2] floats
 };
 
 }  // namespace
 
-bool cuda_device_available() { return cuda::device_present(); }
+bool cuda_device_available() {
+  return cuda::device_present();
+}
 
 std::unique_ptr<Engine> make_cuda_engine(const Config& config, const Weights& weights,
                                          const EngineOptions& options) {

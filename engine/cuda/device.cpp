@@ -8,8 +8,8 @@ namespace kvcheck::cuda {
 
 void throw_cuda_error(cudaError_t error, const char* what, const char* file, int line) {
   std::ostringstream out;
-  out << "cuda: " << what << " failed at " << file << ":" << line << ": "
-      << cudaGetErrorName(error) << " (" << cudaGetErrorString(error) << ")";
+  out << "cuda: " << what << " failed at " << file << ":" << line << ": " << cudaGetErrorName(error)
+      << " (" << cudaGetErrorString(error) << ")";
   throw EngineError(EngineError::Kind::kDevice, out.str());
 }
 

@@ -12,17 +12,16 @@
 namespace kvcheck::cuda {
 
 // Throws EngineError(kDevice) "cuda: <what> failed at <file>:<line>: <error>".
-[[noreturn]] void throw_cuda_error(cudaError_t error, const char* what, const char* file,
-                                   int line);
+[[noreturn]] void throw_cuda_error(cudaError_t error, const char* what, const char* file, int line);
 
 // Checks one CUDA runtime call; a failure becomes an EngineError with the
 // call's text, file and line.
-#define KVCHECK_CUDA_CHECK(call)                                                        \
-  do {                                                                                  \
-    const cudaError_t kvcheck_cuda_status_ = (call);                                    \
-    if (kvcheck_cuda_status_ != cudaSuccess) {                                          \
+#define KVCHECK_CUDA_CHECK(call)                                                          \
+  do {                                                                                    \
+    const cudaError_t kvcheck_cuda_status_ = (call);                                      \
+    if (kvcheck_cuda_status_ != cudaSuccess) {                                            \
       ::kvcheck::cuda::throw_cuda_error(kvcheck_cuda_status_, #call, __FILE__, __LINE__); \
-    }                                                                                   \
+    }                                                                                     \
   } while (0)
 
 // Checks that the kernel launch just issued was accepted (bad configuration,

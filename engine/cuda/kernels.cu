@@ -18,7 +18,9 @@
 namespace kvcheck::cuda {
 namespace {
 
-int ceil_div(int a, int b) { return (a + b - 1) / b; }
+int ceil_div(int a, int b) {
+  return (a + b - 1) / b;
+}
 
 // ---- KV element access -------------------------------------------------
 
@@ -124,7 +126,9 @@ constexpr int kMatmulRowGroups = kMatmulThreads / kWarpSize;  // 8
 // Rows per pass never drop below this, so the scratch sizing can promise it.
 constexpr int kMatmulMinPassRows = 64;
 
-int matmul_segments(int in) { return ceil_div(in, kMatmulSegmentK); }
+int matmul_segments(int in) {
+  return ceil_div(in, kMatmulSegmentK);
+}
 
 template <int kRowsPerThread>
 __global__ void __launch_bounds__(kMatmulThreads)
@@ -132,7 +136,7 @@ __global__ void __launch_bounds__(kMatmulThreads)
                   float* partial, float* y) {
   constexpr int kTileRows = kRowsPerThread * kMatmulRowGroups;
   // Odd row strides keep the transposed tile stores free of bank conflicts.
-  __shared__ float x_tile[kMatmulTileK][kTileRows + 1];      // [k][row]
+  __shared__ float x_tile[kMatmulTileK][kTileRows + 1];       // [k][row]
   __shared__ float w_tile[kMatmulTileK][kMatmulTileOut + 1];  // [k][output]
   const int lane = threadIdx.x % kWarpSize, row_group = threadIdx.x / kWarpSize;
   const int out_base = blockIdx.x * kMatmulTileOut;
@@ -217,9 +221,8 @@ __device__ __forceinline__ void rotate_pair(float& x1, float& x2, int position, 
 }
 
 __global__ void __launch_bounds__(kRowThreads)
-    rope_and_store_kernel(float* qkv, const TokenSlot* plan, int n, int H,
-                          const double* inv_freq, KvCacheView cache, int layer, bool kv_swapped,
-                          int tokens_per_block) {
+    rope_and_store_kernel(float* qkv, const TokenSlot* plan, int n, int H, const double* inv_freq,
+                          KvCacheView cache, int layer, bool kv_swapped, int tokens_per_block) {
   const int D = cache.head_dim, KVH = cache.n_kv_heads, half = D / 2;
   const size_t Q = size_t(H) * D, KV = size_t(KVH) * D, stride = Q + 2 * KV;
   const int first = blockIdx.x * tokens_per_block;
@@ -280,13 +283,15 @@ constexpr int kAttentionWarps = kAttentionThreads / kWarpSize;
 constexpr int kAttentionAccumulators =
     kAttentionHeadsPerBlock * kMaxAttentionHeadDim / kAttentionThreads;  // 16
 
-int attention_splits(int max_keys) { return ceil_div(max_keys, kAttentionSplitKeys); }
+int attention_splits(int max_keys) {
+  return ceil_div(max_keys, kAttentionSplitKeys);
+}
 
 // Shared floats: q [heads][D], key/value tile [32][D|1], probabilities [heads][split].
 size_t attention_shared_bytes(int D) {
-  return sizeof(float) * (size_t(kAttentionHeadsPerBlock) * D +
-                          size_t(kAttentionKeyTile) * (D | 1) +
-                          size_t(kAttentionHeadsPerBlock) * kAttentionSplitKeys);
+  return sizeof(float) *
+         (size_t(kAttentionHeadsPerBlock) * D + size_t(kAttentionKeyTile) * (D | 1) +
+          size_t(kAttentionHeadsPerBlock) * kAttentionSplitKeys);
 }
 
 __global__ void __launch_bounds__(kAttentionThreads)
@@ -304,9 +309,9 @@ __global__ void __launch_bounds__(kAttentionThreads)
   const int tile_stride = D | 1;  // odd: a thread per key reads its row conflict-free
 
   extern __shared__ float shared[];
-  float* q_tile = shared;                                          // [heads][D]
-  float* kv_tile = q_tile + kAttentionHeadsPerBlock * D;           // [32][D|1]
-  float* probs = kv_tile + kAttentionKeyTile * tile_stride;        // [heads][split keys]
+  float* q_tile = shared;                                    // [heads][D]
+  float* kv_tile = q_tile + kAttentionHeadsPerBlock * D;     // [32][D|1]
+  float* probs = kv_tile + kAttentionKeyTile * tile_stride;  // [heads][split keys]
 
   // Query heads of this block, by index: contiguous groups share a KV head
   // (repeat_interleave); the tiled fault reads h % KVH instead.
@@ -410,8 +415,7 @@ __global__ void __launch_bounds__(kCombineThreads)
   extern __shared__ float weights[];  // [splits] exp(m_s - M)
   const size_t first = (size_t(t) * n_heads + h) * max_splits;
   const float* partial_o = a.partial + first * D;
-  const float* partial_ml =
-      a.partial + size_t(gridDim.x) * n_heads * max_splits * D + 2 * first;
+  const float* partial_ml = a.partial + size_t(gridDim.x) * n_heads * max_splits * D + 2 * first;
   float m = -INFINITY;
   for (int s = 0; s < splits; ++s) m = fmaxf(m, partial_ml[2 * s]);
   for (int s = threadIdx.x; s < splits; s += kCombineThreads) {
@@ -535,8 +539,8 @@ void launch_rope_and_store(float* qkv, const TokenSlot* plan, int n, int H, cons
   if (n == 0) return;
   const int tokens_per_block = in_token_order ? n : 1;
   const int blocks = in_token_order ? 1 : n;
-  rope_and_store_kernel<<<blocks, kRowThreads, 0, stream>>>(qkv, plan, n, H, inv_freq, cache,
-                                                            layer, kv_swapped, tokens_per_block);
+  rope_and_store_kernel<<<blocks, kRowThreads, 0, stream>>>(qkv, plan, n, H, inv_freq, cache, layer,
+                                                            kv_swapped, tokens_per_block);
   KVCHECK_CUDA_CHECK_LAUNCH("rope_and_store_kernel");
 }
 

@@ -102,11 +102,11 @@ inline constexpr int kAttentionSplitKeys = 128;
 inline constexpr int kMaxAttentionHeadDim = 256;
 
 struct AttentionArgs {
-  const float* qkv = nullptr;   // [n][qkv_stride]; query head h at h*D
+  const float* qkv = nullptr;  // [n][qkv_stride]; query head h at h*D
   int qkv_stride = 0;
   KvCacheView cache;
-  int layer = 0;                // storage layer
-  int n_heads = 0;              // H
+  int layer = 0;                    // storage layer
+  int n_heads = 0;                  // H
   const TokenSlot* plan = nullptr;  // [n]
   int n_tokens = 0;
   int max_keys = 0;             // >= every plan[t].n_keys (host-side value)

@@ -24,7 +24,8 @@ __device__ __forceinline__ float warp_sum(float v) {
 // values they later compute from the max (exp(NaN - max) is NaN).
 __device__ __forceinline__ float warp_max(float v) {
 #pragma unroll
-  for (int offset = 16; offset > 0; offset /= 2) v = fmaxf(v, __shfl_xor_sync(kFullWarp, v, offset));
+  for (int offset = 16; offset > 0; offset /= 2)
+    v = fmaxf(v, __shfl_xor_sync(kFullWarp, v, offset));
   return v;
 }
 

@@ -22,7 +22,9 @@ std::string exact(double value) {
   return std::string(buffer, result.ptr);
 }
 
-bool is_space(char c) { return c == ' ' || c == '\t'; }
+bool is_space(char c) {
+  return c == ' ' || c == '\t';
+}
 
 // Blanks and control characters at the ends carry nothing a reader could
 // see, so they never belong to a value (and a value never ends with one).
@@ -71,7 +73,9 @@ struct ParseError {
   std::string message;
 };
 
-[[noreturn]] void fail_at(int line, std::string message) { throw ParseError{line, std::move(message)}; }
+[[noreturn]] void fail_at(int line, std::string message) {
+  throw ParseError{line, std::move(message)};
+}
 
 // Config fields in print order; each is required exactly once.
 constexpr const char* kConfigKeys[] = {"family",     "n_layers",   "d_model",  "n_heads",
@@ -124,8 +128,8 @@ uint64_t parse_u64(int line, std::string_view field, std::string_view text) {
   const char* end = text.data() + text.size();
   const auto result = std::from_chars(text.data(), end, value);
   if (text.empty() || result.ec != std::errc() || result.ptr != end) {
-    fail_at(line, std::string(field) + ": expected an unsigned 64-bit integer, got " +
-                      quoted(text));
+    fail_at(line,
+            std::string(field) + ": expected an unsigned 64-bit integer, got " + quoted(text));
   }
   return value;
 }
@@ -135,8 +139,8 @@ double parse_double(int line, std::string_view field, std::string_view text) {
   const char* end = text.data() + text.size();
   const auto result = std::from_chars(text.data(), end, value);
   if (text.empty() || result.ec != std::errc() || result.ptr != end || !std::isfinite(value)) {
-    fail_at(line, std::string(field) + ": expected a finite number (e.g. 1e-05), got " +
-                      quoted(text));
+    fail_at(line,
+            std::string(field) + ": expected a finite number (e.g. 1e-05), got " + quoted(text));
   }
   return value;
 }
@@ -145,8 +149,8 @@ double parse_double(int line, std::string_view field, std::string_view text) {
 // Scenario::validate.
 int parse_sequence_ref(int line, std::string_view what, std::string_view text) {
   if (text.size() < 2 || text[0] != 's') {
-    fail_at(line, std::string(what) + ": expected a sequence as s<index> (e.g. s0), got " +
-                      quoted(text));
+    fail_at(line,
+            std::string(what) + ": expected a sequence as s<index> (e.g. s0), got " + quoted(text));
   }
   return parse_int(line, what, text.substr(1), 0, kMaxCaseSequences - 1);
 }
@@ -215,7 +219,8 @@ class Parser {
       if (line.empty() || line.front() == '#') continue;
       read_line(line_number, line);
     }
-    if (line_number == 0) fail_at(1, "the file is empty; expected the first line \"kvcheck-case 1\"");
+    if (line_number == 0)
+      fail_at(1, "the file is empty; expected the first line \"kvcheck-case 1\"");
     last_line_ = line_number;
     return finish();
   }
@@ -268,8 +273,8 @@ class Parser {
       expect_end(line, key, rest);
       for (char ch : name) {
         if (!std::isalnum(static_cast<unsigned char>(ch)) && ch != '-' && ch != '_') {
-          fail_at(line, "backend: expected a name of letters, digits, - and _, got " +
-                            quoted(name));
+          fail_at(line,
+                  "backend: expected a name of letters, digits, - and _, got " + quoted(name));
         }
       }
       if (name.empty()) fail_at(line, "backend: expected a backend name (e.g. cpu)");
@@ -280,8 +285,9 @@ class Parser {
       expect_end(line, key, rest);
       read_model_field(line, key, value);
     } else if (key == "weights_file") {
-      fail_at(line, "weights_file: loading weights from a file is not supported by case format "
-                    "1; expected weight_seed <integer> (docs/CASE_FORMAT.md)");
+      fail_at(line,
+              "weights_file: loading weights from a file is not supported by case format "
+              "1; expected weight_seed <integer> (docs/CASE_FORMAT.md)");
     } else if (key == "sequence") {
       read_sequence(line, rest);
     } else if (key == "start" || key == "finish") {
@@ -305,8 +311,7 @@ class Parser {
       } else if (outcome == "not_applicable") {
         c_.verdict.outcome = RecordedVerdict::Outcome::kNotApplicable;
       } else {
-        fail_at(line, "verdict: expected failed, passed or not_applicable, got " +
-                          quoted(outcome));
+        fail_at(line, "verdict: expected failed, passed or not_applicable, got " + quoted(outcome));
       }
       c_.has_verdict = true;
     } else if (key == "where") {
@@ -341,8 +346,8 @@ class Parser {
         for (int i = 0; i < kFaultCount; ++i) {
           known += (i ? ", " : "") + std::string(fault_name(static_cast<Fault>(i)));
         }
-        fail_at(line, "fault: unknown fault " + quoted(name) + "; expected none or one of " +
-                          known);
+        fail_at(line,
+                "fault: unknown fault " + quoted(name) + "; expected none or one of " + known);
       }
       c_.faults = c_.faults.with(*f);
       names = comma == std::string_view::npos ? std::string_view() : names.substr(comma + 1);
@@ -417,8 +422,8 @@ class Parser {
     std::vector<int32_t> tokens;
     while (!rest.empty()) {
       if (total_tokens_ == kMaxCaseTokens) {
-        fail_at(line, "sequence: more than " + std::to_string(kMaxCaseTokens) +
-                          " tokens in the file");
+        fail_at(line,
+                "sequence: more than " + std::to_string(kMaxCaseTokens) + " tokens in the file");
       }
       tokens.push_back(parse_int(line, "token id", next_word(rest)));
       ++total_tokens_;
@@ -434,8 +439,7 @@ class Parser {
       const std::string_view chunk = next_word(rest);
       const size_t colon = chunk.find(':');
       if (colon == std::string_view::npos) {
-        fail_at(line, "step: expected a chunk s<index>:<length> (e.g. s0:3), got " +
-                          quoted(chunk));
+        fail_at(line, "step: expected a chunk s<index>:<length> (e.g. s0:3), got " + quoted(chunk));
       }
       if (static_cast<int>(chunks.size()) == kMaxCaseSequences) {
         fail_at(line, "step: more than " + std::to_string(kMaxCaseSequences) + " chunks");
@@ -470,8 +474,7 @@ class Parser {
       if (name == "positions") {
         const size_t dots = value.find("..");
         if (dots == std::string_view::npos) {
-          fail_at(line, "where: positions: expected first..last (e.g. 0..3), got " +
-                            quoted(value));
+          fail_at(line, "where: positions: expected first..last (e.g. 0..3), got " + quoted(value));
         }
         where.first_bad_position = parse_int(line, "where positions", value.substr(0, dots));
         where.last_bad_position = parse_int(line, "where positions", value.substr(dots + 2));
@@ -500,9 +503,10 @@ class Parser {
         index_.key_line.count("where") > 0 || index_.key_line.count("summary") > 0;
     if (verdict_details && !c_.has_verdict) {
       const int line = index_.key_line.count("where") ? index_.key_line.at("where")
-                                                       : index_.key_line.at("summary");
-      fail_at(line, "where/summary describe a verdict; expected a line \"verdict failed\" (or "
-                    "passed, not_applicable) too");
+                                                      : index_.key_line.at("summary");
+      fail_at(line,
+              "where/summary describe a verdict; expected a line \"verdict failed\" (or "
+              "passed, not_applicable) too");
     }
     if (const std::string error = c_.scenario.validate(); !error.empty()) {
       fail_at(line_of_validation_error(index_, error), "invalid scenario: " + error);
@@ -545,9 +549,12 @@ std::string one_line(std::string_view text) {
 
 std::string_view outcome_name(RecordedVerdict::Outcome outcome) {
   switch (outcome) {
-    case RecordedVerdict::Outcome::kPassed: return "passed";
-    case RecordedVerdict::Outcome::kFailed: return "failed";
-    case RecordedVerdict::Outcome::kNotApplicable: return "not_applicable";
+    case RecordedVerdict::Outcome::kPassed:
+      return "passed";
+    case RecordedVerdict::Outcome::kFailed:
+      return "failed";
+    case RecordedVerdict::Outcome::kNotApplicable:
+      return "not_applicable";
   }
   return "failed";
 }
@@ -562,8 +569,8 @@ RecordedVerdict record_verdict(const Verdict& verdict) {
   RecordedVerdict r;
   r.outcome = outcome_of(verdict);
   r.where = verdict.where;
-  for (int* field : {&r.where.call, &r.where.sequence, &r.where.position, &r.where.layer,
-                     &r.where.kv_head}) {
+  for (int* field :
+       {&r.where.call, &r.where.sequence, &r.where.position, &r.where.layer, &r.where.kv_head}) {
     if (*field < 0) *field = -1;
   }
   // The range is written as first..last, so it is kept only when whole.
@@ -611,9 +618,15 @@ std::string print_case(const CaseFile& c) {
   out << "\n# schedule: one engine call per line, in order\n";
   for (const Call& call : s.calls) {
     switch (call.kind) {
-      case Call::Kind::kStart: out << "start s" << call.sequence; break;
-      case Call::Kind::kFinish: out << "finish s" << call.sequence; break;
-      case Call::Kind::kReset: out << "reset"; break;
+      case Call::Kind::kStart:
+        out << "start s" << call.sequence;
+        break;
+      case Call::Kind::kFinish:
+        out << "finish s" << call.sequence;
+        break;
+      case Call::Kind::kReset:
+        out << "reset";
+        break;
       case Call::Kind::kStep:
         out << "step";
         for (const ChunkSpec& chunk : call.chunks) {
@@ -651,8 +664,8 @@ Result<CaseFile> parse_case(std::string_view text) {
   try {
     return Parser().parse(text);
   } catch (const ParseError& e) {
-    return Result<CaseFile>::failure(e.line > 0 ? "line " + std::to_string(e.line) + ": " + e.message
-                                                : e.message);
+    return Result<CaseFile>::failure(
+        e.line > 0 ? "line " + std::to_string(e.line) + ": " + e.message : e.message);
   }
 }
 

@@ -38,7 +38,7 @@ struct CaseFile {
   std::string backend;             // where it was seen ("cpu", ...); empty when not recorded
   std::vector<std::string> notes;  // free one-line remarks, kept in order
   bool has_verdict = false;
-  RecordedVerdict verdict;         // meaningful when has_verdict
+  RecordedVerdict verdict;  // meaningful when has_verdict
 
   bool operator==(const CaseFile&) const = default;
 };

@@ -18,7 +18,9 @@ namespace kvcheck {
 
 namespace {
 
-std::string errno_text(int error) { return std::strerror(error); }
+std::string errno_text(int error) {
+  return std::strerror(error);
+}
 
 bool file_holds(const std::string& path, const std::string& text) {
   std::ifstream in(path, std::ios::binary);
@@ -67,8 +69,8 @@ std::string case_file_stem(Property property, FaultSet faults, const Scenario& s
   for (char& c : fault) {
     if (c == ',') c = '+';
   }
-  return std::string(property_label(property)) + "-" + std::string(property_name(property)) +
-         "-" + fault + "-" + digest;
+  return std::string(property_label(property)) + "-" + std::string(property_name(property)) + "-" +
+         fault + "-" + digest;
 }
 
 Result<std::string> write_new_file(const std::string& dir, const std::string& stem,
@@ -81,8 +83,8 @@ Result<std::string> write_new_file(const std::string& dir, const std::string& st
   const std::string base = (dir.empty() ? std::string(".") : dir) + "/";
   // A name no other writer uses, in the same folder so that link() is atomic.
   static std::atomic<unsigned> counter{0};
-  const std::string temporary = base + "." + stem + ".tmp-" + std::to_string(::getpid()) + "-" +
-                                std::to_string(counter++);
+  const std::string temporary =
+      base + "." + stem + ".tmp-" + std::to_string(::getpid()) + "-" + std::to_string(counter++);
   if (std::string error = write_exclusive(temporary, text); !error.empty()) {
     return Result<std::string>::failure(error);
   }

@@ -80,9 +80,15 @@ std::pair<int, int> peak_rows_and_length(const Scenario& s) {
   int longest = 0;
   for (const Call& call : s.calls) {
     switch (call.kind) {
-      case Call::Kind::kStart: peak = std::max(peak, ++running); break;
-      case Call::Kind::kFinish: --running; break;
-      case Call::Kind::kReset: running = 0; break;
+      case Call::Kind::kStart:
+        peak = std::max(peak, ++running);
+        break;
+      case Call::Kind::kFinish:
+        --running;
+        break;
+      case Call::Kind::kReset:
+        running = 0;
+        break;
       case Call::Kind::kStep:
         for (const ChunkSpec& chunk : call.chunks) {
           if (size_t(chunk.sequence) >= fed.size()) continue;

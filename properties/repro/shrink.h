@@ -46,8 +46,8 @@ struct ShrinkResult {
   Scenario scenario;  // the smallest failing scenario found
   Verdict verdict;    // its failing verdict
   int size_before = 0, size_after = 0;
-  int evaluations = 0;  // checks run
-  int accepted = 0;     // candidates that still failed
+  int evaluations = 0;       // checks run
+  int accepted = 0;          // candidates that still failed
   bool fixed_point = false;  // false when a limit stopped it first
 };
 

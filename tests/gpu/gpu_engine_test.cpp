@@ -27,7 +27,9 @@ struct GpuModel {
   int tokens;    // prompt length the tests feed
   int capacity;  // engine capacity (> tokens)
 };
-void PrintTo(const GpuModel& m, std::ostream* out) { *out << m.model.name; }
+void PrintTo(const GpuModel& m, std::ostream* out) {
+  *out << m.model.name;
+}
 
 std::vector<GpuModel> gpu_models() {
   std::vector<GpuModel> models;
@@ -186,12 +188,14 @@ TEST_P(CudaEngine, BatchAndRowDoNotChangeBits) {
     for (int t = prefill; t < T; ++t) {
       batch.clear();
       for (size_t i = 0; i < others.size(); ++i) {
-        batch.push_back(
-            {others[i], std::span<const int32_t>(other_tokens[i]).subspan(3 + 5 * i + size_t(t - prefill), 1)});
+        batch.push_back({others[i], std::span<const int32_t>(other_tokens[i])
+                                        .subspan(3 + 5 * i + size_t(t - prefill), 1)});
       }
-      batch.insert(batch.begin() + long(before), {s, std::span<const int32_t>(target).subspan(size_t(t), 1)});
+      batch.insert(batch.begin() + long(before),
+                   {s, std::span<const int32_t>(target).subspan(size_t(t), 1)});
       engine->step(batch, logits);
-      got.insert(got.end(), logits.begin() + long(before * V), logits.begin() + long((before + 1) * V));
+      got.insert(got.end(), logits.begin() + long(before * V),
+                 logits.begin() + long((before + 1) * V));
     }
     expect_bitwise(whole, got, label("row " + std::to_string(row)));
   }
@@ -257,7 +261,8 @@ TEST_P(CudaEngine, CacheMatchesCpuEngineCache) {
     for (int p = 0; p < g.length; ++p) {
       for (int h = 0; h < g.n_kv_heads; ++h) {
         for (int d = 0; d < g.head_dim; ++d) {
-          scale = std::max({scale, double(std::abs(c.k_at(p, h, d))), double(std::abs(c.v_at(p, h, d)))});
+          scale = std::max(
+              {scale, double(std::abs(c.k_at(p, h, d))), double(std::abs(c.v_at(p, h, d)))});
           diff = std::max({diff, double(std::abs(g.k_at(p, h, d) - c.k_at(p, h, d))),
                            double(std::abs(g.v_at(p, h, d) - c.v_at(p, h, d)))});
         }
@@ -285,10 +290,18 @@ struct Op {
   std::vector<std::pair<int, int>> entries = {};  // kStep: (sequence index, tokens)
   int sequence = 0;                               // kFinish
 };
-Op start() { return {Op::kStart}; }
-Op step(std::vector<std::pair<int, int>> e) { return {Op::kStep, std::move(e)}; }
-Op finish(int s) { return {Op::kFinish, {}, s}; }
-Op reset() { return {Op::kReset}; }
+Op start() {
+  return {Op::kStart};
+}
+Op step(std::vector<std::pair<int, int>> e) {
+  return {Op::kStep, std::move(e)};
+}
+Op finish(int s) {
+  return {Op::kFinish, {}, s};
+}
+Op reset() {
+  return {Op::kReset};
+}
 
 struct MinimalCase {
   Fault fault;
@@ -323,16 +336,21 @@ Outcome run(const MinimalCase& m, FaultSet faults, bool on_gpu) {
         case Op::kStep: {
           std::vector<BatchEntry> batch;
           for (auto [s, n] : op.entries) {
-            batch.push_back({ids[size_t(s)], std::span<const int32_t>(tokens[size_t(s)])
-                                                 .subspan(fed[size_t(s)], size_t(n))});
+            batch.push_back(
+                {ids[size_t(s)],
+                 std::span<const int32_t>(tokens[size_t(s)]).subspan(fed[size_t(s)], size_t(n))});
             fed[size_t(s)] += size_t(n);
           }
           engine->step(batch, logits);
           all.insert(all.end(), logits.begin(), logits.end());
           break;
         }
-        case Op::kFinish: engine->finish(ids[size_t(op.sequence)]); break;
-        case Op::kReset: engine->reset(); break;
+        case Op::kFinish:
+          engine->finish(ids[size_t(op.sequence)]);
+          break;
+        case Op::kReset:
+          engine->reset();
+          break;
       }
     }
   } catch (const EngineError& e) {
@@ -351,22 +369,52 @@ const std::vector<MinimalCase>& minimal_cases() {
   using F = Family;
   static const std::vector<MinimalCase> cases = {
       {Fault::kSharedLayerCache, F::kGpt2, 2, 1, 1, 4, {start(), step({{0, 1}}), step({{0, 1}})}},
-      {Fault::kSharedRows, F::kGpt2, 1, 1, 1, 4,
+      {Fault::kSharedRows,
+       F::kGpt2,
+       1,
+       1,
+       1,
+       4,
        {start(), start(), step({{0, 1}, {1, 1}}), step({{0, 1}})}},
       {Fault::kDecodePositionZero, F::kGpt2, 1, 1, 1, 4, {start(), step({{0, 1}}), step({{0, 1}})}},
-      {Fault::kChunkPositionRestart, F::kGpt2, 1, 1, 1, 4,
+      {Fault::kChunkPositionRestart,
+       F::kGpt2,
+       1,
+       1,
+       1,
+       4,
        {start(), step({{0, 1}}), step({{0, 2}})}},
-      {Fault::kPositionLagAfterFirst, F::kGpt2, 1, 1, 1, 4,
+      {Fault::kPositionLagAfterFirst,
+       F::kGpt2,
+       1,
+       1,
+       1,
+       4,
        {start(), step({{0, 1}}), step({{0, 1}})}},
       {Fault::kPositionBumpPerLayer, F::kGpt2, 2, 1, 1, 4, {start(), step({{0, 1}})}},
       {Fault::kTiledKvHeads, F::kGpt2, 1, 4, 2, 4, {start(), step({{0, 1}})}},
-      {Fault::kResetKeepsKv, F::kGpt2, 1, 1, 1, 4,
+      {Fault::kResetKeepsKv,
+       F::kGpt2,
+       1,
+       1,
+       1,
+       4,
        {start(), step({{0, 1}}), reset(), start(), step({{1, 1}})}},
-      {Fault::kResetKeepsPosition, F::kGpt2, 1, 1, 1, 4,
+      {Fault::kResetKeepsPosition,
+       F::kGpt2,
+       1,
+       1,
+       1,
+       4,
        {start(), step({{0, 1}}), reset(), start(), step({{1, 1}})}},
       {Fault::kMaskTopLeft, F::kGpt2, 1, 1, 1, 4, {start(), step({{0, 1}}), step({{0, 1}})}},
       {Fault::kAppendOverwrites, F::kGpt2, 1, 1, 1, 4, {start(), step({{0, 1}}), step({{0, 1}})}},
-      {Fault::kCompactionTableOnly, F::kGpt2, 1, 1, 1, 4,
+      {Fault::kCompactionTableOnly,
+       F::kGpt2,
+       1,
+       1,
+       1,
+       4,
        {start(), start(), step({{0, 1}, {1, 1}}), finish(0), step({{1, 1}})}},
       {Fault::kRopeReapplied, F::kLlama, 1, 1, 1, 4, {start(), step({{0, 2}}), step({{0, 1}})}},
       {Fault::kKvSwapped, F::kGpt2, 1, 1, 1, 4, {start(), step({{0, 1}})}},
@@ -390,7 +438,8 @@ void expect_same_behaviour(const Outcome& gpu, const Outcome& cpu, const std::st
   for (size_t i = 0; i < g.size(); ++i) {
     ASSERT_EQ(std::isnan(g[i]), std::isnan(c[i])) << what << ": logit " << i;
     if (!std::isnan(c[i])) {
-      ASSERT_LE(std::abs(g[i] - c[i]), 1e-3 * std::max(1.0f, std::abs(c[i]))) << what << ": logit " << i;
+      ASSERT_LE(std::abs(g[i] - c[i]), 1e-3 * std::max(1.0f, std::abs(c[i])))
+          << what << ": logit " << i;
     }
   }
 }
@@ -484,7 +533,9 @@ TEST(CudaErrors, BadOptionsAreInputErrors) {
   Config wide = c;
   wide.head_dim = 258, wide.n_heads = 2, wide.n_kv_heads = 2;
   try {
-    make_cuda_engine(wide, init_weights(wide, 5), EngineOptions{});
+    EngineOptions fits;
+    fits.capacity = 16;
+    make_cuda_engine(wide, init_weights(wide, 5), fits);
     ADD_FAILURE() << "no InputError";
   } catch (const InputError& e) {
     EXPECT_STREQ(e.what(), "head_dim: 258 exceeds the CUDA engine's limit of 256");

@@ -29,29 +29,30 @@ TEST(GpuKillMatrix, EveryFaultIsKilledAndTheCorrectEngineSurvives) {
   options.max_cases = env_int("KVCHECK_GPU_KILL_CASES", 100);
   options.shrink = env_int("KVCHECK_GPU_KILL_SHRINK", 0) != 0;
   const int correct_cases = env_int("KVCHECK_GPU_KILL_CORRECT_CASES", 100);
-  std::cout << "gpu kill matrix: seed=" << options.seed << " cases per fault="
-            << options.max_cases << " correct cases=" << correct_cases
-            << " shrink=" << options.shrink << "\n";
+  std::cout << "gpu kill matrix: seed=" << options.seed << " cases per fault=" << options.max_cases
+            << " correct cases=" << correct_cases << " shrink=" << options.shrink << "\n";
 
   rcgen::HuntOptions correct_options = options;
   correct_options.max_cases = correct_cases;
   const EngineFactory correct = cuda_engine_factory();
-  const rcgen::HuntResult baseline = rcgen::hunt(
-      [&](const Scenario& s) { return rcgen::check_any(s, correct); }, rcgen::Emphasis::kAny,
-      correct_options);
+  const rcgen::HuntResult baseline =
+      rcgen::hunt([&](const Scenario& s) { return rcgen::check_any(s, correct); },
+                  rcgen::Emphasis::kAny, correct_options);
   std::printf("%-26s %8s %6s %8s  %s\n", "fault", "cases", "size", "seconds", "verdict");
   std::printf("%-26s %8d %6s %8.2f  %s\n", "(correct engine)", baseline.cases_run, "-",
               baseline.seconds, baseline.failed ? baseline.verdict.summary.c_str() : "passed");
   EXPECT_FALSE(baseline.failed) << "the correct CUDA engine fails: " << baseline.verdict.summary
-                                << "\n" << baseline.verdict.detail
-                                << (baseline.counterexample ? baseline.counterexample->to_text() : "");
+                                << "\n"
+                                << baseline.verdict.detail
+                                << (baseline.counterexample ? baseline.counterexample->to_text()
+                                                            : "");
 
   for (int i = 0; i < kFaultCount; ++i) {
     const Fault fault = static_cast<Fault>(i);
     const EngineFactory faulty = cuda_engine_factory(FaultSet(fault));
-    const rcgen::HuntResult r = rcgen::hunt(
-        [&](const Scenario& s) { return rcgen::check_any(s, faulty); }, rcgen::Emphasis::kAny,
-        options);
+    const rcgen::HuntResult r =
+        rcgen::hunt([&](const Scenario& s) { return rcgen::check_any(s, faulty); },
+                    rcgen::Emphasis::kAny, options);
     const std::string size = r.counterexample ? std::to_string(r.counterexample->size()) : "-";
     std::printf("%-26s %8d %6s %8.2f  %s\n", std::string(fault_name(fault)).c_str(), r.cases_run,
                 size.c_str(), r.seconds, r.failed ? r.verdict.summary.c_str() : "SURVIVED");

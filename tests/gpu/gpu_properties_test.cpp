@@ -36,15 +36,33 @@ void expect_property_on_gpu(Property property) {
   });
 }
 
-TEST(GpuProperties, P1Oracle) { expect_property_on_gpu(Property::kOracle); }
-TEST(GpuProperties, P2Chunking) { expect_property_on_gpu(Property::kChunking); }
-TEST(GpuProperties, P3Batch) { expect_property_on_gpu(Property::kBatch); }
-TEST(GpuProperties, P4Reset) { expect_property_on_gpu(Property::kReset); }
-TEST(GpuProperties, P5Compaction) { expect_property_on_gpu(Property::kCompaction); }
-TEST(GpuProperties, P6CacheState) { expect_property_on_gpu(Property::kCacheState); }
-TEST(GpuProperties, P7Gqa) { expect_property_on_gpu(Property::kGqa); }
-TEST(GpuProperties, P8Determinism) { expect_property_on_gpu(Property::kDeterminism); }
-TEST(GpuProperties, P9Capacity) { expect_property_on_gpu(Property::kCapacity); }
+TEST(GpuProperties, P1Oracle) {
+  expect_property_on_gpu(Property::kOracle);
+}
+TEST(GpuProperties, P2Chunking) {
+  expect_property_on_gpu(Property::kChunking);
+}
+TEST(GpuProperties, P3Batch) {
+  expect_property_on_gpu(Property::kBatch);
+}
+TEST(GpuProperties, P4Reset) {
+  expect_property_on_gpu(Property::kReset);
+}
+TEST(GpuProperties, P5Compaction) {
+  expect_property_on_gpu(Property::kCompaction);
+}
+TEST(GpuProperties, P6CacheState) {
+  expect_property_on_gpu(Property::kCacheState);
+}
+TEST(GpuProperties, P7Gqa) {
+  expect_property_on_gpu(Property::kGqa);
+}
+TEST(GpuProperties, P8Determinism) {
+  expect_property_on_gpu(Property::kDeterminism);
+}
+TEST(GpuProperties, P9Capacity) {
+  expect_property_on_gpu(Property::kCapacity);
+}
 
 TEST(GpuProperties, P10CudaMatchesCpuWithinTwiceTheBound) {
   KVCHECK_REQUIRE_GPU();

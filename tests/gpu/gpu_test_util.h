@@ -11,8 +11,8 @@ namespace kvcheck::test {
 
 // Skips the current test cleanly (GTEST_SKIP) when no CUDA device is
 // present: cudaGetDeviceCount fails or returns 0.
-#define KVCHECK_REQUIRE_GPU()                                                   \
-  do {                                                                          \
+#define KVCHECK_REQUIRE_GPU()                                                  \
+  do {                                                                         \
     if (!::kvcheck::cuda_device_available()) GTEST_SKIP() << "no CUDA device"; \
   } while (0)
 

@@ -35,8 +35,8 @@ int check_case(const std::string& path, const CaseFile& c) {
                   property.c_str(), path_name, v.summary.c_str());
     }
     if (!v.applicable) {
-      std::printf("FAIL %s: %s is not applicable to the case, so it checks nothing\n",
-                  path.c_str(), property.c_str());
+      std::printf("FAIL %s: %s is not applicable to the case, so it checks nothing\n", path.c_str(),
+                  property.c_str());
       status = 1;
     }
   }
@@ -44,9 +44,10 @@ int check_case(const std::string& path, const CaseFile& c) {
     const Verdict v =
         kvcheck::check_property(c.property, c.scenario, kvcheck::cpu_engine_factory(c.faults));
     if (v.passed) {
-      std::printf("FAIL %s: %s no longer fails with %s on: the case cannot catch that fault any "
-                  "more\n%s\n",
-                  path.c_str(), property.c_str(), c.faults.to_string().c_str(), v.summary.c_str());
+      std::printf(
+          "FAIL %s: %s no longer fails with %s on: the case cannot catch that fault any "
+          "more\n%s\n",
+          path.c_str(), property.c_str(), c.faults.to_string().c_str(), v.summary.c_str());
       status = 1;
     } else {
       std::printf("ok   %s: fails with %s on, as recorded: %s\n", path.c_str(),

@@ -35,9 +35,9 @@ rc::Gen<CaseFile> case_files() {
     c.notes = *rc::gen::container<std::vector<std::string>>(line_text());
     c.has_verdict = *rc::gen::arbitrary<bool>();
     if (c.has_verdict) {
-      c.verdict.outcome = *rc::gen::element(RecordedVerdict::Outcome::kPassed,
-                                            RecordedVerdict::Outcome::kFailed,
-                                            RecordedVerdict::Outcome::kNotApplicable);
+      c.verdict.outcome =
+          *rc::gen::element(RecordedVerdict::Outcome::kPassed, RecordedVerdict::Outcome::kFailed,
+                            RecordedVerdict::Outcome::kNotApplicable);
       Location& w = c.verdict.where;
       w.call = *location_field(), w.sequence = *location_field(), w.position = *location_field();
       w.layer = *location_field(), w.kv_head = *location_field();
@@ -71,11 +71,11 @@ RC_GTEST_PROP(CaseFileRoundTrip, DamagedLinesGiveLineNumberedErrors, ()) {
     at = end + 1;
   }
   const size_t victim = *rc::gen::inRange<size_t>(0, lines.size());
-  lines[victim] = *rc::gen::oneOf(
-      rc::gen::just(std::string()), rc::gen::arbitrary<std::string>(),
-      rc::gen::map(rc::gen::inRange(0, 1 << 20),
-                   [&](int n) { return lines[victim] + " " + std::to_string(n); }),
-      rc::gen::just(lines[victim].substr(0, lines[victim].size() / 2)));
+  lines[victim] =
+      *rc::gen::oneOf(rc::gen::just(std::string()), rc::gen::arbitrary<std::string>(),
+                      rc::gen::map(rc::gen::inRange(0, 1 << 20),
+                                   [&](int n) { return lines[victim] + " " + std::to_string(n); }),
+                      rc::gen::just(lines[victim].substr(0, lines[victim].size() / 2)));
   std::string damaged;
   for (const std::string& line : lines) damaged += line + "\n";
   const Result<CaseFile> parsed = parse_case(damaged);

@@ -29,9 +29,8 @@ CaseFile sample_case() {
   c.scenario.max_rows = 2;
   c.scenario.kv_dtype = KvDtype::kBF16;
   c.scenario.sequences = {{1, 2, 3}, {15}};
-  c.scenario.calls = {Call::start(0), Call::start(1),
-                      Call::step({{0, 2}, {1, 1}}), Call::finish(1), Call::step({{0, 1}}),
-                      Call::reset()};
+  c.scenario.calls = {Call::start(0),  Call::start(1),       Call::step({{0, 2}, {1, 1}}),
+                      Call::finish(1), Call::step({{0, 1}}), Call::reset()};
   c.property = Property::kCompaction;
   c.faults = FaultSet(Fault::kCompactionTableOnly).with(Fault::kKvSwapped);
   c.backend = "cpu-reference";
@@ -91,7 +90,9 @@ where call=4 sequence=0 position=2
 summary P5 compaction: s0 position 2: logits differ
 )";
 
-TEST(CaseFile, PrintsTheDocumentedText) { EXPECT_EQ(print_case(sample_case()), kSampleText); }
+TEST(CaseFile, PrintsTheDocumentedText) {
+  EXPECT_EQ(print_case(sample_case()), kSampleText);
+}
 
 TEST(CaseFile, ParsesItsOwnText) {
   const Result<CaseFile> parsed = parse_case(kSampleText);
@@ -201,9 +202,11 @@ std::vector<Malformed> malformed_cases() {
       {"duplicate key", with_line("max_rows", "capacity 8"),
        "line 26: capacity: given twice (first on line 25); expected it once"},
       {"missing key", with_line("max_rows", ""),
-       "at the end of the file (line 43): missing \"max_rows\"; expected a line \"max_rows <value>\" (docs/CASE_FORMAT.md)"},
+       "at the end of the file (line 43): missing \"max_rows\"; expected a line \"max_rows "
+       "<value>\" (docs/CASE_FORMAT.md)"},
       {"missing property", with_line("property", ""),
-       "at the end of the file (line 43): missing \"property\"; expected a line \"property <value>\" "
+       "at the end of the file (line 43): missing \"property\"; expected a line \"property "
+       "<value>\" "
        "(docs/CASE_FORMAT.md)"},
       {"sequence out of order", with_line("sequence s0:", "sequence s1: 1 2 3"),
        "line 30: sequence: expected s0 (sequences are listed in order from s0), got s1"},

@@ -165,8 +165,8 @@ TEST_F(FailureFileTest, RapidCheckFailureBecomesOneReplayableFile) {
   EXPECT_FALSE(again.passed);
   EXPECT_EQ(record_verdict(again), c.value().verdict);
   // And the correct engine passes it.
-  EXPECT_TRUE(check_property(Property::kCacheState, c.value().scenario, cpu_engine_factory())
-                  .passed);
+  EXPECT_TRUE(
+      check_property(Property::kCacheState, c.value().scenario, cpu_engine_factory()).passed);
 }
 
 }  // namespace

@@ -14,10 +14,19 @@
 #include "properties/property.h"
 #include "properties/rc/generators.h"
 #include "properties/rc/hunt.h"
-#include "properties/runner.h"
 #include "properties/repro/failure_file.h"
+#include "properties/runner.h"
 
 namespace kvcheck::test {
+
+// For runs whose failure is the expected outcome: RapidCheck's default
+// listener would print a "reproduce" line for it at exit.
+class SilentRcListener : public rc::detail::TestListener {
+ public:
+  void onTestCaseFinished(const rc::detail::CaseDescription&) override {}
+  void onShrinkTried(const rc::detail::CaseDescription&, bool) override {}
+  void onTestFinished(const rc::detail::TestMetadata&, const rc::detail::TestResult&) override {}
+};
 
 struct RecordedRun {
   bool failed = false;
@@ -48,7 +57,8 @@ inline RecordedRun check_and_record(Property property, FaultSet faults, int case
   params.maxSuccess = cases;
   rc::detail::TestMetadata metadata;
   metadata.id = metadata.description = "check_and_record";
-  const rc::detail::TestResult result = rc::detail::checkTestable(body, metadata, params);
+  SilentRcListener listener;
+  const rc::detail::TestResult result = rc::detail::checkTestable(body, metadata, params, listener);
   std::ostringstream message;
   rc::detail::printResultMessage(result, message);
   run.rapidcheck_message = message.str();

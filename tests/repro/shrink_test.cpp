@@ -78,8 +78,8 @@ TEST(Shrink, StopsAtTheEvaluationBudget) {
   for (uint64_t seed = 1; !three_tokens_two_layers(s); ++seed) s = generated(seed);
   ShrinkOptions options;
   options.max_evaluations = 3;
-  const ShrinkResult r = shrink_scenario(s, *three_tokens_two_layers(s), three_tokens_two_layers,
-                                         options);
+  const ShrinkResult r =
+      shrink_scenario(s, *three_tokens_two_layers(s), three_tokens_two_layers, options);
   EXPECT_LE(r.evaluations, 3);
   EXPECT_FALSE(r.fixed_point);
   EXPECT_TRUE(three_tokens_two_layers(r.scenario));
@@ -105,8 +105,8 @@ TEST(Shrink, ReachesTwiceTheShrinkTargetOnEveryFault) {
         << name << ": " << r->size_before << " -> " << r->size_after << "\n"
         << r->scenario.to_text();
     std::printf("%-26s %-12s %4d -> %3d (target %d, %d checks)\n", name.c_str(),
-                std::string(property_name(target.property)).c_str(), r->size_before,
-                r->size_after, target.shrink_target, r->evaluations);
+                std::string(property_name(target.property)).c_str(), r->size_before, r->size_after,
+                target.shrink_target, r->evaluations);
   }
 }
 

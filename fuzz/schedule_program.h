@@ -35,15 +35,15 @@ inline constexpr int kMaxKvHeads = 4;
 inline constexpr int kMaxGroup = 4;  // query heads per KV head
 inline constexpr int kMaxHeads = 8;  // the group is clamped so that heads stay within this
 inline constexpr int kMaxHalfHeadDim = 4;
-inline constexpr int kMinWidth = 4, kMaxDModel = 24, kMaxDff = 32;
-inline constexpr int kMinVocab = 8, kMaxVocab = 32;
+inline constexpr int kMinWidth = 4, kMaxDModel = 16, kMaxDff = 16;
+inline constexpr int kMinVocab = 8, kMaxVocab = 16;
 inline constexpr int kMaxSlack = 3;      // capacity and max_pos beyond what the schedule needs
 inline constexpr int kMaxSpareRows = 2;  // rows beyond the most sequences running at once
-inline constexpr int kMaxSequences = 6;
+inline constexpr int kMaxSequences = 4;
 inline constexpr int kMaxRunning = 4;
-inline constexpr int kMaxTokens = 24;  // fed to one sequence
-inline constexpr int kMaxChunk = 12;
-inline constexpr int kMaxCalls = 24;  // steps, starts, finishes and resets
+inline constexpr int kMaxTokens = 16;  // fed to one sequence
+inline constexpr int kMaxChunk = 8;
+inline constexpr int kMaxCalls = 16;  // steps, starts, finishes and resets
 
 // The header: every knob of the model and the scenario that is not a call.
 // Values are stored as read, before clamping, so that they encode back to the

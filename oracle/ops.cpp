@@ -23,10 +23,11 @@ size_t index(size_t row, size_t width, size_t column) {
 
 }  // namespace
 
-std::vector<double> layer_norm(std::span<const double> x, std::span<const float> gain,
-                               std::span<const float> bias, double eps) {
+void layer_norm(std::span<const double> x, std::span<const float> gain,
+                std::span<const float> bias, double eps, std::span<double> out) {
   require(!x.empty() && gain.size() == x.size() && bias.size() == x.size(),
           "layer_norm: x, gain and bias have the same nonzero width");
+  require(out.size() == x.size(), "layer_norm: out is [E]");
   const double n = static_cast<double>(x.size());
   double mean = 0.0;
   for (double value : x) mean += value;
@@ -35,37 +36,54 @@ std::vector<double> layer_norm(std::span<const double> x, std::span<const float>
   for (double value : x) variance += (value - mean) * (value - mean);
   variance /= n;
   const double inv_std = 1.0 / std::sqrt(variance + eps);
-  std::vector<double> out(x.size());  // [E]
   for (size_t i = 0; i < x.size(); ++i) {
     out[i] = (x[i] - mean) * inv_std * static_cast<double>(gain[i]) + static_cast<double>(bias[i]);
   }
+}
+
+std::vector<double> layer_norm(std::span<const double> x, std::span<const float> gain,
+                               std::span<const float> bias, double eps) {
+  std::vector<double> out(x.size());  // [E]
+  layer_norm(x, gain, bias, eps, out);
   return out;
 }
 
-std::vector<double> rms_norm(std::span<const double> x, std::span<const float> gain, double eps) {
+void rms_norm(std::span<const double> x, std::span<const float> gain, double eps,
+              std::span<double> out) {
   require(!x.empty() && gain.size() == x.size(),
           "rms_norm: x and gain have the same nonzero width");
+  require(out.size() == x.size(), "rms_norm: out is [E]");
   double mean_square = 0.0;
   for (double value : x) mean_square += value * value;
   mean_square /= static_cast<double>(x.size());
   const double inv_rms = 1.0 / std::sqrt(mean_square + eps);
-  std::vector<double> out(x.size());  // [E]
   for (size_t i = 0; i < x.size(); ++i) out[i] = x[i] * inv_rms * static_cast<double>(gain[i]);
+}
+
+std::vector<double> rms_norm(std::span<const double> x, std::span<const float> gain, double eps) {
+  std::vector<double> out(x.size());  // [E]
+  rms_norm(x, gain, eps, out);
   return out;
 }
 
-std::vector<double> linear(std::span<const double> x, std::span<const float> weight,
-                           std::span<const float> bias, int out_features) {
+void linear(std::span<const double> x, std::span<const float> weight,
+            std::span<const float> bias, int out_features, std::span<double> out) {
   const size_t n_out = static_cast<size_t>(out_features);
   const size_t n_in = x.size();
   require(out_features > 0 && weight.size() == n_out * n_in, "linear: weight is [out][in]");
   require(bias.empty() || bias.size() == n_out, "linear: bias is [out] or absent");
-  std::vector<double> out(n_out);  // [out]
+  require(out.size() == n_out, "linear: out is [out]");
   for (size_t o = 0; o < n_out; ++o) {
     double sum = bias.empty() ? 0.0 : static_cast<double>(bias[o]);
     for (size_t i = 0; i < n_in; ++i) sum += static_cast<double>(weight[index(o, n_in, i)]) * x[i];
     out[o] = sum;
   }
+}
+
+std::vector<double> linear(std::span<const double> x, std::span<const float> weight,
+                           std::span<const float> bias, int out_features) {
+  std::vector<double> out(out_features > 0 ? static_cast<size_t>(out_features) : 0);  // [out]
+  linear(x, weight, bias, out_features, out);
   return out;
 }
 
@@ -99,24 +117,29 @@ int kv_head_of(int query_head, int n_heads, int n_kv_heads) {
   return query_head / group;
 }
 
-std::vector<double> softmax(std::span<const double> scores) {
+void softmax(std::span<const double> scores, std::span<double> out) {
   require(!scores.empty(), "softmax: at least one score");
+  require(out.size() == scores.size(), "softmax: out is [N]");
   // Subtracting the max keeps exp() finite; it cancels in the ratio.
   double max_score = scores[0];
   for (double s : scores) max_score = std::max(max_score, s);
-  std::vector<double> weights(scores.size());  // [N]
   double total = 0.0;
   for (size_t j = 0; j < scores.size(); ++j) {
-    weights[j] = std::exp(scores[j] - max_score);
-    total += weights[j];
+    out[j] = std::exp(scores[j] - max_score);
+    total += out[j];
   }
-  for (double& w : weights) w /= total;
+  for (double& w : out) w /= total;
+}
+
+std::vector<double> softmax(std::span<const double> scores) {
+  std::vector<double> weights(scores.size());  // [N]
+  softmax(scores, weights);
   return weights;
 }
 
-std::vector<double> causal_attention(std::span<const double> q, std::span<const double> k,
-                                     std::span<const double> v, int n_tokens, int n_heads,
-                                     int n_kv_heads, int head_dim) {
+void causal_attention(std::span<const double> q, std::span<const double> k,
+                      std::span<const double> v, int n_tokens, int n_heads, int n_kv_heads,
+                      int head_dim, std::span<double> out) {
   const size_t T = static_cast<size_t>(n_tokens), H = static_cast<size_t>(n_heads),
                KVH = static_cast<size_t>(n_kv_heads), D = static_cast<size_t>(head_dim);
   require(n_tokens >= 0 && n_heads > 0 && n_kv_heads > 0 && head_dim > 0,
@@ -124,28 +147,39 @@ std::vector<double> causal_attention(std::span<const double> q, std::span<const 
   require(q.size() == T * H * D, "causal_attention: q is [T][H][D]");
   require(k.size() == T * KVH * D && v.size() == T * KVH * D,
           "causal_attention: k and v are [T][KVH][D]");
+  require(out.size() == T * H * D, "causal_attention: out is [T][H][D]");
   const double scale = 1.0 / std::sqrt(static_cast<double>(head_dim));
-  std::vector<double> out(T * H * D, 0.0);  // [T][H][D]
+  std::fill(out.begin(), out.end(), 0.0);
+  // Room for the longest row of scores; row t uses its first t+1 entries.
+  std::vector<double> score_buffer(T), weight_buffer(T);  // [T]
   for (size_t t = 0; t < T; ++t) {
     for (size_t h = 0; h < H; ++h) {
       const size_t kv = static_cast<size_t>(kv_head_of(static_cast<int>(h), n_heads, n_kv_heads));
       const double* query = &q[(t * H + h) * D];  // [D]
       // Keys after t are not looked at at all: the mask is the loop bound.
-      std::vector<double> scores(t + 1);  // [t+1]
+      const std::span<double> scores = std::span<double>(score_buffer).first(t + 1);  // [t+1]
       for (size_t j = 0; j <= t; ++j) {
         const double* key = &k[(j * KVH + kv) * D];  // [D]
         double dot = 0.0;
         for (size_t d = 0; d < D; ++d) dot += query[d] * key[d];
         scores[j] = dot * scale;
       }
-      const std::vector<double> weights = softmax(scores);  // [t+1]
-      double* result = &out[(t * H + h) * D];               // [D]
+      const std::span<double> weights = std::span<double>(weight_buffer).first(t + 1);  // [t+1]
+      softmax(scores, weights);
+      double* result = &out[(t * H + h) * D];  // [D]
       for (size_t j = 0; j <= t; ++j) {
         const double* value = &v[(j * KVH + kv) * D];  // [D]
         for (size_t d = 0; d < D; ++d) result[d] += weights[j] * value[d];
       }
     }
   }
+}
+
+std::vector<double> causal_attention(std::span<const double> q, std::span<const double> k,
+                                     std::span<const double> v, int n_tokens, int n_heads,
+                                     int n_kv_heads, int head_dim) {
+  std::vector<double> out(q.size());  // [T][H][D]
+  causal_attention(q, k, v, n_tokens, n_heads, n_kv_heads, head_dim, out);
   return out;
 }
 

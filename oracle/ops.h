@@ -5,6 +5,11 @@
 //
 // Shapes are written [outer][inner], row-major. E is d_model, H query heads,
 // KVH KV heads, D head_dim, T tokens, F d_ff.
+//
+// The ops that make a vector come twice: returning a new vector, and writing
+// into a caller's buffer `out` of the result's size (the forward pass uses
+// these to keep heap allocation out of its loops). Both are the same loops
+// and give the same bits; `out` must not overlap the inputs.
 #pragma once
 
 #include <span>
@@ -16,16 +21,22 @@ namespace kvcheck::oracle {
 // x [E], gain [E], bias [E] -> [E]
 std::vector<double> layer_norm(std::span<const double> x, std::span<const float> gain,
                                std::span<const float> bias, double eps);
+void layer_norm(std::span<const double> x, std::span<const float> gain,
+                std::span<const float> bias, double eps, std::span<double> out);
 
 // RMSNorm over one vector: x / sqrt(mean(x^2) + eps) * gain.
 // x [E], gain [E] -> [E]
 std::vector<double> rms_norm(std::span<const double> x, std::span<const float> gain, double eps);
+void rms_norm(std::span<const double> x, std::span<const float> gain, double eps,
+              std::span<double> out);
 
 // y = W x (+ b), with W in the nn.Linear layout [out][in]. An empty bias
 // means the layer has none.
 // x [in], weight [out][in], bias [out] or [] -> [out]
 std::vector<double> linear(std::span<const double> x, std::span<const float> weight,
                            std::span<const float> bias, int out_features);
+void linear(std::span<const double> x, std::span<const float> weight,
+            std::span<const float> bias, int out_features, std::span<double> out);
 
 // 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))): GPT-2's approximation,
 // not the erf form.
@@ -45,6 +56,7 @@ int kv_head_of(int query_head, int n_heads, int n_kv_heads);
 
 // exp(s_i - max s) / sum_j exp(s_j - max s). scores [N], N >= 1 -> [N]
 std::vector<double> softmax(std::span<const double> scores);
+void softmax(std::span<const double> scores, std::span<double> out);
 
 // Causal self-attention of T positions over themselves: the query at t
 // attends to keys 0..t with scores q.k / sqrt(D).
@@ -52,5 +64,8 @@ std::vector<double> softmax(std::span<const double> scores);
 std::vector<double> causal_attention(std::span<const double> q, std::span<const double> k,
                                      std::span<const double> v, int n_tokens, int n_heads,
                                      int n_kv_heads, int head_dim);
+void causal_attention(std::span<const double> q, std::span<const double> k,
+                      std::span<const double> v, int n_tokens, int n_heads, int n_kv_heads,
+                      int head_dim, std::span<double> out);
 
 }  // namespace kvcheck::oracle

@@ -4,6 +4,7 @@
 #include <array>
 #include <cmath>
 #include <cstdio>
+#include <memory>
 #include <sstream>
 
 #include "model/rng.h"
@@ -42,11 +43,111 @@ constexpr uint64_t kCapacitySalt = 0x6361706163697479ull;  // "capacity"
 struct Context {
   const Scenario& scenario;
   const EngineFactory& factory;
-  Weights weights;
+  const Weights& weights;  // of scenario.config and scenario.weight_seed
   SchedulePlan plan;
   uint64_t digest;
   int vocab;
 };
+
+// ---- Caches of what depends on the model alone --------------------------
+//
+// Callers check several properties on one scenario in a row (check_any runs
+// all nine; RapidCheck's shrinking re-checks scenarios that differ in one
+// gene), and the weights and each sequence's oracle reference are pure
+// functions of (config, weight seed[, KV dtype, tokens]) that the engine
+// never touches. Both caches are per thread, hold only the most recent model,
+// are bounded, and return exactly what a fresh computation returns, so no
+// verdict depends on them; they only skip recomputing it.
+
+// The weights of the most recent (config, seed): one entry.
+std::shared_ptr<const Weights> cached_weights(const Config& config, uint64_t seed) {
+  struct Entry {
+    Config config;
+    uint64_t seed = 0;
+    std::shared_ptr<const Weights> weights;
+  };
+  thread_local Entry last;
+  if (!last.weights || last.seed != seed || !(last.config == config)) {
+    last.weights.reset();  // free the old weights before making the new ones
+    last.weights = std::make_shared<const Weights>(init_weights(config, seed));
+    last.config = config;
+    last.seed = seed;
+  }
+  return last.weights;
+}
+
+// What P1 and P6 compare against, for one sequence's fed tokens.
+struct SequenceReference {
+  oracle::Output oracle;
+  ErrorBounds bounds;
+};
+
+// The references of the most recent model (config, weight seed, KV dtype),
+// keyed by the tokens: at most kMaxEntries sequences and kMaxBytes in all,
+// least recently used dropped first. A new model empties it.
+class ReferenceCache {
+ public:
+  static constexpr size_t kMaxEntries = 16;
+  static constexpr size_t kMaxBytes = size_t(32) << 20;
+
+  std::shared_ptr<const SequenceReference> get(const Config& config, uint64_t seed,
+                                               KvDtype kv_dtype, const Weights& weights,
+                                               std::span<const int32_t> tokens) {
+    if (!valid_ || seed_ != seed || kv_dtype_ != kv_dtype || !(config_ == config)) {
+      entries_.clear();
+      bytes_ = 0;
+      config_ = config;
+      seed_ = seed;
+      kv_dtype_ = kv_dtype;
+      valid_ = true;
+    }
+    for (size_t i = 0; i < entries_.size(); ++i) {
+      if (std::equal(tokens.begin(), tokens.end(), entries_[i].tokens.begin(),
+                     entries_[i].tokens.end())) {
+        Entry hit = std::move(entries_[i]);  // most recently used goes last
+        entries_.erase(entries_.begin() + std::ptrdiff_t(i));
+        entries_.push_back(std::move(hit));
+        return entries_.back().reference;
+      }
+    }
+    auto reference = std::make_shared<SequenceReference>();
+    reference->oracle = oracle::forward(config, weights, tokens);
+    reference->bounds = derive_error_bounds(config, weights, tokens, kv_dtype);
+    const size_t bytes =
+        sizeof(double) * (reference->oracle.logits.size() + reference->oracle.k.size() +
+                          reference->oracle.v.size() + reference->bounds.logits.size() +
+                          reference->bounds.k.size() + reference->bounds.v.size()) +
+        sizeof(int32_t) * tokens.size();
+    if (bytes > kMaxBytes) return reference;  // too big to keep
+    while (!entries_.empty() && (entries_.size() >= kMaxEntries || bytes_ + bytes > kMaxBytes)) {
+      bytes_ -= entries_.front().bytes;
+      entries_.erase(entries_.begin());
+    }
+    entries_.push_back({std::vector<int32_t>(tokens.begin(), tokens.end()), reference, bytes});
+    bytes_ += bytes;
+    return reference;
+  }
+
+ private:
+  struct Entry {
+    std::vector<int32_t> tokens;
+    std::shared_ptr<const SequenceReference> reference;
+    size_t bytes = 0;
+  };
+  bool valid_ = false;
+  Config config_;
+  uint64_t seed_ = 0;
+  KvDtype kv_dtype_ = KvDtype::kF32;
+  std::vector<Entry> entries_;  // least recently used first
+  size_t bytes_ = 0;
+};
+
+std::shared_ptr<const SequenceReference> reference_for(const Context& context,
+                                                       std::span<const int32_t> tokens) {
+  thread_local ReferenceCache cache;
+  return cache.get(context.scenario.config, context.scenario.weight_seed,
+                   context.scenario.kv_dtype, context.weights, tokens);
+}
 
 std::string describe_chunks(const std::vector<int>& chunks) {
   std::string text;
@@ -182,9 +283,9 @@ Verdict check_oracle(const Context& context) {
     if (T == 0) continue;
     any = true;
     const std::span<const int32_t> tokens = fed_tokens(context, static_cast<int>(s));
-    const oracle::Output reference = oracle::forward(config, context.weights, tokens);
-    const ErrorBounds bounds =
-        derive_error_bounds(config, context.weights, tokens, context.scenario.kv_dtype);
+    const std::shared_ptr<const SequenceReference> cached = reference_for(context, tokens);
+    const oracle::Output& reference = cached->oracle;
+    const ErrorBounds& bounds = cached->bounds;
     const std::vector<float>& logits = run.logits[s];  // [T][V]
     Finding sequence_worst;
     bool sequence_non_finite = false, sequence_over = false;
@@ -427,11 +528,6 @@ Verdict check_compaction(const Context& context) {
 
 // ---- P6 ---------------------------------------------------------------
 
-struct SequenceReference {
-  oracle::Output oracle;
-  ErrorBounds bounds;
-};
-
 // Per layer, the largest |cached - oracle| of K and V over position ranges,
 // with its error/bound; "!" marks a range holding a wrong or non-finite slot.
 std::string cache_table(const Engine& engine, SequenceId id, const SequenceReference& reference,
@@ -499,13 +595,12 @@ Verdict check_cache_state(const Context& context) {
   for (const Call& call : context.scenario.calls) any_step |= call.kind == Call::Kind::kStep;
   if (!any_step) return not_applicable(Property::kCacheState, "no step");
 
-  std::vector<SequenceReference> references(n);  // [sequence]
+  // A sequence that is never fed keeps the empty reference.
+  const auto empty = std::make_shared<const SequenceReference>();
+  std::vector<std::shared_ptr<const SequenceReference>> references(n, empty);  // [sequence]
   for (size_t s = 0; s < n; ++s) {
     if (context.plan.fed[s] == 0) continue;
-    const std::span<const int32_t> tokens = fed_tokens(context, static_cast<int>(s));
-    references[s].oracle = oracle::forward(config, context.weights, tokens);
-    references[s].bounds =
-        derive_error_bounds(config, context.weights, tokens, context.scenario.kv_dtype);
+    references[s] = reference_for(context, fed_tokens(context, static_cast<int>(s)));
   }
 
   double worst_ratio = 0;
@@ -515,7 +610,7 @@ Verdict check_cache_state(const Context& context) {
       const int sequence = static_cast<int>(s);
       if (!runner.running(sequence)) continue;
       const int length = runner.fed(sequence);
-      const SequenceReference& reference = references[s];
+      const SequenceReference& reference = *references[s];
       const int T = reference.oracle.n_tokens;
       Location where;
       where.call = call;
@@ -856,9 +951,11 @@ Verdict check_property(Property property, const Scenario& scenario, const Engine
     return not_applicable(property, "invalid scenario: " + error);
   }
   try {
+    const std::shared_ptr<const Weights> weights =
+        cached_weights(scenario.config, scenario.weight_seed);
     const Context context{scenario,
                           factory,
-                          init_weights(scenario.config, scenario.weight_seed),
+                          *weights,
                           plan_schedule(scenario),
                           scenario_digest(scenario),
                           scenario.config.vocab};

@@ -99,6 +99,19 @@ void ScenarioRunner::execute(const Call& call) {
 }
 
 RunResult ScenarioRunner::run(const CallHook& hook) {
+  RunResult result = run_calls(hook);
+  result.logits = logits_;
+  return result;
+}
+
+RunResult ScenarioRunner::run_and_take_logits(const CallHook& hook) {
+  RunResult result = run_calls(hook);
+  result.logits = std::move(logits_);
+  logits_.assign(result.logits.size(), {});
+  return result;
+}
+
+RunResult ScenarioRunner::run_calls(const CallHook& hook) {
   // Reserving every sequence's logits up front keeps the step loop free of
   // reallocation.
   const SchedulePlan plan = plan_schedule(scenario_);
@@ -121,14 +134,13 @@ RunResult ScenarioRunner::run(const CallHook& hook) {
       break;
     }
   }
-  result.logits = logits_;
   return result;
 }
 
 RunResult run_scenario(const Scenario& scenario, const Weights& weights,
                        const EngineFactory& factory, const CallHook& hook) {
   ScenarioRunner runner(scenario, scenario.config, weights, factory);
-  return runner.run(hook);
+  return runner.run_and_take_logits(hook);
 }
 
 Scenario solo_scenario(const Scenario& base, std::span<const int32_t> tokens,

@@ -55,6 +55,9 @@ class ScenarioRunner {
 
   // Runs every call in order. EngineErrors become RunResult::engine_failed.
   RunResult run(const CallHook& hook = {});
+  // The same, but the result takes the logits over instead of copying them;
+  // the runner keeps none (logits() is empty afterwards). Run once.
+  RunResult run_and_take_logits(const CallHook& hook = {});
 
   Engine& engine() { return *engine_; }
   const Engine& engine() const { return *engine_; }
@@ -67,6 +70,7 @@ class ScenarioRunner {
 
  private:
   void execute(const Call& call);
+  RunResult run_calls(const CallHook& hook);
 
   const Scenario& scenario_;
   std::unique_ptr<Engine> engine_;

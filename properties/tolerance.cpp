@@ -99,18 +99,18 @@ void norm_var(bool layer_norm, const double* x, const double* var_x, const std::
   }
 }
 
-// Rotate-half RoPE of one head at `position`, in place, with its variance:
-// the rotation mixes each pair's variances by cos^2 and sin^2; the float
-// rotation rounds cos and sin to float and two products and a sum: 3u of each
-// output's two terms. The engine and the oracle compute the angle with the
-// same double operations, so it adds nothing.
-//   head, var: [D];  inv_freq: [D/2].
-void rope_var(double* head, double* var, const std::vector<double>& inv_freq, int position,
-              int dim) {
+// Rotate-half RoPE of one head, in place, with its variance: the rotation
+// mixes each pair's variances by cos^2 and sin^2; the float rotation rounds
+// cos and sin to float and two products and a sum: 3u of each output's two
+// terms. The engine and the oracle compute the angle with the same double
+// operations, so it adds nothing. cos_angle and sin_angle hold cos and sin of
+// position * inv_freq[i], computed once per position for every head.
+//   head, var: [D];  cos_angle, sin_angle: [D/2].
+void rope_var(double* head, double* var, const std::vector<double>& cos_angle,
+              const std::vector<double>& sin_angle, int dim) {
   const int half = dim / 2;
   for (int i = 0; i < half; ++i) {
-    const double angle = position * inv_freq[size_t(i)];
-    const double c = std::cos(angle), s = std::sin(angle);
+    const double c = cos_angle[size_t(i)], s = sin_angle[size_t(i)];
     const double x1 = head[i], x2 = head[i + half], v1 = var[i], v2 = var[i + half];
     head[i] = x1 * c - x2 * s;
     head[i + half] = x2 * c + x1 * s;
@@ -153,6 +153,8 @@ ErrorBounds derive_error_bounds(const Config& config, const Weights& weights,
   std::vector<double> p(t_count), var_sigma(t_count);        // [keys] one query head
   std::vector<double> inv_freq(sz(D / 2));                   // [D/2] RoPE frequencies
   for (int i = 0; i < D / 2; ++i) inv_freq[sz(i)] = std::pow(config.rope_theta, -2.0 * i / D);
+  std::vector<double> cos_angle(sz(D / 2)), sin_angle(sz(D / 2));  // [D/2] at one position
+  std::vector<double> o_sum(sz(D)), o_var(sz(D)), o_magnitude(sz(D));  // [D] one query head
 
   for (int t = 0; t < T; ++t) {
     const float* token_row = weights.tok_embedding.data() + sz(tokens[sz(t)]) * sz(E);
@@ -187,8 +189,13 @@ ErrorBounds derive_error_bounds(const Config& config, const Weights& weights,
       linear_var(w.wk, w.bk, h.data(), var_h.data(), E, KV, kt, vkt);
       linear_var(w.wv, w.bv, h.data(), var_h.data(), E, KV, vt, vvt);
       if (!gpt2) {
-        for (int hq = 0; hq < H; ++hq) rope_var(qt + hq * D, vqt + hq * D, inv_freq, t, D);
-        for (int g = 0; g < KVH; ++g) rope_var(kt + g * D, vkt + g * D, inv_freq, t, D);
+        for (int i = 0; i < D / 2; ++i) {
+          const double angle = t * inv_freq[sz(i)];
+          cos_angle[sz(i)] = std::cos(angle);
+          sin_angle[sz(i)] = std::sin(angle);
+        }
+        for (int hq = 0; hq < H; ++hq) rope_var(qt + hq * D, vqt + hq * D, cos_angle, sin_angle, D);
+        for (int g = 0; g < KVH; ++g) rope_var(kt + g * D, vkt + g * D, cos_angle, sin_angle, D);
       }
       // What P6 compares: kConfidence deviations of the computed value, then
       // storage's rounding of it at its worst, |x^ (1 + r) - x| <= |x^ - x|
@@ -245,19 +252,31 @@ ErrorBounds derive_error_bounds(const Config& config, const Weights& weights,
         // (n_keys terms each) and the division.
         double* o = att.data() + sz(hq) * sz(D);
         double* var_o = var_att.data() + sz(hq) * sz(D);
-        for (int d = 0; d < D; ++d) {
-          double value = 0;
-          for (int j = 0; j < n_keys; ++j)
-            value += p[sz(j)] * v[sz(j) * sz(KV) + sz(g) * sz(D) + sz(d)];
-          double var = 0, magnitude = 0;
-          for (int j = 0; j < n_keys; ++j) {
-            const size_t at = sz(j) * sz(KV) + sz(g) * sz(D) + sz(d);
-            const double pj = p[sz(j)];
-            var += pj * pj * (var_v[at] + var_sigma[sz(j)] * sq(v[at] - value));
-            magnitude += pj * std::abs(v[at]);
+        // Each of the D sums runs over the keys in order j = 0, 1, ...; the
+        // key loop is outside so the rows of v are read contiguously.
+        std::fill(o_sum.begin(), o_sum.end(), 0.0);
+        for (int j = 0; j < n_keys; ++j) {
+          const double pj = p[sz(j)];
+          const double* vj = v.data() + sz(j) * sz(KV) + sz(g) * sz(D);
+          for (int d = 0; d < D; ++d) o_sum[sz(d)] += pj * vj[d];
+        }
+        std::fill(o_var.begin(), o_var.end(), 0.0);
+        std::fill(o_magnitude.begin(), o_magnitude.end(), 0.0);
+        for (int j = 0; j < n_keys; ++j) {
+          const double pj = p[sz(j)], sigma = var_sigma[sz(j)];
+          const size_t at = sz(j) * sz(KV) + sz(g) * sz(D);
+          const double* vj = v.data() + at;
+          const double* vvj = var_v.data() + at;
+          for (int d = 0; d < D; ++d) {
+            o_var[sz(d)] += pj * pj * (vvj[d] + sigma * sq(vj[d] - o_sum[sz(d)]));
+            o_magnitude[sz(d)] += pj * std::abs(vj[d]);
           }
+        }
+        for (int d = 0; d < D; ++d) {
+          const double value = o_sum[sz(d)];
           o[d] = value;
-          var_o[d] = var + sum_rounding * sq(magnitude + std::abs(value)) + sq(u * value);
+          var_o[d] = o_var[sz(d)] + sum_rounding * sq(o_magnitude[sz(d)] + std::abs(value)) +
+                     sq(u * value);
         }
       }
       linear_var(w.wo, w.bo, att.data(), var_att.data(), Q, E, proj.data(), var_proj.data());

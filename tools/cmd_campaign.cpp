@@ -43,6 +43,7 @@ struct CampaignOptions {
   std::string failures_dir = "kvcheck-failures";
   int kill_cases = 200;  // per fault
   bool kill_matrix = true;
+  std::string fault = "none";  // run the properties against this faulty engine
 };
 
 // Tallies for one (property, backend) pair.
@@ -129,15 +130,20 @@ int run_campaign(const CampaignOptions& o) {
                                                     uint64_t(std::random_device{}());
   const std::vector<Property> properties = chosen_properties(o);
   const std::vector<Backend> backends = chosen_backends(o.backends);
+  const FaultSet faults = parse_fault_option(o.fault);
+  // With a fault on, failures are the point: the kill matrix adds nothing.
+  const bool kill_matrix = o.kill_matrix && !faults.any();
   std::printf("kvcheck campaign: seed %llu, %zu properties x %zu backends, budget %.0f s%s\n",
               (unsigned long long)seed, properties.size(), backends.size(), o.seconds,
               o.cases ? (", at most " + std::to_string(o.cases) + " cases each").c_str() : "");
-  std::printf("reproduce: kvcheck campaign --seed %llu --time %.0f\n", (unsigned long long)seed,
-              o.seconds);
+  std::printf("reproduce: kvcheck campaign --seed %llu --time %.0f%s\n",
+              (unsigned long long)seed, o.seconds,
+              faults.any() ? (" --fault " + faults.to_string()).c_str() : "");
+  if (faults.any()) std::printf("engine faults ON: %s\n", faults.to_string().c_str());
   std::fflush(stdout);
 
   // The property phase gets the time the kill matrix does not need.
-  const double property_budget = o.kill_matrix ? o.seconds * 0.7 : o.seconds;
+  const double property_budget = kill_matrix ? o.seconds * 0.7 : o.seconds;
   std::vector<Tally> tallies;
   for (const Backend& b : backends) {
     for (Property p : properties) {
@@ -159,7 +165,7 @@ int run_campaign(const CampaignOptions& o) {
       if (t.failed || (o.cases && t.cases >= o.cases) || elapsed() >= property_budget) continue;
       const Backend& backend = *std::find_if(backends.begin(), backends.end(),
                                              [&](const Backend& b) { return b.name == t.backend; });
-      const EngineFactory factory = backend.make_factory(FaultSet());
+      const EngineFactory factory = backend.make_factory(faults);
       rcgen::HuntOptions h;
       h.seed = batch_seeds.next();
       h.max_cases = o.cases ? std::min(kBatch, o.cases - t.cases) : kBatch;
@@ -188,7 +194,7 @@ int run_campaign(const CampaignOptions& o) {
         t.failed = true;
         any_failure = true;
         t.failure = r.verdict.summary;
-        report_failure(r, t.property, backend.name, FaultSet(), h.seed, o.failures_dir);
+        report_failure(r, t.property, backend.name, faults, h.seed, o.failures_dir);
       }
     }
   }
@@ -224,7 +230,7 @@ int run_campaign(const CampaignOptions& o) {
   }
 
   bool fault_survived = false;
-  if (o.kill_matrix) {
+  if (kill_matrix) {
     rcgen::KillMatrixOptions k;
     k.seed = seed;
     k.cases_per_cell = o.kill_cases;
@@ -253,9 +259,11 @@ int run_campaign(const CampaignOptions& o) {
   }
   std::printf("\n%s in %.1f s: %d property cases, %s\n",
               any_failure || fault_survived ? "FAILED" : "passed", elapsed(), total_cases,
-              any_failure ? "a property failed on a correct engine"
+              any_failure      ? (faults.any() ? "a property caught the fault"
+                                               : "a property failed on a correct engine")
               : fault_survived ? "the kill matrix found a problem"
-                               : "every property held and every fault was killed");
+              : kill_matrix    ? "every property held and every fault was killed"
+                               : "every property held");
   if (!o.json_path.empty()) {
     std::ofstream out(o.json_path);
     if (!out) throw InputError("--json: cannot write \"" + o.json_path + "\"");
@@ -291,6 +299,10 @@ Action add_campaign(CLI::App& app) {
       ->check(CLI::Range(1, 1000000))
       ->capture_default_str();
   cmd->add_flag("!--no-kill-matrix", o->kill_matrix, "skip the fault kill matrix");
+  cmd->add_option("--fault", o->fault,
+                  "run against an engine with these faults on (names from docs/FAULTS.md, "
+                  "comma-separated): shows a property catching them and writes the case file")
+      ->capture_default_str();
   return [cmd, o]() { return cmd->parsed() ? run_campaign(*o) : -1; };
 }
 

@@ -1,5 +1,6 @@
 #include "properties/rc/kill_matrix.h"
 
+#include <algorithm>
 #include <chrono>
 #include <cstdio>
 #include <sstream>
@@ -10,7 +11,7 @@ const std::vector<CatalogueEntry>& fault_catalogue() {
   using P = Property;
   static const std::vector<CatalogueEntry> entries = {
       {Fault::kSharedLayerCache, {P::kOracle, P::kCacheState}, 8, 6},
-      {Fault::kSharedRows, {P::kOracle, P::kBatch, P::kCacheState}, 9, 7},
+      {Fault::kSharedRows, {P::kOracle, P::kBatch, P::kCacheState}, 7, 7},
       {Fault::kDecodePositionZero, {P::kOracle, P::kChunking, P::kCacheState}, 7, 6},
       {Fault::kChunkPositionRestart, {P::kOracle, P::kChunking, P::kCacheState}, 8, 7},
       {Fault::kPositionLagAfterFirst, {P::kOracle, P::kCacheState}, 7, 6},
@@ -20,10 +21,10 @@ const std::vector<CatalogueEntry>& fault_catalogue() {
       {Fault::kResetKeepsPosition, {P::kOracle, P::kReset, P::kCacheState}, 9, 9},
       {Fault::kMaskTopLeft, {P::kOracle, P::kChunking}, 7, 6},
       {Fault::kAppendOverwrites, {P::kOracle, P::kChunking, P::kCacheState}, 7, 6},
-      {Fault::kCompactionTableOnly, {P::kOracle, P::kCompaction}, 10, 8},
+      {Fault::kCompactionTableOnly, {P::kOracle, P::kCompaction}, 10, 7},
       {Fault::kRopeReapplied, {P::kOracle, P::kChunking, P::kCacheState}, 8, 7},
       {Fault::kKvSwapped, {P::kOracle, P::kCacheState}, 5, 5},
-      {Fault::kCapacityWraps, {P::kCapacity}, 7, 5},
+      {Fault::kCapacityWraps, {P::kCapacity}, 7, 2},
   };
   return entries;
 }
@@ -176,11 +177,16 @@ std::vector<std::string> KillMatrix::problems() const {
       out.push_back(row.name + " survived every property");
       continue;
     }
-    // Shrink quality: a counterexample a person can read in a minute.
-    if (best->counterexample->size() > 2 * entry.shrink_target) {
+    // Shrink quality: a counterexample a person can read in a minute. The
+    // generators always draw a sequence with a token in a step, so nothing
+    // they make is smaller than kGeneratedFloor; kvcheck shrink, which can
+    // drop the last sequence, is held to the target itself (tests/repro).
+    const int allowed = 2 * std::max(entry.shrink_target, kGeneratedFloor);
+    if (best->counterexample->size() > allowed) {
       out.push_back(row.name + ": shrunk to " + std::to_string(best->counterexample->size()) +
                     ", more than twice the hand-derived shrink target " +
-                    std::to_string(entry.shrink_target));
+                    std::to_string(entry.shrink_target) + " (floor " +
+                    std::to_string(kGeneratedFloor) + ")");
     }
     if (row.cells.empty()) continue;
     for (Property p : entry.caught_by) {

@@ -28,6 +28,10 @@ struct CatalogueEntry {
 };
 const std::vector<CatalogueEntry>& fault_catalogue();
 
+// The smallest scenario the generators draw: 1 layer, 1 head, 1 sequence,
+// 1 token, 1 step.
+inline constexpr int kGeneratedFloor = 5;
+
 struct KillMatrixOptions {
   uint64_t seed = 0x6b76;
   int cases_per_cell = 100;        // per (fault, property)

@@ -80,7 +80,7 @@ Result<std::string> write_new_file(const std::string& dir, const std::string& st
   std::error_code ec;
   std::filesystem::create_directories(dir.empty() ? "." : dir, ec);
   if (ec) return Result<std::string>::failure(dir + ": cannot create the folder: " + ec.message());
-  const std::string base = (dir.empty() ? std::string(".") : dir) + "/";
+  const std::string base = dir.empty() ? std::string() : dir + "/";
   // A name no other writer uses, in the same folder so that link() is atomic.
   static std::atomic<unsigned> counter{0};
   const std::string temporary =

@@ -5,7 +5,12 @@
 
 #include <rapidcheck.h>
 
+#include <iostream>
+#include <optional>
+#include <utility>
+
 #include "properties/property.h"
+#include "properties/repro/failure_file.h"
 #include "properties/rc/generators.h"
 #include "properties/rc/hunt.h"
 #include "properties/runner.h"
@@ -16,6 +21,9 @@ namespace {
 
 void expect_property(Property property, KernelPath kernels, int cases) {
   const EngineFactory factory = cpu_engine_factory(FaultSet(), kernels);
+  // RapidCheck evaluates the shrunk counterexample last, so the last failing
+  // case seen is the one to keep as a file.
+  std::optional<std::pair<Scenario, Verdict>> last_failure;
   check_scenarios(cases, rcgen::emphasis_for(property), [&](const Scenario& s) {
     // check_property passes an invalid scenario as "not applicable"; a
     // generator that made one would silently test nothing.
@@ -23,8 +31,20 @@ void expect_property(Property property, KernelPath kernels, int cases) {
     classify(s);
     const Verdict v = check_property(property, s, factory);
     RC_CLASSIFY(!v.applicable, "not applicable");
-    if (!v.passed) RC_FAIL(v.summary + "\n" + v.detail);
+    if (!v.passed) {
+      last_failure.emplace(s, v);
+      RC_FAIL(v.summary + "\n" + v.detail);
+    }
   });
+  if (last_failure && testing::Test::HasFailure()) {
+    const testing::TestInfo* info = testing::UnitTest::GetInstance()->current_test_info();
+    FailureContext context;
+    context.backend = kernels == KernelPath::kOptimized ? "cpu" : "cpu-reference";
+    context.found_by = std::string("ctest ") + info->test_suite_name() + "." + info->name();
+    const WrittenCase written =
+        write_failure_case(last_failure->first, last_failure->second, FaultSet(), context);
+    std::cout << written.report << std::endl;
+  }
 }
 
 constexpr KernelPath kOpt = KernelPath::kOptimized;

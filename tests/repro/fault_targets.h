@@ -7,6 +7,7 @@
 
 #include "engine/faults.h"
 #include "properties/property.h"
+#include "properties/rc/kill_matrix.h"
 
 namespace kvcheck::test {
 
@@ -16,25 +17,34 @@ struct FaultTarget {
   int shrink_target;  // docs/FAULTS.md, last column
 };
 
+// The property each fault's shrink target is stated for; the sizes come from
+// the one catalogue (properties/rc/kill_matrix.h, docs/FAULTS.md).
 inline const std::vector<FaultTarget>& fault_targets() {
   using P = Property;
-  static const std::vector<FaultTarget> targets = {
-      {Fault::kSharedLayerCache, P::kCacheState, 6},
-      {Fault::kSharedRows, P::kCacheState, 7},
-      {Fault::kDecodePositionZero, P::kChunking, 6},
-      {Fault::kChunkPositionRestart, P::kChunking, 7},
-      {Fault::kPositionLagAfterFirst, P::kChunking, 6},
-      {Fault::kPositionBumpPerLayer, P::kCacheState, 6},
-      {Fault::kTiledKvHeads, P::kGqa, 8},
-      {Fault::kResetKeepsKv, P::kReset, 9},
-      {Fault::kResetKeepsPosition, P::kCacheState, 9},
-      {Fault::kMaskTopLeft, P::kChunking, 6},
-      {Fault::kAppendOverwrites, P::kChunking, 6},
-      {Fault::kCompactionTableOnly, P::kCacheState, 8},
-      {Fault::kRopeReapplied, P::kChunking, 7},
-      {Fault::kKvSwapped, P::kCacheState, 5},
-      {Fault::kCapacityWraps, P::kCapacity, 5},
-  };
+  static const std::vector<FaultTarget> targets = [] {
+    const Property property_of[kFaultCount] = {
+        P::kCacheState,  // shared_layer_cache
+        P::kCacheState,  // shared_rows
+        P::kChunking,    // decode_position_zero
+        P::kChunking,    // chunk_position_restart
+        P::kChunking,    // position_lag_after_first
+        P::kCacheState,  // position_bump_per_layer
+        P::kGqa,         // tiled_kv_heads
+        P::kReset,       // reset_keeps_kv
+        P::kCacheState,  // reset_keeps_position
+        P::kChunking,    // mask_top_left
+        P::kChunking,    // append_overwrites
+        P::kCacheState,  // compaction_table_only
+        P::kChunking,    // rope_reapplied
+        P::kCacheState,  // kv_swapped
+        P::kCapacity,    // capacity_wraps
+    };
+    std::vector<FaultTarget> out;
+    for (const rcgen::CatalogueEntry& e : rcgen::fault_catalogue()) {
+      out.push_back({e.fault, property_of[size_t(e.fault)], e.shrink_target});
+    }
+    return out;
+  }();
   return targets;
 }
 

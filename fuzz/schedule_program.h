@@ -26,10 +26,12 @@
 
 namespace kvcheck::fuzz {
 
-// Default bounds: small enough that one input runs every property in well
-// under a millisecond, large enough for every cache shape the faults need
-// (GQA with 4 heads over 2, several layers, ragged batches of 4, resets and
-// finishes between steps, chunks that end at capacity).
+// Default bounds: small enough that one input runs all nine properties in
+// about half a millisecond (docs/FUZZING.md, Performance), large enough for
+// every cache shape the fault catalogue needs (GQA with 4 heads over 2, three
+// layers, ragged batches of 3, a row reused after a finish, resets and
+// finishes between steps, chunks that end at capacity). Kernel-level
+// reductions over wide vectors are the kernel tests' job, not this target's.
 inline constexpr int kMaxLayers = 3;
 inline constexpr int kMaxKvHeads = 4;
 inline constexpr int kMaxGroup = 4;  // query heads per KV head
@@ -39,11 +41,11 @@ inline constexpr int kMinWidth = 4, kMaxDModel = 16, kMaxDff = 16;
 inline constexpr int kMinVocab = 8, kMaxVocab = 16;
 inline constexpr int kMaxSlack = 3;      // capacity and max_pos beyond what the schedule needs
 inline constexpr int kMaxSpareRows = 2;  // rows beyond the most sequences running at once
-inline constexpr int kMaxSequences = 4;
-inline constexpr int kMaxRunning = 4;
-inline constexpr int kMaxTokens = 16;  // fed to one sequence
-inline constexpr int kMaxChunk = 8;
-inline constexpr int kMaxCalls = 16;  // steps, starts, finishes and resets
+inline constexpr int kMaxSequences = 3;
+inline constexpr int kMaxRunning = 3;
+inline constexpr int kMaxTokens = 12;  // fed to one sequence
+inline constexpr int kMaxChunk = 6;
+inline constexpr int kMaxCalls = 12;  // steps, starts, finishes and resets
 
 // The header: every knob of the model and the scenario that is not a call.
 // Values are stored as read, before clamping, so that they encode back to the

@@ -82,7 +82,7 @@ TEST(ScheduleProgram, ChunkLengthsAreClampedToTheBounds) {
   program.calls = {Call::start(0), Call::step({{0, 100}}), Call::step({{0, 100}}),
                    Call::step({{0, 100}}), Call::step({{0, 1}})};
   const ScheduleProgram valid = decode(encode(program));
-  ASSERT_EQ(valid.calls.size(), 3u);  // 8 + 8 tokens fill kMaxTokens; the rest drops
+  ASSERT_EQ(valid.calls.size(), 3u);  // 6 + 6 tokens fill kMaxTokens; the rest drops
   EXPECT_EQ(valid.calls[1].chunks[0].length, kMaxChunk);
   EXPECT_EQ(to_scenario(valid).sequences[0].size(), size_t(kMaxTokens));
 }

@@ -51,4 +51,34 @@ std::string FaultSet::to_string() const {
   return out.empty() ? "none" : out;
 }
 
+Result<FaultSet> parse_fault_list(std::string_view text) {
+  FaultSet faults;
+  if (text == "none") return faults;
+  const auto known = [] {
+    std::string names;
+    for (int i = 0; i < kFaultCount; ++i) {
+      names += (i ? ", " : "") + std::string(fault_name(static_cast<Fault>(i)));
+    }
+    return names;
+  };
+  if (text.empty()) {
+    return Result<FaultSet>::failure("expected none or fault names separated by commas");
+  }
+  for (;;) {
+    const size_t comma = text.find(',');
+    const std::string_view name = text.substr(0, comma);
+    const std::optional<Fault> f = parse_fault(name);
+    if (!f) {
+      return Result<FaultSet>::failure("unknown fault \"" + std::string(name) +
+                                       "\"; expected none or one of " + known());
+    }
+    faults = faults.with(*f);
+    if (comma == std::string_view::npos) return faults;
+    text = text.substr(comma + 1);
+    if (text.empty()) {
+      return Result<FaultSet>::failure("expected a fault name after the last comma");
+    }
+  }
+}
+
 }  // namespace kvcheck

@@ -10,6 +10,8 @@
 #include <string>
 #include <string_view>
 
+#include "model/status.h"
+
 namespace kvcheck {
 
 enum class Fault : uint8_t {
@@ -56,5 +58,10 @@ class FaultSet {
  private:
   uint32_t bits_ = 0;
 };
+
+// "none", or fault names separated by commas (the form the CLI, case files
+// and KVCHECK_FAULT use). The error names the offending name and lists the
+// known ones.
+Result<FaultSet> parse_fault_list(std::string_view text);
 
 }  // namespace kvcheck

@@ -31,14 +31,6 @@ EngineFactory g_factory;
   std::abort();
 }
 
-// The same order as the kill matrix's check_any: P6 first, since it compares
-// the cache itself after every call and so names the layer and slots.
-constexpr Property kPropertyOrder[] = {
-    Property::kCacheState, Property::kOracle,      Property::kChunking,
-    Property::kBatch,      Property::kReset,       Property::kCompaction,
-    Property::kGqa,        Property::kDeterminism, Property::kCapacity};
-static_assert(std::size(kPropertyOrder) == size_t(kPropertyCount));
-
 [[noreturn]] void report_failure(const Scenario& scenario, const Verdict& verdict) {
   std::string text = "property " + std::string(property_label(verdict.property)) + " " +
                      std::string(property_name(verdict.property)) +
@@ -56,15 +48,9 @@ static_assert(std::size(kPropertyOrder) == size_t(kPropertyCount));
 
 void initialize() {
   const char* env = std::getenv("KVCHECK_FAULT");
-  std::string_view names = env ? env : "";
-  while (!names.empty() && names != "none") {
-    const size_t comma = names.find(',');
-    const std::string_view name = names.substr(0, comma);
-    const std::optional<Fault> fault = parse_fault(name);
-    if (!fault) fail("KVCHECK_FAULT names an unknown fault: " + std::string(name));
-    g_faults = g_faults.with(*fault);
-    names = comma == std::string_view::npos ? std::string_view{} : names.substr(comma + 1);
-  }
+  const Result<FaultSet> faults = parse_fault_list(env ? env : "none");
+  if (!faults.ok()) fail("KVCHECK_FAULT: " + faults.error());
+  g_faults = faults.value();
   if (g_faults.any())
     std::fprintf(stderr, "schedule_fuzz: faults on: %s\n", g_faults.to_string().c_str());
   g_factory = cpu_engine_factory(g_faults);
@@ -79,9 +65,8 @@ Outcome run_one(std::span<const uint8_t> input) {
   if (const std::string error = scenario.validate(); !error.empty()) {
     fail("the decoded scenario does not validate: " + error + "\n" + scenario.to_text());
   }
-  for (Property property : kPropertyOrder) {
-    const Verdict verdict = check_property(property, scenario, g_factory);
-    if (!verdict.passed) report_failure(scenario, verdict);
+  if (const Verdict verdict = check_all(scenario, g_factory); !verdict.passed) {
+    report_failure(scenario, verdict);
   }
   const bool is_canonical = canonical.size() == input.size() &&
                             std::equal(canonical.begin(), canonical.end(), input.begin());

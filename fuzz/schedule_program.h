@@ -27,7 +27,7 @@
 namespace kvcheck::fuzz {
 
 // Default bounds: small enough that one input runs all nine properties in
-// about half a millisecond (docs/FUZZING.md, Performance), large enough for
+// under a millisecond (docs/FUZZING.md, "Measured"), large enough for
 // every cache shape the fault catalogue needs (GQA with 4 heads over 2, three
 // layers, ragged batches of 3, a row reused after a finish, resets and
 // finishes between steps, chunks that end at capacity). Kernel-level

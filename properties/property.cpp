@@ -51,7 +51,7 @@ struct Context {
 
 // ---- Caches of what depends on the model alone --------------------------
 //
-// Callers check several properties on one scenario in a row (check_any runs
+// Callers check several properties on one scenario in a row (check_all runs
 // all nine; RapidCheck's shrinking re-checks scenarios that differ in one
 // gene), and the weights and each sequence's oracle reference are pure
 // functions of (config, weight seed[, KV dtype, tokens]) that the engine
@@ -997,6 +997,24 @@ Verdict check_property(Property property, const Scenario& scenario, const Engine
     return verdict;
   }
   return not_applicable(property, "unknown property");
+}
+
+Verdict check_all(const Scenario& scenario, const EngineFactory& factory) {
+  // P6 first: it compares the cache itself after every call, so it sees a
+  // fault before any logit does and names the layer and slots.
+  static constexpr Property kOrder[] = {
+      Property::kCacheState, Property::kOracle,      Property::kChunking,
+      Property::kBatch,      Property::kReset,       Property::kCompaction,
+      Property::kGqa,        Property::kDeterminism, Property::kCapacity};
+  static_assert(std::size(kOrder) == size_t(kPropertyCount));
+  Verdict last;
+  for (Property p : kOrder) {
+    Verdict v = check_property(p, scenario, factory);
+    if (!v.passed) return v;
+    last = std::move(v);
+  }
+  last.summary = "every property passed";
+  return last;
 }
 
 }  // namespace kvcheck

@@ -60,4 +60,9 @@ struct Verdict {
 
 Verdict check_property(Property property, const Scenario& scenario, const EngineFactory& factory);
 
+// Every property on one scenario, the most localizing first (P6 names the
+// layer and slots); returns the first failing verdict, or a passing one.
+// The kill matrix's 'any' column, the campaigns and the fuzzers use it.
+Verdict check_all(const Scenario& scenario, const EngineFactory& factory);
+
 }  // namespace kvcheck

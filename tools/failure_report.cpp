@@ -63,24 +63,9 @@ std::vector<std::string> collect_case_files(const std::vector<std::string>& path
 }
 
 FaultSet parse_fault_option(const std::string& text) {
-  FaultSet faults;
-  if (text == "none") return faults;
-  size_t begin = 0;
-  while (begin <= text.size()) {
-    const size_t comma = std::min(text.find(',', begin), text.size());
-    const std::string name = text.substr(begin, comma - begin);
-    const std::optional<Fault> f = parse_fault(name);
-    if (!f) {
-      std::string known;
-      for (int i = 0; i < kFaultCount; ++i) {
-        known += (i ? ", " : "") + std::string(fault_name(static_cast<Fault>(i)));
-      }
-      throw InputError("--fault: unknown fault \"" + name + "\" (none or one of: " + known + ")");
-    }
-    faults = faults.with(*f);
-    begin = comma + 1;
-  }
-  return faults;
+  const Result<FaultSet> faults = parse_fault_list(text);
+  if (!faults.ok()) throw InputError("--fault: " + faults.error());
+  return faults.value();
 }
 
 CaseEngine case_engine(const CaseFile& c, const std::string& backend_override,

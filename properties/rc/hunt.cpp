@@ -11,24 +11,6 @@ Emphasis emphasis_for(Property property) {
   return property == Property::kGqa ? Emphasis::kSharedKvHeads : Emphasis::kAny;
 }
 
-Verdict check_any(const Scenario& scenario, const EngineFactory& factory) {
-  // P6 first: it compares the cache itself after every call, so it sees a
-  // fault before any logit does and names the layer and slots.
-  static constexpr Property kOrder[] = {
-      Property::kCacheState, Property::kOracle,      Property::kChunking,
-      Property::kBatch,      Property::kReset,       Property::kCompaction,
-      Property::kGqa,        Property::kDeterminism, Property::kCapacity};
-  static_assert(std::size(kOrder) == size_t(kPropertyCount));
-  Verdict last;
-  for (Property p : kOrder) {
-    Verdict v = check_property(p, scenario, factory);
-    if (!v.passed) return v;
-    last = std::move(v);
-  }
-  last.summary = "every property passed";
-  return last;
-}
-
 namespace {
 
 // RapidCheck's default listener remembers every failing property and, at

@@ -21,10 +21,6 @@ namespace kvcheck::rcgen {
 // others take every shape.
 Emphasis emphasis_for(Property property);
 
-// Every applicable property on one scenario, cheapest and most localizing
-// first; returns the first failing verdict, or a passing one. Used to kill
-// faults fast: one case exercises every property.
-Verdict check_any(const Scenario& scenario, const EngineFactory& factory);
 
 struct HuntOptions {
   uint64_t seed = 0x6b76636865636bull;  // "kvcheck"

@@ -63,7 +63,7 @@ KillMatrix run_kill_matrix(const std::function<EngineFactory(FaultSet)>& factory
     hunt_options.seed = options.seed;
     hunt_options.max_cases = row.fault ? options.cases_per_cell : options.correct_cases;
     if (progress) progress("kill matrix: " + row.name + ", every property per case");
-    row.any = hunt([&](const Scenario& s) { return check_any(s, factory); }, Emphasis::kAny,
+    row.any = hunt([&](const Scenario& s) { return check_all(s, factory); }, Emphasis::kAny,
                    hunt_options);
     if (row.fault) m.kill_all_seconds += row.any.seconds;
     m.total_seconds += row.any.seconds;

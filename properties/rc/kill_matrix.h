@@ -44,7 +44,7 @@ struct KillMatrixRow {
   std::string name;                  // fault name, or "(correct engine)"
   std::optional<Fault> fault;
   std::vector<HuntResult> cells;     // [property]; empty when !per_property
-  HuntResult any;                    // check_any: every property per case
+  HuntResult any;                    // check_all: every property per case
   bool ran = true;                   // false when the time limit stopped it
 
   // The smallest shrunk counterexample over every column, or nullptr.

@@ -335,26 +335,9 @@ class Parser {
   }
 
   void read_faults(int line, std::string_view names) {
-    if (names == "none") return;
-    if (names.empty()) fail_at(line, "fault: expected none or fault names separated by commas");
-    while (!names.empty()) {
-      const size_t comma = names.find(',');
-      const std::string_view name = names.substr(0, comma);
-      const std::optional<Fault> f = parse_fault(name);
-      if (!f) {
-        std::string known;
-        for (int i = 0; i < kFaultCount; ++i) {
-          known += (i ? ", " : "") + std::string(fault_name(static_cast<Fault>(i)));
-        }
-        fail_at(line,
-                "fault: unknown fault " + quoted(name) + "; expected none or one of " + known);
-      }
-      c_.faults = c_.faults.with(*f);
-      names = comma == std::string_view::npos ? std::string_view() : names.substr(comma + 1);
-      if (comma != std::string_view::npos && names.empty()) {
-        fail_at(line, "fault: expected a fault name after the last comma");
-      }
-    }
+    const Result<FaultSet> faults = parse_fault_list(names);
+    if (!faults.ok()) fail_at(line, "fault: " + faults.error());
+    c_.faults = faults.value();
   }
 
   void read_model_field(int line, std::string_view key, std::string_view value) {

@@ -1,5 +1,5 @@
 // The fault kill matrix on the GPU: every fault of engine/faults.h, switched
-// on in the CUDA engine, must fail some property (rcgen::check_any: every
+// on in the CUDA engine, must fail some property (check_all: every
 // property per case) within KVCHECK_GPU_KILL_CASES generated cases (default
 // 100), and the correct CUDA engine must pass KVCHECK_GPU_KILL_CORRECT_CASES
 // (default 100). Shrinking is off by default to fit the device script's
@@ -36,7 +36,7 @@ TEST(GpuKillMatrix, EveryFaultIsKilledAndTheCorrectEngineSurvives) {
   correct_options.max_cases = correct_cases;
   const EngineFactory correct = cuda_engine_factory();
   const rcgen::HuntResult baseline =
-      rcgen::hunt([&](const Scenario& s) { return rcgen::check_any(s, correct); },
+      rcgen::hunt([&](const Scenario& s) { return check_all(s, correct); },
                   rcgen::Emphasis::kAny, correct_options);
   std::printf("%-26s %8s %6s %8s  %s\n", "fault", "cases", "size", "seconds", "verdict");
   std::printf("%-26s %8d %6s %8.2f  %s\n", "(correct engine)", baseline.cases_run, "-",
@@ -51,7 +51,7 @@ TEST(GpuKillMatrix, EveryFaultIsKilledAndTheCorrectEngineSurvives) {
     const Fault fault = static_cast<Fault>(i);
     const EngineFactory faulty = cuda_engine_factory(FaultSet(fault));
     const rcgen::HuntResult r =
-        rcgen::hunt([&](const Scenario& s) { return rcgen::check_any(s, faulty); },
+        rcgen::hunt([&](const Scenario& s) { return check_all(s, faulty); },
                     rcgen::Emphasis::kAny, options);
     const std::string size = r.counterexample ? std::to_string(r.counterexample->size()) : "-";
     std::printf("%-26s %8d %6s %8.2f  %s\n", std::string(fault_name(fault)).c_str(), r.cases_run,

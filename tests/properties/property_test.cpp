@@ -5,6 +5,7 @@
 
 #include <rapidcheck.h>
 
+#include <cstdlib>
 #include <iostream>
 #include <optional>
 #include <utility>
@@ -19,8 +20,24 @@
 namespace kvcheck::test {
 namespace {
 
+// KVCHECK_FAULT=name[,name] runs the suite against a faulty engine, to watch
+// a property catch a fault and write its case file; unset, the engine is the
+// correct one and every property must hold.
+FaultSet faults_from_environment() {
+  const char* names = std::getenv("KVCHECK_FAULT");
+  if (names == nullptr) return FaultSet();
+  const Result<FaultSet> faults = parse_fault_list(names);
+  if (!faults.ok()) {
+    ADD_FAILURE() << "KVCHECK_FAULT: " << faults.error();
+    return FaultSet();
+  }
+  return faults.value();
+}
+
 void expect_property(Property property, KernelPath kernels, int cases) {
-  const EngineFactory factory = cpu_engine_factory(FaultSet(), kernels);
+  const FaultSet faults = faults_from_environment();
+  if (faults.any()) std::cout << "engine faults ON: " << faults.to_string() << std::endl;
+  const EngineFactory factory = cpu_engine_factory(faults, kernels);
   // RapidCheck evaluates the shrunk counterexample last, so the last failing
   // case seen is the one to keep as a file.
   std::optional<std::pair<Scenario, Verdict>> last_failure;
@@ -42,7 +59,7 @@ void expect_property(Property property, KernelPath kernels, int cases) {
     context.backend = kernels == KernelPath::kOptimized ? "cpu" : "cpu-reference";
     context.found_by = std::string("ctest ") + info->test_suite_name() + "." + info->name();
     const WrittenCase written =
-        write_failure_case(last_failure->first, last_failure->second, FaultSet(), context);
+        write_failure_case(last_failure->first, last_failure->second, faults, context);
     std::cout << written.report << std::endl;
   }
 }

@@ -290,92 +290,39 @@ void MatmulSimd(const float* HWY_RESTRICT x, size_t rows, const float* HWY_RESTR
 // ---------------------------------------------------------------------------
 // attend
 
-// v with lane l and lane l ^ kDist exchanged (kDist a power of two < Lanes;
-// never used on HWY_SCALAR, whose vectors have one lane).
-template <size_t kDist>
-HWY_INLINE VF SwapLanesXor([[maybe_unused]] DF df, VF v) {
-#if HWY_TARGET == HWY_SCALAR
-  static_assert(kDist == 0, "one-lane vectors have nothing to exchange");
-  return v;
-#else
-  if constexpr (kDist == 1) {
-    return hn::Shuffle2301(v);
-  } else if constexpr (kDist == 2) {
-    return hn::Shuffle1032(v);
-  } else if constexpr (kDist == 4) {
-    return hn::SwapAdjacentBlocks(v);  // 128-bit blocks: lanes 4 apart
-  } else {
-    static_assert(kDist == 8, "x86 vectors hold at most 16 floats");
-    return hn::ConcatLowerUpper(df, v, v);  // 256-bit halves: lanes 8 apart
-  }
-#endif
-}
-
-// Transposed lane sums: afterwards acc[0] lane b holds the sum of the lanes
-// of the input acc[b], for b < Lanes. Every sum uses the same fixed tree, a
-// butterfly over lane distances Lanes/2, Lanes/4, ..., 1 (the pairs
-// SumOfLanes adds); step kDist merges acc[i] and acc[i + kDist] into acc[i]
-// with the lanes whose bit kDist is set taken from acc[i + kDist]. Lanes of
-// different inputs are only ever selected, never added together, so each
-// sum depends on its own vector alone.
-template <size_t kDist>
-HWY_INLINE void TransposedSumStep(DF df, VF* HWY_RESTRICT acc) {
-  if constexpr (kDist > 0) {
-    const hn::RebindToSigned<DF> di;
-    const auto upper = hn::RebindMask(
-        df, hn::Ne(hn::And(hn::Iota(di, 0), hn::Set(di, int32_t{kDist})), hn::Zero(di)));
-    KVCHECK_UNROLL_FULLY
-    for (size_t i = 0; i < kDist; ++i) {
-      const VF own = hn::IfThenElse(upper, acc[i + kDist], acc[i]);
-      const VF other = hn::IfThenElse(upper, acc[i], acc[i + kDist]);
-      acc[i] = hn::Add(own, SwapLanesXor<kDist>(df, other));
-    }
-    TransposedSumStep<kDist / 2>(df, acc);
-  }
-}
-
-constexpr size_t kKeyBlock = hn::MaxLanes(DF());  // keys per transposed sum
-
-// Scores of `group` query heads against every key, in blocks of kKeyBlock
-// keys anchored at key 0: key j's dot product is one accumulator as in
-// matmul, reduced in lane j mod kKeyBlock of a transposed sum, so its bits
-// depend only on its q and K rows. A block's K rows (4 KiB for dim 64, f32)
-// stay in L1 for the block's other heads. scores: [group][n_keys].
-template <KvDtype kDtype>
-HWY_INLINE void AttendScores(const float* HWY_RESTRICT q, size_t group,
-                             const unsigned char* HWY_RESTRICT k, size_t row_bytes, size_t n_keys,
-                             size_t dim, float scale, float* HWY_RESTRICT scores) {
+// Scores of kHeads query heads against every key; each K row is loaded once
+// for the kHeads heads. scores: [kHeads][n_keys] (row stride n_keys).
+template <KvDtype kDtype, size_t kHeads>
+HWY_INLINE void AttendScores(const float* HWY_RESTRICT q, const unsigned char* HWY_RESTRICT k,
+                             size_t row_bytes, size_t n_keys, size_t dim, float scale,
+                             float* HWY_RESTRICT scores) {
   const DF df;
   const size_t lanes = hn::Lanes(df);
   const size_t dim_full = dim - dim % lanes;
-  const VF scale_v = hn::Set(df, scale);
-  for (size_t j0 = 0; j0 < n_keys; j0 += kKeyBlock) {
-    const size_t count = std::min(kKeyBlock, n_keys - j0);
-    for (size_t h = 0; h < group; ++h) {
-      const float* q_head = q + h * dim;
-      const VF q_tail = LoadPadded(df, q_head + dim_full, dim - dim_full);
-      VF acc[kKeyBlock];
+  VF q_tail[kHeads];
+  KVCHECK_UNROLL_FULLY
+  for (size_t h = 0; h < kHeads; ++h) {
+    q_tail[h] = LoadPadded(df, q + h * dim + dim_full, dim - dim_full);
+  }
+  for (size_t j = 0; j < n_keys; ++j) {
+    const void* k_row = k + j * row_bytes;
+    VF acc[kHeads];
+    KVCHECK_UNROLL_FULLY
+    for (size_t h = 0; h < kHeads; ++h) acc[h] = hn::Zero(df);
+    for (size_t d = 0; d < dim_full; d += lanes) {
+      const VF kv = LoadKv<kDtype>(df, k_row, d);
       KVCHECK_UNROLL_FULLY
-      for (size_t b = 0; b < kKeyBlock; ++b) {
-        acc[b] = hn::Zero(df);
-        if (b >= count) continue;
-        const void* k_row = k + (j0 + b) * row_bytes;
-        for (size_t d = 0; d < dim_full; d += lanes) {
-          acc[b] = hn::MulAdd(hn::LoadU(df, q_head + d), LoadKv<kDtype>(df, k_row, d), acc[b]);
-        }
-        if (dim_full != dim) {
-          acc[b] = hn::MulAdd(q_tail, LoadKvPadded<kDtype>(df, k_row, dim_full, dim - dim_full),
-                              acc[b]);
-        }
-      }
-      TransposedSumStep<kKeyBlock / 2>(df, acc);
-      const VF s = hn::Mul(acc[0], scale_v);
-      if (count == kKeyBlock) {
-        hn::StoreU(s, df, scores + h * n_keys + j0);
-      } else {
-        StorePartial(df, s, scores + h * n_keys + j0, count);
+      for (size_t h = 0; h < kHeads; ++h) {
+        acc[h] = hn::MulAdd(hn::LoadU(df, q + h * dim + d), kv, acc[h]);
       }
     }
+    if (dim_full != dim) {
+      const VF kv = LoadKvPadded<kDtype>(df, k_row, dim_full, dim - dim_full);
+      KVCHECK_UNROLL_FULLY
+      for (size_t h = 0; h < kHeads; ++h) acc[h] = hn::MulAdd(q_tail[h], kv, acc[h]);
+    }
+    KVCHECK_UNROLL_FULLY
+    for (size_t h = 0; h < kHeads; ++h) scores[h * n_keys + j] = SumLanes(df, acc[h]) * scale;
   }
 }
 
@@ -472,7 +419,24 @@ void AttendTyped(const float* HWY_RESTRICT q, size_t group, const void* k, const
   const size_t row_bytes = kv_stride * static_cast<size_t>(kv_dtype_bytes(kDtype));
   const auto* k_bytes = static_cast<const unsigned char*>(k);
   const auto* v_bytes = static_cast<const unsigned char*>(v);
-  AttendScores<kDtype>(q, group, k_bytes, row_bytes, n_keys, dim, scale, scores);
+  for (size_t g = 0; g < group; g += 4) {
+    const float* q_block = q + g * dim;
+    float* s_block = scores + g * n_keys;
+    switch (std::min<size_t>(4, group - g)) {
+      case 4:
+        AttendScores<kDtype, 4>(q_block, k_bytes, row_bytes, n_keys, dim, scale, s_block);
+        break;
+      case 3:
+        AttendScores<kDtype, 3>(q_block, k_bytes, row_bytes, n_keys, dim, scale, s_block);
+        break;
+      case 2:
+        AttendScores<kDtype, 2>(q_block, k_bytes, row_bytes, n_keys, dim, scale, s_block);
+        break;
+      default:
+        AttendScores<kDtype, 1>(q_block, k_bytes, row_bytes, n_keys, dim, scale, s_block);
+        break;
+    }
+  }
   const DF df;
   const size_t lanes = hn::Lanes(df);
   const size_t dim_full = dim - dim % lanes;

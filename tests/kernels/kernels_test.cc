@@ -190,7 +190,10 @@ TEST(Matmul, ZeroSizesWriteOnlyWhatTheyOwn) {
 TEST(Matmul, RowOfBatchEqualsSingleRowBitwise) {
   for_each_simd_target([](const std::string&) {
     Rng rng(kSeed + 1);
-    for (size_t in : {5, 33, 768}) {
+    // 83 and 768 run the rows=1 path's 4-vector unrolled steps and its
+    // remainders; 1029 is longer than 64 vectors on every target, where
+    // rows=1 switches to 1 x 8 tiles.
+    for (size_t in : {5, 33, 83, 768, 1029}) {
       const size_t out = 19;
       for (size_t rows : {2, 3, 4, 5, 7, 37, 70}) {
         const auto x = random_vector(rng, rows * in), w = random_vector(rng, out * in);
@@ -221,22 +224,28 @@ TEST(Matmul, RowOfBatchEqualsSingleRowBitwise) {
 TEST(Matmul, OutputSplitDoesNotChangeBits) {
   for_each_simd_target([](const std::string&) {
     Rng rng(kSeed + 2);
-    for (size_t rows : {1, 3, 4, 9}) {
-      const size_t in = 67, out = 45;
-      const auto x = random_vector(rng, rows * in), w = random_vector(rng, out * in);
-      std::vector<float> whole(rows * out);
-      matmul(KernelPath::kSimd, x.data(), rows, w.data(), nullptr, in, out, 0, out, whole.data());
-      for (int trial = 0; trial < 20; ++trial) {
-        std::vector<float> pieces(rows * out, NAN);
-        size_t o = 0;
-        while (o < out) {
-          const size_t width = 1 + rng.below(trial % 2 ? 3 : 11);
-          const size_t end = std::min(out, o + width);
-          matmul(KernelPath::kSimd, x.data(), rows, w.data(), nullptr, in, out, o, end,
-                 pieces.data());
-          o = end;
+    // in = 1029 is over 64 vectors on every target: there rows=1 mixes 1 x 8
+    // tiles and single outputs, differently for every split.
+    for (size_t in : {67, 1029}) {
+      for (size_t rows : {1, 3, 4, 9}) {
+        const size_t out = 45;
+        const auto x = random_vector(rng, rows * in), w = random_vector(rng, out * in);
+        std::vector<float> whole(rows * out);
+        matmul(KernelPath::kSimd, x.data(), rows, w.data(), nullptr, in, out, 0, out,
+               whole.data());
+        for (int trial = 0; trial < 20; ++trial) {
+          std::vector<float> pieces(rows * out, NAN);
+          size_t o = 0;
+          while (o < out) {
+            const size_t width = 1 + rng.below(trial % 2 ? 3 : 11);
+            const size_t end = std::min(out, o + width);
+            matmul(KernelPath::kSimd, x.data(), rows, w.data(), nullptr, in, out, o, end,
+                   pieces.data());
+            o = end;
+          }
+          ASSERT_TRUE(same_bits(whole.data(), pieces.data(), rows * out))
+              << "rows=" << rows << " in=" << in;
         }
-        ASSERT_TRUE(same_bits(whole.data(), pieces.data(), rows * out)) << "rows=" << rows;
       }
     }
   });

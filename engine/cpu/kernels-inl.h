@@ -134,14 +134,23 @@ HWY_INLINE float SumLanes(DF df, VF v) {
 
 // Highway's Exp returns 0 for NaN (its lower-bound select) and is only valid
 // up to ~88.7; clamping above that keeps it overflowing to +inf like expf, and
-// the select keeps NaN (a poisoned cache slot) visible.
+// the select keeps NaN (a poisoned cache slot) visible. Exp and Tanh convert
+// their argument to int32 before their own range selects, which is undefined
+// for NaN and +-inf on the emulated targets, so NaN lanes compute on 0 and the
+// argument is clamped to where those selects already give the final answer
+// (Exp is 0 below -104, Tanh is +-1 beyond 18.71): no result bit changes.
 HWY_INLINE VF ExpChecked(DF df, VF x) {
-  const VF e = hn::Exp(df, hn::Min(x, hn::Set(df, 90.0f)));
-  return hn::IfThenElse(hn::IsNaN(x), x, e);
+  const auto nan = hn::IsNaN(x);
+  const VF in_range =
+      hn::Min(hn::Max(hn::IfThenZeroElse(nan, x), hn::Set(df, -200.0f)), hn::Set(df, 90.0f));
+  return hn::IfThenElse(nan, x, hn::Exp(df, in_range));
 }
 
 HWY_INLINE VF TanhChecked(DF df, VF x) {
-  return hn::IfThenElse(hn::IsNaN(x), x, hn::Tanh(df, x));
+  const auto nan = hn::IsNaN(x);
+  const VF in_range =
+      hn::Min(hn::Max(hn::IfThenZeroElse(nan, x), hn::Set(df, -20.0f)), hn::Set(df, 20.0f));
+  return hn::IfThenElse(nan, x, hn::Tanh(df, in_range));
 }
 
 // ---------------------------------------------------------------------------

@@ -3,13 +3,13 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <map>
 #include <sstream>
 
 #include "engine/cpu/kernels.h"
 #include "engine/cpu/kv_cache.h"
 #include "engine/cpu/packed_weights.h"
 #include "engine/cpu/thread_pool.h"
+#include "engine/sequence_table.h"
 
 namespace kvcheck {
 namespace {
@@ -18,24 +18,11 @@ using cpu::KvCache;
 using cpu::PackedLayer;
 using cpu::PackedWeights;
 
-// Per-sequence bookkeeping. `slot_base` and `position_base` are 0 in a correct
-// engine; only the reset faults make a new sequence inherit a row's leftovers.
-struct SequenceState {
-  int row = 0;            // index into the row table
-  int length = 0;         // tokens fed = the next absolute position
-  int chunks = 0;         // steps that fed this sequence
-  int slot_base = 0;      // first slot of this sequence's own data in its row
-  int position_base = 0;  // added to its positions
-};
-
-// Where one fed token goes, as the engine computes it (faults included).
-struct TokenPlan {
-  int row;        // storage row
-  int position;   // RoPE / wpe position
-  int slot;       // cache slot written
-  int n_keys;     // slots 0..n_keys-1 of the row are visible to this query
-  int chunk_len;  // length of the chunk it belongs to
-};
+#ifdef KVCHECK_NO_FAULTS
+using Table = BasicSequenceTable<false>;
+#else
+using Table = BasicSequenceTable<true>;
+#endif
 
 class CpuEngine final : public Engine {
  public:
@@ -47,9 +34,7 @@ class CpuEngine final : public Engine {
         weights_(cpu::pack_weights(config, weights)),
         cache_(config.n_layers, options.max_rows, options.capacity, config.n_kv_heads,
                config.head_dim, options.kv_dtype),
-        row_owner_(size_t(options.max_rows), kNoSequence),
-        row_fill_(size_t(options.max_rows), 0),
-        row_position_(size_t(options.max_rows), 0),
+        table_(config, options),
         pool_(options.threads) {
     const int half = config.head_dim / 2;
     for (int i = 0; i < half; ++i) {
@@ -63,27 +48,11 @@ class CpuEngine final : public Engine {
     return std::string("cpu-") + (path_ == cpu::KernelPath::kScalar ? "scalar" : "simd");
   }
 
-  SequenceId start() override {
-    const auto free_row = std::find(row_owner_.begin(), row_owner_.end(), kNoSequence);
-    if (free_row == row_owner_.end()) {
-      throw EngineError(EngineError::Kind::kRows,
-                        "start: all " + std::to_string(options_.max_rows) +
-                            " rows are taken by running sequences (max_rows)");
-    }
-    const int row = static_cast<int>(free_row - row_owner_.begin());
-    const SequenceId id = next_id_++;
-    *free_row = id;
-    SequenceState s;
-    s.row = row;
-    if (has(Fault::kResetKeepsKv)) s.slot_base = row_fill_[size_t(row)];
-    if (has(Fault::kResetKeepsPosition)) s.position_base = row_position_[size_t(row)];
-    sequences_[id] = s;
-    return id;
-  }
+  SequenceId start() override { return table_.start(); }
 
   void step(std::span<const BatchEntry> batch, std::vector<float>& logits) override {
-    check_batch(batch);
-    const std::vector<TokenPlan> plan = make_plan(batch);
+    table_.check_batch(batch);
+    const std::vector<TokenPlan> plan = table_.make_plan(batch);
     const size_t n = plan.size();
     logits.assign(n * size_t(config_.vocab), 0.0f);
     if (n == 0) return;
@@ -94,56 +63,23 @@ class CpuEngine final : public Engine {
     for (size_t t = 0; t < n; ++t) norm(weights_.final_norm, weights_.final_norm_bias, t);
     matmul(h_.data(), n, weights_.lm_head.data(), nullptr, E, size_t(config_.vocab),
            logits.data());
-    for (const BatchEntry& e : batch) {
-      SequenceState& s = sequences_.at(e.sequence);
-      s.length += static_cast<int>(e.tokens.size());
-      s.chunks += 1;
-      row_fill_[size_t(s.row)] = std::max(row_fill_[size_t(s.row)], s.slot_base + s.length);
-      row_position_[size_t(s.row)] = s.position_base + s.length;
-    }
+    table_.commit(batch);
   }
 
   void finish(SequenceId id) override {
-    const SequenceState s = lookup(id, "finish");
-    sequences_.erase(id);
-    const int freed = s.row;
-    row_owner_[size_t(freed)] = kNoSequence;
-    // Compaction: every running sequence above the freed row moves down one,
-    // so live rows stay dense at the front.
-    int hole = freed;
-    for (int r = freed + 1; r < options_.max_rows; ++r) {
-      const SequenceId owner = row_owner_[size_t(r)];
-      if (owner == kNoSequence) continue;
-      if (!has(Fault::kCompactionTableOnly)) cache_.copy_row(storage_row(r), storage_row(hole));
-      row_fill_[size_t(hole)] = row_fill_[size_t(r)];
-      row_position_[size_t(hole)] = row_position_[size_t(r)];
-      row_owner_[size_t(hole)] = owner;
-      row_owner_[size_t(r)] = kNoSequence;
-      sequences_.at(owner).row = hole;
-      hole = r;
-    }
-    // The row left empty at the end holds nothing now.
-    if (!has(Fault::kCompactionTableOnly) || hole == freed) cache_.clear_row(storage_row(hole));
-    row_fill_[size_t(hole)] = 0;
-    row_position_[size_t(hole)] = 0;
+    table_.finish(
+        id, [&](int from, int to) { cache_.copy_row(from, to); },
+        [&](int row) { cache_.clear_row(row); });
   }
 
   void reset() override {
-    sequences_.clear();
-    std::fill(row_owner_.begin(), row_owner_.end(), kNoSequence);
-    for (int r = 0; r < options_.max_rows; ++r) {
-      if (!has(Fault::kResetKeepsKv)) {
-        cache_.clear_row(r);
-        row_fill_[size_t(r)] = 0;
-      }
-      if (!has(Fault::kResetKeepsPosition)) row_position_[size_t(r)] = 0;
-    }
+    table_.reset([&](int row) { cache_.clear_row(row); });
   }
 
-  int length(SequenceId id) const override { return lookup(id, "length").length; }
+  int length(SequenceId id) const override { return table_.lookup(id, "length").length; }
 
   CacheSnapshot cache(SequenceId id, int layer) const override {
-    const SequenceState& s = lookup(id, "cache");
+    const SequenceState& s = table_.lookup(id, "cache");
     if (layer < 0 || layer >= config_.n_layers) {
       throw EngineError(EngineError::Kind::kBadBatch,
                         "cache: layer " + std::to_string(layer) + " is outside [0, " +
@@ -153,7 +89,7 @@ class CpuEngine final : public Engine {
     snap.dtype = options_.kv_dtype;
     // Everything this sequence's queries can see: its own slots plus any
     // prefix a faulty reset left in the row.
-    snap.length = std::min(s.slot_base + s.length, options_.capacity);
+    snap.length = table_.visible_length(s);
     snap.n_kv_heads = config_.n_kv_heads;
     snap.head_dim = config_.head_dim;
     const size_t elem = size_t(kv_dtype_bytes(options_.kv_dtype));
@@ -178,98 +114,15 @@ class CpuEngine final : public Engine {
     m.scratch_bytes = (x_.size() + h_.size() + qkv_.size() + att_.size() + mlp_.size() +
                        gate_.size() + scores_.size()) *
                       sizeof(float);
-    m.metadata_bytes = sequences_.size() * (sizeof(SequenceId) + sizeof(SequenceState)) +
-                       row_owner_.size() * (sizeof(SequenceId) + 2 * sizeof(int));
+    m.metadata_bytes = table_.metadata_bytes();
     return m;
   }
 
  private:
-  static constexpr SequenceId kNoSequence = -1;
-
-#ifdef KVCHECK_NO_FAULTS
-  // The build the benchmark compares against: every fault branch folds away.
-  static constexpr bool has(Fault) { return false; }
-#else
-  bool has(Fault f) const { return options_.faults.has(f); }
-#endif
-  int storage_row(int row) const { return has(Fault::kSharedRows) ? 0 : row; }
-  int storage_layer(int layer) const { return has(Fault::kSharedLayerCache) ? 0 : layer; }
-
-  const SequenceState& lookup(SequenceId id, const char* call) const {
-    const auto it = sequences_.find(id);
-    if (it == sequences_.end()) {
-      throw EngineError(EngineError::Kind::kUnknownSequence,
-                        std::string(call) + ": sequence " + std::to_string(id) +
-                            " is not running (never started, finished, or reset)");
-    }
-    return it->second;
-  }
-
-  // Every check happens before any state changes, so a refused step leaves
-  // every sequence exactly as it was.
-  void check_batch(std::span<const BatchEntry> batch) const {
-    std::vector<SequenceId> seen;
-    for (const BatchEntry& e : batch) {
-      const SequenceState& s = lookup(e.sequence, "step");
-      const std::string who = "step: sequence " + std::to_string(e.sequence);
-      if (std::find(seen.begin(), seen.end(), e.sequence) != seen.end()) {
-        throw EngineError(EngineError::Kind::kBadBatch, who + " appears twice in one batch");
-      }
-      seen.push_back(e.sequence);
-      if (e.tokens.empty()) throw EngineError(EngineError::Kind::kBadBatch, who + ": empty chunk");
-      for (size_t i = 0; i < e.tokens.size(); ++i) {
-        if (e.tokens[i] < 0 || e.tokens[i] >= config_.vocab) {
-          throw EngineError(EngineError::Kind::kBadToken,
-                            who + ", token " + std::to_string(i) + ": id " +
-                                std::to_string(e.tokens[i]) + " is outside the vocabulary [0, " +
-                                std::to_string(config_.vocab) + ")");
-        }
-      }
-      const long long end = (long long)s.slot_base + s.length + (long long)e.tokens.size();
-      if (end > options_.capacity && !has(Fault::kCapacityWraps)) {
-        throw EngineError(EngineError::Kind::kCapacity,
-                          who + ": appending " + std::to_string(e.tokens.size()) +
-                              " tokens at position " + std::to_string(s.length) +
-                              " exceeds the capacity of " + std::to_string(options_.capacity) +
-                              " positions");
-      }
-    }
-  }
-
-  std::vector<TokenPlan> make_plan(std::span<const BatchEntry> batch) const {
-    std::vector<TokenPlan> plan;
-    for (const BatchEntry& e : batch) {
-      const SequenceState& s = sequences_.at(e.sequence);
-      const int n = static_cast<int>(e.tokens.size());
-      for (int i = 0; i < n; ++i) {
-        const int pos = s.length + i;  // the true absolute position
-        TokenPlan t{storage_row(s.row), s.position_base + pos, s.slot_base + pos,
-                    s.slot_base + pos + 1, n};
-        if (has(Fault::kDecodePositionZero) && n == 1) t.position = 0;
-        if (has(Fault::kChunkPositionRestart) && n > 1) t.position = i;
-        if (has(Fault::kPositionLagAfterFirst) && s.chunks > 0) {
-          t.position += 1, t.slot += 1, t.n_keys += 1;
-        }
-        if (has(Fault::kMaskTopLeft)) t.n_keys = s.slot_base + i + 1;
-        if (has(Fault::kAppendOverwrites)) t.slot = s.slot_base + i, t.n_keys = s.slot_base + i + 1;
-        plan.push_back(t);
-      }
-    }
-    return plan;
-  }
-
-  // A token's plan as seen from one layer. Only the per-layer counter fault
-  // makes layers disagree; faults may push a slot past capacity, where it
-  // wraps so that even a faulty engine stays memory-safe.
-  TokenPlan at_layer(TokenPlan t, int layer) const {
-    if (has(Fault::kPositionBumpPerLayer) && layer > 0) {
-      t.position += t.chunk_len, t.slot += t.chunk_len, t.n_keys += t.chunk_len;
-    }
-    t.slot %= options_.capacity;
-    t.n_keys = std::min(t.n_keys, options_.capacity);
-    t.position %= config_.max_pos;
-    return t;
-  }
+  bool has(Fault f) const { return table_.has(f); }
+  int storage_row(int row) const { return table_.storage_row(row); }
+  int storage_layer(int layer) const { return table_.storage_layer(layer); }
+  TokenPlan at_layer(TokenPlan t, int layer) const { return table_.at_layer(t, layer); }
 
   void grow_scratch(size_t n) {
     const size_t E = size_t(config_.d_model), Q = size_t(config_.q_width()),
@@ -326,7 +179,7 @@ class CpuEngine final : public Engine {
 
   // Fault: rotates each already-cached key of the sequence once more.
   void rotate_cached_keys_again(int layer, const BatchEntry& e) {
-    const SequenceState& s = sequences_.at(e.sequence);
+    const SequenceState& s = table_.lookup(e.sequence, "step");
     const int D = config_.head_dim;
     std::vector<float> key(size_t(D), 0.0f);
     for (int slot = s.slot_base; slot < s.slot_base + s.length && slot < options_.capacity; ++slot) {
@@ -472,12 +325,8 @@ class CpuEngine final : public Engine {
   cpu::KernelPath path_;
   PackedWeights weights_;
   KvCache cache_;
-  std::map<SequenceId, SequenceState> sequences_;
-  std::vector<SequenceId> row_owner_;  // [row] running sequence or kNoSequence
-  std::vector<int> row_fill_;          // [row] slots holding data
-  std::vector<int> row_position_;      // [row] position counter of the row's last sequence
-  std::vector<double> inv_freq_;       // [D/2] theta^(-2i/D)
-  SequenceId next_id_ = 0;
+  Table table_;
+  std::vector<double> inv_freq_;  // [D/2] theta^(-2i/D)
   cpu::ThreadPool pool_;
 
   // Scratch, grown to the largest step seen; n = tokens in the step.

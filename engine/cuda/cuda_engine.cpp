@@ -13,6 +13,7 @@
 
 #include "engine/cuda/device.h"
 #include "engine/cuda/kernels.h"
+#include "engine/sequence_table.h"
 
 namespace kvcheck {
 namespace {
@@ -20,26 +21,6 @@ namespace {
 using cuda::DeviceBuffer;
 using cuda::KvCacheView;
 using cuda::TokenSlot;
-
-// Per-sequence bookkeeping, as on the CPU: `slot_base` and `position_base`
-// are 0 in a correct engine; only the reset faults make a new sequence
-// inherit a row's leftovers.
-struct SequenceState {
-  int row = 0;            // index into the row table
-  int length = 0;         // tokens fed = the next absolute position
-  int chunks = 0;         // steps that fed this sequence
-  int slot_base = 0;      // first slot of this sequence's own data in its row
-  int position_base = 0;  // added to its positions
-};
-
-// Where one fed token goes before the per-layer adjustment (faults included).
-struct TokenPlan {
-  int row;        // storage row
-  int position;   // RoPE / wpe position
-  int slot;       // cache slot written
-  int n_keys;     // slots 0..n_keys-1 of the row are visible to this query
-  int chunk_len;  // length of the chunk it belongs to
-};
 
 // Device pointers of one layer's weights inside the engine's weight buffer.
 struct DeviceLayer {
@@ -91,9 +72,7 @@ class CudaEngine final : public Engine {
   CudaEngine(const Config& config, const Weights& weights, const EngineOptions& options)
       : config_(config),
         options_(options),
-        row_owner_(size_t(options.max_rows), kNoSequence),
-        row_fill_(size_t(options.max_rows), 0),
-        row_position_(size_t(options.max_rows), 0) {
+        table_(config, options) {
     upload_weights(weights);
     const size_t elem = size_t(kv_dtype_bytes(options.kv_dtype));
     kv_block_bytes_ = size_t(config.n_layers) * options.max_rows * options.capacity *
@@ -131,26 +110,12 @@ class CudaEngine final : public Engine {
   }
 
   SequenceId start() override {
-    const auto free_row = std::find(row_owner_.begin(), row_owner_.end(), kNoSequence);
-    if (free_row == row_owner_.end()) {
-      throw EngineError(EngineError::Kind::kRows,
-                        "start: all " + std::to_string(options_.max_rows) +
-                            " rows are taken by running sequences (max_rows)");
-    }
-    const int row = static_cast<int>(free_row - row_owner_.begin());
-    const SequenceId id = next_id_++;
-    *free_row = id;
-    SequenceState s;
-    s.row = row;
-    if (has(Fault::kResetKeepsKv)) s.slot_base = row_fill_[size_t(row)];
-    if (has(Fault::kResetKeepsPosition)) s.position_base = row_position_[size_t(row)];
-    sequences_[id] = s;
-    return id;
+    return table_.start();
   }
 
   void step(std::span<const BatchEntry> batch, std::vector<float>& logits) override {
-    check_batch(batch);
-    const std::vector<TokenPlan> plan = make_plan(batch);
+    table_.check_batch(batch);
+    const std::vector<TokenPlan> plan = table_.make_plan(batch);
     const size_t n = plan.size();
     logits.assign(n * size_t(config_.vocab), 0.0f);
     if (n == 0) return;
@@ -190,58 +155,24 @@ class CudaEngine final : public Engine {
     KVCHECK_CUDA_CHECK(cudaMemcpy(logits.data(), logits_.get(), n * size_t(V) * sizeof(float),
                                   cudaMemcpyDeviceToHost));
 
-    for (const BatchEntry& e : batch) {
-      SequenceState& s = sequences_.at(e.sequence);
-      s.length += static_cast<int>(e.tokens.size());
-      s.chunks += 1;
-      row_fill_[size_t(s.row)] = std::max(row_fill_[size_t(s.row)], s.slot_base + s.length);
-      row_position_[size_t(s.row)] = s.position_base + s.length;
-    }
+    table_.commit(batch);
   }
 
   void finish(SequenceId id) override {
-    const SequenceState s = lookup(id, "finish");
-    sequences_.erase(id);
-    const int freed = s.row;
-    row_owner_[size_t(freed)] = kNoSequence;
-    // Compaction: every running sequence above the freed row moves down one,
-    // so live rows stay dense at the front.
-    int hole = freed;
-    for (int r = freed + 1; r < options_.max_rows; ++r) {
-      const SequenceId owner = row_owner_[size_t(r)];
-      if (owner == kNoSequence) continue;
-      if (!has(Fault::kCompactionTableOnly)) copy_row(storage_row(r), storage_row(hole));
-      row_fill_[size_t(hole)] = row_fill_[size_t(r)];
-      row_position_[size_t(hole)] = row_position_[size_t(r)];
-      row_owner_[size_t(hole)] = owner;
-      row_owner_[size_t(r)] = kNoSequence;
-      sequences_.at(owner).row = hole;
-      hole = r;
-    }
-    // The row left empty at the end holds nothing now.
-    if (!has(Fault::kCompactionTableOnly) || hole == freed) clear_row(storage_row(hole));
-    row_fill_[size_t(hole)] = 0;
-    row_position_[size_t(hole)] = 0;
+    table_.finish(
+        id, [&](int from, int to) { copy_row(from, to); }, [&](int row) { clear_row(row); });
   }
 
   void reset() override {
-    sequences_.clear();
-    std::fill(row_owner_.begin(), row_owner_.end(), kNoSequence);
-    for (int r = 0; r < options_.max_rows; ++r) {
-      if (!has(Fault::kResetKeepsKv)) {
-        clear_row(r);
-        row_fill_[size_t(r)] = 0;
-      }
-      if (!has(Fault::kResetKeepsPosition)) row_position_[size_t(r)] = 0;
-    }
+    table_.reset([&](int row) { clear_row(row); });
   }
 
   int length(SequenceId id) const override {
-    return lookup(id, "length").length;
+    return table_.lookup(id, "length").length;
   }
 
   CacheSnapshot cache(SequenceId id, int layer) const override {
-    const SequenceState& s = lookup(id, "cache");
+    const SequenceState& s = table_.lookup(id, "cache");
     if (layer < 0 || layer >= config_.n_layers) {
       throw EngineError(EngineError::Kind::kBadBatch, "cache: layer " + std::to_string(layer) +
                                                           " is outside [0, " +
@@ -251,7 +182,7 @@ class CudaEngine final : public Engine {
     snap.dtype = options_.kv_dtype;
     // Everything this sequence's queries can see: its own slots plus any
     // prefix a faulty reset left in the row.
-    snap.length = std::min(s.slot_base + s.length, options_.capacity);
+    snap.length = table_.visible_length(s);
     snap.n_kv_heads = config_.n_kv_heads;
     snap.head_dim = config_.head_dim;
     const size_t elem = size_t(kv_dtype_bytes(options_.kv_dtype));
@@ -282,25 +213,26 @@ class CudaEngine final : public Engine {
     m.scratch_bytes = x_.bytes() + h_.bytes() + qkv_.bytes() + att_.bytes() + mlp_.bytes() +
                       gate_.bytes() + logits_.bytes() + tokens_.bytes() + slots_.bytes() +
                       matmul_partial_.bytes() + attention_partial_.bytes() + inv_freq_.bytes();
-    m.metadata_bytes = sequences_.size() * (sizeof(SequenceId) + sizeof(SequenceState)) +
-                       row_owner_.size() * (sizeof(SequenceId) + 2 * sizeof(int));
+    m.metadata_bytes = table_.metadata_bytes();
     return m;
   }
 
  private:
-  static constexpr SequenceId kNoSequence = -1;
   // The legacy default stream: every call of the engine is ordered after the
   // previous one, and the synchronizing copies mark the ends of calls.
   static constexpr cudaStream_t kStream = nullptr;
 
   bool has(Fault f) const {
-    return options_.faults.has(f);
+    return table_.has(f);
   }
   int storage_row(int row) const {
-    return has(Fault::kSharedRows) ? 0 : row;
+    return table_.storage_row(row);
   }
   int storage_layer(int layer) const {
-    return has(Fault::kSharedLayerCache) ? 0 : layer;
+    return table_.storage_layer(layer);
+  }
+  TokenPlan at_layer(TokenPlan t, int layer) const {
+    return table_.at_layer(t, layer);
   }
 
   KvCacheView cache_view() const {
@@ -313,83 +245,6 @@ class CudaEngine final : public Engine {
     view.capacity = options_.capacity;
     view.head_dim = config_.head_dim;
     return view;
-  }
-
-  const SequenceState& lookup(SequenceId id, const char* call) const {
-    const auto it = sequences_.find(id);
-    if (it == sequences_.end()) {
-      throw EngineError(EngineError::Kind::kUnknownSequence,
-                        std::string(call) + ": sequence " + std::to_string(id) +
-                            " is not running (never started, finished, or reset)");
-    }
-    return it->second;
-  }
-
-  // Every check happens before any state changes (host or device), so a
-  // refused step leaves every sequence exactly as it was. Same messages as
-  // the CPU engine.
-  void check_batch(std::span<const BatchEntry> batch) const {
-    std::vector<SequenceId> seen;
-    for (const BatchEntry& e : batch) {
-      const SequenceState& s = lookup(e.sequence, "step");
-      const std::string who = "step: sequence " + std::to_string(e.sequence);
-      if (std::find(seen.begin(), seen.end(), e.sequence) != seen.end()) {
-        throw EngineError(EngineError::Kind::kBadBatch, who + " appears twice in one batch");
-      }
-      seen.push_back(e.sequence);
-      if (e.tokens.empty()) throw EngineError(EngineError::Kind::kBadBatch, who + ": empty chunk");
-      for (size_t i = 0; i < e.tokens.size(); ++i) {
-        if (e.tokens[i] < 0 || e.tokens[i] >= config_.vocab) {
-          throw EngineError(EngineError::Kind::kBadToken,
-                            who + ", token " + std::to_string(i) + ": id " +
-                                std::to_string(e.tokens[i]) + " is outside the vocabulary [0, " +
-                                std::to_string(config_.vocab) + ")");
-        }
-      }
-      const long long end = (long long)s.slot_base + s.length + (long long)e.tokens.size();
-      if (end > options_.capacity && !has(Fault::kCapacityWraps)) {
-        throw EngineError(EngineError::Kind::kCapacity,
-                          who + ": appending " + std::to_string(e.tokens.size()) +
-                              " tokens at position " + std::to_string(s.length) +
-                              " exceeds the capacity of " + std::to_string(options_.capacity) +
-                              " positions");
-      }
-    }
-  }
-
-  std::vector<TokenPlan> make_plan(std::span<const BatchEntry> batch) const {
-    std::vector<TokenPlan> plan;
-    for (const BatchEntry& e : batch) {
-      const SequenceState& s = sequences_.at(e.sequence);
-      const int n = static_cast<int>(e.tokens.size());
-      for (int i = 0; i < n; ++i) {
-        const int pos = s.length + i;  // the true absolute position
-        TokenPlan t{storage_row(s.row), s.position_base + pos, s.slot_base + pos,
-                    s.slot_base + pos + 1, n};
-        if (has(Fault::kDecodePositionZero) && n == 1) t.position = 0;
-        if (has(Fault::kChunkPositionRestart) && n > 1) t.position = i;
-        if (has(Fault::kPositionLagAfterFirst) && s.chunks > 0) {
-          t.position += 1, t.slot += 1, t.n_keys += 1;
-        }
-        if (has(Fault::kMaskTopLeft)) t.n_keys = s.slot_base + i + 1;
-        if (has(Fault::kAppendOverwrites)) t.slot = s.slot_base + i, t.n_keys = s.slot_base + i + 1;
-        plan.push_back(t);
-      }
-    }
-    return plan;
-  }
-
-  // A token's plan as seen from one layer. Only the per-layer counter fault
-  // makes layers disagree; faults may push a slot past capacity, where it
-  // wraps so that even a faulty engine stays memory-safe.
-  TokenPlan at_layer(TokenPlan t, int layer) const {
-    if (has(Fault::kPositionBumpPerLayer) && layer > 0) {
-      t.position += t.chunk_len, t.slot += t.chunk_len, t.n_keys += t.chunk_len;
-    }
-    t.slot %= options_.capacity;
-    t.n_keys = std::min(t.n_keys, options_.capacity);
-    t.position %= config_.max_pos;
-    return t;
   }
 
   void upload_weights(const Weights& w) {
@@ -514,7 +369,7 @@ class CudaEngine final : public Engine {
       // One launch per entry, in batch order: under shared_rows two entries
       // rotate the same slots, one after the other, as on the CPU.
       for (const BatchEntry& e : batch) {
-        const SequenceState& s = sequences_.at(e.sequence);
+        const SequenceState& s = table_.lookup(e.sequence, "step");
         const int end = std::min(s.slot_base + s.length, options_.capacity);
         cuda::launch_rope_cached_keys(view, sl, storage_row(s.row), s.slot_base, end,
                                       s.position_base - s.slot_base, inv_freq_.as<double>(),
@@ -599,11 +454,7 @@ class CudaEngine final : public Engine {
 
   Config config_;
   EngineOptions options_;
-  std::map<SequenceId, SequenceState> sequences_;
-  std::vector<SequenceId> row_owner_;  // [row] running sequence or kNoSequence
-  std::vector<int> row_fill_;          // [row] slots holding data
-  std::vector<int> row_position_;      // [row] position counter of the row's last sequence
-  SequenceId next_id_ = 0;
+  SequenceTable table_;
 
   // Device memory. Weights: one buffer, every tensor at a 256-byte boundary.
   DeviceBuffer weights_;

@@ -1,0 +1,180 @@
+#include "engine/sequence_table.h"
+
+#include <algorithm>
+#include <string>
+
+namespace kvcheck {
+
+template <bool kFaults>
+BasicSequenceTable<kFaults>::BasicSequenceTable(const Config& config, const EngineOptions& options)
+    : vocab_(config.vocab),
+      max_pos_(config.max_pos),
+      capacity_(options.capacity),
+      max_rows_(options.max_rows),
+      faults_(options.faults),
+      row_owner_(size_t(options.max_rows), kNoSequence),
+      row_fill_(size_t(options.max_rows), 0),
+      row_position_(size_t(options.max_rows), 0) {}
+
+template <bool kFaults>
+SequenceId BasicSequenceTable<kFaults>::start() {
+  const auto free_row = std::find(row_owner_.begin(), row_owner_.end(), kNoSequence);
+  if (free_row == row_owner_.end()) {
+    throw EngineError(EngineError::Kind::kRows, "start: all " + std::to_string(max_rows_) +
+                                                    " rows are taken by running sequences "
+                                                    "(max_rows)");
+  }
+  const int row = static_cast<int>(free_row - row_owner_.begin());
+  const SequenceId id = next_id_++;
+  *free_row = id;
+  SequenceState s;
+  s.row = row;
+  if (has(Fault::kResetKeepsKv)) s.slot_base = row_fill_[size_t(row)];
+  if (has(Fault::kResetKeepsPosition)) s.position_base = row_position_[size_t(row)];
+  sequences_[id] = s;
+  return id;
+}
+
+template <bool kFaults>
+const SequenceState& BasicSequenceTable<kFaults>::lookup(SequenceId id, const char* call) const {
+  const auto it = sequences_.find(id);
+  if (it == sequences_.end()) {
+    throw EngineError(EngineError::Kind::kUnknownSequence,
+                      std::string(call) + ": sequence " + std::to_string(id) +
+                          " is not running (never started, finished, or reset)");
+  }
+  return it->second;
+}
+
+template <bool kFaults>
+void BasicSequenceTable<kFaults>::check_batch(std::span<const BatchEntry> batch) const {
+  std::vector<SequenceId> seen;
+  for (const BatchEntry& e : batch) {
+    const SequenceState& s = lookup(e.sequence, "step");
+    const std::string who = "step: sequence " + std::to_string(e.sequence);
+    if (std::find(seen.begin(), seen.end(), e.sequence) != seen.end()) {
+      throw EngineError(EngineError::Kind::kBadBatch, who + " appears twice in one batch");
+    }
+    seen.push_back(e.sequence);
+    if (e.tokens.empty()) throw EngineError(EngineError::Kind::kBadBatch, who + ": empty chunk");
+    for (size_t i = 0; i < e.tokens.size(); ++i) {
+      if (e.tokens[i] < 0 || e.tokens[i] >= vocab_) {
+        throw EngineError(EngineError::Kind::kBadToken,
+                          who + ", token " + std::to_string(i) + ": id " +
+                              std::to_string(e.tokens[i]) + " is outside the vocabulary [0, " +
+                              std::to_string(vocab_) + ")");
+      }
+    }
+    const long long end = (long long)s.slot_base + s.length + (long long)e.tokens.size();
+    if (end > capacity_ && !has(Fault::kCapacityWraps)) {
+      throw EngineError(EngineError::Kind::kCapacity,
+                        who + ": appending " + std::to_string(e.tokens.size()) +
+                            " tokens at position " + std::to_string(s.length) +
+                            " exceeds the capacity of " + std::to_string(capacity_) +
+                            " positions");
+    }
+  }
+}
+
+template <bool kFaults>
+std::vector<TokenPlan> BasicSequenceTable<kFaults>::make_plan(
+    std::span<const BatchEntry> batch) const {
+  std::vector<TokenPlan> plan;
+  for (const BatchEntry& e : batch) {
+    const SequenceState& s = sequences_.at(e.sequence);
+    const int n = static_cast<int>(e.tokens.size());
+    for (int i = 0; i < n; ++i) {
+      const int pos = s.length + i;  // the true absolute position
+      TokenPlan t{storage_row(s.row), s.position_base + pos, s.slot_base + pos,
+                  s.slot_base + pos + 1, n};
+      if (has(Fault::kDecodePositionZero) && n == 1) t.position = 0;
+      if (has(Fault::kChunkPositionRestart) && n > 1) t.position = i;
+      if (has(Fault::kPositionLagAfterFirst) && s.chunks > 0) {
+        t.position += 1, t.slot += 1, t.n_keys += 1;
+      }
+      if (has(Fault::kMaskTopLeft)) t.n_keys = s.slot_base + i + 1;
+      if (has(Fault::kAppendOverwrites)) t.slot = s.slot_base + i, t.n_keys = s.slot_base + i + 1;
+      plan.push_back(t);
+    }
+  }
+  return plan;
+}
+
+template <bool kFaults>
+TokenPlan BasicSequenceTable<kFaults>::at_layer(TokenPlan t, int layer) const {
+  // Only the per-layer counter fault makes layers disagree.
+  if (has(Fault::kPositionBumpPerLayer) && layer > 0) {
+    t.position += t.chunk_len, t.slot += t.chunk_len, t.n_keys += t.chunk_len;
+  }
+  t.slot %= capacity_;
+  t.n_keys = std::min(t.n_keys, capacity_);
+  t.position %= max_pos_;
+  return t;
+}
+
+template <bool kFaults>
+void BasicSequenceTable<kFaults>::commit(std::span<const BatchEntry> batch) {
+  for (const BatchEntry& e : batch) {
+    SequenceState& s = sequences_.at(e.sequence);
+    s.length += static_cast<int>(e.tokens.size());
+    s.chunks += 1;
+    row_fill_[size_t(s.row)] = std::max(row_fill_[size_t(s.row)], s.slot_base + s.length);
+    row_position_[size_t(s.row)] = s.position_base + s.length;
+  }
+}
+
+template <bool kFaults>
+void BasicSequenceTable<kFaults>::finish(SequenceId id, const CopyRow& copy,
+                                         const ClearRow& clear) {
+  const SequenceState s = lookup(id, "finish");
+  sequences_.erase(id);
+  const int freed = s.row;
+  row_owner_[size_t(freed)] = kNoSequence;
+  // Compaction: every running sequence above the freed row moves down one,
+  // so live rows stay dense at the front.
+  int hole = freed;
+  for (int r = freed + 1; r < max_rows_; ++r) {
+    const SequenceId owner = row_owner_[size_t(r)];
+    if (owner == kNoSequence) continue;
+    if (!has(Fault::kCompactionTableOnly)) copy(storage_row(r), storage_row(hole));
+    row_fill_[size_t(hole)] = row_fill_[size_t(r)];
+    row_position_[size_t(hole)] = row_position_[size_t(r)];
+    row_owner_[size_t(hole)] = owner;
+    row_owner_[size_t(r)] = kNoSequence;
+    sequences_.at(owner).row = hole;
+    hole = r;
+  }
+  // The row left empty at the end holds nothing now.
+  if (!has(Fault::kCompactionTableOnly) || hole == freed) clear(storage_row(hole));
+  row_fill_[size_t(hole)] = 0;
+  row_position_[size_t(hole)] = 0;
+}
+
+template <bool kFaults>
+void BasicSequenceTable<kFaults>::reset(const ClearRow& clear) {
+  sequences_.clear();
+  std::fill(row_owner_.begin(), row_owner_.end(), kNoSequence);
+  for (int r = 0; r < max_rows_; ++r) {
+    if (!has(Fault::kResetKeepsKv)) {
+      clear(r);
+      row_fill_[size_t(r)] = 0;
+    }
+    if (!has(Fault::kResetKeepsPosition)) row_position_[size_t(r)] = 0;
+  }
+}
+
+template <bool kFaults>
+int BasicSequenceTable<kFaults>::visible_length(const SequenceState& s) const {
+  return std::min(s.slot_base + s.length, capacity_);
+}
+
+template <bool kFaults>
+uint64_t BasicSequenceTable<kFaults>::metadata_bytes() const {
+  return sequences_.size() * (sizeof(SequenceId) + sizeof(SequenceState)) +
+         row_owner_.size() * (sizeof(SequenceId) + 2 * sizeof(int));
+}
+
+template class BasicSequenceTable<true>;
+template class BasicSequenceTable<false>;
+
+}  // namespace kvcheck

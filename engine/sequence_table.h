@@ -1,0 +1,106 @@
+// The host-side bookkeeping every engine shares: which sequence owns which
+// cache row, how far each has been fed, where each fed token goes (its
+// position, slot and visible keys, faults included), and what finish and
+// reset do to the rows. Engines keep only the arithmetic and the storage;
+// the CPU and CUDA engines therefore agree on every fault's semantics by
+// construction.
+#pragma once
+
+#include <cstdint>
+#include <functional>
+#include <map>
+#include <span>
+#include <vector>
+
+#include "engine/engine.h"
+
+namespace kvcheck {
+
+// Per-sequence bookkeeping. `slot_base` and `position_base` are 0 in a correct
+// engine; only the reset faults make a new sequence inherit a row's leftovers.
+struct SequenceState {
+  int row = 0;            // index into the row table
+  int length = 0;         // tokens fed = the next absolute position
+  int chunks = 0;         // steps that fed this sequence
+  int slot_base = 0;      // first slot of this sequence's own data in its row
+  int position_base = 0;  // added to its positions
+};
+
+// Where one fed token goes, as the engine computes it (faults included).
+struct TokenPlan {
+  int row;        // storage row
+  int position;   // RoPE / wpe position
+  int slot;       // cache slot written
+  int n_keys;     // slots 0..n_keys-1 of the row are visible to this query
+  int chunk_len;  // length of the chunk it belongs to
+};
+
+// kFaults = false compiles every fault branch away (the benchmark build that
+// shows the switches cost nothing when off).
+template <bool kFaults>
+class BasicSequenceTable {
+ public:
+  using CopyRow = std::function<void(int from_storage_row, int to_storage_row)>;
+  using ClearRow = std::function<void(int storage_row)>;
+
+  BasicSequenceTable(const Config& config, const EngineOptions& options);
+
+  bool has(Fault f) const {
+    if constexpr (kFaults) {
+      return faults_.has(f);
+    } else {
+      (void)f;
+      return false;
+    }
+  }
+  int storage_row(int row) const { return has(Fault::kSharedRows) ? 0 : row; }
+  int storage_layer(int layer) const { return has(Fault::kSharedLayerCache) ? 0 : layer; }
+
+  // A new sequence in the lowest free row; throws kRows when all are taken.
+  SequenceId start();
+
+  // Throws kUnknownSequence, naming `call`.
+  const SequenceState& lookup(SequenceId id, const char* call) const;
+
+  // Every check of a step, before anything changes: unknown or repeated
+  // sequences, empty chunks, tokens outside [0, vocab), capacity.
+  void check_batch(std::span<const BatchEntry> batch) const;
+
+  // Every fed token of the batch, in batch order.
+  std::vector<TokenPlan> make_plan(std::span<const BatchEntry> batch) const;
+
+  // A token's plan as seen from one layer, wrapped into the row so that even
+  // a faulty engine stays memory-safe.
+  TokenPlan at_layer(TokenPlan t, int layer) const;
+
+  // After the step's arithmetic: advances lengths and the rows' counters.
+  void commit(std::span<const BatchEntry> batch);
+
+  // EOS with compaction: rows above the freed one move down one. The engine
+  // moves the data through `copy` and empties rows through `clear`.
+  void finish(SequenceId id, const CopyRow& copy, const ClearRow& clear);
+
+  // Drops every sequence; `clear` empties the rows a correct reset empties.
+  void reset(const ClearRow& clear);
+
+  // Slots this sequence's queries can see: its own, plus any prefix a faulty
+  // reset left in the row.
+  int visible_length(const SequenceState& s) const;
+
+  uint64_t metadata_bytes() const;
+
+ private:
+  static constexpr SequenceId kNoSequence = -1;
+
+  int vocab_, max_pos_, capacity_, max_rows_;
+  FaultSet faults_;
+  std::map<SequenceId, SequenceState> sequences_;
+  std::vector<SequenceId> row_owner_;  // [row] running sequence or kNoSequence
+  std::vector<int> row_fill_;          // [row] slots holding data
+  std::vector<int> row_position_;      // [row] position counter of the row's last sequence
+  SequenceId next_id_ = 0;
+};
+
+using SequenceTable = BasicSequenceTable<true>;
+
+}  // namespace kvcheck

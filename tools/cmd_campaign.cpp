@@ -142,7 +142,6 @@ int run_campaign(const CampaignOptions& o) {
   if (faults.any()) std::printf("engine faults ON: %s\n", faults.to_string().c_str());
   std::fflush(stdout);
 
-  // The property phase gets the time the kill matrix does not need.
   // The kill matrix usually needs well under a second (every fault dies within
   // a few cases); 10 % of the budget leaves it room for slow machines.
   const double property_budget = kill_matrix ? o.seconds * 0.9 : o.seconds;

@@ -103,8 +103,13 @@ void BM_CachedVsRecompute(benchmark::State& state) {
   state.counters["recompute/decode"] = recompute_s / decode_s;
   state.SetLabel("vocab 4096");
 }
-BENCHMARK(BM_CachedVsRecompute)->Arg(128)->Arg(512)->Arg(2048)->UseManualTime()
-    ->Unit(benchmark::kMillisecond)->Iterations(3);
+BENCHMARK(BM_CachedVsRecompute)
+    ->Arg(128)
+    ->Arg(512)
+    ->Arg(2048)
+    ->UseManualTime()
+    ->Unit(benchmark::kMillisecond)
+    ->Iterations(3);
 
 // Engine and its prefix, ready to decode the next token at context ctx.
 struct DecodeFixture {
@@ -161,8 +166,13 @@ void BM_DecodeStep(benchmark::State& state) {
   state.counters["of_roofline"] = roofline_s / (decode_s / double(state.iterations()));
   state.SetLabel("vocab " + std::to_string(vocab));
 }
-BENCHMARK(BM_DecodeStep)->Args({128, 50257})->Args({512, 4096})->Args({2048, 4096})
-    ->UseManualTime()->Unit(benchmark::kMillisecond)->Iterations(10);
+BENCHMARK(BM_DecodeStep)
+    ->Args({128, 50257})
+    ->Args({512, 4096})
+    ->Args({2048, 4096})
+    ->UseManualTime()
+    ->Unit(benchmark::kMillisecond)
+    ->Iterations(10);
 
 // Faults compiled in but off vs the same engine compiled without them, decodes
 // alternating between the two so both see the same machine load.
@@ -203,8 +213,13 @@ void BM_FaultSwitchCost(benchmark::State& state) {
   state.counters["without_ms"] = 1e3 * without_s / double(state.iterations());
   state.counters["median_with/without"] = ratios[ratios.size() / 2];
 }
-BENCHMARK(BM_FaultSwitchCost)->ArgName("without_built_first")->Arg(0)->Arg(1)->UseManualTime()
-    ->Unit(benchmark::kMillisecond)->Iterations(41);
+BENCHMARK(BM_FaultSwitchCost)
+    ->ArgName("without_built_first")
+    ->Arg(0)
+    ->Arg(1)
+    ->UseManualTime()
+    ->Unit(benchmark::kMillisecond)
+    ->Iterations(41);
 
 // Prefill of n tokens into an empty cache, FLOPs counted as 2 per multiply-add
 // of every projection, the attention (QK^T and PV over the causal triangle)
@@ -229,8 +244,7 @@ void BM_Prefill(benchmark::State& state) {
   const double E = c.d_model, F = c.d_ff, Q = c.q_width(), KV = c.kv_width();
   const double per_token_layer = 2.0 * (E * (Q + 2 * KV) + Q * E + 2 * E * F);
   const double attention = 2.0 * 2.0 * Q * (double(n) * (n + 1) / 2);  // per layer
-  const double flops =
-      c.n_layers * (per_token_layer * n + attention) + 2.0 * E * c.vocab * n;
+  const double flops = c.n_layers * (per_token_layer * n + attention) + 2.0 * E * c.vocab * n;
   const double gflops = flops * 1e-9 / (prefill_s / double(state.iterations()));
   state.counters["GFLOP/s"] = gflops;
   state.counters["probe_GFLOP/s"] = probe_gflops();

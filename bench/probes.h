@@ -34,7 +34,8 @@ inline double stream_read_gbps(int trials = 5) {
     }
     volatile float sink = hn::GetLane(hn::Add(hn::Add(a0, a1), hn::Add(a2, a3)));
     (void)sink;
-    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
+    const double s =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
     if (double gbps = double(n) * sizeof(float) * 1e-9 / s; gbps > best) best = gbps;
   }
   return best;
@@ -60,7 +61,8 @@ inline double fma_peak_gflops(int trials = 5) {
     for (int a = 0; a < kChains; ++a) sum += hn::GetLane(acc[a]);
     volatile float sink = sum;
     (void)sink;
-    const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
+    const double s =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
     const double flops = 2.0 * kChains * kSteps * double(hn::Lanes(df));
     if (double g = flops * 1e-9 / s; g > best) best = g;
   }

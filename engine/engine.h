@@ -44,8 +44,7 @@ struct EngineOptions {
 class EngineError : public std::runtime_error {
  public:
   enum class Kind { kCapacity, kRows, kUnknownSequence, kBadBatch, kBadToken, kDevice };
-  EngineError(Kind kind, const std::string& message)
-      : std::runtime_error(message), kind_(kind) {}
+  EngineError(Kind kind, const std::string& message) : std::runtime_error(message), kind_(kind) {}
   Kind kind() const { return kind_; }
 
  private:
@@ -55,9 +54,9 @@ class EngineError : public std::runtime_error {
 // One sequence's cached K and V in one layer, copied exactly as stored.
 struct CacheSnapshot {
   KvDtype dtype = KvDtype::kF32;
-  int length = 0;      // positions cached (= tokens fed)
-  int n_kv_heads = 0;  // KVH
-  int head_dim = 0;    // D
+  int length = 0;          // positions cached (= tokens fed)
+  int n_kv_heads = 0;      // KVH
+  int head_dim = 0;        // D
   std::vector<uint8_t> k;  // [length][KVH][D] elements of dtype
   std::vector<uint8_t> v;  // [length][KVH][D] elements of dtype
 

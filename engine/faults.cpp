@@ -31,8 +31,12 @@ constexpr std::array<FaultInfo, kFaultCount> kFaults = {{
 
 }  // namespace
 
-std::string_view fault_name(Fault f) { return kFaults[static_cast<size_t>(f)].name; }
-std::string_view fault_summary(Fault f) { return kFaults[static_cast<size_t>(f)].summary; }
+std::string_view fault_name(Fault f) {
+  return kFaults[static_cast<size_t>(f)].name;
+}
+std::string_view fault_summary(Fault f) {
+  return kFaults[static_cast<size_t>(f)].summary;
+}
 
 std::optional<Fault> parse_fault(std::string_view name) {
   for (int i = 0; i < kFaultCount; ++i) {

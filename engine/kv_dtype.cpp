@@ -6,9 +6,12 @@ namespace kvcheck {
 
 const char* kv_dtype_name(KvDtype t) {
   switch (t) {
-    case KvDtype::kF32: return "f32";
-    case KvDtype::kBF16: return "bf16";
-    case KvDtype::kF16: return "f16";
+    case KvDtype::kF32:
+      return "f32";
+    case KvDtype::kBF16:
+      return "bf16";
+    case KvDtype::kF16:
+      return "f16";
   }
   return "?";
 }
@@ -28,18 +31,20 @@ uint16_t float_to_bf16(float f) {
   return static_cast<uint16_t>(bits >> 16);
 }
 
-float bf16_to_float(uint16_t h) { return std::bit_cast<float>(uint32_t{h} << 16); }
+float bf16_to_float(uint16_t h) {
+  return std::bit_cast<float>(uint32_t{h} << 16);
+}
 
 uint16_t float_to_f16(float f) {
   const uint32_t bits = std::bit_cast<uint32_t>(f);
   const uint32_t sign = (bits >> 16) & 0x8000;
   const uint32_t abs = bits & 0x7FFFFFFF;
-  if (abs > 0x7F800000) return static_cast<uint16_t>(sign | 0x7E00);  // NaN
+  if (abs > 0x7F800000) return static_cast<uint16_t>(sign | 0x7E00);   // NaN
   if (abs >= 0x477FF000) return static_cast<uint16_t>(sign | 0x7C00);  // rounds to inf
   if (abs < 0x38800000) {
     // Subnormal f16 (or zero): value = m * 2^-24; round |f| * 2^24 to even.
     const float scaled = std::bit_cast<float>(abs) * 0x1p24f;  // exact: power of two
-    const float rounded = std::nearbyint(scaled);               // default mode: to even
+    const float rounded = std::nearbyint(scaled);              // default mode: to even
     return static_cast<uint16_t>(sign | static_cast<uint32_t>(rounded));
   }
   // Normal: rebias exponent (127 -> 15), round the 13 dropped mantissa bits to even.
@@ -60,6 +65,8 @@ float f16_to_float(uint16_t h) {
   return std::bit_cast<float>(sign | ((exp + 127 - 15) << 23) | (mant << 13));
 }
 
-uint16_t poison_bits16(KvDtype t) { return t == KvDtype::kBF16 ? 0x7FC0 : 0x7E00; }
+uint16_t poison_bits16(KvDtype t) {
+  return t == KvDtype::kBF16 ? 0x7FC0 : 0x7E00;
+}
 
 }  // namespace kvcheck

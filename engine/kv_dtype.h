@@ -13,16 +13,21 @@ namespace kvcheck {
 
 enum class KvDtype : uint8_t { kF32, kBF16, kF16 };
 
-inline int kv_dtype_bytes(KvDtype t) { return t == KvDtype::kF32 ? 4 : 2; }
+inline int kv_dtype_bytes(KvDtype t) {
+  return t == KvDtype::kF32 ? 4 : 2;
+}
 const char* kv_dtype_name(KvDtype t);
 Result<KvDtype> parse_kv_dtype(const std::string& name);
 
 // Unit roundoff of the storage type: the relative error of one rounding.
 inline double kv_dtype_unit_roundoff(KvDtype t) {
   switch (t) {
-    case KvDtype::kF32: return 0x1p-24;
-    case KvDtype::kBF16: return 0x1p-8;
-    case KvDtype::kF16: return 0x1p-11;
+    case KvDtype::kF32:
+      return 0x1p-24;
+    case KvDtype::kBF16:
+      return 0x1p-8;
+    case KvDtype::kF16:
+      return 0x1p-11;
   }
   return 0.0;
 }

@@ -59,10 +59,10 @@ void BasicSequenceTable<kFaults>::check_batch(std::span<const BatchEntry> batch)
     if (e.tokens.empty()) throw EngineError(EngineError::Kind::kBadBatch, who + ": empty chunk");
     for (size_t i = 0; i < e.tokens.size(); ++i) {
       if (e.tokens[i] < 0 || e.tokens[i] >= vocab_) {
-        throw EngineError(EngineError::Kind::kBadToken,
-                          who + ", token " + std::to_string(i) + ": id " +
-                              std::to_string(e.tokens[i]) + " is outside the vocabulary [0, " +
-                              std::to_string(vocab_) + ")");
+        throw EngineError(EngineError::Kind::kBadToken, who + ", token " + std::to_string(i) +
+                                                            ": id " + std::to_string(e.tokens[i]) +
+                                                            " is outside the vocabulary [0, " +
+                                                            std::to_string(vocab_) + ")");
       }
     }
     const long long end = (long long)s.slot_base + s.length + (long long)e.tokens.size();
@@ -70,8 +70,7 @@ void BasicSequenceTable<kFaults>::check_batch(std::span<const BatchEntry> batch)
       throw EngineError(EngineError::Kind::kCapacity,
                         who + ": appending " + std::to_string(e.tokens.size()) +
                             " tokens at position " + std::to_string(s.length) +
-                            " exceeds the capacity of " + std::to_string(capacity_) +
-                            " positions");
+                            " exceeds the capacity of " + std::to_string(capacity_) + " positions");
     }
   }
 }

@@ -5,7 +5,9 @@
 
 namespace kvcheck {
 
-const char* family_name(Family f) { return f == Family::kGpt2 ? "gpt2" : "llama"; }
+const char* family_name(Family f) {
+  return f == Family::kGpt2 ? "gpt2" : "llama";
+}
 
 Result<Family> parse_family(const std::string& name) {
   if (name == "gpt2") return Family::kGpt2;
@@ -78,13 +80,13 @@ std::string Config::validate() const {
 uint64_t Config::parameter_count() const {
   const uint64_t E = d_model, F = d_ff, V = vocab, Q = q_width(), KV = kv_width();
   const bool gpt2 = family == Family::kGpt2;
-  uint64_t layer = 2 * E                      // two norm gains
+  uint64_t layer = 2 * E                         // two norm gains
                    + Q * E + 2 * KV * E + E * Q  // q, k, v, o
                    + (gpt2 ? 2 * F * E : 3 * F * E);
   if (gpt2) layer += 2 * E + E + F + E;  // norm biases, o bias, fc and proj biases
   if (qkv_bias) layer += Q + 2 * KV;
   uint64_t total = uint64_t(n_layers) * layer + 2 * V * E + E;  // embeddings, head, final norm
-  if (gpt2) total += uint64_t(max_pos) * E + E;                  // wpe, final norm bias
+  if (gpt2) total += uint64_t(max_pos) * E + E;                 // wpe, final norm bias
   return total;
 }
 

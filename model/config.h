@@ -18,16 +18,16 @@ Result<Family> parse_family(const std::string& name);
 struct Config {
   Family family = Family::kGpt2;
   int n_layers = 2;
-  int d_model = 32;     // residual width E
-  int n_heads = 4;      // query heads H
-  int n_kv_heads = 4;   // KV heads; divides n_heads (MHA: H, MQA: 1, GQA: between)
-  int head_dim = 8;     // D; q width is H*D, which need not equal E
-  int d_ff = 128;       // MLP hidden width F
-  int vocab = 64;       // V
-  int max_pos = 256;    // positions the model accepts (wpe rows for gpt2)
+  int d_model = 32;             // residual width E
+  int n_heads = 4;              // query heads H
+  int n_kv_heads = 4;           // KV heads; divides n_heads (MHA: H, MQA: 1, GQA: between)
+  int head_dim = 8;             // D; q width is H*D, which need not equal E
+  int d_ff = 128;               // MLP hidden width F
+  int vocab = 64;               // V
+  int max_pos = 256;            // positions the model accepts (wpe rows for gpt2)
   double rope_theta = 10000.0;  // llama only
   double norm_eps = 1e-5;
-  bool qkv_bias = false;        // gpt2 only
+  bool qkv_bias = false;  // gpt2 only
 
   // Query heads that read one KV head: query head h reads KV head h / group()
   // (repeat_interleave), never h % n_kv_heads.

@@ -30,7 +30,8 @@ void walk_tensors(const Config& c, W& w, Visit&& visit) {
     auto& lw = w.layers[static_cast<size_t>(l)];
     const std::string p = "layers." + std::to_string(l) + ".";
     visit(p + "attn_norm", std::vector<int64_t>{E}, InitKind::kNormGain, 0, lw.attn_norm);
-    if (gpt2) visit(p + "attn_norm_bias", std::vector<int64_t>{E}, InitKind::kBias, 0, lw.attn_norm_bias);
+    if (gpt2)
+      visit(p + "attn_norm_bias", std::vector<int64_t>{E}, InitKind::kBias, 0, lw.attn_norm_bias);
     visit(p + "wq", std::vector<int64_t>{Q, E}, InitKind::kLinear, e, lw.wq);
     visit(p + "wk", std::vector<int64_t>{KV, E}, InitKind::kLinear, e, lw.wk);
     visit(p + "wv", std::vector<int64_t>{KV, E}, InitKind::kLinear, e, lw.wv);
@@ -42,7 +43,8 @@ void walk_tensors(const Config& c, W& w, Visit&& visit) {
     visit(p + "wo", std::vector<int64_t>{E, Q}, InitKind::kLinear, q, lw.wo);
     if (gpt2) visit(p + "bo", std::vector<int64_t>{E}, InitKind::kBias, 0, lw.bo);
     visit(p + "mlp_norm", std::vector<int64_t>{E}, InitKind::kNormGain, 0, lw.mlp_norm);
-    if (gpt2) visit(p + "mlp_norm_bias", std::vector<int64_t>{E}, InitKind::kBias, 0, lw.mlp_norm_bias);
+    if (gpt2)
+      visit(p + "mlp_norm_bias", std::vector<int64_t>{E}, InitKind::kBias, 0, lw.mlp_norm_bias);
     visit(p + "w_up", std::vector<int64_t>{F, E}, InitKind::kLinear, e, lw.w_up);
     if (gpt2) visit(p + "b_up", std::vector<int64_t>{F}, InitKind::kBias, 0, lw.b_up);
     if (!gpt2) visit(p + "w_gate", std::vector<int64_t>{F, E}, InitKind::kLinear, e, lw.w_gate);
@@ -50,7 +52,8 @@ void walk_tensors(const Config& c, W& w, Visit&& visit) {
     if (gpt2) visit(p + "b_down", std::vector<int64_t>{E}, InitKind::kBias, 0, lw.b_down);
   }
   visit("final_norm", std::vector<int64_t>{E}, InitKind::kNormGain, 0, w.final_norm);
-  if (gpt2) visit("final_norm_bias", std::vector<int64_t>{E}, InitKind::kBias, 0, w.final_norm_bias);
+  if (gpt2)
+    visit("final_norm_bias", std::vector<int64_t>{E}, InitKind::kBias, 0, w.final_norm_bias);
   visit("lm_head", std::vector<int64_t>{V, E}, InitKind::kLinear, e, w.lm_head);
 }
 
@@ -59,20 +62,22 @@ void walk_tensors(const Config& c, W& w, Visit&& visit) {
 std::vector<TensorRef> tensor_table(const Config& c, Weights& w) {
   std::vector<TensorRef> table;
   w.layers.resize(static_cast<size_t>(c.n_layers));
-  walk_tensors(c, w, [&](std::string name, std::vector<int64_t> shape, InitKind init, int fan_in,
-                         std::vector<float>& data) {
-    data.resize(static_cast<size_t>(element_count(shape)));
-    table.push_back({std::move(name), std::move(shape), init, fan_in, &data});
-  });
+  walk_tensors(c, w,
+               [&](std::string name, std::vector<int64_t> shape, InitKind init, int fan_in,
+                   std::vector<float>& data) {
+                 data.resize(static_cast<size_t>(element_count(shape)));
+                 table.push_back({std::move(name), std::move(shape), init, fan_in, &data});
+               });
   return table;
 }
 
 std::vector<TensorView> tensor_views(const Config& c, const Weights& w) {
   std::vector<TensorView> views;
-  walk_tensors(c, w, [&](std::string name, std::vector<int64_t> shape, InitKind, int,
-                         const std::vector<float>& data) {
-    views.push_back({std::move(name), std::move(shape), &data});
-  });
+  walk_tensors(c, w,
+               [&](std::string name, std::vector<int64_t> shape, InitKind, int,
+                   const std::vector<float>& data) {
+                 views.push_back({std::move(name), std::move(shape), &data});
+               });
   return views;
 }
 
@@ -86,10 +91,18 @@ Weights init_weights(const Config& config, uint64_t seed) {
     // positions (wpe) weigh as much as tokens and position bugs show.
     double scale = 0.0, offset = 0.0;
     switch (t.init) {
-      case InitKind::kEmbedding: scale = std::sqrt(3.0); break;
-      case InitKind::kLinear: scale = std::sqrt(3.0 / t.fan_in); break;
-      case InitKind::kNormGain: scale = 0.25, offset = 1.0; break;
-      case InitKind::kBias: scale = 0.1; break;
+      case InitKind::kEmbedding:
+        scale = std::sqrt(3.0);
+        break;
+      case InitKind::kLinear:
+        scale = std::sqrt(3.0 / t.fan_in);
+        break;
+      case InitKind::kNormGain:
+        scale = 0.25, offset = 1.0;
+        break;
+      case InitKind::kBias:
+        scale = 0.1;
+        break;
     }
     for (float& x : *t.data) x = static_cast<float>(offset + scale * rng.symmetric_unit());
   }
@@ -102,14 +115,15 @@ std::string check_shapes(const Config& config, const Weights& weights) {
            std::to_string(config.n_layers);
   }
   std::string error;
-  walk_tensors(config, weights, [&](const std::string& name, const std::vector<int64_t>& shape,
-                                    InitKind, int, const std::vector<float>& data) {
-    const int64_t want = element_count(shape);
-    if (error.empty() && static_cast<int64_t>(data.size()) != want) {
-      error = name + ": holds " + std::to_string(data.size()) + " values, shape needs " +
-              std::to_string(want);
-    }
-  });
+  walk_tensors(config, weights,
+               [&](const std::string& name, const std::vector<int64_t>& shape, InitKind, int,
+                   const std::vector<float>& data) {
+                 const int64_t want = element_count(shape);
+                 if (error.empty() && static_cast<int64_t>(data.size()) != want) {
+                   error = name + ": holds " + std::to_string(data.size()) +
+                           " values, shape needs " + std::to_string(want);
+                 }
+               });
   return error;
 }
 

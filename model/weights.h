@@ -55,7 +55,7 @@ struct TensorRef {
   std::string name;            // canonical, e.g. "layers.3.wk"
   std::vector<int64_t> shape;  // row-major, as stored in data
   InitKind init;
-  int fan_in;                  // inner dimension for kLinear, else 0
+  int fan_in;  // inner dimension for kLinear, else 0
   std::vector<float>* data;
 };
 

@@ -23,8 +23,8 @@ size_t index(size_t row, size_t width, size_t column) {
 
 }  // namespace
 
-void layer_norm(std::span<const double> x, std::span<const float> gain,
-                std::span<const float> bias, double eps, std::span<double> out) {
+void layer_norm(std::span<const double> x, std::span<const float> gain, std::span<const float> bias,
+                double eps, std::span<double> out) {
   require(!x.empty() && gain.size() == x.size() && bias.size() == x.size(),
           "layer_norm: x, gain and bias have the same nonzero width");
   require(out.size() == x.size(), "layer_norm: out is [E]");
@@ -66,8 +66,8 @@ std::vector<double> rms_norm(std::span<const double> x, std::span<const float> g
   return out;
 }
 
-void linear(std::span<const double> x, std::span<const float> weight,
-            std::span<const float> bias, int out_features, std::span<double> out) {
+void linear(std::span<const double> x, std::span<const float> weight, std::span<const float> bias,
+            int out_features, std::span<double> out) {
   const size_t n_out = static_cast<size_t>(out_features);
   const size_t n_in = x.size();
   require(out_features > 0 && weight.size() == n_out * n_in, "linear: weight is [out][in]");

@@ -21,8 +21,8 @@ namespace kvcheck::oracle {
 // x [E], gain [E], bias [E] -> [E]
 std::vector<double> layer_norm(std::span<const double> x, std::span<const float> gain,
                                std::span<const float> bias, double eps);
-void layer_norm(std::span<const double> x, std::span<const float> gain,
-                std::span<const float> bias, double eps, std::span<double> out);
+void layer_norm(std::span<const double> x, std::span<const float> gain, std::span<const float> bias,
+                double eps, std::span<double> out);
 
 // RMSNorm over one vector: x / sqrt(mean(x^2) + eps) * gain.
 // x [E], gain [E] -> [E]
@@ -35,8 +35,8 @@ void rms_norm(std::span<const double> x, std::span<const float> gain, double eps
 // x [in], weight [out][in], bias [out] or [] -> [out]
 std::vector<double> linear(std::span<const double> x, std::span<const float> weight,
                            std::span<const float> bias, int out_features);
-void linear(std::span<const double> x, std::span<const float> weight,
-            std::span<const float> bias, int out_features, std::span<double> out);
+void linear(std::span<const double> x, std::span<const float> weight, std::span<const float> bias,
+            int out_features, std::span<double> out);
 
 // 0.5 x (1 + tanh(sqrt(2/pi) (x + 0.044715 x^3))): GPT-2's approximation,
 // not the erf form.

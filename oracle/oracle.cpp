@@ -95,12 +95,12 @@ Output forward(const Config& config, const Weights& weights, std::span<const int
   if (T == 0) return out;
 
   // Every buffer is made once here and overwritten by each op that uses it.
-  std::vector<double> x(static_cast<size_t>(T) * E);          // [T][E] the residual stream
-  std::vector<double> h(static_cast<size_t>(E));              // [E] one normed position
-  std::vector<double> update(static_cast<size_t>(E));         // [E] a block's output
-  std::vector<double> q(static_cast<size_t>(T) * H * D);      // [T][H][D]
-  std::vector<double> k(static_cast<size_t>(T) * KVH * D);    // [T][KVH][D]
-  std::vector<double> v(static_cast<size_t>(T) * KVH * D);    // [T][KVH][D]
+  std::vector<double> x(static_cast<size_t>(T) * E);             // [T][E] the residual stream
+  std::vector<double> h(static_cast<size_t>(E));                 // [E] one normed position
+  std::vector<double> update(static_cast<size_t>(E));            // [E] a block's output
+  std::vector<double> q(static_cast<size_t>(T) * H * D);         // [T][H][D]
+  std::vector<double> k(static_cast<size_t>(T) * KVH * D);       // [T][KVH][D]
+  std::vector<double> v(static_cast<size_t>(T) * KVH * D);       // [T][KVH][D]
   std::vector<double> attended(static_cast<size_t>(T) * H * D);  // [T][H][D]
   MlpBuffers mlp_buffers{std::vector<double>(static_cast<size_t>(F)),
                          std::vector<double>(static_cast<size_t>(F)),
@@ -143,9 +143,9 @@ Output forward(const Config& config, const Weights& weights, std::span<const int
     }
 
     for (int t = 0; t < T; ++t) {
-      std::span<double> xt = row(x, t, E);                         // [E]
-      norm(config, xt, layer.mlp_norm, layer.mlp_norm_bias, h);    // [E]
-      mlp(config, layer, h, mlp_buffers, update);                  // [E]
+      std::span<double> xt = row(x, t, E);                       // [E]
+      norm(config, xt, layer.mlp_norm, layer.mlp_norm_bias, h);  // [E]
+      mlp(config, layer, h, mlp_buffers, update);                // [E]
       for (int e = 0; e < E; ++e) xt[e] += update[e];
     }
   }

@@ -14,10 +14,10 @@
 namespace kvcheck::oracle {
 
 struct Output {
-  int n_tokens = 0;             // T
-  std::vector<double> logits;   // [T][V]
-  std::vector<double> k;        // [L][T][KVH][D], after RoPE (llama), as a cache holds it
-  std::vector<double> v;        // [L][T][KVH][D]
+  int n_tokens = 0;            // T
+  std::vector<double> logits;  // [T][V]
+  std::vector<double> k;       // [L][T][KVH][D], after RoPE (llama), as a cache holds it
+  std::vector<double> v;       // [L][T][KVH][D]
 
   double logit(int t, int vocab_index, int vocab) const {
     return logits[static_cast<size_t>(t) * vocab + vocab_index];

@@ -145,8 +145,8 @@ class ReferenceCache {
 std::shared_ptr<const SequenceReference> reference_for(const Context& context,
                                                        std::span<const int32_t> tokens) {
   thread_local ReferenceCache cache;
-  return cache.get(context.scenario.config, context.scenario.weight_seed,
-                   context.scenario.kv_dtype, context.weights, tokens);
+  return cache.get(context.scenario.config, context.scenario.weight_seed, context.scenario.kv_dtype,
+                   context.weights, tokens);
 }
 
 std::string describe_chunks(const std::vector<int>& chunks) {

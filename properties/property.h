@@ -29,22 +29,22 @@ enum class Property : uint8_t {
 };
 constexpr int kPropertyCount = static_cast<int>(Property::kCount);
 
-std::string_view property_name(Property p);  // "oracle", "chunking", ...
-std::string_view property_label(Property p); // "P1", ...
+std::string_view property_name(Property p);   // "oracle", "chunking", ...
+std::string_view property_label(Property p);  // "P1", ...
 std::optional<Property> parse_property(std::string_view name);
 
 // Makes a fresh engine for a config, weights and options. Properties call it
 // as often as they need (solo runs, reruns); faults are baked into it.
-using EngineFactory = std::function<std::unique_ptr<Engine>(const Config&, const Weights&,
-                                                            const EngineOptions&)>;
+using EngineFactory =
+    std::function<std::unique_ptr<Engine>(const Config&, const Weights&, const EngineOptions&)>;
 
 // Where a failure shows first. -1 where not applicable.
 struct Location {
-  int call = -1;      // index into Scenario::calls
-  int sequence = -1;  // index into Scenario::sequences
-  int position = -1;  // absolute token position
-  int layer = -1;     // P6: first layer whose cache diverges
-  int kv_head = -1;   // P6
+  int call = -1;                                        // index into Scenario::calls
+  int sequence = -1;                                    // index into Scenario::sequences
+  int position = -1;                                    // absolute token position
+  int layer = -1;                                       // P6: first layer whose cache diverges
+  int kv_head = -1;                                     // P6
   int first_bad_position = -1, last_bad_position = -1;  // P6: range of wrong slots
 };
 
@@ -54,8 +54,8 @@ struct Verdict {
   bool applicable = true;  // false when the scenario has nothing this property can check
   double worst_ratio = 0;  // P1/P6: largest error / bound seen (passes stay < 1)
   Location where;
-  std::string summary;     // one line
-  std::string detail;      // multi-line report for a person (replay prints it)
+  std::string summary;  // one line
+  std::string detail;   // multi-line report for a person (replay prints it)
 };
 
 Verdict check_property(Property property, const Scenario& scenario, const EngineFactory& factory);

@@ -153,7 +153,7 @@ ErrorBounds derive_error_bounds(const Config& config, const Weights& weights,
   std::vector<double> p(t_count), var_sigma(t_count);        // [keys] one query head
   std::vector<double> inv_freq(sz(D / 2));                   // [D/2] RoPE frequencies
   for (int i = 0; i < D / 2; ++i) inv_freq[sz(i)] = std::pow(config.rope_theta, -2.0 * i / D);
-  std::vector<double> cos_angle(sz(D / 2)), sin_angle(sz(D / 2));  // [D/2] at one position
+  std::vector<double> cos_angle(sz(D / 2)), sin_angle(sz(D / 2));      // [D/2] at one position
   std::vector<double> o_sum(sz(D)), o_var(sz(D)), o_magnitude(sz(D));  // [D] one query head
 
   for (int t = 0; t < T; ++t) {

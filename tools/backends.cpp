@@ -23,8 +23,9 @@ std::vector<Backend> chosen_backends(const std::vector<std::string>& names) {
     }
     if (found) continue;
     if (name == "cuda") {
-      throw InputError("--backend: cuda is not available in this build (the CUDA engine is not "
-                       "built yet; see issue 7)");
+      throw InputError(
+          "--backend: cuda is not available in this build (the CUDA engine is not "
+          "built yet; see issue 7)");
     }
     throw InputError("--backend: unknown backend \"" + name + "\" (available: cpu, cpu-reference)");
   }

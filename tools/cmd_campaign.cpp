@@ -59,12 +59,18 @@ struct Tally {
 
 void count_coverage(const Scenario& s, std::map<std::string, int>& out) {
   const rcgen::Coverage c = rcgen::coverage(s);
-  const std::pair<const char*, bool> classes[] = {
-      {c.gpt2 ? "gpt2" : "llama", true}, {"mha", c.mha},       {"gqa", c.gqa},
-      {"mqa", c.mqa},                   {"batched", c.batched_step}, {"mixed", c.mixed_step},
-      {"1-token chunk", c.one_token_chunk}, {"reset", c.reset}, {"finish", c.finish},
-      {"reused row", c.reused_row},     {"at capacity", c.at_capacity},
-      {"bf16/f16", c.reduced_dtype}};
+  const std::pair<const char*, bool> classes[] = {{c.gpt2 ? "gpt2" : "llama", true},
+                                                  {"mha", c.mha},
+                                                  {"gqa", c.gqa},
+                                                  {"mqa", c.mqa},
+                                                  {"batched", c.batched_step},
+                                                  {"mixed", c.mixed_step},
+                                                  {"1-token chunk", c.one_token_chunk},
+                                                  {"reset", c.reset},
+                                                  {"finish", c.finish},
+                                                  {"reused row", c.reused_row},
+                                                  {"at capacity", c.at_capacity},
+                                                  {"bf16/f16", c.reduced_dtype}};
   for (const auto& [name, on] : classes) {
     if (on) ++out[name];
   }
@@ -126,8 +132,9 @@ std::vector<Property> chosen_properties(const CampaignOptions& o) {
 
 int run_campaign(const CampaignOptions& o) {
   const auto start = Clock::now();
-  const uint64_t seed = o.seed_given ? o.seed : (uint64_t(std::random_device{}()) << 32) ^
-                                                    uint64_t(std::random_device{}());
+  const uint64_t seed =
+      o.seed_given ? o.seed
+                   : (uint64_t(std::random_device{}()) << 32) ^ uint64_t(std::random_device{}());
   const std::vector<Property> properties = chosen_properties(o);
   const std::vector<Backend> backends = chosen_backends(o.backends);
   const FaultSet faults = parse_fault_option(o.fault);
@@ -136,9 +143,8 @@ int run_campaign(const CampaignOptions& o) {
   std::printf("kvcheck campaign: seed %llu, %zu properties x %zu backends, budget %.0f s%s\n",
               (unsigned long long)seed, properties.size(), backends.size(), o.seconds,
               o.cases ? (", at most " + std::to_string(o.cases) + " cases each").c_str() : "");
-  std::printf("reproduce: kvcheck campaign --seed %llu --time %.0f%s\n",
-              (unsigned long long)seed, o.seconds,
-              faults.any() ? (" --fault " + faults.to_string()).c_str() : "");
+  std::printf("reproduce: kvcheck campaign --seed %llu --time %.0f%s\n", (unsigned long long)seed,
+              o.seconds, faults.any() ? (" --fault " + faults.to_string()).c_str() : "");
   if (faults.any()) std::printf("engine faults ON: %s\n", faults.to_string().c_str());
   std::fflush(stdout);
 
@@ -180,11 +186,11 @@ int run_campaign(const CampaignOptions& o) {
           t.worst_ratio = std::max(t.worst_ratio, v.worst_ratio);
           count_coverage(s, t.coverage);
           if (!v.passed) shrinking = true;
-          progress.update(std::string(property_label(t.property)) + " " +
-                          std::string(property_name(t.property)) + " on " + t.backend + ": " +
-                          std::to_string(t.cases) + " cases | " + std::to_string(total_cases) +
-                          " in all, " + std::to_string(int(total_cases / std::max(elapsed(), 1e-3))) +
-                          " cases/s");
+          progress.update(
+              std::string(property_label(t.property)) + " " +
+              std::string(property_name(t.property)) + " on " + t.backend + ": " +
+              std::to_string(t.cases) + " cases | " + std::to_string(total_cases) + " in all, " +
+              std::to_string(int(total_cases / std::max(elapsed(), 1e-3))) + " cases/s");
         }
         return v;
       };
@@ -208,12 +214,12 @@ int run_campaign(const CampaignOptions& o) {
     if (t.property == Property::kOracle || t.property == Property::kCacheState) {
       std::snprintf(ratio, sizeof(ratio), "%.3g", t.worst_ratio);
     }
-    std::printf("%-16s %-14s %8d %8d %6d %11s  %s\n",
-                (std::string(property_label(t.property)) + " " +
-                 std::string(property_name(t.property)))
-                    .c_str(),
-                t.backend.c_str(), t.cases, t.passed, t.not_applicable, ratio,
-                t.failed ? ("FAILED: " + t.failure).c_str() : coverage_text(t).c_str());
+    std::printf(
+        "%-16s %-14s %8d %8d %6d %11s  %s\n",
+        (std::string(property_label(t.property)) + " " + std::string(property_name(t.property)))
+            .c_str(),
+        t.backend.c_str(), t.cases, t.passed, t.not_applicable, ratio,
+        t.failed ? ("FAILED: " + t.failure).c_str() : coverage_text(t).c_str());
   }
 
   nlohmann::json json;
@@ -277,21 +283,24 @@ int run_campaign(const CampaignOptions& o) {
 
 Action add_campaign(CLI::App& app) {
   auto* cmd = app.add_subcommand(
-      "campaign", "Run every property on every available backend for a time budget, then the "
-                  "fault kill matrix (the main job)");
+      "campaign",
+      "Run every property on every available backend for a time budget, then the "
+      "fault kill matrix (the main job)");
   auto o = std::make_shared<CampaignOptions>();
   cmd->add_option_function<uint64_t>(
-         "--seed", [o](uint64_t s) { o->seed = s, o->seed_given = true; },
-         "campaign seed (default: random, printed)");
-  cmd->add_option("--cases", o->cases, "at most this many cases per property and backend (0: "
-                                       "until the time is up)")
+      "--seed", [o](uint64_t s) { o->seed = s, o->seed_given = true; },
+      "campaign seed (default: random, printed)");
+  cmd->add_option("--cases", o->cases,
+                  "at most this many cases per property and backend (0: "
+                  "until the time is up)")
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--time", o->seconds, "time budget in seconds, kill matrix included")
       ->check(CLI::Range(1.0, 1e7))
       ->capture_default_str();
   cmd->add_option("--property", o->properties, "property name(s) (default: all)")->delimiter(',');
-  cmd->add_option("--backend", o->backends, "backend name(s): cpu, cpu-reference (default: all "
-                                            "available)")
+  cmd->add_option("--backend", o->backends,
+                  "backend name(s): cpu, cpu-reference (default: all "
+                  "available)")
       ->delimiter(',');
   cmd->add_option("--json", o->json_path, "also write the summary as JSON to FILE");
   cmd->add_option("--failures", o->failures_dir, "folder for case files of failures")

@@ -47,7 +47,8 @@ int run_demo(uint64_t seed, int n_tokens) {
       all.insert(all.end(), logits.begin(), logits.end());
     }
     double worst = 0;
-    for (size_t i = 0; i < all.size(); ++i) worst = std::max(worst, std::abs(all[i] - ref.logits[i]));
+    for (size_t i = 0; i < all.size(); ++i)
+      worst = std::max(worst, std::abs(all[i] - ref.logits[i]));
     std::printf("engine (%s, prefill %zu + %zu decodes): max |engine - oracle| = %.3g\n",
                 engine->name().c_str(), half, tokens.size() - half, worst);
   }
@@ -57,12 +58,15 @@ int run_demo(uint64_t seed, int n_tokens) {
 }  // namespace
 
 Action add_demo(CLI::App& app) {
-  auto* cmd = app.add_subcommand("demo", "Run a seeded model of each family through the oracle "
-                                         "and the CPU engine and print their logits");
+  auto* cmd = app.add_subcommand("demo",
+                                 "Run a seeded model of each family through the oracle "
+                                 "and the CPU engine and print their logits");
   auto seed = std::make_shared<uint64_t>(1);
   auto tokens = std::make_shared<int>(12);
   cmd->add_option("--seed", *seed, "weight seed")->capture_default_str();
-  cmd->add_option("--tokens", *tokens, "prompt length")->check(CLI::Range(1, 64))->capture_default_str();
+  cmd->add_option("--tokens", *tokens, "prompt length")
+      ->check(CLI::Range(1, 64))
+      ->capture_default_str();
   return [cmd, seed, tokens]() { return cmd->parsed() ? run_demo(*seed, *tokens) : -1; };
 }
 

@@ -3,18 +3,17 @@
 #include <exception>
 #include <vector>
 
-
 #include "model/status.h"
 #include "tools/commands.h"
 
 int main(int argc, char** argv) {
-  CLI::App app{"kvcheck: proves a transformer KV cache correct, or finds the smallest input "
-               "that shows it is not"};
+  CLI::App app{
+      "kvcheck: proves a transformer KV cache correct, or finds the smallest input "
+      "that shows it is not"};
   app.require_subcommand(1);
-  const std::vector<kvcheck::cli::Action> actions = {kvcheck::cli::add_campaign(app),
-                                                     kvcheck::cli::add_demo(app),
-                                                     kvcheck::cli::add_replay(app),
-                                                     kvcheck::cli::add_shrink(app)};
+  const std::vector<kvcheck::cli::Action> actions = {
+      kvcheck::cli::add_campaign(app), kvcheck::cli::add_demo(app), kvcheck::cli::add_replay(app),
+      kvcheck::cli::add_shrink(app)};
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -61,8 +61,7 @@ class CpuEngine final : public Engine {
     for (int layer = 0; layer < config_.n_layers; ++layer) run_layer(layer, batch, plan);
     const size_t E = size_t(config_.d_model);
     for (size_t t = 0; t < n; ++t) norm(weights_.final_norm, weights_.final_norm_bias, t);
-    matmul(h_.data(), n, weights_.lm_head.data(), nullptr, E, size_t(config_.vocab),
-           logits.data());
+    matmul(h_.data(), n, weights_.lm_head.data(), nullptr, E, size_t(config_.vocab), logits.data());
     table_.commit(batch);
   }
 
@@ -81,9 +80,9 @@ class CpuEngine final : public Engine {
   CacheSnapshot cache(SequenceId id, int layer) const override {
     const SequenceState& s = table_.lookup(id, "cache");
     if (layer < 0 || layer >= config_.n_layers) {
-      throw EngineError(EngineError::Kind::kBadBatch,
-                        "cache: layer " + std::to_string(layer) + " is outside [0, " +
-                            std::to_string(config_.n_layers) + ")");
+      throw EngineError(EngineError::Kind::kBadBatch, "cache: layer " + std::to_string(layer) +
+                                                          " is outside [0, " +
+                                                          std::to_string(config_.n_layers) + ")");
     }
     CacheSnapshot snap;
     snap.dtype = options_.kv_dtype;
@@ -182,7 +181,8 @@ class CpuEngine final : public Engine {
     const SequenceState& s = table_.lookup(e.sequence, "step");
     const int D = config_.head_dim;
     std::vector<float> key(size_t(D), 0.0f);
-    for (int slot = s.slot_base; slot < s.slot_base + s.length && slot < options_.capacity; ++slot) {
+    for (int slot = s.slot_base; slot < s.slot_base + s.length && slot < options_.capacity;
+         ++slot) {
       for (int g = 0; g < config_.n_kv_heads; ++g) {
         uint8_t* stored = cache_.k(storage_layer(layer), storage_row(s.row), g, slot);
         load_kv(stored, key.data());
@@ -208,9 +208,9 @@ class CpuEngine final : public Engine {
   void run_layer(int layer, std::span<const BatchEntry> batch, const std::vector<TokenPlan>& plan) {
     const PackedLayer& w = weights_.layers[size_t(layer)];
     const size_t n = plan.size();
-    const size_t E = size_t(config_.d_model), F = size_t(config_.d_ff), D = size_t(config_.head_dim);
-    const size_t Q = size_t(config_.q_width()), KV = size_t(config_.kv_width()),
-                 QKV = Q + 2 * KV;
+    const size_t E = size_t(config_.d_model), F = size_t(config_.d_ff),
+                 D = size_t(config_.head_dim);
+    const size_t Q = size_t(config_.q_width()), KV = size_t(config_.kv_width()), QKV = Q + 2 * KV;
     const bool llama = config_.family == Family::kLlama;
     const int sl = storage_layer(layer);
 
@@ -242,8 +242,7 @@ class CpuEngine final : public Engine {
     }
     attend_all(layer, plan);
 
-    matmul(att_.data(), n, w.wo.data(), w.bo.empty() ? nullptr : w.bo.data(), Q, E,
-           mlp_.data());
+    matmul(att_.data(), n, w.wo.data(), w.bo.empty() ? nullptr : w.bo.data(), Q, E, mlp_.data());
     cpu::add_inplace(path_, x_.data(), mlp_.data(), n * E);
 
     for (size_t t = 0; t < n; ++t) norm(w.mlp_norm, w.mlp_norm_bias, t);
@@ -263,8 +262,8 @@ class CpuEngine final : public Engine {
 
   // y[rows][out] = x[rows][in] * w[out][in]^T (+ bias), output columns split
   // over the pool in blocks of 16; each element's reduction stays whole.
-  void matmul(const float* x, size_t rows, const float* w, const float* bias, size_t in,
-              size_t out, float* y) {
+  void matmul(const float* x, size_t rows, const float* w, const float* bias, size_t in, size_t out,
+              float* y) {
     const size_t parts = size_t(pool_.size());
     if (parts == 1 || out < 64) {
       cpu::matmul(path_, x, rows, w, bias, in, out, 0, out, y);

@@ -15,8 +15,7 @@ std::unique_ptr<Engine> make_cpu_engine(const Config& config, const Weights& wei
 
 // The same engine compiled with every fault branch removed. It exists only so
 // a benchmark can show that the switches cost nothing when off.
-std::unique_ptr<Engine> make_cpu_engine_without_faults(const Config& config,
-                                                       const Weights& weights,
+std::unique_ptr<Engine> make_cpu_engine_without_faults(const Config& config, const Weights& weights,
                                                        const EngineOptions& options);
 
 }  // namespace kvcheck

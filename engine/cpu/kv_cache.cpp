@@ -6,8 +6,7 @@
 
 namespace kvcheck::cpu {
 
-KvCache::KvCache(int n_layers, int rows, int capacity, int n_kv_heads, int head_dim,
-                 KvDtype dtype)
+KvCache::KvCache(int n_layers, int rows, int capacity, int n_kv_heads, int head_dim, KvDtype dtype)
     : n_layers_(n_layers),
       rows_(rows),
       capacity_(capacity),

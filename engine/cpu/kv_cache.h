@@ -21,8 +21,12 @@ class KvCache {
 
   // Start of slot `slot` of (layer, row, kv_head); slots of one head are
   // contiguous with stride head_dim elements.
-  uint8_t* k(int layer, int row, int kv_head, int slot) { return k_.data() + offset(layer, row, kv_head, slot); }
-  uint8_t* v(int layer, int row, int kv_head, int slot) { return v_.data() + offset(layer, row, kv_head, slot); }
+  uint8_t* k(int layer, int row, int kv_head, int slot) {
+    return k_.data() + offset(layer, row, kv_head, slot);
+  }
+  uint8_t* v(int layer, int row, int kv_head, int slot) {
+    return v_.data() + offset(layer, row, kv_head, slot);
+  }
   const uint8_t* k(int layer, int row, int kv_head, int slot) const {
     return k_.data() + offset(layer, row, kv_head, slot);
   }

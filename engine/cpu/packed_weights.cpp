@@ -8,7 +8,9 @@ void append(std::vector<float>& dst, const std::vector<float>& src) {
   dst.insert(dst.end(), src.begin(), src.end());
 }
 
-uint64_t vec_bytes(const std::vector<float>& v) { return v.size() * sizeof(float); }
+uint64_t vec_bytes(const std::vector<float>& v) {
+  return v.size() * sizeof(float);
+}
 
 }  // namespace
 
@@ -48,9 +50,9 @@ uint64_t PackedWeights::bytes() const {
   uint64_t total = vec_bytes(tok_embedding) + vec_bytes(pos_embedding) + vec_bytes(final_norm) +
                    vec_bytes(final_norm_bias) + vec_bytes(lm_head);
   for (const PackedLayer& l : layers) {
-    for (const auto* v : {&l.attn_norm, &l.attn_norm_bias, &l.wqkv, &l.bqkv, &l.wo, &l.bo,
-                          &l.mlp_norm, &l.mlp_norm_bias, &l.w_up, &l.b_up, &l.w_gate, &l.w_down,
-                          &l.b_down}) {
+    for (const auto* v :
+         {&l.attn_norm, &l.attn_norm_bias, &l.wqkv, &l.bqkv, &l.wo, &l.bo, &l.mlp_norm,
+          &l.mlp_norm_bias, &l.w_up, &l.b_up, &l.w_gate, &l.w_down, &l.b_down}) {
       total += vec_bytes(*v);
     }
   }

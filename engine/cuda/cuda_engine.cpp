@@ -70,9 +70,7 @@ class WeightStager {
 class CudaEngine final : public Engine {
  public:
   CudaEngine(const Config& config, const Weights& weights, const EngineOptions& options)
-      : config_(config),
-        options_(options),
-        table_(config, options) {
+      : config_(config), options_(options), table_(config, options) {
     upload_weights(weights);
     const size_t elem = size_t(kv_dtype_bytes(options.kv_dtype));
     kv_block_bytes_ = size_t(config.n_layers) * options.max_rows * options.capacity *

@@ -21,7 +21,6 @@ namespace kvcheck::rcgen {
 // others take every shape.
 Emphasis emphasis_for(Property property);
 
-
 struct HuntOptions {
   uint64_t seed = 0x6b76636865636bull;  // "kvcheck"
   int max_cases = 100;

@@ -70,7 +70,8 @@ KillMatrix run_kill_matrix(const std::function<EngineFactory(FaultSet)>& factory
     if (!options.per_property) continue;
     for (int p = 0; p < kPropertyCount; ++p) {
       const Property property = static_cast<Property>(p);
-      if (progress) progress("kill matrix: " + row.name + " x " + std::string(property_name(property)));
+      if (progress)
+        progress("kill matrix: " + row.name + " x " + std::string(property_name(property)));
       row.cells.push_back(
           hunt([&](const Scenario& s) { return check_property(property, s, factory); },
                emphasis_for(property), hunt_options));
@@ -82,7 +83,9 @@ KillMatrix run_kill_matrix(const std::function<EngineFactory(FaultSet)>& factory
 
 namespace {
 
-std::string cell_text(const HuntResult& r) { return r.failed ? std::to_string(r.cases_run) : "-"; }
+std::string cell_text(const HuntResult& r) {
+  return r.failed ? std::to_string(r.cases_run) : "-";
+}
 
 }  // namespace
 
@@ -114,11 +117,11 @@ std::string KillMatrix::table() const {
     if (row.fault && best != nullptr) {
       const CatalogueEntry& entry = fault_catalogue()[size_t(*row.fault)];
       const int size = best->counterexample->size();
-      std::snprintf(line, sizeof(line), "  %4s  %4d %6d %4.2f %11d %7.2f  %s\n",
-                    cell_text(row.any).c_str(), size, entry.shrink_target,
-                    double(size) / entry.shrink_target, entry.logits_minimum, row.any.seconds,
-                    row.any.failed ? std::string(property_label(row.any.verdict.property)).c_str()
-                                   : "-");
+      std::snprintf(
+          line, sizeof(line), "  %4s  %4d %6d %4.2f %11d %7.2f  %s\n", cell_text(row.any).c_str(),
+          size, entry.shrink_target, double(size) / entry.shrink_target, entry.logits_minimum,
+          row.any.seconds,
+          row.any.failed ? std::string(property_label(row.any.verdict.property)).c_str() : "-");
     } else {
       std::snprintf(line, sizeof(line), "  %4s  %4s %6s %4s %11s %7.2f  %s\n",
                     cell_text(row.any).c_str(), "-", "-", "-", "-", row.any.seconds,
@@ -139,8 +142,8 @@ std::string KillMatrix::counterexamples() const {
     if (!row.fault || !row.ran) continue;
     const HuntResult* best = row.smallest();
     const CatalogueEntry& entry = fault_catalogue()[size_t(*row.fault)];
-    out << "\n== " << row.name << " (shrink target " << entry.shrink_target
-        << ", logits minimum " << entry.logits_minimum << ")";
+    out << "\n== " << row.name << " (shrink target " << entry.shrink_target << ", logits minimum "
+        << entry.logits_minimum << ")";
     if (best == nullptr) {
       out << ": SURVIVED every property\n";
       continue;
@@ -159,8 +162,8 @@ std::vector<std::string> KillMatrix::problems() const {
   for (size_t p = 0; p < correct.cells.size(); ++p) {
     const HuntResult& r = correct.cells[p];
     if (r.failed) {
-      out.push_back("the correct engine fails " + std::string(property_label(Property(p))) +
-                    ": " + r.verdict.summary + "\n" + r.verdict.detail +
+      out.push_back("the correct engine fails " + std::string(property_label(Property(p))) + ": " +
+                    r.verdict.summary + "\n" + r.verdict.detail +
                     (r.counterexample ? r.counterexample->to_text() : ""));
     }
   }

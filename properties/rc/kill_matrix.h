@@ -34,34 +34,34 @@ inline constexpr int kGeneratedFloor = 5;
 
 struct KillMatrixOptions {
   uint64_t seed = 0x6b76;
-  int cases_per_cell = 100;        // per (fault, property)
-  int correct_cases = 1000;        // per property for the correct engine
-  bool per_property = true;        // false: only the 'any' column (fast)
-  double time_limit_seconds = 0;   // 0: none; cells not reached are marked not run
+  int cases_per_cell = 100;       // per (fault, property)
+  int correct_cases = 1000;       // per property for the correct engine
+  bool per_property = true;       // false: only the 'any' column (fast)
+  double time_limit_seconds = 0;  // 0: none; cells not reached are marked not run
 };
 
 struct KillMatrixRow {
-  std::string name;                  // fault name, or "(correct engine)"
+  std::string name;  // fault name, or "(correct engine)"
   std::optional<Fault> fault;
-  std::vector<HuntResult> cells;     // [property]; empty when !per_property
-  HuntResult any;                    // check_all: every property per case
-  bool ran = true;                   // false when the time limit stopped it
+  std::vector<HuntResult> cells;  // [property]; empty when !per_property
+  HuntResult any;                 // check_all: every property per case
+  bool ran = true;                // false when the time limit stopped it
 
   // The smallest shrunk counterexample over every column, or nullptr.
   const HuntResult* smallest() const;
 };
 
 struct KillMatrix {
-  std::vector<KillMatrixRow> rows;   // rows[0] is the correct engine
-  double kill_all_seconds = 0;       // the 'any' column over every fault
+  std::vector<KillMatrixRow> rows;  // rows[0] is the correct engine
+  double kill_all_seconds = 0;      // the 'any' column over every fault
   double total_seconds = 0;
 
   // Problems that fail the gate: the correct engine failing, a fault
   // surviving, a "caught by" property missing its fault, a shrunk case over
   // twice its target. Empty when the matrix passes.
   std::vector<std::string> problems() const;
-  std::string table() const;             // cases-to-kill per cell, sizes vs targets
-  std::string counterexamples() const;   // per fault, the smallest shrunk scenario
+  std::string table() const;            // cases-to-kill per cell, sizes vs targets
+  std::string counterexamples() const;  // per fault, the smallest shrunk scenario
 };
 
 // `factory_for(faults)` makes the backend's engines; `progress` (may be empty)

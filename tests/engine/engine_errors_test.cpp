@@ -93,13 +93,13 @@ TEST(EngineErrors, BadBatches) {
   expect_engine_error([&] { engine->step(bad_token, logits); }, EngineError::Kind::kBadToken,
                       "step: sequence 0, token 1: id 64 is outside the vocabulary [0, 64)");
   const BatchEntry unknown[] = {{42, ok}};
-  expect_engine_error([&] { engine->step(unknown, logits); },
-                      EngineError::Kind::kUnknownSequence,
+  expect_engine_error([&] { engine->step(unknown, logits); }, EngineError::Kind::kUnknownSequence,
                       "step: sequence 42 is not running (never started, finished, or reset)");
   engine->finish(s);
   expect_engine_error([&] { engine->finish(s); }, EngineError::Kind::kUnknownSequence,
                       "finish: sequence 0 is not running (never started, finished, or reset)");
-  EXPECT_EQ(engine->memory().kv_bytes, kv_cache_bytes(c.n_layers, 2, 16, c.n_kv_heads, c.head_dim, 4));
+  EXPECT_EQ(engine->memory().kv_bytes,
+            kv_cache_bytes(c.n_layers, 2, 16, c.n_kv_heads, c.head_dim, 4));
 }
 
 TEST(EngineErrors, BadOptionsAndWeights) {

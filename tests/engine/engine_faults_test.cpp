@@ -15,10 +15,18 @@ struct Op {
   int sequence = 0;                               // kFinish
 };
 
-Op start() { return {Op::kStart}; }
-Op step(std::vector<std::pair<int, int>> e) { return {Op::kStep, std::move(e)}; }
-Op finish(int s) { return {Op::kFinish, {}, s}; }
-Op reset() { return {Op::kReset}; }
+Op start() {
+  return {Op::kStart};
+}
+Op step(std::vector<std::pair<int, int>> e) {
+  return {Op::kStep, std::move(e)};
+}
+Op finish(int s) {
+  return {Op::kFinish, {}, s};
+}
+Op reset() {
+  return {Op::kReset};
+}
 
 struct MinimalCase {
   Fault fault;
@@ -53,16 +61,21 @@ Outcome run(const MinimalCase& m, FaultSet faults) {
         case Op::kStep: {
           std::vector<BatchEntry> batch;
           for (auto [s, n] : op.entries) {
-            batch.push_back({ids[size_t(s)],
-                             std::span<const int32_t>(tokens[size_t(s)]).subspan(fed[size_t(s)], size_t(n))});
+            batch.push_back(
+                {ids[size_t(s)],
+                 std::span<const int32_t>(tokens[size_t(s)]).subspan(fed[size_t(s)], size_t(n))});
             fed[size_t(s)] += size_t(n);
           }
           engine->step(batch, logits);
           all.insert(all.end(), logits.begin(), logits.end());
           break;
         }
-        case Op::kFinish: engine->finish(ids[size_t(op.sequence)]); break;
-        case Op::kReset: engine->reset(); break;
+        case Op::kFinish:
+          engine->finish(ids[size_t(op.sequence)]);
+          break;
+        case Op::kReset:
+          engine->reset();
+          break;
       }
     }
   } catch (const EngineError& e) {
@@ -83,19 +96,44 @@ const std::vector<MinimalCase>& minimal_cases() {
       {Fault::kSharedLayerCache, F::kGpt2, 2, 1, 1, 4, {start(), step({{0, 1}}), step({{0, 1}})}},
       {Fault::kSharedRows, F::kGpt2, 1, 1, 1, 4, {start(), start(), step({{0, 1}, {1, 1}})}},
       {Fault::kDecodePositionZero, F::kGpt2, 1, 1, 1, 4, {start(), step({{0, 1}}), step({{0, 1}})}},
-      {Fault::kChunkPositionRestart, F::kGpt2, 1, 1, 1, 4,
+      {Fault::kChunkPositionRestart,
+       F::kGpt2,
+       1,
+       1,
+       1,
+       4,
        {start(), step({{0, 1}}), step({{0, 2}})}},
-      {Fault::kPositionLagAfterFirst, F::kGpt2, 1, 1, 1, 4,
+      {Fault::kPositionLagAfterFirst,
+       F::kGpt2,
+       1,
+       1,
+       1,
+       4,
        {start(), step({{0, 1}}), step({{0, 1}})}},
       {Fault::kPositionBumpPerLayer, F::kGpt2, 2, 1, 1, 4, {start(), step({{0, 1}})}},
       {Fault::kTiledKvHeads, F::kGpt2, 1, 4, 2, 4, {start(), step({{0, 1}})}},
-      {Fault::kResetKeepsKv, F::kGpt2, 1, 1, 1, 4,
+      {Fault::kResetKeepsKv,
+       F::kGpt2,
+       1,
+       1,
+       1,
+       4,
        {start(), step({{0, 1}}), reset(), start(), step({{1, 1}})}},
-      {Fault::kResetKeepsPosition, F::kGpt2, 1, 1, 1, 4,
+      {Fault::kResetKeepsPosition,
+       F::kGpt2,
+       1,
+       1,
+       1,
+       4,
        {start(), step({{0, 1}}), reset(), start(), step({{1, 1}})}},
       {Fault::kMaskTopLeft, F::kGpt2, 1, 1, 1, 4, {start(), step({{0, 1}}), step({{0, 1}})}},
       {Fault::kAppendOverwrites, F::kGpt2, 1, 1, 1, 4, {start(), step({{0, 1}}), step({{0, 1}})}},
-      {Fault::kCompactionTableOnly, F::kGpt2, 1, 1, 1, 4,
+      {Fault::kCompactionTableOnly,
+       F::kGpt2,
+       1,
+       1,
+       1,
+       4,
        {start(), start(), step({{0, 1}, {1, 1}}), finish(0), step({{1, 1}})}},
       {Fault::kRopeReapplied, F::kLlama, 1, 1, 1, 4, {start(), step({{0, 2}}), step({{0, 1}})}},
       {Fault::kKvSwapped, F::kGpt2, 1, 1, 1, 4, {start(), step({{0, 1}})}},
@@ -118,7 +156,8 @@ TEST(EngineFaults, EachFaultChangesItsMinimalCase) {
     ASSERT_EQ(correct.index(), m.fault == Fault::kCapacityWraps ? 1u : 0u)
         << fault_name(m.fault) << ": the correct engine must "
         << (m.fault == Fault::kCapacityWraps ? "refuse" : "run") << " the case";
-    EXPECT_FALSE(same(correct, faulty)) << fault_name(m.fault) << " left its minimal case unchanged";
+    EXPECT_FALSE(same(correct, faulty))
+        << fault_name(m.fault) << " left its minimal case unchanged";
   }
 }
 

@@ -69,12 +69,14 @@ TEST_P(EngineInvariance, BatchAndRowDoNotChangeBits) {
     size_t offset = 0;
     for (size_t i = 0; i < before; ++i) offset += batch[i].tokens.size();
     const size_t V = size_t(config().vocab);
-    got.insert(got.end(), logits.begin() + long(offset * V), logits.begin() + long((offset + 10) * V));
+    got.insert(got.end(), logits.begin() + long(offset * V),
+               logits.begin() + long((offset + 10) * V));
     for (size_t t = 10; t < target.size(); ++t) {
       batch.clear();
       batch.push_back({s, std::span<const int32_t>(target).subspan(t, 1)});
       for (size_t i = 0; i < others.size(); ++i) {
-        batch.push_back({others[i], std::span<const int32_t>(other_tokens[i]).subspan(3 + i + t - 10, 1)});
+        batch.push_back(
+            {others[i], std::span<const int32_t>(other_tokens[i]).subspan(3 + i + t - 10, 1)});
       }
       engine->step(batch, logits);
       got.insert(got.end(), logits.begin(), logits.begin() + long(V));
@@ -121,16 +123,15 @@ TEST_P(EngineInvariance, SameScenarioTwiceSameBits) {
 
 std::string name_of(const ::testing::TestParamInfo<Param>& info) {
   const auto& [model, path, dtype] = info.param;
-  return model.name + (path == KernelPath::kReference ? "_ref_" : "_simd_") +
-         kv_dtype_name(dtype);
+  return model.name + (path == KernelPath::kReference ? "_ref_" : "_simd_") + kv_dtype_name(dtype);
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    AllModels, EngineInvariance,
-    ::testing::Combine(::testing::ValuesIn(model_cases()),
-                       ::testing::Values(KernelPath::kReference, KernelPath::kOptimized),
-                       ::testing::Values(KvDtype::kF32, KvDtype::kBF16)),
-    name_of);
+INSTANTIATE_TEST_SUITE_P(AllModels, EngineInvariance,
+                         ::testing::Combine(::testing::ValuesIn(model_cases()),
+                                            ::testing::Values(KernelPath::kReference,
+                                                              KernelPath::kOptimized),
+                                            ::testing::Values(KvDtype::kF32, KvDtype::kBF16)),
+                         name_of);
 
 }  // namespace
 }  // namespace kvcheck::test

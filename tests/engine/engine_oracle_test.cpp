@@ -122,8 +122,7 @@ TEST_P(EngineVsOracle, ResetAndReuse) {
 
 std::string name_of(const ::testing::TestParamInfo<Param>& info) {
   const auto& [model, path, dtype] = info.param;
-  return model.name + (path == KernelPath::kReference ? "_ref_" : "_simd_") +
-         kv_dtype_name(dtype);
+  return model.name + (path == KernelPath::kReference ? "_ref_" : "_simd_") + kv_dtype_name(dtype);
 }
 
 INSTANTIATE_TEST_SUITE_P(

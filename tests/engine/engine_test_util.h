@@ -21,7 +21,9 @@ struct ModelCase {
   std::string name;
   Config config;
 };
-inline void PrintTo(const ModelCase& m, std::ostream* out) { *out << m.name; }
+inline void PrintTo(const ModelCase& m, std::ostream* out) {
+  *out << m.name;
+}
 
 // gpt2 and llama, each with MHA, GQA and MQA; 2 layers, small widths.
 std::vector<ModelCase> model_cases();

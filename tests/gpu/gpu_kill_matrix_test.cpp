@@ -36,8 +36,8 @@ TEST(GpuKillMatrix, EveryFaultIsKilledAndTheCorrectEngineSurvives) {
   correct_options.max_cases = correct_cases;
   const EngineFactory correct = cuda_engine_factory();
   const rcgen::HuntResult baseline =
-      rcgen::hunt([&](const Scenario& s) { return check_all(s, correct); },
-                  rcgen::Emphasis::kAny, correct_options);
+      rcgen::hunt([&](const Scenario& s) { return check_all(s, correct); }, rcgen::Emphasis::kAny,
+                  correct_options);
   std::printf("%-26s %8s %6s %8s  %s\n", "fault", "cases", "size", "seconds", "verdict");
   std::printf("%-26s %8d %6s %8.2f  %s\n", "(correct engine)", baseline.cases_run, "-",
               baseline.seconds, baseline.failed ? baseline.verdict.summary.c_str() : "passed");
@@ -50,9 +50,8 @@ TEST(GpuKillMatrix, EveryFaultIsKilledAndTheCorrectEngineSurvives) {
   for (int i = 0; i < kFaultCount; ++i) {
     const Fault fault = static_cast<Fault>(i);
     const EngineFactory faulty = cuda_engine_factory(FaultSet(fault));
-    const rcgen::HuntResult r =
-        rcgen::hunt([&](const Scenario& s) { return check_all(s, faulty); },
-                    rcgen::Emphasis::kAny, options);
+    const rcgen::HuntResult r = rcgen::hunt([&](const Scenario& s) { return check_all(s, faulty); },
+                                            rcgen::Emphasis::kAny, options);
     const std::string size = r.counterexample ? std::to_string(r.counterexample->size()) : "-";
     std::printf("%-26s %8d %6s %8.2f  %s\n", std::string(fault_name(fault)).c_str(), r.cases_run,
                 size.c_str(), r.seconds, r.failed ? r.verdict.summary.c_str() : "SURVIVED");

@@ -231,8 +231,7 @@ TEST(Matmul, OutputSplitDoesNotChangeBits) {
         const size_t out = 45;
         const auto x = random_vector(rng, rows * in), w = random_vector(rng, out * in);
         std::vector<float> whole(rows * out);
-        matmul(KernelPath::kSimd, x.data(), rows, w.data(), nullptr, in, out, 0, out,
-               whole.data());
+        matmul(KernelPath::kSimd, x.data(), rows, w.data(), nullptr, in, out, 0, out, whole.data());
         for (int trial = 0; trial < 20; ++trial) {
           std::vector<float> pieces(rows * out, NAN);
           size_t o = 0;

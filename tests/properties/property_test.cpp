@@ -11,9 +11,9 @@
 #include <utility>
 
 #include "properties/property.h"
-#include "properties/repro/failure_file.h"
 #include "properties/rc/generators.h"
 #include "properties/rc/hunt.h"
+#include "properties/repro/failure_file.h"
 #include "properties/runner.h"
 #include "tests/properties/rc_driver.h"
 

@@ -1,0 +1,124 @@
+#include "tests/engine/fault_cases.h"
+
+#include "tests/engine/engine_test_util.h"
+
+namespace kvcheck::test {
+
+Op start() {
+  return {Op::kStart};
+}
+Op step(std::vector<std::pair<int, int>> e) {
+  return {Op::kStep, std::move(e)};
+}
+Op finish(int s) {
+  return {Op::kFinish, {}, s};
+}
+Op reset() {
+  return {Op::kReset};
+}
+
+Outcome run_minimal_case(const MinimalCase& m, FaultSet faults, const MakeEngine& make_engine) {
+  Config c = m.family == Family::kGpt2 ? gpt2_tiny() : llama_tiny();
+  c.n_layers = m.n_layers, c.n_heads = m.n_heads, c.n_kv_heads = m.n_kv_heads;
+  EngineOptions o;
+  o.capacity = m.capacity;
+  o.max_rows = 4;
+  o.faults = faults;
+  auto engine = make_engine(c, init_weights(c, 77), o);
+  std::vector<SequenceId> ids;
+  std::vector<std::vector<int32_t>> tokens;
+  std::vector<size_t> fed;
+  std::vector<float> all, logits;
+  try {
+    for (const Op& op : m.ops) {
+      switch (op.kind) {
+        case Op::kStart:
+          ids.push_back(engine->start());
+          tokens.push_back(random_tokens(ids.size(), 16, c.vocab));
+          fed.push_back(0);
+          break;
+        case Op::kStep: {
+          std::vector<BatchEntry> batch;
+          for (auto [s, n] : op.entries) {
+            batch.push_back(
+                {ids[size_t(s)],
+                 std::span<const int32_t>(tokens[size_t(s)]).subspan(fed[size_t(s)], size_t(n))});
+            fed[size_t(s)] += size_t(n);
+          }
+          engine->step(batch, logits);
+          all.insert(all.end(), logits.begin(), logits.end());
+          break;
+        }
+        case Op::kFinish:
+          engine->finish(ids[size_t(op.sequence)]);
+          break;
+        case Op::kReset:
+          engine->reset();
+          break;
+      }
+    }
+  } catch (const EngineError& e) {
+    return std::string(e.what());
+  }
+  return all;
+}
+
+bool same_outcome(const Outcome& a, const Outcome& b) {
+  if (a.index() != b.index()) return false;
+  if (a.index() == 1) return std::get<1>(a) == std::get<1>(b);
+  return bitwise_equal(std::get<0>(a), std::get<0>(b));
+}
+
+const std::vector<MinimalCase>& minimal_cases() {
+  using F = Family;
+  static const std::vector<MinimalCase> cases = {
+      {Fault::kSharedLayerCache, F::kGpt2, 2, 1, 1, 4, {start(), step({{0, 1}}), step({{0, 1}})}},
+      {Fault::kSharedRows, F::kGpt2, 1, 1, 1, 4, {start(), start(), step({{0, 1}, {1, 1}})}},
+      {Fault::kDecodePositionZero, F::kGpt2, 1, 1, 1, 4, {start(), step({{0, 1}}), step({{0, 1}})}},
+      {Fault::kChunkPositionRestart,
+       F::kGpt2,
+       1,
+       1,
+       1,
+       4,
+       {start(), step({{0, 1}}), step({{0, 2}})}},
+      {Fault::kPositionLagAfterFirst,
+       F::kGpt2,
+       1,
+       1,
+       1,
+       4,
+       {start(), step({{0, 1}}), step({{0, 1}})}},
+      {Fault::kPositionBumpPerLayer, F::kGpt2, 2, 1, 1, 4, {start(), step({{0, 1}})}},
+      {Fault::kTiledKvHeads, F::kGpt2, 1, 4, 2, 4, {start(), step({{0, 1}})}},
+      {Fault::kResetKeepsKv,
+       F::kGpt2,
+       1,
+       1,
+       1,
+       4,
+       {start(), step({{0, 1}}), reset(), start(), step({{1, 1}})}},
+      {Fault::kResetKeepsPosition,
+       F::kGpt2,
+       1,
+       1,
+       1,
+       4,
+       {start(), step({{0, 1}}), reset(), start(), step({{1, 1}})}},
+      {Fault::kMaskTopLeft, F::kGpt2, 1, 1, 1, 4, {start(), step({{0, 1}}), step({{0, 1}})}},
+      {Fault::kAppendOverwrites, F::kGpt2, 1, 1, 1, 4, {start(), step({{0, 1}}), step({{0, 1}})}},
+      {Fault::kCompactionTableOnly,
+       F::kGpt2,
+       1,
+       1,
+       1,
+       4,
+       {start(), start(), step({{0, 1}, {1, 1}}), finish(0), step({{1, 1}})}},
+      {Fault::kRopeReapplied, F::kLlama, 1, 1, 1, 4, {start(), step({{0, 2}}), step({{0, 1}})}},
+      {Fault::kKvSwapped, F::kGpt2, 1, 1, 1, 4, {start(), step({{0, 1}})}},
+      {Fault::kCapacityWraps, F::kGpt2, 1, 1, 1, 1, {start(), step({{0, 1}}), step({{0, 1}})}},
+  };
+  return cases;
+}
+
+}  // namespace kvcheck::test

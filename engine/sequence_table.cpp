@@ -11,6 +11,10 @@ BasicSequenceTable<kFaults>::BasicSequenceTable(const Config& config, const Engi
       max_pos_(config.max_pos),
       capacity_(options.capacity),
       max_rows_(options.max_rows),
+      n_layers_(config.n_layers),
+      n_kv_heads_(config.n_kv_heads),
+      head_dim_(config.head_dim),
+      kv_dtype_(options.kv_dtype),
       faults_(options.faults),
       row_owner_(size_t(options.max_rows), kNoSequence),
       row_fill_(size_t(options.max_rows), 0),
@@ -163,8 +167,22 @@ void BasicSequenceTable<kFaults>::reset(const ClearRow& clear) {
 }
 
 template <bool kFaults>
-int BasicSequenceTable<kFaults>::visible_length(const SequenceState& s) const {
-  return std::min(s.slot_base + s.length, capacity_);
+CacheSnapshot BasicSequenceTable<kFaults>::snapshot_shell(SequenceId id, int layer) const {
+  const SequenceState& s = lookup(id, "cache");
+  if (layer < 0 || layer >= n_layers_) {
+    throw EngineError(EngineError::Kind::kBadBatch, "cache: layer " + std::to_string(layer) +
+                                                        " is outside [0, " +
+                                                        std::to_string(n_layers_) + ")");
+  }
+  CacheSnapshot snap;
+  snap.dtype = kv_dtype_;
+  snap.length = std::min(s.slot_base + s.length, capacity_);
+  snap.n_kv_heads = n_kv_heads_;
+  snap.head_dim = head_dim_;
+  snap.k.resize(size_t(snap.length) * size_t(n_kv_heads_) * size_t(head_dim_) *
+                size_t(kv_dtype_bytes(kv_dtype_)));
+  snap.v.resize(snap.k.size());
+  return snap;
 }
 
 template <bool kFaults>

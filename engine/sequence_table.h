@@ -83,9 +83,11 @@ class BasicSequenceTable {
   // Drops every sequence; `clear` empties the rows a correct reset empties.
   void reset(const ClearRow& clear);
 
-  // Slots this sequence's queries can see: its own, plus any prefix a faulty
-  // reset left in the row.
-  int visible_length(const SequenceState& s) const;
+  // An empty snapshot of `id` in `layer`, sized for every slot its queries
+  // can see (its own, plus any prefix a faulty reset left in the row); the
+  // engine copies the stored K/V into it. Throws for an unknown sequence or
+  // a layer outside [0, n_layers).
+  CacheSnapshot snapshot_shell(SequenceId id, int layer) const;
 
   uint64_t metadata_bytes() const;
 
@@ -93,6 +95,8 @@ class BasicSequenceTable {
   static constexpr SequenceId kNoSequence = -1;
 
   int vocab_, max_pos_, capacity_, max_rows_;
+  int n_layers_, n_kv_heads_, head_dim_;
+  KvDtype kv_dtype_;
   FaultSet faults_;
   std::map<SequenceId, SequenceState> sequences_;
   std::vector<SequenceId> row_owner_;  // [row] running sequence or kNoSequence

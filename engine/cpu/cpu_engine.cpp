@@ -78,23 +78,10 @@ class CpuEngine final : public Engine {
   int length(SequenceId id) const override { return table_.lookup(id, "length").length; }
 
   CacheSnapshot cache(SequenceId id, int layer) const override {
+    CacheSnapshot snap = table_.snapshot_shell(id, layer);
     const SequenceState& s = table_.lookup(id, "cache");
-    if (layer < 0 || layer >= config_.n_layers) {
-      throw EngineError(EngineError::Kind::kBadBatch, "cache: layer " + std::to_string(layer) +
-                                                          " is outside [0, " +
-                                                          std::to_string(config_.n_layers) + ")");
-    }
-    CacheSnapshot snap;
-    snap.dtype = options_.kv_dtype;
-    // Everything this sequence's queries can see: its own slots plus any
-    // prefix a faulty reset left in the row.
-    snap.length = table_.visible_length(s);
-    snap.n_kv_heads = config_.n_kv_heads;
-    snap.head_dim = config_.head_dim;
     const size_t elem = size_t(kv_dtype_bytes(options_.kv_dtype));
     const size_t head_bytes = size_t(config_.head_dim) * elem;
-    snap.k.resize(size_t(snap.length) * config_.n_kv_heads * head_bytes);
-    snap.v.resize(snap.k.size());
     const int sl = storage_layer(layer), row = storage_row(s.row);
     for (int pos = 0; pos < snap.length; ++pos) {
       for (int g = 0; g < config_.n_kv_heads; ++g) {

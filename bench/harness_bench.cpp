@@ -27,6 +27,7 @@
 #include "properties/rc/generators.h"
 #include "properties/rc/hunt.h"
 #include "properties/rc/kill_matrix.h"
+#include "backends/in_tree.h"
 #include "properties/runner.h"
 
 namespace {

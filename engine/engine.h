@@ -59,6 +59,12 @@ struct CacheSnapshot {
   int head_dim = 0;        // D
   std::vector<uint8_t> k;  // [length][KVH][D] elements of dtype
   std::vector<uint8_t> v;  // [length][KVH][D] elements of dtype
+  // Optional, for the operations that move or quantize slots: the absolute
+  // position each slot holds (empty: slot i holds position i), and for a
+  // quantized dtype the per-block scales of k and v (empty otherwise).
+  std::vector<int32_t> positions;  // [length]
+  std::vector<float> k_scales;     // [length][KVH][blocks per head]
+  std::vector<float> v_scales;     // [length][KVH][blocks per head]
 
   // Widened to float (exact for every dtype).
   float k_at(int pos, int kv_head, int d) const;

@@ -32,6 +32,7 @@ constexpr std::array<PropertyInfo, kPropertyCount> kInfo = {{
     {"gqa", "P7"},
     {"determinism", "P8"},
     {"capacity", "P9"},
+    {"cross_engine", "P10"},
 }};
 
 // Salts that keep the derived random choices of different properties apart.
@@ -42,8 +43,9 @@ constexpr uint64_t kCapacitySalt = 0x6361706163697479ull;  // "capacity"
 // Everything a property needs about the scenario, computed once.
 struct Context {
   const Scenario& scenario;
-  const EngineFactory& factory;
-  const Weights& weights;  // of scenario.config and scenario.weight_seed
+  const EngineUnderTest& subject;
+  const EngineFactory& factory;  // subject.factory
+  const Weights& weights;        // of scenario.config and scenario.weight_seed
   SchedulePlan plan;
   uint64_t digest;
   int vocab;
@@ -198,8 +200,9 @@ Verdict engine_refused(Property property, const RunResult& run, const std::strin
   where.call = run.failed_call;
   fail(verdict, where,
        "call " + std::to_string(run.failed_call) + " of " + which_run +
-           ": the engine refused a valid call",
-       "EngineError: " + run.error_message + "\n");
+           (run.threw ? ": the engine threw on a valid call: " + run.error_message
+                      : std::string(": the engine refused a valid call")),
+       (run.threw ? "exception: " : "EngineError: ") + run.error_message + "\n");
   return verdict;
 }
 
@@ -224,13 +227,73 @@ std::span<const int32_t> fed_tokens(const Context& context, int sequence) {
       .first(size_t(context.plan.fed[size_t(sequence)]));
 }
 
-// Compares two runs of one sequence bit for bit. On a difference, fills the
-// verdict with the first differing logit, located at the scenario call that
-// fed that position.
-bool same_bits(Verdict& verdict, const Context& context, int sequence,
-               const std::vector<float>& expected, const std::string& expected_name,
-               const std::vector<float>& got, const std::string& got_name) {
-  const std::optional<size_t> at = first_bit_difference(expected, got);
+// What the engine promises for the comparison a property makes.
+Invariance invariance_for_traits(const EngineTraits& traits, Property property) {
+  const InvarianceTraits& i = traits.invariance;
+  switch (property) {
+    case Property::kChunking:
+      return i.chunking;
+    case Property::kBatch:
+      return i.batch;
+    case Property::kReset:
+      return i.reset;
+    case Property::kCompaction:
+      return i.compaction;
+    case Property::kGqa:
+      return i.gqa_twin;
+    case Property::kDeterminism:
+      return i.determinism;
+    default:
+      return Invariance::kBitwise;
+  }
+}
+
+Invariance invariance_for(const Context& context, Property property) {
+  return invariance_for_traits(context.subject.traits, property);
+}
+
+// Index of the first logit where |a - b| > 2 B (B the derived bound of the
+// sequence's tokens), or where either side is not finite; the triangle
+// inequality through the exact logit makes 2 B the bound for two runs that
+// each keep within B. Sizes must match, else min size.
+std::optional<size_t> first_bound_violation(const Context& context,
+                                            std::span<const int32_t> all_tokens,
+                                            std::span<const float> a, std::span<const float> b,
+                                            double* worst_ratio) {
+  const size_t n = std::min(a.size(), b.size());
+  if (n == 0) return a.size() == b.size() ? std::nullopt : std::optional<size_t>(0);
+  const size_t positions = n / size_t(context.vocab);
+  const std::shared_ptr<const SequenceReference> reference =
+      reference_for(context, all_tokens.first(positions));
+  for (size_t i = 0; i < n; ++i) {
+    const double ratio =
+        std::abs(double(a[i]) - double(b[i])) / (2.0 * reference->bounds.logits[i]);
+    if (!std::isfinite(a[i]) || !std::isfinite(b[i]) || !(ratio <= 1.0)) return i;
+    *worst_ratio = std::max(*worst_ratio, ratio);
+  }
+  if (a.size() != b.size()) return n;
+  return std::nullopt;
+}
+
+// Bit for bit, or within 2 B, as the engine declares.
+std::optional<size_t> first_difference(const Context& context, Invariance invariance,
+                                       std::span<const int32_t> tokens, std::span<const float> a,
+                                       std::span<const float> b, double* worst_ratio) {
+  if (invariance == Invariance::kBitwise) return first_bit_difference(a, b);
+  return first_bound_violation(context, tokens, a, b, worst_ratio);
+}
+
+// Compares two runs of one sequence, bit for bit or within 2 B as the engine
+// declares for this property. On a difference, fills the verdict with the
+// first differing logit, located at the scenario call that fed that position.
+bool same_logits(Verdict& verdict, const Context& context, int sequence,
+                 const std::vector<float>& expected, const std::string& expected_name,
+                 const std::vector<float>& got, const std::string& got_name) {
+  const Invariance invariance = invariance_for(context, verdict.property);
+  const bool bitwise = invariance == Invariance::kBitwise;
+  const std::optional<size_t> at =
+      first_difference(context, invariance, context.scenario.sequences[size_t(sequence)], expected,
+                       got, &verdict.worst_ratio);
   if (!at) return true;
   const size_t V = size_t(context.vocab);
   const int position = static_cast<int>(*at / V);
@@ -250,9 +313,11 @@ bool same_bits(Verdict& verdict, const Context& context, int sequence,
     detail << "  " << expected_name << " has " << expected.size() / V << " positions, " << got_name
            << " has " << got.size() / V << "\n";
   }
+  if (!bitwise) detail << "  (compared within 2B: the engine declares this invariance bounded)\n";
   fail(verdict, where,
-       "s" + std::to_string(sequence) + " position " + std::to_string(position) +
-           ": logits differ between " + expected_name + " and " + got_name,
+       "s" + std::to_string(sequence) + " position " + std::to_string(position) + ": logits " +
+           (bitwise ? "differ" : "differ by more than 2B") + " between " + expected_name + " and " +
+           got_name,
        detail.str());
   return false;
 }
@@ -389,9 +454,9 @@ Verdict check_chunking(const Context& context) {
         return engine_refused(Property::kChunking, other.run,
                               "the " + name + " run of s" + std::to_string(s));
       }
-      if (!same_bits(verdict, context, sequence, base.logits,
-                     "the scenario's chunking " + describe_chunks(own), other.logits,
-                     name + " " + describe_chunks(chunks))) {
+      if (!same_logits(verdict, context, sequence, base.logits,
+                       "the scenario's chunking " + describe_chunks(own), other.logits,
+                       name + " " + describe_chunks(chunks))) {
         return verdict;
       }
     }
@@ -415,8 +480,8 @@ bool scenario_matches_solo(Verdict& verdict, const Context& context, const RunRe
       verdict = engine_refused(verdict.property, solo.run, "the solo run of s" + std::to_string(s));
       return false;
     }
-    if (!same_bits(verdict, context, sequence, solo.logits, "its solo run on a fresh engine",
-                   run.logits[s], "the scenario (" + why + ")")) {
+    if (!same_logits(verdict, context, sequence, solo.logits, "its solo run on a fresh engine",
+                     run.logits[s], "the scenario (" + why + ")")) {
       return false;
     }
   }
@@ -459,9 +524,10 @@ Verdict check_batch(const Context& context) {
         return engine_refused(Property::kBatch, r->run, "a solo run of s" + std::to_string(s));
       }
     }
-    if (!same_bits(verdict, context, sequence, alone.logits, "its solo run in row 0", placed.logits,
-                   "a run behind " + std::to_string(dummies) +
-                       " decoding dummy sequences (later row and batch slot)")) {
+    if (!same_logits(verdict, context, sequence, alone.logits, "its solo run in row 0",
+                     placed.logits,
+                     "a run behind " + std::to_string(dummies) +
+                         " decoding dummy sequences (later row and batch slot)")) {
       return verdict;
     }
   }
@@ -740,9 +806,9 @@ Verdict check_gqa(const Context& context) {
   const RunResult mha = twin_runner.run();
   if (mha.engine_failed) return engine_refused(Property::kGqa, mha, "the MHA twin");
   for (size_t s = 0; s < context.scenario.sequences.size(); ++s) {
-    if (!same_bits(verdict, context, static_cast<int>(s), mha.logits[s],
-                   "the MHA twin (" + std::to_string(config.n_heads) + " KV heads)", gqa.logits[s],
-                   "GQA (" + std::to_string(config.n_kv_heads) + " KV heads)")) {
+    if (!same_logits(verdict, context, static_cast<int>(s), mha.logits[s],
+                     "the MHA twin (" + std::to_string(config.n_heads) + " KV heads)",
+                     gqa.logits[s], "GQA (" + std::to_string(config.n_kv_heads) + " KV heads)")) {
       return verdict;
     }
   }
@@ -761,8 +827,8 @@ Verdict check_determinism(const Context& context) {
                           first.engine_failed ? "the first run" : "the second run");
   }
   for (size_t s = 0; s < context.scenario.sequences.size(); ++s) {
-    if (!same_bits(verdict, context, static_cast<int>(s), first.logits[s], "the first run",
-                   second.logits[s], "the second run")) {
+    if (!same_logits(verdict, context, static_cast<int>(s), first.logits[s], "the first run",
+                     second.logits[s], "the second run")) {
       return verdict;
     }
   }
@@ -903,7 +969,10 @@ Verdict check_capacity(const Context& context) {
     if (solo.run.engine_failed) {
       return engine_refused(Property::kCapacity, solo.run, "the solo run of " + name(p));
     }
-    const std::optional<size_t> at = first_bit_difference(solo.logits, p.logits);
+    // Solo vs beside the refused sequences: a placement, so the batch promise.
+    const std::optional<size_t> at =
+        first_difference(context, context.subject.traits.invariance.batch, p.tokens, solo.logits,
+                         p.logits, &verdict.worst_ratio);
     if (!at) continue;
     where.position = static_cast<int>(*at / size_t(context.vocab));
     std::ostringstream detail;
@@ -923,6 +992,99 @@ Verdict check_capacity(const Context& context) {
   pass(verdict, std::to_string(probes.size()) + " refusals, " + std::to_string(continued) +
                     " sequences continued");
   return verdict;
+}
+
+// ---- P10 --------------------------------------------------------------
+
+// Both engines keep within B of the exact logits (each meets the per-kernel
+// error model the bound is derived from), so by the triangle inequality they
+// are within 2 B of each other, whatever their reduction orders.
+Verdict check_cross_engine(const Context& context) {
+  Verdict verdict = start_verdict(Property::kCrossEngine);
+  const EngineUnderTest* reference = context.subject.reference.get();
+  if (reference == nullptr) {
+    return not_applicable(Property::kCrossEngine, "no reference engine given (--reference)");
+  }
+  if (const std::string why = traits_exclude(reference->traits, context.scenario); !why.empty()) {
+    return not_applicable(Property::kCrossEngine, "the reference engine lacks " + why);
+  }
+  const RunResult run = run_scenario(context.scenario, context.weights, context.factory);
+  if (run.engine_failed) return engine_refused(Property::kCrossEngine, run, "the scenario");
+  const RunResult other = run_scenario(context.scenario, context.weights, reference->factory);
+  if (other.engine_failed) {
+    return engine_refused(Property::kCrossEngine, other, "the scenario on the reference engine");
+  }
+  int compared = 0;
+  for (size_t s = 0; s < context.scenario.sequences.size(); ++s) {
+    if (context.plan.fed[s] == 0) continue;
+    ++compared;
+    const std::span<const int32_t> tokens = fed_tokens(context, static_cast<int>(s));
+    const std::optional<size_t> at = first_bound_violation(context, tokens, other.logits[s],
+                                                           run.logits[s], &verdict.worst_ratio);
+    if (!at) continue;
+    const size_t V = size_t(context.vocab);
+    Location where;
+    where.sequence = static_cast<int>(s);
+    where.position = static_cast<int>(*at / V);
+    where.call = context.plan.call_of_position[s][size_t(where.position)];
+    std::ostringstream detail;
+    detail << "s" << s << " position " << where.position << " vocab " << *at % V << "\n";
+    if (*at < other.logits[s].size() && *at < run.logits[s].size()) {
+      detail << "  reference (" << reference->backend
+             << "): " << float_with_bits(other.logits[s][*at])
+             << "\n  engine: " << float_with_bits(run.logits[s][*at]) << "\n";
+    }
+    fail(verdict, where,
+         "s" + std::to_string(s) + " position " + std::to_string(where.position) +
+             ": logits differ from the reference engine by more than 2B",
+         detail.str());
+    return verdict;
+  }
+  if (compared == 0) return not_applicable(Property::kCrossEngine, "no sequence is fed");
+  pass(verdict, std::to_string(compared) + " sequences within 2B of " + reference->backend +
+                    ", worst |difference|/2B " + format_double(verdict.worst_ratio));
+  return verdict;
+}
+
+// What a property needs beyond the scenario's own calls, or nullptr.
+const char* operation_needed(const EngineTraits& traits, Property property) {
+  const OperationTraits& op = traits.operations;
+  switch (property) {
+    case Property::kBatch:
+      return op.multi_sequence_step ? nullptr : "several sequences in one step";
+    case Property::kCompaction:
+      return op.finish ? nullptr : "finish";
+    case Property::kCacheState:
+      return op.cache_snapshot ? nullptr : "cache snapshots";
+    case Property::kCapacity:
+      return op.capacity_refusal ? nullptr : "a capacity refusal";
+    default:
+      return nullptr;
+  }
+}
+
+bool needs_bound(Property property) {
+  switch (property) {
+    case Property::kOracle:
+    case Property::kCacheState:
+    case Property::kCrossEngine:
+      return true;
+    default:
+      return false;
+  }
+}
+
+// The error models the tolerance derives today (docs/TOLERANCE.md).
+std::string underivable_arithmetic(const ArithmeticTraits& a) {
+  if (a.accumulation != Precision::kF32) {
+    return std::string(precision_name(a.accumulation)) + " accumulation";
+  }
+  if (a.activations != Precision::kF32) {
+    return std::string(precision_name(a.activations)) + " activations";
+  }
+  if (a.rope_angles_in_float) return "RoPE angles computed in float";
+  if (a.queries_rounded_to_kv_dtype) return "queries rounded to the cache dtype";
+  return "";
 }
 
 }  // namespace
@@ -946,15 +1108,82 @@ std::optional<Property> parse_property(std::string_view name) {
   return std::nullopt;
 }
 
-Verdict check_property(Property property, const Scenario& scenario, const EngineFactory& factory) {
+std::string traits_exclude(const EngineTraits& traits, const Scenario& scenario) {
+  if (std::string why =
+          traits.refuses(scenario.config, scenario.kv_dtype, scenario.capacity, scenario.max_rows);
+      !why.empty()) {
+    return why;
+  }
+  const OperationTraits& op = traits.operations;
+  std::vector<int> fed(scenario.sequences.size(), 0);  // [sequence]
+  std::vector<bool> running(scenario.sequences.size(), false);
+  for (const Call& call : scenario.calls) {
+    switch (call.kind) {
+      case Call::Kind::kStart:
+        running[size_t(call.sequence)] = true;
+        break;
+      case Call::Kind::kFinish:
+        if (!op.finish) return "finish";
+        running[size_t(call.sequence)] = false;
+        break;
+      case Call::Kind::kReset:
+        if (!op.reset) return "reset";
+        std::fill(running.begin(), running.end(), false);
+        break;
+      case Call::Kind::kStep: {
+        if (call.chunks.size() > 1 && !op.multi_sequence_step) {
+          return "several sequences in one step";
+        }
+        int tokens = 0;
+        for (const ChunkSpec& c : call.chunks) {
+          tokens += c.length;
+          fed[size_t(c.sequence)] += c.length;
+        }
+        if (tokens > traits.limits.max_step_tokens) {
+          return "steps of " + std::to_string(tokens) + " tokens (at most " +
+                 std::to_string(traits.limits.max_step_tokens) + ")";
+        }
+        break;
+      }
+    }
+    if (traits.limits.capacity_shared) {
+      int held = 0;
+      for (size_t s = 0; s < fed.size(); ++s) held += running[s] ? fed[s] : 0;
+      if (held > scenario.capacity) {
+        return "room for " + std::to_string(held) +
+               " tokens of running sequences in its one "
+               "shared context of " +
+               std::to_string(scenario.capacity);
+      }
+    }
+  }
+  return "";
+}
+
+Verdict check_property(Property property, const Scenario& scenario,
+                       const EngineUnderTest& subject) {
   if (const std::string error = scenario.validate(); !error.empty()) {
     return not_applicable(property, "invalid scenario: " + error);
+  }
+  if (const std::string why = traits_exclude(subject.traits, scenario); !why.empty()) {
+    return not_applicable(property, "the engine lacks " + why);
+  }
+  if (const char* why = operation_needed(subject.traits, property)) {
+    return not_applicable(property, std::string("the engine lacks ") + why);
+  }
+  const std::string arithmetic = underivable_arithmetic(subject.traits.arithmetic);
+  const bool bounded = needs_bound(property) ||
+                       (property != Property::kOracle && property != Property::kCapacity &&
+                        invariance_for_traits(subject.traits, property) == Invariance::kBounded);
+  if (!arithmetic.empty() && bounded) {
+    return not_applicable(property, "no bound is derived yet for " + arithmetic);
   }
   try {
     const std::shared_ptr<const Weights> weights =
         cached_weights(scenario.config, scenario.weight_seed);
     const Context context{scenario,
-                          factory,
+                          subject,
+                          subject.factory,
                           *weights,
                           plan_schedule(scenario),
                           scenario_digest(scenario),
@@ -978,6 +1207,8 @@ Verdict check_property(Property property, const Scenario& scenario, const Engine
         return check_determinism(context);
       case Property::kCapacity:
         return check_capacity(context);
+      case Property::kCrossEngine:
+        return check_cross_engine(context);
       case Property::kCount:
         break;
     }
@@ -989,27 +1220,34 @@ Verdict check_property(Property property, const Scenario& scenario, const Engine
          std::string("EngineError: ") + e.what() + "\n");
     return verdict;
   } catch (const InputError& e) {
-    // The scenario validated, so an engine that will not even be built for
-    // it fails the property.
+    // The scenario validated and the traits accept it, so an engine that
+    // will not even be built for it fails the property.
     Verdict verdict = start_verdict(property);
     fail(verdict, Location{}, "the engine could not be built for a valid scenario",
          std::string("InputError: ") + e.what() + "\n");
+    return verdict;
+  } catch (const std::exception& e) {
+    // Foreign engines throw whatever they throw; on a valid call that is a
+    // failure of the engine, with a case file like any other.
+    Verdict verdict = start_verdict(property);
+    fail(verdict, Location{}, std::string("the engine threw: ") + e.what(),
+         std::string("exception: ") + e.what() + "\n");
     return verdict;
   }
   return not_applicable(property, "unknown property");
 }
 
-Verdict check_all(const Scenario& scenario, const EngineFactory& factory) {
+Verdict check_all(const Scenario& scenario, const EngineUnderTest& subject) {
   // P6 first: it compares the cache itself after every call, so it sees a
   // fault before any logit does and names the layer and slots.
   static constexpr Property kOrder[] = {
-      Property::kCacheState, Property::kOracle,      Property::kChunking,
-      Property::kBatch,      Property::kReset,       Property::kCompaction,
-      Property::kGqa,        Property::kDeterminism, Property::kCapacity};
+      Property::kCacheState, Property::kOracle,     Property::kChunking, Property::kBatch,
+      Property::kReset,      Property::kCompaction, Property::kGqa,      Property::kDeterminism,
+      Property::kCapacity,   Property::kCrossEngine};
   static_assert(std::size(kOrder) == size_t(kPropertyCount));
   Verdict last;
   for (Property p : kOrder) {
-    Verdict v = check_property(p, scenario, factory);
+    Verdict v = check_property(p, scenario, subject);
     if (!v.passed) return v;
     last = std::move(v);
   }

@@ -11,6 +11,7 @@
 #include <vector>
 
 #include "engine/engine.h"
+#include "engine/traits.h"
 #include "properties/scenario.h"
 
 namespace kvcheck {
@@ -25,6 +26,7 @@ enum class Property : uint8_t {
   kGqa,          // P7 GQA == MHA with repeat_interleaved K/V weights, bitwise
   kDeterminism,  // P8 the same scenario twice gives the same bits
   kCapacity,     // P9 past capacity: the documented error, others intact
+  kCrossEngine,  // P10 the same scenario on a reference engine: logits within B + B
   kCount
 };
 constexpr int kPropertyCount = static_cast<int>(Property::kCount);
@@ -37,6 +39,19 @@ std::optional<Property> parse_property(std::string_view name);
 // as often as they need (solo runs, reruns); faults are baked into it.
 using EngineFactory =
     std::function<std::unique_ptr<Engine>(const Config&, const Weights&, const EngineOptions&)>;
+
+// The engine a property checks: how to make one, what it declares, and for
+// P10 the engine it is compared with. Implicit from a bare factory, which is
+// then held to the strict contract (every operation, bitwise invariance).
+struct EngineUnderTest {
+  EngineFactory factory;
+  EngineTraits traits = EngineTraits::strict();
+  std::string backend;  // the backend string, for case files ("" when unknown)
+  std::shared_ptr<const EngineUnderTest> reference;  // P10; null: P10 not applicable
+
+  EngineUnderTest(EngineFactory f, EngineTraits t = EngineTraits::strict())  // NOLINT: implicit
+      : factory(std::move(f)), traits(std::move(t)) {}
+};
 
 // Where a failure shows first. -1 where not applicable.
 struct Location {
@@ -58,11 +73,19 @@ struct Verdict {
   std::string detail;   // multi-line report for a person (replay prints it)
 };
 
-Verdict check_property(Property property, const Scenario& scenario, const EngineFactory& factory);
+// Anything the engine throws on a valid call (not only EngineError) fails the
+// property with the exception's text; a scenario the traits exclude, or a
+// property needing an operation the engine lacks, is not applicable and says
+// why ("the engine lacks reset").
+Verdict check_property(Property property, const Scenario& scenario, const EngineUnderTest& subject);
+
+// Empty when an engine with these traits can run the scenario's calls and
+// shapes; otherwise what it lacks. Generators and the shrinker keep to it.
+std::string traits_exclude(const EngineTraits& traits, const Scenario& scenario);
 
 // Every property on one scenario, the most localizing first (P6 names the
 // layer and slots); returns the first failing verdict, or a passing one.
 // The kill matrix's 'any' column, the campaigns and the fuzzers use it.
-Verdict check_all(const Scenario& scenario, const EngineFactory& factory);
+Verdict check_all(const Scenario& scenario, const EngineUnderTest& subject);
 
 }  // namespace kvcheck

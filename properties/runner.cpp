@@ -1,10 +1,11 @@
 #include "properties/runner.h"
 
+#include "model/status.h"
+
 #include <bit>
 #include <cstdio>
 #include <cstring>
 
-#include "engine/cpu/cpu_engine.h"
 #include "model/rng.h"
 
 namespace kvcheck {
@@ -128,6 +129,14 @@ RunResult ScenarioRunner::run_calls(const CallHook& hook) {
       result.error_kind = e.kind();
       result.error_message = e.what();
       break;
+    } catch (const InputError&) {
+      throw;  // the engine could not be built or configured: check_property reports it
+    } catch (const std::exception& e) {
+      result.engine_failed = true;
+      result.threw = true;
+      result.failed_call = static_cast<int>(c);
+      result.error_message = e.what();
+      break;
     }
     if (hook && !hook(static_cast<int>(c), *this)) {
       result.stopped = true;
@@ -177,16 +186,6 @@ Scenario solo_scenario(const Scenario& base, std::span<const int32_t> tokens,
 
 uint64_t scenario_digest(const Scenario& scenario) {
   return fnv1a64(scenario.to_text());
-}
-
-EngineFactory cpu_engine_factory(FaultSet faults, KernelPath kernels) {
-  return [faults, kernels](const Config& config, const Weights& weights,
-                           const EngineOptions& options) {
-    EngineOptions with = options;
-    with.faults = faults;
-    with.kernels = kernels;
-    return make_cpu_engine(config, weights, with);
-  };
 }
 
 std::optional<size_t> first_bit_difference(std::span<const float> a, std::span<const float> b) {

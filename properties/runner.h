@@ -38,6 +38,7 @@ using CallHook = std::function<bool(int call_index, const ScenarioRunner& runner
 struct RunResult {
   std::vector<std::vector<float>> logits;  // [sequence][position][V] flattened per sequence
   bool engine_failed = false;  // an EngineError stopped a valid scenario: the engine's fault
+  bool threw = false;          // ... or another exception (error_kind is then meaningless)
   int failed_call = -1;
   EngineError::Kind error_kind = EngineError::Kind::kBadBatch;
   std::string error_message;
@@ -101,9 +102,6 @@ Scenario solo_scenario(const Scenario& base, std::span<const int32_t> tokens,
 // (P2's random split, P3's dummy tokens, P9's extra tokens) so a replay makes
 // the very same ones.
 uint64_t scenario_digest(const Scenario& scenario);
-
-// Makes CPU engines with the given faults and kernel path (threads = 1).
-EngineFactory cpu_engine_factory(FaultSet faults = {}, KernelPath kernels = KernelPath::kOptimized);
 
 // Index of the first element whose bits differ, or nullopt when the two are
 // the same bits (sizes must match; a size difference reports min size).

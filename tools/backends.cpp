@@ -1,35 +1,80 @@
 #include "tools/backends.h"
 
+#include <sstream>
+
+#include "backends/in_tree.h"
 #include "model/status.h"
-#include "properties/runner.h"
 
 namespace kvcheck::cli {
 
-std::vector<Backend> available_backends() {
-  return {
-      {"cpu", [](FaultSet f) { return cpu_engine_factory(f, KernelPath::kOptimized); }},
-      {"cpu-reference", [](FaultSet f) { return cpu_engine_factory(f, KernelPath::kReference); }},
-  };
+std::vector<Backend> chosen_backends(const std::vector<std::string>& names) {
+  const std::vector<std::string> wanted = names.empty() ? default_backend_names() : names;
+  std::vector<Backend> out;
+  for (const std::string& name : wanted) out.push_back(backend_registry().resolve(name));
+  return out;
 }
 
-std::vector<Backend> chosen_backends(const std::vector<std::string>& names) {
-  const std::vector<Backend> all = available_backends();
-  if (names.empty()) return all;
-  std::vector<Backend> out;
-  for (const std::string& name : names) {
-    bool found = false;
-    for (const Backend& b : all) {
-      if (b.name == name) out.push_back(b), found = true;
-    }
-    if (found) continue;
-    if (name == "cuda") {
-      throw InputError(
-          "--backend: cuda is not available in this build (the CUDA engine is not "
-          "built yet; see issue 7)");
-    }
-    throw InputError("--backend: unknown backend \"" + name + "\" (available: cpu, cpu-reference)");
+std::shared_ptr<const EngineUnderTest> reference_engine(const std::string& name) {
+  if (name.empty()) return nullptr;
+  return std::make_shared<const EngineUnderTest>(backend_registry().resolve(name).under_test());
+}
+
+EngineUnderTest engine_under_test(const Backend& backend, FaultSet faults,
+                                  std::shared_ptr<const EngineUnderTest> reference) {
+  if (faults.any() && !backend.traits.operations.fault_switches) {
+    throw InputError("--fault " + faults.to_string() + ": backend " + backend.spec +
+                     " has no fault switches (only the in-tree engines do)");
   }
+  EngineUnderTest subject = backend.under_test(faults);
+  subject.reference = std::move(reference);
+  return subject;
+}
+
+namespace {
+
+std::string yes_no(bool on, const char* what) {
+  return std::string(on ? "" : "no ") + what;
+}
+
+std::string join_names(const std::vector<std::string>& names) {
+  std::string out;
+  for (const std::string& n : names) out += (out.empty() ? "" : ", ") + n;
   return out;
+}
+
+}  // namespace
+
+std::string traits_summary(const EngineTraits& t, const std::string& indent) {
+  std::ostringstream out;
+  const OperationTraits& op = t.operations;
+  out << indent << "engine:      " << t.identity.name << " " << t.identity.version << "\n";
+  out << indent << "operations:  "
+      << join_names({yes_no(op.multi_sequence_step, "multi-sequence steps"),
+                     yes_no(op.finish, "finish"), yes_no(op.reset, "reset"),
+                     yes_no(op.cache_snapshot, "cache snapshots"),
+                     yes_no(op.capacity_refusal, "capacity refusal"),
+                     yes_no(op.fault_switches, "fault switches")})
+      << "\n";
+  const ShapeLimits& l = t.limits;
+  std::vector<std::string> families, dtypes;
+  for (Family f : l.families) families.push_back(family_name(f));
+  for (KvDtype d : l.kv_dtypes) dtypes.push_back(kv_dtype_name(d));
+  out << indent << "limits:      families " << join_names(families) << "; kv " << join_names(dtypes)
+      << "; head_dim " << l.min_head_dim << ".." << l.max_head_dim << " (multiple of "
+      << l.head_dim_multiple << "); vocab " << l.min_vocab << ".." << l.max_vocab
+      << "; rows <= " << l.max_rows << "; capacity <= " << l.max_capacity
+      << (l.capacity_shared ? " shared by all sequences" : " per sequence") << "\n";
+  const InvarianceTraits& i = t.invariance;
+  out << indent << "invariance:  chunking " << invariance_name(i.chunking) << ", batch "
+      << invariance_name(i.batch) << ", reset " << invariance_name(i.reset) << ", compaction "
+      << invariance_name(i.compaction) << ", gqa twin " << invariance_name(i.gqa_twin)
+      << ", determinism " << invariance_name(i.determinism) << "\n";
+  const ArithmeticTraits& a = t.arithmetic;
+  out << indent << "arithmetic:  " << precision_name(a.accumulation) << " accumulation, "
+      << precision_name(a.activations) << " activations"
+      << (a.rope_angles_in_float ? ", RoPE angles in float" : "")
+      << (a.queries_rounded_to_kv_dtype ? ", queries rounded to the cache dtype" : "") << "\n";
+  return out.str();
 }
 
 }  // namespace kvcheck::cli

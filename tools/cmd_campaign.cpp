@@ -15,12 +15,14 @@
 #include <sstream>
 
 #include "engine/faults.h"
+#include "engine/traits_json.h"
 #include "model/rng.h"
 #include "model/status.h"
 #include "properties/property.h"
 #include "properties/rc/generators.h"
 #include "properties/rc/hunt.h"
 #include "properties/rc/kill_matrix.h"
+#include "properties/repro/failure_file.h"
 #include "properties/runner.h"
 #include "tools/backends.h"
 #include "tools/commands.h"
@@ -44,6 +46,7 @@ struct CampaignOptions {
   int kill_cases = 200;  // per fault
   bool kill_matrix = true;
   std::string fault = "none";  // run the properties against this faulty engine
+  std::string reference;       // P10's reference backend; empty: P10 not applicable
 };
 
 // Tallies for one (property, backend) pair.
@@ -52,7 +55,8 @@ struct Tally {
   std::string backend;
   int cases = 0, passed = 0, not_applicable = 0;
   double worst_ratio = 0;
-  std::map<std::string, int> coverage;  // class -> cases
+  std::map<std::string, int> coverage;            // class -> cases
+  std::map<std::string, int> not_applicable_why;  // reason -> cases
   bool failed = false;
   std::string failure;  // summary of the shrunk failure
 };
@@ -110,6 +114,31 @@ class Progress {
   bool tty_;
 };
 
+// "the engine lacks reset" from "P4 reset: not applicable: the engine lacks reset".
+std::string not_applicable_reason(const Verdict& v) {
+  const std::string marker = "not applicable: ";
+  const size_t at = v.summary.find(marker);
+  return at == std::string::npos ? v.summary : v.summary.substr(at + marker.size());
+}
+
+void print_not_applicable(const std::vector<Tally>& tallies) {
+  bool header = false;
+  for (const Tally& t : tallies) {
+    for (const auto& [why, n] : t.not_applicable_why) {
+      if (!header) std::printf("\nnot applicable (never counted as passed):\n"), header = true;
+      std::printf("  %-3s on %s: %d cases: %s\n", std::string(property_label(t.property)).c_str(),
+                  t.backend.c_str(), n, why.c_str());
+    }
+  }
+}
+
+// Backends from `from` on that will run a kill matrix: they share the time.
+int kill_matrix_backends(const std::vector<Backend>& backends, size_t from) {
+  int n = 0;
+  for (size_t b = from; b < backends.size(); ++b) n += backends[b].traits.operations.fault_switches;
+  return std::max(n, 1);
+}
+
 std::vector<Property> chosen_properties(const CampaignOptions& o) {
   std::vector<Property> out;
   if (o.properties.empty()) {
@@ -138,13 +167,23 @@ int run_campaign(const CampaignOptions& o) {
   const std::vector<Property> properties = chosen_properties(o);
   const std::vector<Backend> backends = chosen_backends(o.backends);
   const FaultSet faults = parse_fault_option(o.fault);
+  const std::shared_ptr<const EngineUnderTest> reference = reference_engine(o.reference);
+  std::vector<EngineUnderTest> subjects;  // [backend]
+  for (const Backend& b : backends) subjects.push_back(engine_under_test(b, faults, reference));
   // With a fault on, failures are the point: the kill matrix adds nothing.
   const bool kill_matrix = o.kill_matrix && !faults.any();
   std::printf("kvcheck campaign: seed %llu, %zu properties x %zu backends, budget %.0f s%s\n",
               (unsigned long long)seed, properties.size(), backends.size(), o.seconds,
               o.cases ? (", at most " + std::to_string(o.cases) + " cases each").c_str() : "");
-  std::printf("reproduce: kvcheck campaign --seed %llu --time %.0f%s\n", (unsigned long long)seed,
-              o.seconds, faults.any() ? (" --fault " + faults.to_string()).c_str() : "");
+  std::string backend_args;
+  for (const Backend& b : backends) backend_args += " --backend " + shell_quote(b.spec);
+  if (reference) backend_args += " --reference " + shell_quote(reference->backend);
+  std::printf("reproduce: kvcheck campaign --seed %llu --time %.0f%s%s\n", (unsigned long long)seed,
+              o.seconds, backend_args.c_str(),
+              faults.any() ? (" --fault " + faults.to_string()).c_str() : "");
+  for (const Backend& b : backends) {
+    std::printf("backend %s\n%s", b.spec.c_str(), traits_summary(b.traits, "  ").c_str());
+  }
   if (faults.any()) std::printf("engine faults ON: %s\n", faults.to_string().c_str());
   std::fflush(stdout);
 
@@ -156,7 +195,7 @@ int run_campaign(const CampaignOptions& o) {
     for (Property p : properties) {
       Tally t;
       t.property = p;
-      t.backend = b.name;
+      t.backend = b.spec;
       tallies.push_back(t);
     }
   }
@@ -170,18 +209,21 @@ int run_campaign(const CampaignOptions& o) {
     progress_made = false;
     for (Tally& t : tallies) {
       if (t.failed || (o.cases && t.cases >= o.cases) || elapsed() >= property_budget) continue;
-      const Backend& backend = *std::find_if(backends.begin(), backends.end(),
-                                             [&](const Backend& b) { return b.name == t.backend; });
-      const EngineFactory factory = backend.make_factory(faults);
+      const size_t index =
+          size_t(std::find_if(backends.begin(), backends.end(),
+                              [&](const Backend& b) { return b.spec == t.backend; }) -
+                 backends.begin());
+      const EngineUnderTest& subject = subjects[index];
       rcgen::HuntOptions h;
+      h.traits = subject.traits;
       h.seed = batch_seeds.next();
       h.max_cases = o.cases ? std::min(kBatch, o.cases - t.cases) : kBatch;
       bool shrinking = false;
       const auto check = [&](const Scenario& s) {
-        Verdict v = check_property(t.property, s, factory);
+        Verdict v = check_property(t.property, s, subject);
         if (!shrinking) {
           ++t.cases, ++total_cases;
-          if (!v.applicable) ++t.not_applicable;
+          if (!v.applicable) ++t.not_applicable, ++t.not_applicable_why[not_applicable_reason(v)];
           if (v.passed) ++t.passed;
           t.worst_ratio = std::max(t.worst_ratio, v.worst_ratio);
           count_coverage(s, t.coverage);
@@ -201,7 +243,7 @@ int run_campaign(const CampaignOptions& o) {
         t.failed = true;
         any_failure = true;
         t.failure = r.verdict.summary;
-        report_failure(r, t.property, backend.name, faults, h.seed, o.failures_dir);
+        report_failure(r, t.property, backends[index], faults, h.seed, o.failures_dir);
       }
     }
   }
@@ -221,9 +263,13 @@ int run_campaign(const CampaignOptions& o) {
         t.backend.c_str(), t.cases, t.passed, t.not_applicable, ratio,
         t.failed ? ("FAILED: " + t.failure).c_str() : coverage_text(t).c_str());
   }
+  print_not_applicable(tallies);
 
   nlohmann::json json;
   json["seed"] = seed;
+  for (const Backend& b : backends) {
+    json["backends"].push_back({{"backend", b.spec}, {"traits", traits_to_json(b.traits)}});
+  }
   for (const Tally& t : tallies) {
     json["properties"].push_back({{"property", property_name(t.property)},
                                   {"backend", t.backend},
@@ -232,30 +278,42 @@ int run_campaign(const CampaignOptions& o) {
                                   {"not_applicable", t.not_applicable},
                                   {"worst_error_over_bound", t.worst_ratio},
                                   {"coverage", t.coverage},
+                                  {"not_applicable_why", t.not_applicable_why},
                                   {"failed", t.failed},
                                   {"failure", t.failure}});
   }
 
   bool fault_survived = false;
-  if (kill_matrix) {
+  for (size_t b = 0; b < backends.size() && kill_matrix; ++b) {
+    // Only an engine with fault switches can show that the properties bite.
+    if (!backends[b].traits.operations.fault_switches) {
+      std::printf("\nkill matrix: skipped on %s (it declares no fault switches)\n",
+                  backends[b].spec.c_str());
+      continue;
+    }
     rcgen::KillMatrixOptions k;
     k.seed = seed;
     k.cases_per_cell = o.kill_cases;
     k.correct_cases = o.kill_cases;
     k.per_property = false;  // the 'any' column: every property per case, fastest kill
-    k.time_limit_seconds = std::max(5.0, o.seconds - elapsed());
-    const rcgen::KillMatrix matrix = rcgen::run_kill_matrix(
-        backends.front().make_factory, k, [&](const std::string& line) { progress.update(line); });
+    k.catalogue_applies = !backends[b].weakened;
+    k.time_limit_seconds =
+        std::max(5.0, (o.seconds - elapsed()) / double(kill_matrix_backends(backends, b)));
+    const Backend& backend = backends[b];
+    const rcgen::KillMatrix matrix =
+        rcgen::run_kill_matrix([&](FaultSet f) { return engine_under_test(backend, f, reference); },
+                               k, [&](const std::string& line) { progress.update(line); });
     progress.done();
     std::printf("\nkill matrix on %s (every property per case, up to %d cases per fault):\n%s",
-                backends.front().name.c_str(), o.kill_cases, matrix.table().c_str());
+                backend.spec.c_str(), o.kill_cases, matrix.table().c_str());
     const std::vector<std::string> problems = matrix.problems();
     for (const std::string& p : problems) std::printf("  problem: %s\n", p.c_str());
-    fault_survived = !problems.empty();
+    fault_survived = fault_survived || !problems.empty();
     for (const rcgen::KillMatrixRow& row : matrix.rows) {
       const rcgen::HuntResult* best = row.smallest();
       json["kill_matrix"].push_back(
-          {{"fault", row.fault ? std::string(fault_name(*row.fault)) : "none"},
+          {{"backend", backend.spec},
+           {"fault", row.fault ? std::string(fault_name(*row.fault)) : "none"},
            {"ran", row.ran},
            {"killed", best != nullptr},
            {"cases_to_kill", row.any.cases_run},
@@ -298,10 +356,13 @@ Action add_campaign(CLI::App& app) {
       ->check(CLI::Range(1.0, 1e7))
       ->capture_default_str();
   cmd->add_option("--property", o->properties, "property name(s) (default: all)")->delimiter(',');
-  cmd->add_option("--backend", o->backends,
-                  "backend name(s): cpu, cpu-reference (default: all "
-                  "available)")
-      ->delimiter(',');
+  cmd->add_option(
+      "--backend", o->backends,
+      "backend string, repeatable: cpu, cpu-reference, cuda, plugin:PATH.so[?opts] "
+      "(default: the in-tree engines this machine runs; `kvcheck backends` lists them)");
+  cmd->add_option("--reference", o->reference,
+                  "P10: compare every backend with this one within the derived bound "
+                  "(e.g. --reference cpu); without it P10 is not applicable");
   cmd->add_option("--json", o->json_path, "also write the summary as JSON to FILE");
   cmd->add_option("--failures", o->failures_dir, "folder for case files of failures")
       ->capture_default_str();

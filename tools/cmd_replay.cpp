@@ -31,6 +31,7 @@ struct ReplayOptions {
   std::string backend;
   std::string fault;  // empty: the case's own
   std::string json_path;
+  std::string reference;  // P10's reference backend
 };
 
 std::string call_text(const Call& call) {
@@ -116,7 +117,7 @@ bool is_invariance(Property p) {
 nlohmann::json replay_property(const CaseFile& c, Property property, const CaseEngine& engine,
                                bool compare_recorded, bool& failed) {
   const Scenario& s = c.scenario;
-  const Verdict v = check_property(property, s, engine.factory);
+  const Verdict v = check_property(property, s, engine.subject);
   nlohmann::json out = verdict_json(v);
   failed |= !v.passed;
   const char* status = !v.passed ? "FAILED" : v.applicable ? "passed" : "not applicable";
@@ -182,7 +183,7 @@ nlohmann::json replay_property(const CaseFile& c, Property property, const CaseE
     std::printf("\n  cache localization (P6):\n");
     bool any_wrong = false;
     for (const auto& [name, subject] : subjects) {
-      const Verdict cache = check_property(Property::kCacheState, subject, engine.factory);
+      const Verdict cache = check_property(Property::kCacheState, subject, engine.subject);
       nlohmann::json item = verdict_json(cache);
       item["on"] = name;
       out["cache_localization"].push_back(item);
@@ -226,9 +227,9 @@ int run_replay(const ReplayOptions& o) {
       continue;
     }
     const CaseFile& c = parsed.value();
-    CaseEngine engine;
+    std::optional<CaseEngine> chosen;
     try {
-      engine = case_engine(c, o.backend, fault_override);
+      chosen = case_engine(c, o.backend, fault_override, o.reference);
     } catch (const InputError& e) {
       std::printf("cannot replay: %s\n\n", e.what());
       entry["error"] = e.what();
@@ -236,6 +237,7 @@ int run_replay(const ReplayOptions& o) {
       any_bad = true;
       continue;
     }
+    const CaseEngine& engine = *chosen;
     const Scenario& s = c.scenario;
     std::printf(
         "%s %s, %s model (%d layers, %d heads over %d kv heads), %zu sequences, %zu calls, "
@@ -244,15 +246,16 @@ int run_replay(const ReplayOptions& o) {
         std::string(property_name(c.property)).c_str(), family_name(s.config.family),
         s.config.n_layers, s.config.n_heads, s.config.n_kv_heads, s.sequences.size(),
         s.calls.size(), s.size());
-    std::printf("engine: %s, faults: %s%s\n", engine.backend.c_str(),
-                engine.faults.to_string().c_str(),
+    std::printf("engine: %s (%s %s), faults: %s%s\n", engine.backend.spec.c_str(),
+                engine.backend.traits.identity.name.c_str(),
+                engine.backend.traits.identity.version.c_str(), engine.faults.to_string().c_str(),
                 fault_override && *fault_override != c.faults
                     ? (" (the case records " + c.faults.to_string() + ")").c_str()
                     : "");
     for (const std::string& note : c.notes) std::printf("note: %s\n", note.c_str());
     std::printf("\n");
     entry["property"] = property_name(c.property);
-    entry["backend"] = engine.backend;
+    entry["backend"] = engine.backend.spec;
     entry["faults"] = engine.faults.to_string();
     entry["recorded_faults"] = c.faults.to_string();
     entry["size"] = s.size();
@@ -293,7 +296,9 @@ Action add_replay(CLI::App& app) {
   cmd->add_option("paths", o->paths, "case files or folders of them")->required();
   cmd->add_flag("--all", o->all, "check every property, not just the case's own");
   cmd->add_option("--backend", o->backend,
-                  "engine to replay on: cpu, cpu-reference (default: the case's, else cpu)");
+                  "backend string to replay on (default: the case's in-tree backend, else cpu; "
+                  "a plugin or command named by a case runs only when given here)");
+  cmd->add_option("--reference", o->reference, "P10's reference backend (e.g. cpu)");
   cmd->add_option("--fault", o->fault,
                   "fault switches to turn on instead of the case's: none, or names separated by "
                   "commas");

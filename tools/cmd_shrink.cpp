@@ -30,6 +30,7 @@ struct ShrinkCommandOptions {
   int max_evaluations = 20000;
   double seconds = 600;
   std::string json_path;
+  std::string reference;  // P10's reference backend
 };
 
 int run_shrink(const ShrinkCommandOptions& o) {
@@ -38,12 +39,12 @@ int run_shrink(const ShrinkCommandOptions& o) {
   const CaseFile& input = parsed.value();
   const std::optional<FaultSet> fault_override =
       o.fault.empty() ? std::nullopt : std::optional<FaultSet>(parse_fault_option(o.fault));
-  const CaseEngine engine = case_engine(input, o.backend, fault_override);
+  const CaseEngine engine = case_engine(input, o.backend, fault_override, o.reference);
   const Property property = input.property;
   const std::string label =
       std::string(property_label(property)) + " " + std::string(property_name(property));
   std::printf("kvcheck shrink %s: %s on %s with faults %s, size %d\n", o.path.c_str(),
-              label.c_str(), engine.backend.c_str(), engine.faults.to_string().c_str(),
+              label.c_str(), engine.backend.spec.c_str(), engine.faults.to_string().c_str(),
               input.scenario.size());
   std::fflush(stdout);
 
@@ -57,10 +58,10 @@ int run_shrink(const ShrinkCommandOptions& o) {
     std::fprintf(stderr, "\r\033[Ksize %d after %d checks", s.size(), evaluations);
   };
   const std::optional<ShrinkResult> result =
-      shrink_failure(input.scenario, property, engine.factory, options);
+      shrink_failure(input.scenario, property, engine.subject, options);
   if (tty) std::fprintf(stderr, "\r\033[K");
   if (!result) {
-    throw InputError(o.path + ": " + label + " holds on " + engine.backend + " with faults " +
+    throw InputError(o.path + ": " + label + " holds on " + engine.backend.spec + " with faults " +
                      engine.faults.to_string() +
                      ", so there is nothing to shrink (shrink needs a failing case; see "
                      "`kvcheck replay`)");
@@ -71,7 +72,9 @@ int run_shrink(const ShrinkCommandOptions& o) {
   CaseFile output = input;
   output.scenario = result->scenario;
   output.faults = engine.faults;
-  output.backend = engine.backend;
+  output.backend = engine.backend.spec;
+  output.engine =
+      engine.backend.traits.identity.name + " " + engine.backend.traits.identity.version;
   output.has_verdict = true;
   output.verdict = record_verdict(result->verdict);
   output.notes.push_back(one_line("shrunk by kvcheck shrink from " +
@@ -90,7 +93,10 @@ int run_shrink(const ShrinkCommandOptions& o) {
               result->size_after, result->evaluations, result->accepted, seconds,
               result->fixed_point ? ", fixed point" : ", stopped by the budget");
   std::printf("%s\n", result->verdict.summary.c_str());
-  std::printf("wrote %s\nreplay: kvcheck replay %s\n", written.value().c_str(),
+  const bool foreign =
+      engine.backend.spec.rfind("plugin:", 0) == 0 || engine.backend.spec.rfind("exec:", 0) == 0;
+  std::printf("wrote %s\nreplay: kvcheck replay%s %s\n", written.value().c_str(),
+              foreign ? (" --backend " + shell_quote(engine.backend.spec)).c_str() : "",
               written.value().c_str());
   if (!o.json_path.empty()) {
     std::ofstream out(o.json_path);
@@ -120,7 +126,9 @@ Action add_shrink(CLI::App& app) {
   auto o = std::make_shared<ShrinkCommandOptions>();
   cmd->add_option("file", o->path, "the failing case file")->required();
   cmd->add_option("--backend", o->backend,
-                  "engine: cpu, cpu-reference (default: the case's, else cpu)");
+                  "backend string (default: the case's in-tree backend, else cpu; a plugin or "
+                  "command named by a case runs only when given here)");
+  cmd->add_option("--reference", o->reference, "P10's reference backend (e.g. cpu)");
   cmd->add_option("--fault", o->fault,
                   "fault switches instead of the case's: none, or names separated by commas");
   cmd->add_option("--max-evaluations", o->max_evaluations, "stop after this many checks")

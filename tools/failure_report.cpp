@@ -10,8 +10,9 @@
 
 namespace kvcheck::cli {
 
-void report_failure(const rcgen::HuntResult& result, Property property, const std::string& backend,
+void report_failure(const rcgen::HuntResult& result, Property property, const Backend& on,
                     FaultSet faults, uint64_t seed, const std::string& failures_dir) {
+  const std::string& backend = on.spec;
   std::printf("\nFAILED %s %s on %s (faults: %s) after %d cases, hunt seed %llu\n",
               std::string(property_label(property)).c_str(),
               std::string(property_name(property)).c_str(), backend.c_str(),
@@ -25,6 +26,7 @@ void report_failure(const rcgen::HuntResult& result, Property property, const st
     FailureContext context;
     context.failures_dir = failures_dir;
     context.backend = backend;
+    context.engine = on.traits.identity.name + " " + on.traits.identity.version;
     context.found_by = "kvcheck campaign (" + std::string(property_label(property)) + " on " +
                        backend + ", hunt seed " + std::to_string(seed) + ")";
     // The hunt's own RapidCheck seed re-runs exactly this batch of cases.
@@ -69,15 +71,21 @@ FaultSet parse_fault_option(const std::string& text) {
 }
 
 CaseEngine case_engine(const CaseFile& c, const std::string& backend_override,
-                       const std::optional<FaultSet>& fault_override) {
-  CaseEngine engine;
-  engine.backend = !backend_override.empty() ? backend_override
-                   : !c.backend.empty()      ? c.backend
-                                             : "cpu";
-  engine.faults = fault_override ? *fault_override : c.faults;
-  const std::vector<Backend> backends = chosen_backends({engine.backend});
-  engine.factory = backends.front().make_factory(engine.faults);
-  return engine;
+                       const std::optional<FaultSet>& fault_override,
+                       const std::string& reference) {
+  const std::string name = !backend_override.empty() ? backend_override
+                           : !c.backend.empty()      ? c.backend
+                                                     : "cpu";
+  if (backend_override.empty() && (name.rfind("plugin:", 0) == 0 || name.rfind("exec:", 0) == 0)) {
+    throw InputError("the case was seen on backend " + name +
+                     "; kvcheck never loads a plugin or starts a command named by a case file. "
+                     "To run it, pass it yourself: --backend " +
+                     shell_quote(name));
+  }
+  const FaultSet faults = fault_override ? *fault_override : c.faults;
+  Backend backend = backend_registry().resolve(name);
+  EngineUnderTest subject = engine_under_test(backend, faults, reference_engine(reference));
+  return {std::move(backend), faults, std::move(subject)};
 }
 
 }  // namespace kvcheck::cli

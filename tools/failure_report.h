@@ -13,12 +13,13 @@
 #include "properties/property.h"
 #include "properties/rc/hunt.h"
 #include "properties/repro/case_file.h"
+#include "tools/backends.h"
 
 namespace kvcheck::cli {
 
 // Prints the failure (seed, minimized scenario, localization), writes it as a
 // case file into `failures_dir` and prints the path and the replay command.
-void report_failure(const rcgen::HuntResult& result, Property property, const std::string& backend,
+void report_failure(const rcgen::HuntResult& result, Property property, const Backend& backend,
                     FaultSet faults, uint64_t seed, const std::string& failures_dir);
 
 // Every case file the arguments name: files as given, folders searched
@@ -33,12 +34,16 @@ FaultSet parse_fault_option(const std::string& text);
 // The engine a case runs on: the --backend override, else the backend the
 // case recorded, else "cpu"; the faults of --fault when given, else the
 // case's.
+// A plugin or command named only by the case file is never started (a case
+// from a bug report must not run code): that is an InputError asking for
+// --backend.
 struct CaseEngine {
-  std::string backend;
+  Backend backend;
   FaultSet faults;
-  EngineFactory factory;
+  EngineUnderTest subject;
 };
 CaseEngine case_engine(const CaseFile& c, const std::string& backend_override,
-                       const std::optional<FaultSet>& fault_override);
+                       const std::optional<FaultSet>& fault_override,
+                       const std::string& reference = "");
 
 }  // namespace kvcheck::cli

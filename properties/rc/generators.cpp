@@ -196,17 +196,17 @@ struct Plan {
   bool has_tokens_left() const { return next < chunks.size(); }
 };
 
-Plan plan_of(const SequenceGenes& g) {
+Plan plan_of(const SequenceGenes& g, int max_chunk) {
   Plan plan;
   const int prompt = std::clamp(g.prompt_length, 1, kMaxPrompt);
   int left = prompt;
   for (int c : g.chunk_lengths) {
     if (left == 0) break;
     if (c <= 0 || c >= left) break;
-    plan.chunks.push_back(c);
-    left -= c;
+    plan.chunks.push_back(std::min(c, max_chunk));
+    left -= plan.chunks.back();
   }
-  if (left > 0) plan.chunks.push_back(left);
+  for (; left > 0; left -= plan.chunks.back()) plan.chunks.push_back(std::min(left, max_chunk));
   const int decode = std::clamp(g.decode_length, 0, kMaxDecode);
   plan.chunks.insert(plan.chunks.end(), size_t(decode), 1);
   plan.finishes = g.finishes;
@@ -217,9 +217,38 @@ Plan plan_of(const SequenceGenes& g) {
 
 }  // namespace
 
-Scenario decode(const ScenarioGenes& genes) {
+namespace {
+
+// The smallest multiple of `multiple` (and of 2: RoPE pairs) at or above
+// `value`, kept inside [lo, hi] (validated traits leave one there).
+int fit_dimension(int value, int lo, int hi, int multiple) {
+  const int step = std::lcm(2, multiple);
+  int v = std::max(value, lo);
+  v = (v + step - 1) / step * step;
+  while (v > hi && v - step >= 1) v -= step;
+  return v;
+}
+
+// The model genes, moved into what the engine declares it accepts.
+void fit_model(Config& c, KvDtype& kv_dtype, const ShapeLimits& limits) {
+  if (!accepts_family(limits, c.family)) c.family = limits.families.front();
+  if (!accepts_kv_dtype(limits, kv_dtype)) kv_dtype = limits.kv_dtypes.front();
+  c.n_layers = std::min(c.n_layers, limits.max_layers);
+  c.head_dim =
+      fit_dimension(c.head_dim, limits.min_head_dim, limits.max_head_dim, limits.head_dim_multiple);
+  c.d_model =
+      fit_dimension(c.d_model, limits.min_d_model, limits.max_d_model, limits.d_model_multiple);
+  c.vocab = std::clamp(c.vocab, std::max(2, limits.min_vocab), limits.max_vocab);
+  if (c.vocab < limits.min_vocab) c.vocab = limits.min_vocab;
+}
+
+}  // namespace
+
+Scenario decode(const ScenarioGenes& genes, const EngineTraits& traits) {
   Scenario s;
   const ModelGenes& m = genes.model;
+  const OperationTraits& ops = traits.operations;
+  const ShapeLimits& limits = traits.limits;
   Config& c = s.config;
   c.family = m.family;
   c.n_layers = std::clamp(m.n_layers, 1, kMaxLayers);
@@ -229,16 +258,24 @@ Scenario decode(const ScenarioGenes& genes) {
   c.d_model = std::clamp(m.d_model, 1, 32);
   c.d_ff = std::clamp(m.d_ff, 1, 64);
   c.vocab = std::clamp(m.vocab, 2, 64);
-  c.qkv_bias = m.family == Family::kGpt2 && m.qkv_bias;
-  s.weight_seed = m.weight_seed;
   s.kv_dtype = genes.kv_dtype;
+  fit_model(c, s.kv_dtype, limits);
+  c.qkv_bias = c.family == Family::kGpt2 && m.qkv_bias;
+  s.weight_seed = m.weight_seed;
 
+  // Without finish or reset no row is ever freed, so at most max_rows
+  // sequences in all; with them, rows still bound each epoch (kept simple:
+  // the same cap).
+  const size_t max_sequences = size_t(std::min(kMaxSequences, limits.max_rows));
   std::vector<Plan> plans;
   for (const SequenceGenes& g : genes.sequences) {
-    if (plans.size() == size_t(kMaxSequences)) break;
-    plans.push_back(plan_of(g));
+    if (plans.size() == max_sequences) break;
+    SequenceGenes fitted = g;
+    fitted.finishes = g.finishes && ops.finish;
+    fitted.reset_before = g.reset_before && ops.reset;
+    plans.push_back(plan_of(fitted, limits.max_step_tokens));
   }
-  if (plans.empty()) plans.push_back(plan_of(SequenceGenes{}));
+  if (plans.empty()) plans.push_back(plan_of(SequenceGenes{}, limits.max_step_tokens));
 
   int longest = 0;
   for (size_t i = 0; i < plans.size(); ++i) {
@@ -300,10 +337,17 @@ Scenario decode(const ScenarioGenes& genes) {
         if ((mask >> k) & 1) chosen.push_back(feedable[k]);
       }
       if (chosen.empty()) chosen = feedable;
+      if (!ops.multi_sequence_step) chosen.resize(1);
       std::vector<ChunkSpec> batch;
-      for (int i : chosen) {
-        Plan& p = plans[size_t(i)];
-        batch.push_back({i, p.chunks[p.next++]});
+      int step_tokens = 0;
+      for (size_t k = 0; k < chosen.size(); ++k) {
+        Plan& p = plans[size_t(chosen[k])];
+        if (k > 0 && step_tokens + p.chunks[p.next] > limits.max_step_tokens) {
+          chosen.resize(k);  // the rest wait for a later step
+          break;
+        }
+        step_tokens += p.chunks[p.next];
+        batch.push_back({chosen[k], p.chunks[p.next++]});
       }
       s.calls.push_back(Call::step(std::move(batch)));
       for (int i : chosen) {
@@ -317,14 +361,23 @@ Scenario decode(const ScenarioGenes& genes) {
     }
   }
 
-  s.capacity = longest + std::clamp(genes.capacity_slack, 0, 16);
+  // One shared context must hold every sequence at once (a conservative
+  // bound: all of them, not only those alive together).
+  int needed = longest;
+  if (limits.capacity_shared) {
+    needed = 0;
+    for (const std::vector<int32_t>& tokens : s.sequences) needed += int(tokens.size());
+  }
+  s.capacity = std::min(needed + std::clamp(genes.capacity_slack, 0, 16),
+                        std::max(needed, limits.max_capacity));
   s.max_rows = std::max(1, running_peak) + std::clamp(genes.spare_rows, 0, 3);
   c.max_pos = s.capacity + std::clamp(m.max_pos_slack, 0, 16);
   return s;
 }
 
-rc::Gen<Scenario> scenario(Emphasis emphasis) {
-  return rc::gen::map(scenario_genes(emphasis), [](const ScenarioGenes& g) { return decode(g); });
+rc::Gen<Scenario> scenario(Emphasis emphasis, const EngineTraits& traits) {
+  return rc::gen::map(scenario_genes(emphasis),
+                      [traits](const ScenarioGenes& g) { return decode(g, traits); });
 }
 
 Coverage coverage(const Scenario& s) {

@@ -22,6 +22,7 @@
 #include <rapidcheck.h>
 
 #include "engine/kv_dtype.h"
+#include "engine/traits.h"
 #include "model/config.h"
 #include "properties/scenario.h"
 
@@ -85,11 +86,15 @@ enum class Emphasis : uint8_t {
 // The independent genes; shrinking them shrinks the decoded scenario.
 rc::Gen<ScenarioGenes> scenario_genes(Emphasis emphasis = Emphasis::kAny);
 
-// Any genes -> a Scenario that validates (Scenario::validate() == "").
-Scenario decode(const ScenarioGenes& genes);
+// Any genes -> a Scenario that validates (Scenario::validate() == "") and
+// that an engine with `traits` can run: its families, dtypes and shape
+// multiples, only the operations it declares, steps within its token limit,
+// and one context large enough for all sequences when it shares one.
+Scenario decode(const ScenarioGenes& genes, const EngineTraits& traits = EngineTraits::strict());
 
 // decode() over scenario_genes().
-rc::Gen<Scenario> scenario(Emphasis emphasis = Emphasis::kAny);
+rc::Gen<Scenario> scenario(Emphasis emphasis = Emphasis::kAny,
+                           const EngineTraits& traits = EngineTraits::strict());
 
 // Coverage tags of one scenario, for RC_TAG / RC_CLASSIFY and the docs.
 struct Coverage {

@@ -26,6 +26,7 @@ struct HuntOptions {
   int max_cases = 100;
   int max_size = 100;
   bool shrink = true;
+  EngineTraits traits = EngineTraits::strict();  // scenarios are drawn within them
 };
 
 struct HuntResult {

@@ -260,25 +260,24 @@ class Parser {
       const std::optional<Property> p = parse_property(name);
       if (!p) {
         fail_at(line, "property: unknown property " + quoted(name) + "; expected one of " +
-                          property_choices() + " (or P1..P9)");
+                          property_choices() + " (or P1..P10)");
       }
       c_.property = *p;
     } else if (key == "fault") {
       once(line, key);
       read_faults(line, next_word(rest));
       expect_end(line, key, rest);
-    } else if (key == "backend") {
+    } else if (key == "backend" || key == "engine") {
+      // The rest of the line: a backend string may hold a path, options
+      // ("plugin:./x.so?bug=restart_positions") or a command with spaces.
       once(line, key);
-      const std::string_view name = next_word(rest);
-      expect_end(line, key, rest);
-      for (char ch : name) {
-        if (!std::isalnum(static_cast<unsigned char>(ch)) && ch != '-' && ch != '_') {
-          fail_at(line,
-                  "backend: expected a name of letters, digits, - and _, got " + quoted(name));
-        }
+      const std::string value = one_line(rest);
+      if (value.empty()) {
+        fail_at(line, key == "backend" ? "backend: expected a backend string (e.g. cpu)"
+                                       : "engine: expected the engine's name and version");
       }
-      if (name.empty()) fail_at(line, "backend: expected a backend name (e.g. cpu)");
-      c_.backend = std::string(name);
+      if (value.size() > 1000) fail_at(line, std::string(key) + ": longer than 1000 characters");
+      (key == "backend" ? c_.backend : c_.engine) = value;
     } else if (is_config_key(key) || is_engine_key(key)) {
       once(line, key);
       const std::string_view value = next_word(rest);
@@ -321,10 +320,11 @@ class Parser {
       once(line, key);
       c_.verdict.summary = std::string(rest);
     } else {
-      fail_at(line, "unknown key " + quoted(key) +
-                        "; expected one of note, property, fault, backend, the model and engine "
-                        "fields (family ... kv_dtype), sequence, start, step, finish, reset, "
-                        "verdict, where, summary (docs/CASE_FORMAT.md)");
+      fail_at(line,
+              "unknown key " + quoted(key) +
+                  "; expected one of note, property, fault, backend, engine, the model and engine "
+                  "fields (family ... kv_dtype), sequence, start, step, finish, reset, "
+                  "verdict, where, summary (docs/CASE_FORMAT.md)");
     }
   }
 
@@ -574,6 +574,7 @@ std::string print_case(const CaseFile& c) {
   out << "property " << property_name(c.property) << "\n";
   out << "fault " << c.faults.to_string() << "\n";
   if (!c.backend.empty()) out << "backend " << c.backend << "\n";
+  if (!c.engine.empty()) out << "engine " << c.engine << "\n";
   out << "\n# model\n";
   out << "family " << family_name(config.family) << "\n";
   out << "n_layers " << config.n_layers << "\n";

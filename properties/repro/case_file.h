@@ -34,8 +34,10 @@ struct RecordedVerdict {
 struct CaseFile {
   Scenario scenario;
   Property property = Property::kOracle;
-  FaultSet faults;                 // the fault switches that were on ("none" when empty)
-  std::string backend;             // where it was seen ("cpu", ...); empty when not recorded
+  FaultSet faults;  // the fault switches that were on ("none" when empty)
+  std::string
+      backend;         // the backend string it was seen on ("cpu", "plugin:x.so?..."); may be empty
+  std::string engine;  // the engine's declared identity, "name version"; may be empty
   std::vector<std::string> notes;  // free one-line remarks, kept in order
   bool has_verdict = false;
   RecordedVerdict verdict;  // meaningful when has_verdict

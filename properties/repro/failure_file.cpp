@@ -119,6 +119,12 @@ Result<std::string> write_new_file(const std::string& dir, const std::string& st
                                       " different files already hold this name");
 }
 
+std::string shell_quote(const std::string& text) {
+  std::string out = "'";
+  for (char ch : text) out += ch == '\'' ? std::string("'\\''") : std::string(1, ch);
+  return out + "'";
+}
+
 CaseFile failure_case(const Scenario& scenario, const Verdict& verdict, FaultSet faults,
                       const FailureContext& context) {
   CaseFile c;
@@ -126,6 +132,7 @@ CaseFile failure_case(const Scenario& scenario, const Verdict& verdict, FaultSet
   c.property = verdict.property;
   c.faults = faults;
   c.backend = one_line(context.backend);
+  c.engine = one_line(context.engine);
   if (!context.found_by.empty()) c.notes.push_back(one_line("found by " + context.found_by));
   if (!context.reproduce.empty()) {
     c.notes.push_back(one_line("reproduce: " + context.reproduce));
@@ -155,8 +162,14 @@ WrittenCase write_failure_case(const Scenario& scenario, const Verdict& verdict,
       written.already_recorded = already;
       report << (already ? "case file (already recorded): " : "case file: ") << written.path
              << "\n";
-      report << "replay:    " << context.kvcheck_command << " replay " << written.path << "\n";
-      report << "shrink:    " << context.kvcheck_command << " shrink " << written.path << "\n";
+      // A case file never makes kvcheck load code: a plugin or a command
+      // runs only when the user names it with --backend, so say how.
+      const bool foreign = c.backend.rfind("plugin:", 0) == 0 || c.backend.rfind("exec:", 0) == 0;
+      const std::string backend = foreign ? " --backend " + shell_quote(c.backend) : "";
+      report << "replay:    " << context.kvcheck_command << " replay" << backend << " "
+             << written.path << "\n";
+      report << "shrink:    " << context.kvcheck_command << " shrink" << backend << " "
+             << written.path << "\n";
     }
     if (!context.reproduce.empty()) report << "reproduce: " << context.reproduce << "\n";
     written.report = report.str();

@@ -22,7 +22,8 @@ namespace kvcheck {
 struct FailureContext {
   // Where case files go; empty: $KVCHECK_FAILURES, else "kvcheck-failures".
   std::string failures_dir;
-  std::string backend;    // engine it failed on ("cpu", "cpu-reference"); may be empty
+  std::string backend;    // backend string it failed on ("cpu", "plugin:x.so"); may be empty
+  std::string engine;     // the engine's identity, "name version"; may be empty
   std::string found_by;   // e.g. "kvcheck campaign --seed 5", "ctest Properties.P1Oracle"
   std::string reproduce;  // RapidCheck reproduce string or command; may be empty
   std::string kvcheck_command = "kvcheck";  // how the printed replay command names the CLI
@@ -44,6 +45,9 @@ CaseFile failure_case(const Scenario& scenario, const Verdict& verdict, FaultSet
 // "P6-cache_state-shared_layer_cache-1a2b3c4d": property, fault and a digest
 // of the scenario, so the same failure found twice gets the same name.
 std::string case_file_stem(Property property, FaultSet faults, const Scenario& scenario);
+
+// 'text' for a POSIX shell: single quotes, embedded ones escaped.
+std::string shell_quote(const std::string& text);
 
 // The folder failures go to when the context names none.
 std::string default_failures_dir();

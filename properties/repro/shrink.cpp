@@ -373,10 +373,10 @@ ShrinkResult shrink_scenario(const Scenario& failing, const Verdict& verdict,
 }
 
 std::optional<ShrinkResult> shrink_failure(const Scenario& failing, Property property,
-                                           const EngineFactory& factory,
+                                           const EngineUnderTest& subject,
                                            const ShrinkOptions& options) {
   const FailureCheck check = [&](const Scenario& s) -> std::optional<Verdict> {
-    Verdict v = check_property(property, s, factory);
+    Verdict v = check_property(property, s, subject);
     if (v.passed) return std::nullopt;
     return v;
   };

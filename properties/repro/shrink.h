@@ -55,10 +55,11 @@ struct ShrinkResult {
 ShrinkResult shrink_scenario(const Scenario& failing, const Verdict& verdict,
                              const FailureCheck& still_fails, const ShrinkOptions& options = {});
 
-// Shrinks while check_property(property, ., factory) fails. Returns nullopt
+// Shrinks while check_property(property, ., subject) fails (a candidate the
+// engine's traits exclude is not applicable, so never accepted). Returns nullopt
 // when `failing` does not fail to begin with.
 std::optional<ShrinkResult> shrink_failure(const Scenario& failing, Property property,
-                                           const EngineFactory& factory,
+                                           const EngineUnderTest& subject,
                                            const ShrinkOptions& options = {});
 
 }  // namespace kvcheck

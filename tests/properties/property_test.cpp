@@ -1,6 +1,8 @@
-// The property suite: P1..P9 on the correct CPU engine, on generated
-// scenarios, each kernel path where the property depends on the kernels.
-// Case counts are the CI budget (docs/GENERATORS.md); RC_PARAMS overrides.
+// The property suite: P1..P10 on every in-tree CPU backend, through the
+// conformance suite (conformance/suite.h) that users' engines get too; each
+// backend is P10's reference for the other. KVCHECK_FAULT=name[,name] runs it
+// against a faulty engine. Case counts are the CI budget
+// (docs/GENERATORS.md); RC_PARAMS overrides. Also: the generators' own tests.
 #include <gtest/gtest.h>
 
 #include <rapidcheck.h>
@@ -10,108 +12,15 @@
 #include <optional>
 #include <utility>
 
+#include "conformance/rc_driver.h"
+#include "conformance/suite.h"
 #include "properties/property.h"
 #include "properties/rc/generators.h"
 #include "properties/rc/hunt.h"
-#include "properties/repro/failure_file.h"
 #include "properties/runner.h"
-#include "tests/properties/rc_driver.h"
 
 namespace kvcheck::test {
 namespace {
-
-// KVCHECK_FAULT=name[,name] runs the suite against a faulty engine, to watch
-// a property catch a fault and write its case file; unset, the engine is the
-// correct one and every property must hold.
-FaultSet faults_from_environment() {
-  const char* names = std::getenv("KVCHECK_FAULT");
-  if (names == nullptr) return FaultSet();
-  const Result<FaultSet> faults = parse_fault_list(names);
-  if (!faults.ok()) {
-    ADD_FAILURE() << "KVCHECK_FAULT: " << faults.error();
-    return FaultSet();
-  }
-  return faults.value();
-}
-
-void expect_property(Property property, KernelPath kernels, int cases) {
-  const FaultSet faults = faults_from_environment();
-  if (faults.any()) std::cout << "engine faults ON: " << faults.to_string() << std::endl;
-  const EngineFactory factory = cpu_engine_factory(faults, kernels);
-  // RapidCheck evaluates the shrunk counterexample last, so the last failing
-  // case seen is the one to keep as a file.
-  std::optional<std::pair<Scenario, Verdict>> last_failure;
-  check_scenarios(cases, rcgen::emphasis_for(property), [&](const Scenario& s) {
-    // check_property passes an invalid scenario as "not applicable"; a
-    // generator that made one would silently test nothing.
-    RC_ASSERT(s.validate() == "");
-    classify(s);
-    const Verdict v = check_property(property, s, factory);
-    RC_CLASSIFY(!v.applicable, "not applicable");
-    if (!v.passed) {
-      last_failure.emplace(s, v);
-      RC_FAIL(v.summary + "\n" + v.detail);
-    }
-  });
-  if (last_failure && testing::Test::HasFailure()) {
-    const testing::TestInfo* info = testing::UnitTest::GetInstance()->current_test_info();
-    FailureContext context;
-    context.backend = kernels == KernelPath::kOptimized ? "cpu" : "cpu-reference";
-    context.found_by = std::string("ctest ") + info->test_suite_name() + "." + info->name();
-    const WrittenCase written =
-        write_failure_case(last_failure->first, last_failure->second, faults, context);
-    std::cout << written.report << std::endl;
-  }
-}
-
-constexpr KernelPath kOpt = KernelPath::kOptimized;
-constexpr KernelPath kRef = KernelPath::kReference;
-
-// Both kernel paths where the property checks arithmetic (oracle bounds,
-// bitwise invariance of the kernels); the optimized one where it checks what
-// the cache bookkeeping does with rows, resets and capacity.
-TEST(Properties, P1OracleOptimized) {
-  expect_property(Property::kOracle, kOpt, 2000);
-}
-TEST(Properties, P1OracleReference) {
-  expect_property(Property::kOracle, kRef, 1000);
-}
-TEST(Properties, P2ChunkingOptimized) {
-  expect_property(Property::kChunking, kOpt, 2000);
-}
-TEST(Properties, P2ChunkingReference) {
-  expect_property(Property::kChunking, kRef, 1000);
-}
-TEST(Properties, P3BatchOptimized) {
-  expect_property(Property::kBatch, kOpt, 2000);
-}
-TEST(Properties, P3BatchReference) {
-  expect_property(Property::kBatch, kRef, 1000);
-}
-TEST(Properties, P4Reset) {
-  expect_property(Property::kReset, kOpt, 2000);
-}
-TEST(Properties, P5Compaction) {
-  expect_property(Property::kCompaction, kOpt, 2000);
-}
-TEST(Properties, P6CacheStateOptimized) {
-  expect_property(Property::kCacheState, kOpt, 2000);
-}
-TEST(Properties, P6CacheStateReference) {
-  expect_property(Property::kCacheState, kRef, 1000);
-}
-TEST(Properties, P7GqaOptimized) {
-  expect_property(Property::kGqa, kOpt, 2000);
-}
-TEST(Properties, P7GqaReference) {
-  expect_property(Property::kGqa, kRef, 1000);
-}
-TEST(Properties, P8Determinism) {
-  expect_property(Property::kDeterminism, kOpt, 2000);
-}
-TEST(Properties, P9Capacity) {
-  expect_property(Property::kCapacity, kOpt, 2000);
-}
 
 // The generators themselves: every gene set decodes to a valid scenario, and
 // the shapes the suite promises to cover all occur.
@@ -181,3 +90,8 @@ TEST(Generators, EveryCoverageTagOccurs) {
 
 }  // namespace
 }  // namespace kvcheck::test
+
+int main(int argc, char** argv) {
+  return kvcheck::conformance::run(
+      argc, argv, {{"cpu", 2000, "cpu-reference", ""}, {"cpu-reference", 1000, "cpu", ""}});
+}

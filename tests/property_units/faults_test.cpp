@@ -6,6 +6,7 @@
 #include <cmath>
 
 #include "engine/cpu/cpu_engine.h"
+#include "backends/in_tree.h"
 #include "properties/runner.h"
 #include "tests/property_units/test_scenarios.h"
 

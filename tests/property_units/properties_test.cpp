@@ -3,6 +3,7 @@
 // is as broken as one that misses a fault.
 #include <gtest/gtest.h>
 
+#include "backends/in_tree.h"
 #include "properties/runner.h"
 #include "tests/property_units/test_scenarios.h"
 
@@ -25,10 +26,15 @@ TEST(Properties, CorrectEnginePassesEveryPropertyOnTheRichScenario) {
       for (KernelPath path : {KernelPath::kReference, KernelPath::kOptimized}) {
         const Scenario scenario = rich_scenario(shape.family, shape.heads, shape.kv_heads, dtype);
         ASSERT_EQ(scenario.validate(), "");
-        const EngineFactory factory = cpu_engine_factory(FaultSet(), path);
+        // P10 compares each kernel path with the other.
+        const KernelPath other =
+            path == KernelPath::kReference ? KernelPath::kOptimized : KernelPath::kReference;
+        EngineUnderTest subject(cpu_engine_factory(FaultSet(), path), cpu_engine_traits(path));
+        subject.reference = std::make_shared<const EngineUnderTest>(
+            cpu_engine_factory(FaultSet(), other), cpu_engine_traits(other));
         for (int i = 0; i < kPropertyCount; ++i) {
           const Property p = static_cast<Property>(i);
-          const Verdict v = check_property(p, scenario, factory);
+          const Verdict v = check_property(p, scenario, subject);
           const bool mha = shape.heads == shape.kv_heads;
           SCOPED_TRACE(std::string(family_name(shape.family)) + " " + std::to_string(shape.heads) +
                        "/" + std::to_string(shape.kv_heads) + " " + kv_dtype_name(dtype) +
@@ -36,7 +42,7 @@ TEST(Properties, CorrectEnginePassesEveryPropertyOnTheRichScenario) {
           EXPECT_TRUE(v.passed) << describe(v);
           EXPECT_EQ(v.property, p);
           EXPECT_EQ(v.applicable, !(p == Property::kGqa && mha)) << describe(v);
-          if (p == Property::kOracle || p == Property::kCacheState) {
+          if (p == Property::kOracle || p == Property::kCacheState || p == Property::kCrossEngine) {
             EXPECT_GT(v.worst_ratio, 0.0);
             EXPECT_LT(v.worst_ratio, 1.0);
           }

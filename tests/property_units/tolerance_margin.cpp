@@ -16,6 +16,7 @@
 #include <string>
 
 #include "model/rng.h"
+#include "backends/in_tree.h"
 #include "properties/runner.h"
 
 namespace kvcheck {

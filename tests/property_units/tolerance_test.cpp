@@ -5,6 +5,7 @@
 #include <cmath>
 
 #include "oracle/oracle.h"
+#include "backends/in_tree.h"
 #include "properties/runner.h"
 #include "properties/tolerance.h"
 #include "tests/property_units/test_scenarios.h"

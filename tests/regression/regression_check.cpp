@@ -9,6 +9,7 @@
 
 #include "properties/property.h"
 #include "properties/repro/case_file.h"
+#include "backends/in_tree.h"
 #include "properties/runner.h"
 
 namespace {

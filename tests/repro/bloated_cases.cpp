@@ -4,6 +4,7 @@
 
 #include "properties/rc/generators.h"
 #include "properties/rc/hunt.h"
+#include "backends/in_tree.h"
 #include "properties/runner.h"
 
 namespace kvcheck::test {

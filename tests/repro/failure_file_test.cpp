@@ -8,6 +8,7 @@
 #include <fstream>
 
 #include "properties/repro/failure_file.h"
+#include "backends/in_tree.h"
 #include "properties/runner.h"
 
 namespace kvcheck::test {

@@ -2,7 +2,7 @@
 // last failing scenario (RapidCheck evaluates the shrunk counterexample last),
 // and write only that one once checkTestable returns a failure. Writing from
 // inside the property would write one file per failing shrink step.
-// tests/properties/rc_driver.h can do the same in check_scenarios().
+// conformance/rc_driver.h can do the same in check_scenarios().
 #pragma once
 
 #include <optional>
@@ -15,6 +15,7 @@
 #include "properties/rc/generators.h"
 #include "properties/rc/hunt.h"
 #include "properties/repro/failure_file.h"
+#include "backends/in_tree.h"
 #include "properties/runner.h"
 
 namespace kvcheck::test {

@@ -7,6 +7,7 @@
 
 #include "properties/rc/generators.h"
 #include "properties/repro/shrink.h"
+#include "backends/in_tree.h"
 #include "properties/runner.h"
 #include "tests/repro/bloated_cases.h"
 

@@ -57,7 +57,8 @@ struct CoverageTally {
 // RC_PARAMS' max_success), prints the seed, and fails the test with the
 // shrunk counterexample.
 inline void check_scenarios(int default_cases, rcgen::Emphasis emphasis,
-                            const std::function<void(const Scenario&)>& body) {
+                            const std::function<void(const Scenario&)>& body,
+                            const EngineTraits& traits = EngineTraits::strict()) {
   const testing::TestInfo* info = testing::UnitTest::GetInstance()->current_test_info();
   rc::detail::TestMetadata metadata;
   metadata.id = std::string(info->test_suite_name()) + "/" + info->name();
@@ -66,10 +67,10 @@ inline void check_scenarios(int default_cases, rcgen::Emphasis emphasis,
   if (!rc_params_set("max_success")) params.maxSuccess = default_cases;
   std::cout << metadata.id << ": seed=" << params.seed << " max_success=" << params.maxSuccess
             << " max_size=" << params.maxSize << " (reproduce: RC_PARAMS=\"seed=" << params.seed
-            << "\" --gtest_filter=" << metadata.id.substr(0, metadata.id.find('/')) << "."
-            << info->name() << ")" << std::endl;
+            << "\" --gtest_filter=" << info->test_suite_name() << "." << info->name() << ")"
+            << std::endl;
 
-  const rc::Gen<Scenario> scenarios = rcgen::scenario(emphasis);
+  const rc::Gen<Scenario> scenarios = rcgen::scenario(emphasis, traits);
   CoverageTally tally;
   const auto property = [&] {
     const Scenario s = *scenarios;

@@ -1,0 +1,77 @@
+#include "backends/in_tree.h"
+
+#include "engine/cpu/cpu_engine.h"
+#ifdef KVCHECK_HAVE_CUDA
+#include "engine/cuda/cuda_engine.h"
+#endif
+
+namespace kvcheck {
+
+EngineFactory cpu_engine_factory(FaultSet faults, KernelPath kernels) {
+  return [faults, kernels](const Config& config, const Weights& weights,
+                           const EngineOptions& options) {
+    EngineOptions with = options;
+    with.faults = faults;
+    with.kernels = kernels;
+    return make_cpu_engine(config, weights, with);
+  };
+}
+
+EngineTraits cpu_engine_traits(KernelPath kernels) {
+  EngineTraits t;
+  t.identity = {kernels == KernelPath::kOptimized ? "kvcheck-cpu" : "kvcheck-cpu-reference", "1"};
+  t.operations.fault_switches = true;
+  t.limits.max_rows = 4096;  // make_cpu_engine's own bound
+  return t;
+}
+
+namespace {
+
+Backend cpu_backend(const BackendSpec& spec, KernelPath kernels) {
+  reject_unknown_options(spec, {});
+  Backend b;
+  b.traits = cpu_engine_traits(kernels);
+  b.make_factory = [kernels](FaultSet faults) { return cpu_engine_factory(faults, kernels); };
+  return b;
+}
+
+#ifdef KVCHECK_HAVE_CUDA
+Backend cuda_backend(const BackendSpec& spec) {
+  reject_unknown_options(spec, {});
+  Backend b;
+  b.traits.identity = {"kvcheck-cuda", "1"};
+  b.traits.operations.fault_switches = true;
+  b.traits.limits.max_head_dim = 256;  // the attention kernel's shared-memory tile
+  b.traits.limits.max_rows = 4096;
+  b.make_factory = [](FaultSet faults) -> EngineFactory {
+    return [faults](const Config& config, const Weights& weights, const EngineOptions& options) {
+      EngineOptions with = options;
+      with.faults = faults;
+      return make_cuda_engine(config, weights, with);
+    };
+  };
+  return b;
+}
+#endif
+
+}  // namespace
+
+std::vector<std::string> default_backend_names() {
+  std::vector<std::string> names = {"cpu", "cpu-reference"};
+#ifdef KVCHECK_HAVE_CUDA
+  if (cuda_device_available()) names.push_back("cuda");
+#endif
+  return names;
+}
+
+void register_in_tree_backends(BackendRegistry& registry) {
+  registry.add("cpu", "the in-tree CPU engine, Highway SIMD kernels",
+               [](const BackendSpec& s) { return cpu_backend(s, KernelPath::kOptimized); });
+  registry.add("cpu-reference", "the in-tree CPU engine, scalar reference kernels",
+               [](const BackendSpec& s) { return cpu_backend(s, KernelPath::kReference); });
+#ifdef KVCHECK_HAVE_CUDA
+  registry.add("cuda", "the in-tree CUDA engine (needs a CUDA device at run time)", cuda_backend);
+#endif
+}
+
+}  // namespace kvcheck

@@ -1,0 +1,24 @@
+// The engines built in this tree, as backends: their traits are declared
+// here, once, next to the factories that make them.
+#pragma once
+
+#include "backends/registry.h"
+#include "engine/engine.h"
+
+namespace kvcheck {
+
+void register_in_tree_backends(BackendRegistry& registry);
+
+// What a driver runs when no --backend is given: cpu and cpu-reference, and
+// cuda where it is built and this machine has a device.
+std::vector<std::string> default_backend_names();
+
+// The CPU engine with these faults and this kernel path (threads = 1). Unit
+// tests and benchmarks of the engine itself use it directly; drivers go
+// through the registry.
+EngineFactory cpu_engine_factory(FaultSet faults = {}, KernelPath kernels = KernelPath::kOptimized);
+
+// What the in-tree CPU engine declares (both kernel paths).
+EngineTraits cpu_engine_traits(KernelPath kernels = KernelPath::kOptimized);
+
+}  // namespace kvcheck

@@ -1,0 +1,265 @@
+#include "backends/plugin.h"
+
+#include <dlfcn.h>
+
+#include <cstring>
+#include <memory>
+
+#include "engine/traits_json.h"
+#include "kvcheck/engine_plugin.h"
+#include "model/config_json.h"
+#include "model/status.h"
+
+namespace kvcheck {
+
+namespace {
+
+// The library stays loaded for the life of the process: engines made from it
+// may outlive any one backend object, and unloading buys nothing here.
+struct Library {
+  std::string path;
+  const kvcheck_plugin_v1* table = nullptr;
+};
+
+EngineError::Kind kind_of(int32_t code) {
+  switch (code) {
+    case KVCHECK_ERR_CAPACITY:
+      return EngineError::Kind::kCapacity;
+    case KVCHECK_ERR_ROWS:
+      return EngineError::Kind::kRows;
+    case KVCHECK_ERR_UNKNOWN_SEQUENCE:
+      return EngineError::Kind::kUnknownSequence;
+    case KVCHECK_ERR_BAD_TOKEN:
+      return EngineError::Kind::kBadToken;
+    case KVCHECK_ERR_DEVICE:
+      return EngineError::Kind::kDevice;
+    default:
+      return EngineError::Kind::kBadBatch;
+  }
+}
+
+std::string message_of(const kvcheck_error& e) {
+  return std::string(e.message, strnlen(e.message, sizeof(e.message)));
+}
+
+// A plugin's error as the exception the Engine interface uses. Codes
+// outside the table are the plugin's own failure, not a refusal.
+[[noreturn]] void throw_plugin_error(const std::string& call, int32_t code,
+                                     const kvcheck_error& e) {
+  const std::string what = "plugin " + call + ": " + message_of(e);
+  if (code == KVCHECK_ERR_INTERNAL || code < 0 || code > KVCHECK_ERR_INTERNAL) {
+    throw std::runtime_error(what + " (code " + std::to_string(code) + ")");
+  }
+  if (code == KVCHECK_ERR_INPUT) throw InputError(what);
+  throw EngineError(kind_of(code), what);
+}
+
+void check(const std::string& call, int32_t code, const kvcheck_error& e) {
+  if (code != KVCHECK_OK) throw_plugin_error(call, code, e);
+}
+
+class PluginEngine final : public Engine {
+ public:
+  PluginEngine(std::shared_ptr<const Library> library, kvcheck_engine* handle, const Config& config,
+               const EngineOptions& options, std::string name)
+      : library_(std::move(library)),
+        handle_(handle),
+        config_(config),
+        options_(options),
+        name_(std::move(name)) {}
+  ~PluginEngine() override { table().destroy(handle_); }
+
+  const Config& config() const override { return config_; }
+  const EngineOptions& options() const override { return options_; }
+  std::string name() const override { return name_; }
+
+  SequenceId start() override {
+    kvcheck_error e{};
+    int64_t id = 0;
+    check("start", table().start(handle_, &id, &e), e);
+    return id;
+  }
+
+  void step(std::span<const BatchEntry> batch, std::vector<float>& logits) override {
+    entries_.clear();
+    size_t tokens = 0;
+    for (const BatchEntry& b : batch) {
+      entries_.push_back({b.sequence, b.tokens.data(), static_cast<int32_t>(b.tokens.size())});
+      tokens += b.tokens.size();
+    }
+    logits.assign(tokens * size_t(config_.vocab), 0.0f);
+    kvcheck_error e{};
+    check("step",
+          table().step(handle_, entries_.data(), int32_t(entries_.size()), logits.data(), &e), e);
+  }
+
+  void finish(SequenceId sequence) override {
+    kvcheck_error e{};
+    if (table().finish == nullptr) throw std::runtime_error("plugin has no finish operation");
+    check("finish", table().finish(handle_, sequence, &e), e);
+  }
+
+  void reset() override {
+    kvcheck_error e{};
+    if (table().reset == nullptr) throw std::runtime_error("plugin has no reset operation");
+    check("reset", table().reset(handle_, &e), e);
+  }
+
+  int length(SequenceId sequence) const override {
+    kvcheck_error e{};
+    int32_t n = 0;
+    check("length", table().length(handle_, sequence, &n, &e), e);
+    return n;
+  }
+
+  CacheSnapshot cache(SequenceId sequence, int layer) const override {
+    if (table().cache == nullptr) throw std::runtime_error("plugin has no cache operation");
+    CacheSnapshot snap;
+    snap.dtype = KvDtype::kF32;
+    snap.n_kv_heads = config_.n_kv_heads;
+    snap.head_dim = config_.head_dim;
+    snap.length = length(sequence);
+    const size_t floats = size_t(snap.length) * size_t(config_.kv_width());
+    snap.k.assign(floats * 4, 0);
+    snap.v.assign(floats * 4, 0);
+    kvcheck_error e{};
+    check("cache",
+          table().cache(handle_, sequence, layer, reinterpret_cast<float*>(snap.k.data()),
+                        reinterpret_cast<float*>(snap.v.data()), int64_t(floats), &e),
+          e);
+    return snap;
+  }
+
+  MemoryReport memory() const override { return {}; }
+
+ private:
+  const kvcheck_plugin_v1& table() const { return *library_->table; }
+
+  std::shared_ptr<const Library> library_;
+  kvcheck_engine* handle_;
+  Config config_;
+  EngineOptions options_;
+  std::string name_;
+  std::vector<kvcheck_batch_entry> entries_;  // [entry] of the current step
+};
+
+std::shared_ptr<const Library> open_library(const std::string& path) {
+  void* handle = dlopen(path.c_str(), RTLD_NOW | RTLD_LOCAL);
+  if (handle == nullptr) {
+    const char* why = dlerror();
+    throw InputError("--backend plugin:" + path +
+                     ": cannot load: " + (why ? why : "dlopen failed"));
+  }
+  auto entry = reinterpret_cast<kvcheck_plugin_entry_fn>(dlsym(handle, KVCHECK_PLUGIN_ENTRY));
+  if (entry == nullptr) {
+    throw InputError("--backend plugin:" + path + ": missing symbol " KVCHECK_PLUGIN_ENTRY);
+  }
+  auto library = std::make_shared<Library>();
+  library->path = path;
+  library->table = entry();
+  const kvcheck_plugin_v1* t = library->table;
+  if (t == nullptr)
+    throw InputError("--backend plugin:" + path + ": " KVCHECK_PLUGIN_ENTRY "() returned NULL");
+  if (t->abi_version != KVCHECK_PLUGIN_ABI_VERSION) {
+    throw InputError("--backend plugin:" + path + ": ABI version " +
+                     std::to_string(t->abi_version) + ", this kvcheck speaks " +
+                     std::to_string(KVCHECK_PLUGIN_ABI_VERSION));
+  }
+  if (t->struct_size < sizeof(kvcheck_plugin_v1)) {
+    throw InputError("--backend plugin:" + path + ": struct_size " +
+                     std::to_string(t->struct_size) + " is smaller than version 1's " +
+                     std::to_string(sizeof(kvcheck_plugin_v1)));
+  }
+  const std::pair<const char*, bool> required[] = {{"traits_json", t->traits_json != nullptr},
+                                                   {"create", t->create != nullptr},
+                                                   {"destroy", t->destroy != nullptr},
+                                                   {"start", t->start != nullptr},
+                                                   {"step", t->step != nullptr},
+                                                   {"length", t->length != nullptr}};
+  for (const auto& [name, present] : required) {
+    if (!present)
+      throw InputError("--backend plugin:" + path + ": required function " + name + " is NULL");
+  }
+  return library;
+}
+
+// The traits must agree with the table: an operation declared but NULL is a
+// contradiction, never a silent "not applicable".
+void check_declared_operations(const std::string& path, const kvcheck_plugin_v1& t,
+                               const EngineTraits& traits) {
+  const std::pair<const char*, bool> declared[] = {
+      {"finish", traits.operations.finish && t.finish == nullptr},
+      {"reset", traits.operations.reset && t.reset == nullptr},
+      {"cache_snapshot", traits.operations.cache_snapshot && t.cache == nullptr}};
+  for (const auto& [name, contradiction] : declared) {
+    if (contradiction) {
+      throw InputError("--backend plugin:" + path + ": traits.operations." + name +
+                       " is true but its function is NULL");
+    }
+  }
+}
+
+Backend plugin_backend(const BackendSpec& spec) {
+  const std::string path = spec.name.substr(std::strlen("plugin:"));
+  if (path.empty())
+    throw InputError("--backend plugin: needs a path, e.g. plugin:./libmy_engine.so");
+  std::shared_ptr<const Library> library = open_library(path);
+  kvcheck_error e{};
+  const char* json = library->table->traits_json(spec.options_text.c_str(), &e);
+  if (json == nullptr) throw InputError("--backend plugin:" + path + ": traits: " + message_of(e));
+  Result<EngineTraits> traits = traits_from_json_text(json);
+  if (!traits.ok()) throw InputError("--backend plugin:" + path + ": " + traits.error());
+  check_declared_operations(path, *library->table, traits.value());
+  if (traits.value().operations.fault_switches) {
+    throw InputError("--backend plugin:" + path +
+                     ": traits.operations.fault_switches is true, but the plugin ABI carries no "
+                     "fault switches (put seeded bugs in the backend options instead)");
+  }
+  Backend b;
+  b.traits = traits.value();
+  const std::string options = spec.options_text;
+  const std::string name = b.traits.identity.name;
+  b.make_factory = [library, options, name](FaultSet) -> EngineFactory {
+    return
+        [library, options, name](const Config& config, const Weights& weights,
+                                 const EngineOptions& engine_options) -> std::unique_ptr<Engine> {
+          const std::vector<TensorView> views = tensor_views(config, weights);
+          std::vector<kvcheck_tensor> tensors;  // [tensor], pointing into views and weights
+          for (const TensorView& view : views) {
+            kvcheck_tensor t{};
+            t.name = view.name.c_str();
+            t.rank = int32_t(view.shape.size());
+            for (size_t i = 0; i < view.shape.size() && i < 4; ++i) t.shape[i] = view.shape[i];
+            t.data = view.data->data();
+            tensors.push_back(t);
+          }
+          const std::string config_json = config_to_json(config).dump();
+          kvcheck_create_args args{};
+          args.struct_size = sizeof(args);
+          args.config_json = config_json.c_str();
+          args.tensors = tensors.data();
+          args.n_tensors = int64_t(tensors.size());
+          args.capacity = engine_options.capacity;
+          args.max_rows = engine_options.max_rows;
+          args.kv_dtype = kv_dtype_name(engine_options.kv_dtype);
+          args.options = options.c_str();
+          kvcheck_error error{};
+          kvcheck_engine* handle = library->table->create(&args, &error);
+          if (handle == nullptr) {
+            throw_plugin_error("create",
+                               error.code == KVCHECK_OK ? KVCHECK_ERR_INTERNAL : error.code, error);
+          }
+          return std::make_unique<PluginEngine>(library, handle, config, engine_options, name);
+        };
+  };
+  return b;
+}
+
+}  // namespace
+
+void register_plugin_loader(BackendRegistry& registry) {
+  registry.add_prefix("plugin:", "an engine in a shared object (include/kvcheck/engine_plugin.h)",
+                      plugin_backend);
+}
+
+}  // namespace kvcheck

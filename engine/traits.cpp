@@ -1,0 +1,108 @@
+#include "engine/traits.h"
+
+#include <algorithm>
+
+namespace kvcheck {
+
+namespace {
+
+std::string range_error(const char* field, int lo, int hi) {
+  return std::string("limits.") + field + ": minimum " + std::to_string(lo) + " is above maximum " +
+         std::to_string(hi);
+}
+
+std::string multiple_error(const char* field, int value, int multiple) {
+  return std::string(field) + " " + std::to_string(value) + " is not a multiple of " +
+         std::to_string(multiple);
+}
+
+}  // namespace
+
+const char* precision_name(Precision p) {
+  switch (p) {
+    case Precision::kF32:
+      return "f32";
+    case Precision::kF16:
+      return "f16";
+    case Precision::kBF16:
+      return "bf16";
+  }
+  return "?";
+}
+
+const char* invariance_name(Invariance i) {
+  return i == Invariance::kBitwise ? "bitwise" : "bounded";
+}
+
+bool accepts_family(const ShapeLimits& limits, Family family) {
+  return std::find(limits.families.begin(), limits.families.end(), family) != limits.families.end();
+}
+
+bool accepts_kv_dtype(const ShapeLimits& limits, KvDtype dtype) {
+  return std::find(limits.kv_dtypes.begin(), limits.kv_dtypes.end(), dtype) !=
+         limits.kv_dtypes.end();
+}
+
+std::string EngineTraits::validate() const {
+  const ShapeLimits& l = limits;
+  if (identity.name.empty()) return "identity.name: empty";
+  if (l.families.empty()) return "limits.families: empty (the engine accepts no model)";
+  if (l.kv_dtypes.empty()) return "limits.kv_dtypes: empty (the engine stores no K/V)";
+  if (l.min_head_dim < 1) return "limits.min_head_dim: " + std::to_string(l.min_head_dim) + " < 1";
+  if (l.min_head_dim > l.max_head_dim)
+    return range_error("head_dim", l.min_head_dim, l.max_head_dim);
+  if (l.head_dim_multiple < 1)
+    return "limits.head_dim_multiple: " + std::to_string(l.head_dim_multiple) + " < 1";
+  if (l.min_vocab < 1) return "limits.min_vocab: " + std::to_string(l.min_vocab) + " < 1";
+  if (l.min_vocab > l.max_vocab) return range_error("vocab", l.min_vocab, l.max_vocab);
+  if (l.max_layers < 1) return "limits.max_layers: " + std::to_string(l.max_layers) + " < 1";
+  if (l.min_d_model < 1) return "limits.min_d_model: " + std::to_string(l.min_d_model) + " < 1";
+  if (l.min_d_model > l.max_d_model) return range_error("d_model", l.min_d_model, l.max_d_model);
+  if (l.d_model_multiple < 1)
+    return "limits.d_model_multiple: " + std::to_string(l.d_model_multiple) + " < 1";
+  if (l.max_capacity < 1) return "limits.max_capacity: " + std::to_string(l.max_capacity) + " < 1";
+  if (l.max_rows < 1) return "limits.max_rows: " + std::to_string(l.max_rows) + " < 1";
+  if (l.max_step_tokens < 1)
+    return "limits.max_step_tokens: " + std::to_string(l.max_step_tokens) + " < 1";
+  if (l.max_head_dim / l.head_dim_multiple * l.head_dim_multiple < l.min_head_dim)
+    return "limits.head_dim_multiple: no multiple of " + std::to_string(l.head_dim_multiple) +
+           " lies in [" + std::to_string(l.min_head_dim) + ", " + std::to_string(l.max_head_dim) +
+           "]";
+  if (arithmetic.accumulation != Precision::kF32 && arithmetic.activations == Precision::kF32)
+    return std::string("arithmetic: accumulation in ") + precision_name(arithmetic.accumulation) +
+           " with f32 activations is contradictory (activations are sums)";
+  return "";
+}
+
+std::string EngineTraits::refuses(const Config& c, KvDtype kv_dtype, int capacity,
+                                  int max_rows) const {
+  const ShapeLimits& l = limits;
+  if (!accepts_family(l, c.family)) return std::string("family ") + family_name(c.family);
+  if (!accepts_kv_dtype(l, kv_dtype)) return std::string("kv_dtype ") + kv_dtype_name(kv_dtype);
+  if (c.head_dim < l.min_head_dim || c.head_dim > l.max_head_dim)
+    return "head_dim " + std::to_string(c.head_dim) + " outside [" +
+           std::to_string(l.min_head_dim) + ", " + std::to_string(l.max_head_dim) + "]";
+  if (c.head_dim % l.head_dim_multiple != 0)
+    return multiple_error("head_dim", c.head_dim, l.head_dim_multiple);
+  if (c.vocab < l.min_vocab || c.vocab > l.max_vocab)
+    return "vocab " + std::to_string(c.vocab) + " outside [" + std::to_string(l.min_vocab) + ", " +
+           std::to_string(l.max_vocab) + "]";
+  if (c.n_layers > l.max_layers)
+    return "n_layers " + std::to_string(c.n_layers) + " above " + std::to_string(l.max_layers);
+  if (c.d_model < l.min_d_model || c.d_model > l.max_d_model)
+    return "d_model " + std::to_string(c.d_model) + " outside [" + std::to_string(l.min_d_model) +
+           ", " + std::to_string(l.max_d_model) + "]";
+  if (c.d_model % l.d_model_multiple != 0)
+    return multiple_error("d_model", c.d_model, l.d_model_multiple);
+  if (capacity > l.max_capacity)
+    return "capacity " + std::to_string(capacity) + " above " + std::to_string(l.max_capacity);
+  if (max_rows > l.max_rows)
+    return "max_rows " + std::to_string(max_rows) + " above " + std::to_string(l.max_rows);
+  return "";
+}
+
+EngineTraits EngineTraits::strict() {
+  return EngineTraits{};
+}
+
+}  // namespace kvcheck

@@ -1,0 +1,102 @@
+// What an engine declares about itself, once, before any engine is built:
+// the operations it offers, the shapes it accepts, which invariances it keeps
+// bitwise and which only within a bound, and the arithmetic the tolerance
+// must model. Generators draw only what the traits allow, properties an
+// engine cannot express are "not applicable: the engine lacks X", and the
+// invariance properties compare within the derived bound where the engine
+// is not bitwise invariant. docs/ENGINES.md documents every field; the JSON
+// form (engine/traits_json.h) is the one the C plugin ABI, the wire protocol
+// and `kvcheck backends --json` share.
+#pragma once
+
+#include <cstdint>
+#include <string>
+#include <vector>
+
+#include "engine/kv_dtype.h"
+#include "model/config.h"
+
+namespace kvcheck {
+
+struct EngineIdentity {
+  std::string name = "unnamed";  // recorded in every case file the engine fails
+  std::string version = "0";
+};
+
+// Calls beyond start/step/length. A missing one makes every property that
+// needs it not applicable, and the generators never draw it.
+struct OperationTraits {
+  bool multi_sequence_step = true;  // several sequences in one step (P3 needs it)
+  bool finish = true;               // EOS frees a sequence's row; compaction may follow (P5)
+  bool reset = true;                // drops every sequence (P4)
+  bool cache_snapshot = true;       // Engine::cache(): the stored K/V (P6)
+  bool capacity_refusal = true;     // EngineError kCapacity past capacity, state intact (P9)
+  bool fault_switches = false;      // EngineOptions::faults are honoured (kill matrix)
+};
+
+// Limits as constraints: a scenario outside them is not applicable.
+struct ShapeLimits {
+  std::vector<Family> families = {Family::kGpt2, Family::kLlama};
+  std::vector<KvDtype> kv_dtypes = {KvDtype::kF32, KvDtype::kBF16, KvDtype::kF16};
+  int min_head_dim = 1, max_head_dim = 1 << 16, head_dim_multiple = 1;
+  int min_vocab = 1, max_vocab = 1 << 20;
+  int max_layers = 1 << 10;
+  int min_d_model = 1, max_d_model = 1 << 16, d_model_multiple = 1;
+  int max_capacity = 1 << 20;     // positions per sequence (or in all, when shared)
+  bool capacity_shared = false;   // one context holds every sequence's tokens
+  int max_rows = 1 << 10;         // sequences alive at once
+  int max_step_tokens = 1 << 20;  // tokens fed by one step, all entries together
+};
+
+// Per comparison class: does the engine promise the same bits, or only
+// agreement within the derived bound (2B by the triangle inequality)?
+enum class Invariance : uint8_t { kBitwise, kBounded };
+
+struct InvarianceTraits {
+  Invariance chunking = Invariance::kBitwise;     // P2: any split of a prompt
+  Invariance batch = Invariance::kBitwise;        // P3: alone vs in a ragged batch
+  Invariance reset = Invariance::kBitwise;        // P4: after reset / in a reused row
+  Invariance compaction = Invariance::kBitwise;   // P5: survivors of finishes
+  Invariance gqa_twin = Invariance::kBitwise;     // P7: GQA vs its MHA twin
+  Invariance determinism = Invariance::kBitwise;  // P8: the same scenario twice
+};
+
+// The per-kernel error model the tolerance derives its bound from
+// (docs/TOLERANCE.md). Only the f32 model is derived today; the others are
+// named so that an engine can declare them, and the tolerance refuses, by
+// name, a model it cannot yet derive rather than guess a bound.
+enum class Precision : uint8_t { kF32, kF16, kBF16 };
+
+struct ArithmeticTraits {
+  Precision accumulation = Precision::kF32;  // dot products and sums
+  Precision activations = Precision::kF32;   // tensors between kernels
+  bool rope_angles_in_float = false;         // angles pos * theta^(-2i/D) rounded to f32
+  bool queries_rounded_to_kv_dtype = false;  // q rounded to the cache dtype before QK^T
+};
+
+struct EngineTraits {
+  EngineIdentity identity;
+  OperationTraits operations;
+  ShapeLimits limits;
+  InvarianceTraits invariance;
+  ArithmeticTraits arithmetic;
+
+  // Empty when the traits are consistent; otherwise one message naming the
+  // field and its value (a plugin's contradictory traits exit 2 with it).
+  std::string validate() const;
+
+  // Empty when an engine with these traits accepts this model and cache
+  // shape; otherwise why not ("head_dim 2 is not a multiple of 32").
+  std::string refuses(const Config& config, KvDtype kv_dtype, int capacity, int max_rows) const;
+
+  // Traits of a bitwise-invariant engine that is not the in-tree one: every
+  // operation, no fault switches. What EngineUnderTest assumes by default.
+  static EngineTraits strict();
+};
+
+const char* precision_name(Precision p);
+const char* invariance_name(Invariance i);
+bool accepts_family(const ShapeLimits& limits, Family family);
+bool accepts_kv_dtype(const ShapeLimits& limits, KvDtype dtype);
+
+}  // namespace kvcheck

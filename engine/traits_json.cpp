@@ -1,0 +1,235 @@
+#include "engine/traits_json.h"
+
+#include <climits>
+#include <functional>
+
+#include "model/config_json.h"
+
+namespace kvcheck {
+
+namespace {
+
+using nlohmann::json;
+
+// One table per section: key, and how to read and write it. Reading returns
+// an error message, empty on success.
+struct Field {
+  const char* key;
+  std::function<json(const EngineTraits&)> write;
+  std::function<std::string(const json&, EngineTraits&)> read;
+};
+
+std::string expected(const std::string& path, const char* what, const json& value) {
+  return "traits." + path + ": expected " + what + ", got " + json_for_message(value);
+}
+
+Field bool_field(const char* key, bool OperationTraits::*member) {
+  return {key, [member](const EngineTraits& t) { return json(t.operations.*member); },
+          [key, member](const json& v, EngineTraits& t) -> std::string {
+            if (!v.is_boolean()) return expected(std::string("operations.") + key, "a boolean", v);
+            t.operations.*member = v.get<bool>();
+            return "";
+          }};
+}
+
+Field int_field(const char* key, int ShapeLimits::*member) {
+  return {key, [member](const EngineTraits& t) { return json(t.limits.*member); },
+          [key, member](const json& v, EngineTraits& t) -> std::string {
+            if (!v.is_number_integer() || v.get<int64_t>() < 1 || v.get<int64_t>() > INT_MAX)
+              return expected(std::string("limits.") + key, "a positive integer", v);
+            t.limits.*member = static_cast<int>(v.get<int64_t>());
+            return "";
+          }};
+}
+
+Field invariance_field(const char* key, Invariance InvarianceTraits::*member) {
+  return {key,
+          [member](const EngineTraits& t) { return json(invariance_name(t.invariance.*member)); },
+          [key, member](const json& v, EngineTraits& t) -> std::string {
+            if (v == "bitwise")
+              t.invariance.*member = Invariance::kBitwise;
+            else if (v == "bounded")
+              t.invariance.*member = Invariance::kBounded;
+            else
+              return expected(std::string("invariance.") + key, "\"bitwise\" or \"bounded\"", v);
+            return "";
+          }};
+}
+
+Result<Precision> parse_precision(const std::string& path, const json& v) {
+  for (Precision p : {Precision::kF32, Precision::kF16, Precision::kBF16}) {
+    if (v == precision_name(p)) return p;
+  }
+  return Result<Precision>::failure(expected(path, "\"f32\", \"f16\" or \"bf16\"", v));
+}
+
+template <class T, class Parse, class Name>
+Field list_field(const char* key, std::vector<T> ShapeLimits::*member, Parse parse, Name name) {
+  return {key,
+          [member, name](const EngineTraits& t) {
+            json out = json::array();
+            for (T item : t.limits.*member) out.push_back(name(item));
+            return out;
+          },
+          [key, member, parse](const json& v, EngineTraits& t) -> std::string {
+            const std::string path = std::string("limits.") + key;
+            if (!v.is_array()) return expected(path, "an array of names", v);
+            std::vector<T> items;
+            for (const json& item : v) {
+              if (!item.is_string()) return expected(path, "an array of names", v);
+              auto parsed = parse(item.get<std::string>());
+              if (!parsed.ok()) return "traits." + path + ": " + parsed.error();
+              items.push_back(parsed.value());
+            }
+            t.limits.*member = std::move(items);
+            return "";
+          }};
+}
+
+struct Section {
+  const char* key;
+  std::vector<Field> fields;
+};
+
+const std::vector<Section>& sections() {
+  static const std::vector<Section> kSections = [] {
+    std::vector<Section> s;
+    s.push_back({"operations",
+                 {bool_field("multi_sequence_step", &OperationTraits::multi_sequence_step),
+                  bool_field("finish", &OperationTraits::finish),
+                  bool_field("reset", &OperationTraits::reset),
+                  bool_field("cache_snapshot", &OperationTraits::cache_snapshot),
+                  bool_field("capacity_refusal", &OperationTraits::capacity_refusal),
+                  bool_field("fault_switches", &OperationTraits::fault_switches)}});
+    Field shared{"capacity_shared",
+                 [](const EngineTraits& t) { return json(t.limits.capacity_shared); },
+                 [](const json& v, EngineTraits& t) -> std::string {
+                   if (!v.is_boolean()) return expected("limits.capacity_shared", "a boolean", v);
+                   t.limits.capacity_shared = v.get<bool>();
+                   return "";
+                 }};
+    s.push_back({"limits",
+                 {list_field("families", &ShapeLimits::families, parse_family, family_name),
+                  list_field("kv_dtypes", &ShapeLimits::kv_dtypes, parse_kv_dtype, kv_dtype_name),
+                  int_field("min_head_dim", &ShapeLimits::min_head_dim),
+                  int_field("max_head_dim", &ShapeLimits::max_head_dim),
+                  int_field("head_dim_multiple", &ShapeLimits::head_dim_multiple),
+                  int_field("min_vocab", &ShapeLimits::min_vocab),
+                  int_field("max_vocab", &ShapeLimits::max_vocab),
+                  int_field("max_layers", &ShapeLimits::max_layers),
+                  int_field("min_d_model", &ShapeLimits::min_d_model),
+                  int_field("max_d_model", &ShapeLimits::max_d_model),
+                  int_field("d_model_multiple", &ShapeLimits::d_model_multiple),
+                  int_field("max_capacity", &ShapeLimits::max_capacity), shared,
+                  int_field("max_rows", &ShapeLimits::max_rows),
+                  int_field("max_step_tokens", &ShapeLimits::max_step_tokens)}});
+    s.push_back({"invariance",
+                 {invariance_field("chunking", &InvarianceTraits::chunking),
+                  invariance_field("batch", &InvarianceTraits::batch),
+                  invariance_field("reset", &InvarianceTraits::reset),
+                  invariance_field("compaction", &InvarianceTraits::compaction),
+                  invariance_field("gqa_twin", &InvarianceTraits::gqa_twin),
+                  invariance_field("determinism", &InvarianceTraits::determinism)}});
+    auto precision = [](const char* key, Precision ArithmeticTraits::*member) {
+      return Field{
+          key,
+          [member](const EngineTraits& t) { return json(precision_name(t.arithmetic.*member)); },
+          [key, member](const json& v, EngineTraits& t) -> std::string {
+            auto p = parse_precision(std::string("arithmetic.") + key, v);
+            if (!p.ok()) return p.error();
+            t.arithmetic.*member = p.value();
+            return "";
+          }};
+    };
+    auto flag = [](const char* key, bool ArithmeticTraits::*member) {
+      return Field{key, [member](const EngineTraits& t) { return json(t.arithmetic.*member); },
+                   [key, member](const json& v, EngineTraits& t) -> std::string {
+                     if (!v.is_boolean())
+                       return expected(std::string("arithmetic.") + key, "a boolean", v);
+                     t.arithmetic.*member = v.get<bool>();
+                     return "";
+                   }};
+    };
+    s.push_back(
+        {"arithmetic",
+         {precision("accumulation", &ArithmeticTraits::accumulation),
+          precision("activations", &ArithmeticTraits::activations),
+          flag("rope_angles_in_float", &ArithmeticTraits::rope_angles_in_float),
+          flag("queries_rounded_to_kv_dtype", &ArithmeticTraits::queries_rounded_to_kv_dtype)}});
+    return s;
+  }();
+  return kSections;
+}
+
+std::string read_identity(const json& object, EngineTraits& t) {
+  if (!object.contains("identity")) return "traits.identity: missing";
+  const json& id = object.at("identity");
+  if (!id.is_object()) return expected("identity", "an object", id);
+  for (const auto& [key, value] : id.items()) {
+    if (key != "name" && key != "version") return "traits.identity." + key + ": unknown key";
+    if (!value.is_string() || value.get<std::string>().empty())
+      return expected("identity." + key, "a non-empty string", value);
+  }
+  if (!id.contains("name")) return "traits.identity.name: missing";
+  t.identity.name = id.at("name").get<std::string>();
+  if (id.contains("version")) t.identity.version = id.at("version").get<std::string>();
+  return "";
+}
+
+std::string read_section(const Section& section, const json& object, EngineTraits& t) {
+  if (!object.is_object()) return expected(section.key, "an object", object);
+  for (const auto& [key, value] : object.items()) {
+    const Field* field = nullptr;
+    for (const Field& f : section.fields) {
+      if (key == f.key) field = &f;
+    }
+    if (field == nullptr) return "traits." + std::string(section.key) + "." + key + ": unknown key";
+    if (std::string error = field->read(value, t); !error.empty()) return error;
+  }
+  return "";
+}
+
+}  // namespace
+
+json traits_to_json(const EngineTraits& traits) {
+  json out = json::object();
+  out["identity"] = {{"name", traits.identity.name}, {"version", traits.identity.version}};
+  for (const Section& section : sections()) {
+    json s = json::object();
+    for (const Field& f : section.fields) s[f.key] = f.write(traits);
+    out[section.key] = std::move(s);
+  }
+  return out;
+}
+
+Result<EngineTraits> traits_from_json(const json& object) {
+  using R = Result<EngineTraits>;
+  if (!object.is_object()) {
+    return R::failure("traits: expected a JSON object, got " + json_for_message(object));
+  }
+  EngineTraits t;
+  for (const auto& [key, value] : object.items()) {
+    bool known = key == "identity";
+    for (const Section& section : sections()) known = known || key == section.key;
+    if (!known) return R::failure("traits." + key + ": unknown key");
+  }
+  if (std::string error = read_identity(object, t); !error.empty()) return R::failure(error);
+  for (const Section& section : sections()) {
+    if (!object.contains(section.key)) continue;
+    if (std::string error = read_section(section, object.at(section.key), t); !error.empty())
+      return R::failure(error);
+  }
+  if (std::string error = t.validate(); !error.empty()) return R::failure("traits." + error);
+  return t;
+}
+
+Result<EngineTraits> traits_from_json_text(std::string_view text) {
+  const json parsed = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (parsed.is_discarded()) {
+    return Result<EngineTraits>::failure("traits: not valid JSON: " +
+                                         std::string(text.substr(0, 80)));
+  }
+  return traits_from_json(parsed);
+}
+
+}  // namespace kvcheck

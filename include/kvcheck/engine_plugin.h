@@ -1,0 +1,109 @@
+/* kvcheck engine plugin ABI, version 1 (docs/ENGINES.md).
+ *
+ * Plain C, so that an engine in any language with a C FFI can be loaded with
+ * `--backend plugin:PATH.so[?key=value&...]`. The shared object exports one
+ * symbol, kvcheck_plugin_v1, returning a table of functions. The table
+ * starts with its ABI version and its size in bytes: later versions append
+ * functions, and kvcheck reads only what struct_size covers. An operation the
+ * engine lacks is NULL and is declared absent in the traits.
+ *
+ * Every function that can fail returns 0 on success or a KVCHECK_ERR_* code,
+ * and writes a message into the caller's kvcheck_error. The capacity refusal
+ * is KVCHECK_ERR_CAPACITY; after any error the engine must be unchanged.
+ *
+ * A plugin runs inside kvcheck's process: a crash there ends the run. Engines
+ * that may crash belong out of process (docs/ENGINE_PROTOCOL.md).
+ */
+#ifndef KVCHECK_ENGINE_PLUGIN_H
+#define KVCHECK_ENGINE_PLUGIN_H
+
+#include <stddef.h>
+#include <stdint.h>
+
+#ifdef __cplusplus
+extern "C" {
+#endif
+
+#define KVCHECK_PLUGIN_ABI_VERSION 1u
+
+enum kvcheck_error_code {
+  KVCHECK_OK = 0,
+  KVCHECK_ERR_CAPACITY = 1,         /* a sequence would pass the capacity */
+  KVCHECK_ERR_ROWS = 2,             /* no free row for start */
+  KVCHECK_ERR_UNKNOWN_SEQUENCE = 3, /* not a running sequence */
+  KVCHECK_ERR_BAD_BATCH = 4,        /* e.g. a sequence twice in one step */
+  KVCHECK_ERR_BAD_TOKEN = 5,        /* token outside the vocabulary */
+  KVCHECK_ERR_DEVICE = 6,           /* out of memory, device failure */
+  KVCHECK_ERR_INPUT = 7,            /* create: a model or option the engine refuses */
+  KVCHECK_ERR_INTERNAL = 8          /* anything else */
+};
+
+typedef struct kvcheck_error {
+  int32_t code;
+  char message[512]; /* NUL-terminated */
+} kvcheck_error;
+
+/* One tensor of the model in kvcheck's canonical names and layouts
+ * (docs/WEIGHTS.md: "tok_embedding", "layers.0.wq", ... row-major f32). */
+typedef struct kvcheck_tensor {
+  const char* name;
+  int32_t rank;
+  int64_t shape[4];
+  const float* data; /* valid only during create */
+} kvcheck_tensor;
+
+typedef struct kvcheck_create_args {
+  uint32_t struct_size;        /* sizeof(kvcheck_create_args) of the caller */
+  const char* config_json;     /* the model config (docs/CASE_FORMAT.md keys) */
+  const kvcheck_tensor* tensors;
+  int64_t n_tensors;
+  int32_t capacity;            /* positions per sequence (or in all, if shared) */
+  int32_t max_rows;            /* sequences alive at once */
+  const char* kv_dtype;        /* "f32", "bf16", "f16" */
+  const char* options;         /* the backend string's "key=value&..." after '?', or "" */
+} kvcheck_create_args;
+
+typedef struct kvcheck_batch_entry {
+  int64_t sequence;
+  const int32_t* tokens;
+  int32_t n_tokens;
+} kvcheck_batch_entry;
+
+typedef struct kvcheck_engine kvcheck_engine; /* opaque to kvcheck */
+
+typedef struct kvcheck_plugin_v1 {
+  uint32_t abi_version; /* KVCHECK_PLUGIN_ABI_VERSION */
+  uint32_t struct_size; /* sizeof(kvcheck_plugin_v1) */
+
+  /* The engine's traits as JSON (docs/ENGINES.md), for the given options.
+   * The string stays valid until the plugin is unloaded. NULL on error. */
+  const char* (*traits_json)(const char* options, kvcheck_error* error);
+
+  kvcheck_engine* (*create)(const kvcheck_create_args* args, kvcheck_error* error);
+  void (*destroy)(kvcheck_engine* engine);
+
+  int32_t (*start)(kvcheck_engine* engine, int64_t* sequence, kvcheck_error* error);
+  /* Feeds every entry; writes [sum of n_tokens][vocab] logits, entries in
+   * batch order. `logits` has room for exactly that many floats. */
+  int32_t (*step)(kvcheck_engine* engine, const kvcheck_batch_entry* batch, int32_t n_entries,
+                  float* logits, kvcheck_error* error);
+  int32_t (*finish)(kvcheck_engine* engine, int64_t sequence, kvcheck_error* error); /* or NULL */
+  int32_t (*reset)(kvcheck_engine* engine, kvcheck_error* error);                    /* or NULL */
+  int32_t (*length)(kvcheck_engine* engine, int64_t sequence, int32_t* length,
+                    kvcheck_error* error);
+  /* One layer's cached K and V of a sequence, widened to f32,
+   * [length][n_kv_heads][head_dim] each; `capacity` is the room in floats of
+   * each buffer. Or NULL when the engine offers no snapshots. */
+  int32_t (*cache)(kvcheck_engine* engine, int64_t sequence, int32_t layer, float* k, float* v,
+                   int64_t capacity, kvcheck_error* error);
+} kvcheck_plugin_v1;
+
+/* The one symbol a plugin exports. */
+typedef const kvcheck_plugin_v1* (*kvcheck_plugin_entry_fn)(void);
+#define KVCHECK_PLUGIN_ENTRY "kvcheck_plugin_v1"
+
+#ifdef __cplusplus
+}
+#endif
+
+#endif /* KVCHECK_ENGINE_PLUGIN_H */

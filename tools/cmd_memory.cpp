@@ -102,8 +102,8 @@ Action add_memory(CLI::App& app) {
                   "sliding window in tokens instead of the model's own; 0: none")
       ->check(CLI::NonNegativeNumber);
   cmd->add_option("--json", o->json_path,
-                  "also write the result as JSON to FILE (- : only JSON, "
-                  "to standard output)");
+                  "also write the result as JSON to FILE; - writes only the JSON, to standard "
+                  "output");
   return [cmd, o]() { return cmd->parsed() ? run_memory(*o) : -1; };
 }
 

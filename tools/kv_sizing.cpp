@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdarg>
 #include <cstdio>
+#include <functional>
 
 #include "model/kv_presets.h"
 
@@ -111,6 +112,18 @@ std::string window_table(const KvSizing& z) {
   return out;
 }
 
+// KV head counts to compare, most first: MHA, a GQA, the model's own, MQA.
+// An MHA or MQA model gets a GQA row too, with 4 query heads per KV head (the
+// lesson's grouping) where its heads allow it.
+std::vector<int> scheme_heads(const KvShape& shape) {
+  const int h = shape.n_heads, own = shape.n_kv_heads;
+  const int gqa = own > 1 && own < h ? own : h % 4 == 0 && h / 4 > 1 ? h / 4 : h;
+  std::vector<int> heads = {h, gqa, own, 1};
+  std::sort(heads.begin(), heads.end(), std::greater<>());
+  heads.erase(std::unique(heads.begin(), heads.end()), heads.end());
+  return heads;
+}
+
 nlohmann::json shape_json(const KvShape& s) {
   return {{"name", s.name},
           {"n_layers", s.n_layers},
@@ -147,9 +160,7 @@ KvSizing size_kv_cache(const SizingRequest& r) {
                         kv_bytes(r.shape, t, kept, r.batch)});
     if (t == SizingDtype::kBF16) z.scheme_dtype = t;
   }
-  std::vector<int> heads = {r.shape.n_heads, r.shape.n_kv_heads, 1};
-  heads.erase(std::unique(heads.begin(), heads.end()), heads.end());
-  for (const int kv_heads : heads) {
+  for (const int kv_heads : scheme_heads(r.shape)) {
     KvShape variant = r.shape;
     variant.n_kv_heads = kv_heads;
     z.schemes.push_back({scheme_name(kv_heads, r.shape.n_heads), kv_heads,

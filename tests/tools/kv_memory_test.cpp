@@ -155,9 +155,23 @@ TEST(KvSizing, HeadSchemesAndSavings) {
   EXPECT_EQ(j["head_schemes"]["rows"][1]["savings_vs_mha"], 4);
   EXPECT_EQ(j["dtypes"][1]["total_bytes"], uint64_t{2} * 131072 * 8192);
 
-  // An MHA model lists MHA and MQA only.
+  // An MHA model gets a GQA row of 4 query heads per KV head where its heads allow.
   r.shape = *find_kv_preset("gpt2");
+  const cli::KvSizing gpt2 = cli::size_kv_cache(r);
+  ASSERT_EQ(gpt2.schemes.size(), 3u);
+  EXPECT_TRUE(gpt2.schemes[0].this_model);
+  EXPECT_EQ(gpt2.schemes[1].scheme, "GQA");
+  EXPECT_EQ(gpt2.schemes[1].kv_heads, 3);
+  EXPECT_EQ(gpt2.schemes[2].kv_heads, 1);
+  r.shape.n_heads = r.shape.n_kv_heads = 6;
+  EXPECT_EQ(cli::size_kv_cache(r).schemes.size(), 2u);  // MHA and MQA
+  r.shape.n_kv_heads = 1;                               // an MQA model
   EXPECT_EQ(cli::size_kv_cache(r).schemes.size(), 2u);
+  r.shape.n_heads = 8;
+  const cli::KvSizing mqa = cli::size_kv_cache(r);
+  ASSERT_EQ(mqa.schemes.size(), 3u);
+  EXPECT_EQ(mqa.schemes[1].kv_heads, 2);
+  EXPECT_TRUE(mqa.schemes[2].this_model);
 }
 
 TEST(KvSizing, NumbersForPeople) {

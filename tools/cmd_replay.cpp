@@ -20,6 +20,7 @@
 #include "properties/runner.h"
 #include "tools/commands.h"
 #include "tools/failure_report.h"
+#include "tools/trace.h"
 
 namespace kvcheck::cli {
 
@@ -32,6 +33,7 @@ struct ReplayOptions {
   std::string fault;  // empty: the case's own
   std::string json_path;
   std::string reference;  // P10's reference backend
+  bool trace = false;
 };
 
 std::string call_text(const Call& call) {
@@ -259,6 +261,14 @@ int run_replay(const ReplayOptions& o) {
     entry["faults"] = engine.faults.to_string();
     entry["recorded_faults"] = c.faults.to_string();
     entry["size"] = s.size();
+    if (o.trace) {
+      std::printf("cache trace ([batch, kv_heads, cached_len, head_dim], batch = 1 per line):\n");
+      for (const std::string& line : cache_trace(s, engine.subject.factory, call_text)) {
+        std::printf("%s\n", line.c_str());
+        entry["trace"].push_back(line);
+      }
+      std::printf("\n");
+    }
     bool failed = false;
     const bool same_engine_as_recorded = !fault_override || *fault_override == c.faults;
     if (o.all) {
@@ -303,6 +313,9 @@ Action add_replay(CLI::App& app) {
                   "fault switches to turn on instead of the case's: none, or names separated by "
                   "commas");
   cmd->add_option("--json", o->json_path, "also write the report as JSON to FILE");
+  cmd->add_flag("--trace", o->trace,
+                "print the cache shape [batch, kv_heads, cached_len, head_dim] of every sequence "
+                "and layer after every call");
   return [cmd, o]() { return cmd->parsed() ? run_replay(*o) : -1; };
 }
 

@@ -15,5 +15,6 @@ Action add_campaign(CLI::App& app);
 Action add_replay(CLI::App& app);
 Action add_shrink(CLI::App& app);
 Action add_backends(CLI::App& app);
+Action add_memory(CLI::App& app);
 
 }  // namespace kvcheck::cli

@@ -1,6 +1,7 @@
 #include "backends/in_tree.h"
 
 #include "engine/cpu/cpu_engine.h"
+#include "model/status.h"
 #ifdef KVCHECK_HAVE_CUDA
 #include "engine/cuda/cuda_engine.h"
 #endif
@@ -38,6 +39,11 @@ Backend cpu_backend(const BackendSpec& spec, KernelPath kernels) {
 #ifdef KVCHECK_HAVE_CUDA
 Backend cuda_backend(const BackendSpec& spec) {
   reject_unknown_options(spec, {});
+  if (!cuda_device_available()) {
+    throw InputError(
+        "--backend cuda: the CUDA engine is built, but this machine has no CUDA device; run "
+        "on a machine with an NVIDIA GPU (docs/CUDA.md, ci/gpu)");
+  }
   Backend b;
   b.traits.identity = {"kvcheck-cuda", "1"};
   b.traits.operations.fault_switches = true;

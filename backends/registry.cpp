@@ -100,6 +100,11 @@ Backend BackendRegistry::resolve(const std::string& text) const {
     const bool match = e.is_prefix ? spec.name.rfind(e.name, 0) == 0 : spec.name == e.name;
     if (match) found = &e;
   }
+  if (found == nullptr && spec.name == "cuda") {
+    throw InputError(
+        "--backend cuda: this kvcheck was built without the CUDA engine (nvcc was not found "
+        "at configure time); install the CUDA toolkit and configure again (docs/CUDA.md)");
+  }
   if (found == nullptr) {
     throw InputError("--backend: unknown backend \"" + spec.name + "\" (registered: " + names() +
                      ")");

@@ -238,7 +238,8 @@ int run(int argc, char** argv, std::vector<SuiteBackend> backends) {
     for (SuiteBackend& b : backends) {
       if (a.cases) b.cases = *a.cases;
       if (a.reference) b.reference = *a.reference;
-      suite_registry().resolve(b.spec);  // a bad backend string fails before any test
+      // A bad backend string fails before any test (a skipped one is not run).
+      if (b.skip_reason.empty()) suite_registry().resolve(b.spec);
     }
     if (a.replay) return replay_or_shrink(*a.replay, false, a, backends);
     if (a.shrink) return replay_or_shrink(*a.shrink, true, a, backends);

@@ -20,9 +20,15 @@ struct BackendsOptions {
 
 int run_backends(const BackendsOptions& o) {
   std::vector<Backend> described;
+  std::vector<std::string> unavailable;  // "name: why"
   if (o.resolve.empty()) {
     for (const BackendRegistry::Entry& e : backend_registry().entries()) {
-      if (!e.is_prefix) described.push_back(backend_registry().resolve(e.name));
+      if (e.is_prefix) continue;
+      try {
+        described.push_back(backend_registry().resolve(e.name));
+      } catch (const InputError& error) {
+        unavailable.push_back(e.name + ": " + error.what());
+      }
     }
   } else {
     for (const std::string& spec : o.resolve) described.push_back(backend_registry().resolve(spec));
@@ -38,6 +44,7 @@ int run_backends(const BackendsOptions& o) {
   for (const Backend& b : described) {
     std::printf("%s\n%s\n", b.spec.c_str(), traits_summary(b.traits, "  ").c_str());
   }
+  for (const std::string& line : unavailable) std::printf("unavailable here: %s\n\n", line.c_str());
   if (o.resolve.empty()) {
     std::printf("also accepted:\n");
     for (const BackendRegistry::Entry& e : backend_registry().entries()) {

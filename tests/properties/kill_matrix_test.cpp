@@ -15,6 +15,7 @@
 
 #ifndef KVCHECK_KILL_BACKEND
 #define KVCHECK_KILL_BACKEND "cpu"
+#define KVCHECK_KILL_SUITE KillMatrix
 #endif
 
 namespace kvcheck::test {
@@ -32,7 +33,7 @@ bool runs_here(const std::string& name) {
   return false;
 }
 
-TEST(KillMatrix, EveryFaultIsKilledAndTheCorrectEngineSurvives) {
+TEST(KVCHECK_KILL_SUITE, EveryFaultIsKilledAndTheCorrectEngineSurvives) {
   const char* from_env = std::getenv("KVCHECK_KILL_BACKEND");
   const std::string spec = from_env != nullptr ? from_env : KVCHECK_KILL_BACKEND;
   const Backend backend = backend_registry().resolve(spec);

@@ -1,8 +1,5 @@
 #include "model/safetensors.h"
 
-#include <fcntl.h>
-#include <unistd.h>
-
 #include <algorithm>
 #include <bit>
 #include <cerrno>
@@ -18,7 +15,10 @@
 
 #include <nlohmann/json.hpp>
 
+#include "model/atomic_file.h"
 #include "model/config_json.h"
+#include "model/le_bytes.h"
+#include "model/tensor_layout.h"
 
 namespace kvcheck {
 
@@ -31,144 +31,6 @@ using nlohmann::json;
 constexpr uint64_t kMaxHeaderBytes = 100'000'000;
 constexpr std::string_view kMetadataKey = "__metadata__";
 constexpr std::string_view kConfigKey = "kvcheck.config";
-
-// ---------------------------------------------------------------------------
-// Hugging Face names. Each canonical tensor maps to one HF tensor; tensors that
-// map to the same HF name are fused along the output dimension in table order
-// (gpt2's c_attn holds q | k | v). `conv1d` marks GPT-2's Conv1D, which stores
-// [in][out], the transpose of our canonical [out][in].
-
-struct NameRule {
-  std::string_view canonical;  // name, or suffix after "layers.N."
-  std::string_view hf;         // name, or suffix after the family's layer prefix
-  bool conv1d;
-};
-
-constexpr NameRule kLlamaTop[] = {
-    {"tok_embedding", "model.embed_tokens.weight", false},
-    {"final_norm", "model.norm.weight", false},
-    {"lm_head", "lm_head.weight", false},
-};
-constexpr NameRule kLlamaLayer[] = {
-    {"attn_norm", "input_layernorm.weight", false},
-    {"wq", "self_attn.q_proj.weight", false},
-    {"wk", "self_attn.k_proj.weight", false},
-    {"wv", "self_attn.v_proj.weight", false},
-    {"wo", "self_attn.o_proj.weight", false},
-    {"mlp_norm", "post_attention_layernorm.weight", false},
-    {"w_gate", "mlp.gate_proj.weight", false},
-    {"w_up", "mlp.up_proj.weight", false},
-    {"w_down", "mlp.down_proj.weight", false},
-};
-constexpr NameRule kGpt2Top[] = {
-    {"tok_embedding", "transformer.wte.weight", false},
-    {"pos_embedding", "transformer.wpe.weight", false},
-    {"final_norm", "transformer.ln_f.weight", false},
-    {"final_norm_bias", "transformer.ln_f.bias", false},
-    {"lm_head", "lm_head.weight", false},
-};
-constexpr NameRule kGpt2Layer[] = {
-    {"attn_norm", "ln_1.weight", false},   {"attn_norm_bias", "ln_1.bias", false},
-    {"wq", "attn.c_attn.weight", true},    {"wk", "attn.c_attn.weight", true},
-    {"wv", "attn.c_attn.weight", true},    {"bq", "attn.c_attn.bias", false},
-    {"bk", "attn.c_attn.bias", false},     {"bv", "attn.c_attn.bias", false},
-    {"wo", "attn.c_proj.weight", true},    {"bo", "attn.c_proj.bias", false},
-    {"mlp_norm", "ln_2.weight", false},    {"mlp_norm_bias", "ln_2.bias", false},
-    {"w_up", "mlp.c_fc.weight", true},     {"b_up", "mlp.c_fc.bias", false},
-    {"w_down", "mlp.c_proj.weight", true}, {"b_down", "mlp.c_proj.bias", false},
-};
-
-struct HfPlacement {
-  std::string name;
-  bool conv1d;
-};
-
-template <size_t N>
-std::optional<HfPlacement> find_rule(const NameRule (&rules)[N], std::string_view canonical,
-                                     const std::string& hf_prefix) {
-  for (const NameRule& rule : rules) {
-    if (rule.canonical == canonical) {
-      return HfPlacement{hf_prefix + std::string(rule.hf), rule.conv1d};
-    }
-  }
-  return std::nullopt;
-}
-
-std::optional<HfPlacement> hf_placement(Family family, std::string_view canonical) {
-  const bool gpt2 = family == Family::kGpt2;
-  constexpr std::string_view kLayers = "layers.";
-  if (!canonical.starts_with(kLayers)) {
-    return gpt2 ? find_rule(kGpt2Top, canonical, "") : find_rule(kLlamaTop, canonical, "");
-  }
-  const std::string_view rest = canonical.substr(kLayers.size());
-  const size_t dot = rest.find('.');
-  if (dot == std::string_view::npos) return std::nullopt;
-  const std::string layer(rest.substr(0, dot));
-  const std::string_view suffix = rest.substr(dot + 1);
-  return gpt2 ? find_rule(kGpt2Layer, suffix, "transformer.h." + layer + ".")
-              : find_rule(kLlamaLayer, suffix, "model.layers." + layer + ".");
-}
-
-// One canonical tensor's place inside an HF tensor: canonical rows [0, rows)
-// are HF output indices [out_offset, out_offset + rows).
-struct Part {
-  size_t canonical;    // index into tensor_views / tensor_table order
-  int64_t out_offset;  // first output index within the HF tensor
-  int64_t rows;        // canonical out dimension
-};
-
-struct HfTensor {
-  std::string name;
-  bool conv1d = false;
-  size_t rank = 0;  // 1 (bias, norm) or 2 (matrix)
-  int64_t in = 1;   // canonical inner dimension; 1 for rank 1
-  int64_t out = 0;  // sum of the parts' rows
-  std::vector<Part> parts;
-  std::vector<int64_t> shape;  // as stored in the file: [out], [out][in] or conv1d [in][out]
-
-  int64_t elements() const { return out * in; }
-};
-
-// The file's tensors for a config, in file order. Fails only if the canonical
-// table and the name rules above disagree, which is a bug here, not in a file.
-Result<std::vector<HfTensor>> hf_layout(const Config& config,
-                                        const std::vector<TensorView>& canonical) {
-  using R = Result<std::vector<HfTensor>>;
-  std::vector<HfTensor> layout;
-  std::map<std::string, size_t> index_of;
-  for (size_t c = 0; c < canonical.size(); ++c) {
-    const TensorView& view = canonical[c];
-    const std::optional<HfPlacement> placement = hf_placement(config.family, view.name);
-    if (!placement) return R::failure("internal: no Hugging Face name for \"" + view.name + "\"");
-    const size_t rank = view.shape.size();
-    const int64_t in = rank == 2 ? view.shape[1] : 1;
-    const auto [it, inserted] = index_of.try_emplace(placement->name, layout.size());
-    if (inserted) layout.push_back({placement->name, placement->conv1d, rank, in, 0, {}, {}});
-    HfTensor& hf = layout[it->second];
-    if ((rank != 1 && rank != 2) || hf.rank != rank || hf.in != in ||
-        hf.conv1d != placement->conv1d) {
-      return R::failure("internal: \"" + view.name + "\" cannot be fused into \"" + hf.name + "\"");
-    }
-    hf.parts.push_back({c, hf.out, view.shape[0]});
-    hf.out += view.shape[0];
-  }
-  for (HfTensor& hf : layout) {
-    if (hf.rank == 1) {
-      hf.shape = {hf.out};
-    } else {
-      hf.shape =
-          hf.conv1d ? std::vector<int64_t>{hf.in, hf.out} : std::vector<int64_t>{hf.out, hf.in};
-    }
-  }
-  return layout;
-}
-
-// Index of canonical element (row, col) of `part` within the HF tensor's
-// row-major storage.
-int64_t hf_index(const HfTensor& hf, const Part& part, int64_t row, int64_t col) {
-  const int64_t out = part.out_offset + row;
-  return hf.conv1d ? col * hf.out + out : out * hf.in + col;
-}
 
 // ---------------------------------------------------------------------------
 // Dtypes and little-endian element codecs.
@@ -229,11 +91,6 @@ void decode(Dtype dtype, std::span<const uint8_t> bytes, std::vector<float>& out
       for (size_t k = 0; k < out.size(); ++k) out[k] = bfloat16_to_float(read_u16le(p + 2 * k));
       break;
   }
-}
-
-void append_f32le(std::vector<uint8_t>& out, float value) {
-  const uint32_t bits = std::bit_cast<uint32_t>(value);
-  for (int shift = 0; shift < 32; shift += 8) out.push_back(static_cast<uint8_t>(bits >> shift));
 }
 
 // ---------------------------------------------------------------------------
@@ -486,12 +343,13 @@ Result<Weights> read_weights(const FileHeader& header, const Config& config) {
   // small file costs nothing.
   Weights skeleton;
   skeleton.layers.resize(static_cast<size_t>(config.n_layers));
-  Result<std::vector<HfTensor>> layout = hf_layout(config, tensor_views(config, skeleton));
+  Result<std::vector<LayoutTensor>> layout =
+      file_layout(FileFormat::kHuggingFace, config, tensor_views(config, skeleton));
   if (!layout.ok()) return R::failure(layout.error());
 
   const std::string model = std::string("a ") + family_name(config.family) + " model";
   std::set<std::string_view> expected;
-  for (const HfTensor& hf : layout.value()) {
+  for (const LayoutTensor& hf : layout.value()) {
     expected.insert(hf.name);
     const auto it = header.tensors.find(hf.name);
     if (it == header.tensors.end()) {
@@ -515,19 +373,11 @@ Result<Weights> read_weights(const FileHeader& header, const Config& config) {
   Weights weights;
   const std::vector<TensorRef> canonical = tensor_table(config, weights);
   std::vector<float> values;  // [hf.elements()] one HF tensor, widened to float, file layout
-  for (const HfTensor& hf : layout.value()) {
+  for (const LayoutTensor& hf : layout.value()) {
     const FileTensor& file = header.tensors.at(hf.name);
     values.resize(static_cast<size_t>(hf.elements()));
     decode(file.dtype, header.data.subspan(file.begin, file.end - file.begin), values);
-    for (const Part& part : hf.parts) {
-      std::vector<float>& dst = *canonical[part.canonical].data;  // [rows][hf.in]
-      for (int64_t row = 0; row < part.rows; ++row) {
-        for (int64_t col = 0; col < hf.in; ++col) {
-          dst[static_cast<size_t>(row * hf.in + col)] =
-              values[static_cast<size_t>(hf_index(hf, part, row, col))];
-        }
-      }
-    }
+    unpack(hf, values, canonical);
   }
   return weights;
 }
@@ -577,14 +427,15 @@ std::vector<uint8_t> save_safetensors(const Config& config, const Weights& weigh
     throw InputError("save_safetensors: " + error);
   }
   const std::vector<TensorView> canonical = tensor_views(config, weights);
-  Result<std::vector<HfTensor>> layout = hf_layout(config, canonical);
+  Result<std::vector<LayoutTensor>> layout =
+      file_layout(FileFormat::kHuggingFace, config, canonical);
   if (!layout.ok()) throw std::logic_error(layout.error());
 
   json header = json::object();
   header[std::string(kMetadataKey)] = {{"format", "pt"},
                                        {std::string(kConfigKey), config_to_json(config).dump()}};
   uint64_t offset = 0;
-  for (const HfTensor& hf : layout.value()) {
+  for (const LayoutTensor& hf : layout.value()) {
     const uint64_t bytes = static_cast<uint64_t>(hf.elements()) * 4;
     json entry = json::object();
     entry["dtype"] = "F32";
@@ -601,22 +452,12 @@ std::vector<uint8_t> save_safetensors(const Config& config, const Weights& weigh
   std::vector<uint8_t> out;  // [8 + header + data] the whole file
   out.reserve(8 + header_text.size() + offset);
   const uint64_t header_bytes = header_text.size();
-  for (int shift = 0; shift < 64; shift += 8) {
-    out.push_back(static_cast<uint8_t>(header_bytes >> shift));
-  }
+  append_le(out, header_bytes, 8);
   out.insert(out.end(), header_text.begin(), header_text.end());
   std::vector<float> values;  // [hf.elements()] one HF tensor in file layout
-  for (const HfTensor& hf : layout.value()) {
+  for (const LayoutTensor& hf : layout.value()) {
     values.resize(static_cast<size_t>(hf.elements()));
-    for (const Part& part : hf.parts) {
-      const std::vector<float>& src = *canonical[part.canonical].data;  // [rows][hf.in]
-      for (int64_t row = 0; row < part.rows; ++row) {
-        for (int64_t col = 0; col < hf.in; ++col) {
-          values[static_cast<size_t>(hf_index(hf, part, row, col))] =
-              src[static_cast<size_t>(row * hf.in + col)];
-        }
-      }
-    }
+    pack(hf, canonical, values);
     for (float value : values) append_f32le(out, value);
   }
   return out;
@@ -647,39 +488,7 @@ Result<ModelFile> load_safetensors_file(const std::string& path) {
 
 std::string save_safetensors_file(const std::string& path, const Config& config,
                                   const Weights& weights) {
-  std::vector<uint8_t> bytes;
-  try {
-    bytes = save_safetensors(config, weights);
-  } catch (const InputError& e) {
-    return path + ": " + e.what();
-  }
-  // Readers see the old file or the new one, never a half-written one: the
-  // bytes go to a temporary beside the target, reach the disk, then replace it.
-  const std::string temporary = path + ".tmp." + std::to_string(::getpid());
-  const int fd = ::open(temporary.c_str(), O_WRONLY | O_CREAT | O_TRUNC | O_CLOEXEC, 0644);
-  if (fd < 0) return temporary + ": cannot create: " + std::strerror(errno);
-  std::string error;
-  size_t written = 0;
-  while (error.empty() && written < bytes.size()) {
-    const ssize_t n = ::write(fd, bytes.data() + written, bytes.size() - written);
-    if (n < 0 && errno == EINTR) continue;
-    if (n <= 0) {
-      error = temporary + ": write failed: " + std::strerror(errno);
-    } else {
-      written += static_cast<size_t>(n);
-    }
-  }
-  if (error.empty() && ::fsync(fd) != 0)
-    error = temporary + ": fsync failed: " + std::strerror(errno);
-  if (::close(fd) != 0 && error.empty())
-    error = temporary + ": close failed: " + std::strerror(errno);
-  std::error_code ec;
-  if (error.empty()) {
-    std::filesystem::rename(temporary, path, ec);
-    if (ec) error = path + ": cannot rename " + temporary + " over it: " + ec.message();
-  }
-  if (!error.empty()) std::filesystem::remove(temporary, ec);
-  return error;
+  return write_file_atomically_from(path, [&] { return save_safetensors(config, weights); });
 }
 
 }  // namespace kvcheck

@@ -1,34 +1,66 @@
 // kvcheck-export: writes the seeded weights of a config as a safetensors file
-// (Hugging Face names and layouts), so outside tools such as
-// tools/reference_torch.py can run exactly the model the harness runs.
+// (Hugging Face names and layouts) or a GGUF file (llama.cpp's), so outside
+// tools such as tools/reference_torch.py and llama.cpp can run exactly the
+// model the harness runs.
 //
 //   kvcheck-export --family llama --n-kv-heads 2 --seed 7 --out model.safetensors
+//   kvcheck-export --config config.json --vocab 256 --out model.gguf
 //
-// Prints the config it wrote as one line of JSON on stdout.
+// The format follows the --out extension (.gguf, else safetensors) unless
+// --format says. Prints the config it wrote as one line of JSON on stdout.
+// Exit codes: 0 written, 1 the write failed, 2 bad input.
 #include <CLI/CLI.hpp>
 
 #include <cstdint>
+#include <fstream>
 #include <iostream>
 #include <string>
 
+#include <nlohmann/json.hpp>
+
 #include "model/config.h"
 #include "model/config_json.h"
+#include "model/gguf.h"
 #include "model/safetensors.h"
 #include "model/weights.h"
+
+namespace {
+
+// The config in a JSON file, every field present (config_from_json).
+kvcheck::Result<kvcheck::Config> read_config_file(const std::string& path) {
+  using R = kvcheck::Result<kvcheck::Config>;
+  std::ifstream in(path);
+  if (!in) return R::failure(path + ": cannot open");
+  const nlohmann::json json = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
+  if (json.is_discarded()) return R::failure(path + ": not valid JSON");
+  R config = kvcheck::config_from_json(json);
+  if (!config.ok()) return R::failure(path + ": " + config.error());
+  return config;
+}
+
+}  // namespace
 
 int main(int argc, char** argv) {
   using kvcheck::Config;
   CLI::App app{"Write init_weights(config, seed) as a safetensors file"};
-  app.footer("Fields not given take the family's tiny preset (gpt2_tiny, llama_tiny).");
+  app.footer(
+      "Fields not given take --config's values, else the family's tiny preset (gpt2_tiny, "
+      "llama_tiny).");
 
   // --family picks the family's tiny preset first, so `--family llama` alone
   // is a valid model and each flag changes one field of it.
   std::string family = "gpt2";
   std::string out_path;
+  std::string format;
+  std::string config_path;
   uint64_t seed = 1;
   Config flags;
   app.add_option("--family", family, "gpt2 or llama")->check(CLI::IsMember({"gpt2", "llama"}));
-  app.add_option("--out", out_path, "safetensors file to write")->required();
+  app.add_option("--out", out_path, "file to write")->required();
+  app.add_option("--format", format, "safetensors or gguf (default: gguf for a .gguf --out)")
+      ->check(CLI::IsMember({"safetensors", "gguf"}));
+  app.add_option("--config", config_path, "JSON file holding a whole config (as case files do)")
+      ->excludes("--family");
   app.add_option("--seed", seed, "64-bit weight seed for init_weights (default 1)");
   app.add_option("--n-layers", flags.n_layers);
   app.add_option("--d-model", flags.d_model);
@@ -44,6 +76,14 @@ int main(int argc, char** argv) {
   CLI11_PARSE(app, argc, argv);
 
   Config config = family == "llama" ? kvcheck::llama_tiny() : kvcheck::gpt2_tiny();
+  if (!config_path.empty()) {
+    kvcheck::Result<Config> from_file = read_config_file(config_path);
+    if (!from_file.ok()) {
+      std::cerr << "kvcheck-export: --config " << from_file.error() << "\n";
+      return 2;
+    }
+    config = from_file.value();
+  }
   // Only flags given on the command line override the preset.
   auto given = [&](const char* name) { return app.count(name) > 0; };
   if (given("--n-layers")) config.n_layers = flags.n_layers;
@@ -62,9 +102,18 @@ int main(int argc, char** argv) {
     std::cerr << "kvcheck-export: invalid config: " << error << "\n";
     return 2;
   }
+  if (format.empty()) format = out_path.ends_with(".gguf") ? "gguf" : "safetensors";
+  if (format == "gguf") {
+    if (const std::string why = kvcheck::gguf_unsupported(config); !why.empty()) {
+      std::cerr << "kvcheck-export: no GGUF for this config: " << why << "\n";
+      return 2;
+    }
+  }
   const kvcheck::Weights weights = kvcheck::init_weights(config, seed);
-  if (const std::string error = kvcheck::save_safetensors_file(out_path, config, weights);
-      !error.empty()) {
+  const std::string error = format == "gguf"
+                                ? kvcheck::save_gguf_file(out_path, config, weights)
+                                : kvcheck::save_safetensors_file(out_path, config, weights);
+  if (!error.empty()) {
     std::cerr << "kvcheck-export: " << error << "\n";
     return 1;
   }

@@ -36,8 +36,8 @@ bool runs_here(const std::string& name) {
 TEST(KVCHECK_KILL_SUITE, EveryFaultIsKilledAndTheCorrectEngineSurvives) {
   const char* from_env = std::getenv("KVCHECK_KILL_BACKEND");
   const std::string spec = from_env != nullptr ? from_env : KVCHECK_KILL_BACKEND;
-  const Backend backend = backend_registry().resolve(spec);
   if (spec == "cuda" && !runs_here("cuda")) GTEST_SKIP() << "no CUDA device";
+  const Backend backend = backend_registry().resolve(spec);
   ASSERT_TRUE(backend.traits.operations.fault_switches) << spec << " has no fault switches";
   ASSERT_EQ(rcgen::fault_catalogue().size(), size_t(kFaultCount))
       << "a fault is missing from the catalogue";

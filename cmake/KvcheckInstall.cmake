@@ -44,3 +44,11 @@ install(FILES ${PROJECT_BINARY_DIR}/kvcheckConfig.cmake
               ${PROJECT_BINARY_DIR}/kvcheckConfigVersion.cmake
               ${PROJECT_SOURCE_DIR}/cmake/kvcheckFunctions.cmake
         DESTINATION ${kvcheck_cmake_dir})
+
+# kvcheck::plugin_abi: only the C header of the plugin ABI, for a plugin
+# that links nothing of kvcheck.
+add_library(kvcheck_plugin_abi INTERFACE)
+set_target_properties(kvcheck_plugin_abi PROPERTIES EXPORT_NAME plugin_abi)
+target_include_directories(kvcheck_plugin_abi INTERFACE
+  $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}/include> $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}>)
+install(TARGETS kvcheck_plugin_abi EXPORT kvcheckTargets)

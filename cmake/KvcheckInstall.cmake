@@ -8,13 +8,18 @@
 include(GNUInstallDirs)
 include(CMakePackageConfigHelpers)
 
+# The registry and suite without the CUDA engine (backends/CMakeLists.txt).
+set(suffix "")
+if(KVCHECK_HAVE_CUDA)
+  set(suffix _cpu)
+endif()
 set(kvcheck_package_targets
     kvcheck_model kvcheck_oracle kvcheck_kv_dtype kvcheck_engine kvcheck_cpu_kernels
-    kvcheck_cpu_engine kvcheck_properties kvcheck_rc kvcheck_repro kvcheck_backends
-    kvcheck_conformance)
+    kvcheck_cpu_engine kvcheck_properties kvcheck_rc kvcheck_repro kvcheck_backends${suffix}
+    kvcheck_conformance${suffix})
 foreach(target IN LISTS kvcheck_package_targets)
-  # kvcheck_conformance -> kvcheck::conformance
-  string(REPLACE "kvcheck_" "" export_name ${target})
+  # kvcheck_conformance(_cpu) -> kvcheck::conformance
+  string(REGEX REPLACE "^kvcheck_|_cpu$" "" export_name ${target})
   set_target_properties(${target} PROPERTIES EXPORT_NAME ${export_name})
   target_include_directories(${target} INTERFACE
     $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}>
@@ -52,3 +57,6 @@ set_target_properties(kvcheck_plugin_abi PROPERTIES EXPORT_NAME plugin_abi)
 target_include_directories(kvcheck_plugin_abi INTERFACE
   $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}/include> $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}>)
 install(TARGETS kvcheck_plugin_abi EXPORT kvcheckTargets)
+
+# `cmake --build ... --target kvcheck_package`: everything the install takes.
+add_custom_target(kvcheck_package DEPENDS ${kvcheck_package_targets})

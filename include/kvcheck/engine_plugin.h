@@ -2,7 +2,7 @@
  *
  * Plain C, so that an engine in any language with a C FFI can be loaded with
  * `--backend plugin:PATH.so[?key=value&...]`. The shared object exports one
- * symbol, kvcheck_plugin_v1, returning a table of functions. The table
+ * function, kvcheck_plugin_entry_v1, returning a table of functions. The table
  * starts with its ABI version and its size in bytes: later versions append
  * functions, and kvcheck reads only what struct_size covers. An operation the
  * engine lacks is NULL and is declared absent in the traits.
@@ -98,9 +98,11 @@ typedef struct kvcheck_plugin_v1 {
                    int64_t capacity, kvcheck_error* error);
 } kvcheck_plugin_v1;
 
-/* The one symbol a plugin exports. */
+/* The one symbol a plugin exports, a function returning its table (static
+ * storage). Not named kvcheck_plugin_v1: that name is the table's type. */
 typedef const kvcheck_plugin_v1* (*kvcheck_plugin_entry_fn)(void);
-#define KVCHECK_PLUGIN_ENTRY "kvcheck_plugin_v1"
+#define KVCHECK_PLUGIN_ENTRY "kvcheck_plugin_entry_v1"
+const kvcheck_plugin_v1* kvcheck_plugin_entry_v1(void);
 
 #ifdef __cplusplus
 }

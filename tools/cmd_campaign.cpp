@@ -284,6 +284,7 @@ int run_campaign(const CampaignOptions& o) {
   }
 
   bool fault_survived = false;
+  int kill_matrices_run = 0;
   for (size_t b = 0; b < backends.size() && kill_matrix; ++b) {
     // Only an engine with fault switches can show that the properties bite.
     if (!backends[b].traits.operations.fault_switches) {
@@ -300,6 +301,7 @@ int run_campaign(const CampaignOptions& o) {
     k.time_limit_seconds =
         std::max(5.0, (o.seconds - elapsed()) / double(kill_matrix_backends(backends, b)));
     const Backend& backend = backends[b];
+    ++kill_matrices_run;
     const rcgen::KillMatrix matrix =
         rcgen::run_kill_matrix([&](FaultSet f) { return engine_under_test(backend, f, reference); },
                                k, [&](const std::string& line) { progress.update(line); });
@@ -324,11 +326,11 @@ int run_campaign(const CampaignOptions& o) {
   }
   std::printf("\n%s in %.1f s: %d property cases, %s\n",
               any_failure || fault_survived ? "FAILED" : "passed", elapsed(), total_cases,
-              any_failure      ? (faults.any() ? "a property caught the fault"
-                                               : "a property failed on a correct engine")
-              : fault_survived ? "the kill matrix found a problem"
-              : kill_matrix    ? "every property held and every fault was killed"
-                               : "every property held");
+              any_failure             ? (faults.any() ? "a property caught the fault"
+                                                      : "a property failed on a correct engine")
+              : fault_survived        ? "the kill matrix found a problem"
+              : kill_matrices_run > 0 ? "every property held and every fault was killed"
+                                      : "every property held");
   if (!o.json_path.empty()) {
     std::ofstream out(o.json_path);
     if (!out) throw InputError("--json: cannot write \"" + o.json_path + "\"");

@@ -96,11 +96,23 @@ const char* traits_json(const char* options, kvcheck_error* error) {
   return json.c_str();
 }
 
-// The weights from the tensors kvcheck passes, matched by canonical name.
-Weights weights_from(const Config& config, const kvcheck_create_args& args) {
-  std::map<std::string, const kvcheck_tensor*> by_name;
+// The weights from the tensors kvcheck passes, matched by canonical name,
+// in a buffer kept per thread: the engine packs them at create and keeps no
+// reference, and refilling vectors of the same shapes costs no allocation
+// (nor its page faults) when the model repeats, as it does across a
+// property's solo runs. A new model starts from empty Weights: the table
+// does not walk tensors the config lacks (llama's biases), and stale ones
+// would be packed.
+const Weights& weights_from(const Config& config, const kvcheck_create_args& args) {
+  thread_local Weights weights;
+  thread_local Config model;
+  if (!(model == config)) {
+    weights = Weights{};
+    model = config;
+  }
+  thread_local std::map<std::string, const kvcheck_tensor*> by_name;
+  by_name.clear();
   for (int64_t i = 0; i < args.n_tensors; ++i) by_name[args.tensors[i].name] = &args.tensors[i];
-  Weights weights;
   for (const TensorRef& ref : tensor_table(config, weights)) {
     const auto it = by_name.find(ref.name);
     if (it == by_name.end()) throw InputError("missing tensor " + ref.name);

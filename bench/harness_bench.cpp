@@ -12,22 +12,30 @@
 // heads generator (the one the suite checks it on); the others from the
 // every-shape generator.
 //
+// BM_OracleByPath times P1 on the same engine reached three ways, taking
+// turns case by case: the direct factory, the backend registry, and the C
+// plugin ABI
+// (tests/backends/cpu_plugin.cpp; docs/PERFORMANCE.md, "Registry and plugin
+// overhead").
+//
 //   harness_bench [--benchmark_filter=...]   (KVCHECK_HARNESS_SCENARIOS=N to
 //   change the set's size, 200 by default)
 #include <benchmark/benchmark.h>
 
 #include <cstdint>
 #include <cstdlib>
+#include <ctime>
 #include <string>
 #include <vector>
 
 #include <rapidcheck.h>
 
+#include "backends/in_tree.h"
+#include "backends/registry.h"
 #include "properties/property.h"
 #include "properties/rc/generators.h"
 #include "properties/rc/hunt.h"
 #include "properties/rc/kill_matrix.h"
-#include "backends/in_tree.h"
 #include "properties/runner.h"
 
 namespace {
@@ -103,6 +111,56 @@ void BM_CheckAny(benchmark::State& state) {
   state.counters["cases/s"] = benchmark::Counter(double(cases), benchmark::Counter::kIsRate);
 }
 BENCHMARK(BM_CheckAny)->Unit(benchmark::kMillisecond)->MinTime(2.0);
+
+// P1 on the optimized CPU engine: 0 the direct factory (cpu_engine_factory),
+// 1 through the registry (backend "cpu"), 2 the same engine behind the C
+// plugin ABI (its code resolves from this binary, so only the shim differs).
+EngineUnderTest oracle_path(int64_t path) {
+  switch (path) {
+    case 1:
+      return backend_registry().resolve("cpu").under_test();
+    case 2:
+      return backend_registry().resolve(std::string("plugin:") + KVCHECK_CPU_PLUGIN).under_test();
+    default:
+      return EngineUnderTest(cpu_engine_factory({}, KernelPath::kOptimized), cpu_engine_traits());
+  }
+}
+
+double thread_cpu_seconds() {
+  timespec t{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return double(t.tv_sec) + 1e-9 * double(t.tv_nsec);
+}
+
+// The three paths take turns on every scenario, each timed by this thread's
+// CPU clock, so load from other processes and drift during the run fall on
+// all three alike. Counters: cases/s per path and the ratios to direct.
+void BM_OracleByPath(benchmark::State& state) {
+  const std::vector<Scenario>& set = scenarios(rcgen::Emphasis::kAny);
+  const EngineUnderTest paths[3] = {oracle_path(0), oracle_path(1), oracle_path(2)};
+  double seconds[3] = {0, 0, 0};
+  int64_t cases = 0, failed = 0;
+  for (auto _ : state) {
+    for (const Scenario& s : set) {
+      for (int k = 0; k < 3; ++k) {
+        const int path = int((cases + k) % 3);  // rotate who goes first
+        const double begin = thread_cpu_seconds();
+        const Verdict v = check_property(Property::kOracle, s, paths[path]);
+        seconds[path] += thread_cpu_seconds() - begin;
+        failed += !v.passed;
+      }
+      ++cases;
+    }
+  }
+  if (failed > 0) state.SkipWithError("the correct engine failed P1");
+  static const char* const kPaths[] = {"direct", "registry", "plugin"};
+  for (int path = 0; path < 3; ++path) {
+    state.counters[std::string(kPaths[path]) + " cases/s"] = double(cases) / seconds[path];
+  }
+  state.counters["registry/direct"] = seconds[0] / seconds[1];
+  state.counters["plugin/direct"] = seconds[0] / seconds[2];
+}
+BENCHMARK(BM_OracleByPath)->Unit(benchmark::kMillisecond)->MinTime(5.0)->Repetitions(3);
 
 // The kill matrix's 'any' column with its CI options (seed, 100 cases per
 // fault, shrinking on): the time to kill every fault of the catalogue. The

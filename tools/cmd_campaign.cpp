@@ -45,8 +45,9 @@ struct CampaignOptions {
   std::string failures_dir = "kvcheck-failures";
   int kill_cases = 200;  // per fault
   bool kill_matrix = true;
-  std::string fault = "none";  // run the properties against this faulty engine
-  std::string reference;       // P10's reference backend; empty: P10 not applicable
+  bool kill_per_property = false;  // every (fault, property) cell, not only 'any'
+  std::string fault = "none";      // run the properties against this faulty engine
+  std::string reference;           // P10's reference backend; empty: P10 not applicable
 };
 
 // Tallies for one (property, backend) pair.
@@ -296,7 +297,9 @@ int run_campaign(const CampaignOptions& o) {
     k.seed = seed;
     k.cases_per_cell = o.kill_cases;
     k.correct_cases = o.kill_cases;
-    k.per_property = false;  // the 'any' column: every property per case, fastest kill
+    // The 'any' column alone (every property per case) is the fastest kill;
+    // per property shows what each one still catches on its own.
+    k.per_property = o.kill_per_property;
     k.catalogue_applies = !backends[b].weakened;
     k.time_limit_seconds =
         std::max(5.0, (o.seconds - elapsed()) / double(kill_matrix_backends(backends, b)));
@@ -372,6 +375,9 @@ Action add_campaign(CLI::App& app) {
       ->check(CLI::Range(1, 1000000))
       ->capture_default_str();
   cmd->add_flag("!--no-kill-matrix", o->kill_matrix, "skip the fault kill matrix");
+  cmd->add_flag("--kill-per-property", o->kill_per_property,
+                "kill matrix per property (which faults each one catches on its own), "
+                "not only the 'any' column; much slower");
   cmd->add_option("--fault", o->fault,
                   "run against an engine with these faults on (names from docs/FAULTS.md, "
                   "comma-separated): shows a property catching them and writes the case file")

@@ -1,0 +1,73 @@
+// One plugin per way of getting the ABI wrong, chosen by a compile
+// definition (tests/backends/CMakeLists.txt builds each as its own module).
+// The loader must refuse every one with a message naming the problem,
+// before it calls create.
+#include <cstddef>
+#include <cstdint>
+
+#include "tests/backends/plugin_export.h"
+
+namespace {
+
+// An engine that never runs: the loader refuses these plugins first.
+kvcheck_engine* create(const kvcheck_create_args*, kvcheck_error*) {
+  return nullptr;
+}
+void destroy(kvcheck_engine*) {}
+int32_t start(kvcheck_engine*, int64_t*, kvcheck_error*) {
+  return KVCHECK_ERR_INTERNAL;
+}
+[[maybe_unused]] int32_t step(kvcheck_engine*, const kvcheck_batch_entry*, int32_t, float*,
+                              kvcheck_error*) {
+  return KVCHECK_ERR_INTERNAL;
+}
+int32_t length(kvcheck_engine*, int64_t, int32_t*, kvcheck_error*) {
+  return KVCHECK_ERR_INTERNAL;
+}
+
+const char* traits_json(const char*, kvcheck_error*) {
+#if defined(BAD_TRAITS_INVALID)
+  return "{\"identity\": {\"name\": \"bad\"";
+#elif defined(BAD_TRAITS_CONTRADICT)
+  return R"({"identity": {"name": "bad"}, "limits": {"min_head_dim": 64, "max_head_dim": 32}})";
+#elif defined(BAD_DECLARED_NULL)
+  // finish is declared (the default) but its function is NULL below.
+  return R"({"identity": {"name": "bad"}, "operations": {"reset": false,
+             "cache_snapshot": false}})";
+#else
+  return R"({"identity": {"name": "bad"}, "operations": {"finish": false, "reset": false,
+             "cache_snapshot": false}})";
+#endif
+}
+
+constexpr uint32_t kAbi =
+#ifdef BAD_ABI_VERSION
+    KVCHECK_PLUGIN_ABI_VERSION + 1;
+#else
+    KVCHECK_PLUGIN_ABI_VERSION;
+#endif
+constexpr uint32_t kSize =
+#ifdef BAD_STRUCT_SIZE
+    offsetof(kvcheck_plugin_v1, reset);
+#else
+    sizeof(kvcheck_plugin_v1);
+#endif
+
+const kvcheck_plugin_v1 kTable = {kAbi,    kSize,  traits_json, create, destroy, start,
+#ifdef BAD_NULL_STEP
+                                  nullptr,
+#else
+                                  step,
+#endif
+                                  nullptr,  // finish
+                                  nullptr, length, nullptr};
+
+}  // namespace
+
+#ifdef BAD_MISSING_SYMBOL
+extern "C" __attribute__((visibility("default"))) const kvcheck_plugin_v1* kvcheck_plugin_v2() {
+  return &kTable;
+}
+#else
+KVCHECK_TEST_EXPORT_TABLE(&kTable)
+#endif

@@ -1,0 +1,53 @@
+// Every way of getting the plugin ABI wrong is refused at load with an
+// InputError naming the problem (the CLI turns it into exit code 2; the
+// backends.cli_bad_plugin_* ctests check that).
+#include <gtest/gtest.h>
+
+#include "backends/registry.h"
+#include "model/status.h"
+#include "tests/backends/resolve_error.h"
+
+namespace kvcheck {
+namespace {
+
+std::string bad_plugin(const std::string& kind) {
+  return std::string("plugin:") + KVCHECK_BAD_PLUGIN_DIR + "/libkvcheck_bad_plugin_" + kind + ".so";
+}
+
+using test::resolve_error;
+
+struct BadPlugin {
+  const char* kind;
+  const char* message;  // what the error must say
+};
+
+class BadPlugins : public testing::TestWithParam<BadPlugin> {};
+
+TEST_P(BadPlugins, AreRefusedWithAMessageNamingTheProblem) {
+  const std::string backend = bad_plugin(GetParam().kind);
+  const std::string error = resolve_error(backend);
+  EXPECT_NE(error.find(GetParam().message), std::string::npos) << error;
+  EXPECT_EQ(error.rfind("--backend " + backend, 0), 0u) << error;
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Loader, BadPlugins,
+    testing::Values(
+        BadPlugin{"abi_version", ": ABI version 2, this kvcheck speaks 1"},
+        BadPlugin{"struct_size", ": struct_size 56 is smaller than version 1's 80"},
+        BadPlugin{"null_step", ": required function step is NULL"},
+        BadPlugin{"missing_symbol", ": missing symbol kvcheck_plugin_v1"},
+        BadPlugin{"traits_invalid", ": traits: not valid JSON: {\"identity\""},
+        BadPlugin{"traits_contradict", ": traits.limits.head_dim: minimum 64 is above maximum 32"},
+        BadPlugin{"declared_null", ": traits.operations.finish is true but its function is NULL"}),
+    [](const testing::TestParamInfo<BadPlugin>& info) { return std::string(info.param.kind); });
+
+TEST(BadPlugins, AMissingFileSaysItCannotLoad) {
+  const std::string error = resolve_error("plugin:/nonexistent/libnothing.so");
+  EXPECT_NE(error.find("plugin:/nonexistent/libnothing.so: cannot load: "), std::string::npos)
+      << error;
+  EXPECT_NE(resolve_error("plugin:").find("needs a path"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace kvcheck

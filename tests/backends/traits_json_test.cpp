@@ -1,0 +1,95 @@
+// Traits JSON: a round trip keeps every field, and each malformed input gets
+// the exact message naming the key path.
+#include <gtest/gtest.h>
+
+#include "backends/in_tree.h"
+#include "engine/traits_json.h"
+
+namespace kvcheck {
+namespace {
+
+TEST(TraitsJson, RoundTripKeepsEveryField) {
+  EngineTraits t;
+  t.identity = {"my-engine", "2.1"};
+  t.operations.reset = false;
+  t.operations.fault_switches = true;
+  t.limits.families = {Family::kLlama};
+  t.limits.kv_dtypes = {KvDtype::kBF16, KvDtype::kF16};
+  t.limits.min_head_dim = 32;
+  t.limits.max_head_dim = 256;
+  t.limits.head_dim_multiple = 32;
+  t.limits.capacity_shared = true;
+  t.limits.max_step_tokens = 512;
+  t.invariance.batch = Invariance::kBounded;
+  t.invariance.determinism = Invariance::kBounded;
+  t.arithmetic.rope_angles_in_float = true;
+  const nlohmann::json json = traits_to_json(t);
+  const Result<EngineTraits> back = traits_from_json(json);
+  ASSERT_TRUE(back.ok()) << back.error();
+  EXPECT_EQ(traits_to_json(back.value()), json);
+  EXPECT_EQ(json["limits"]["kv_dtypes"], nlohmann::json({"bf16", "f16"}));
+  EXPECT_EQ(json["invariance"]["batch"], "bounded");
+  EXPECT_EQ(back.value().limits.head_dim_multiple, 32);
+  EXPECT_FALSE(back.value().operations.reset);
+
+  const Result<EngineTraits> cpu = traits_from_json(traits_to_json(cpu_engine_traits()));
+  ASSERT_TRUE(cpu.ok()) << cpu.error();
+  EXPECT_EQ(traits_to_json(cpu.value()), traits_to_json(cpu_engine_traits()));
+}
+
+TEST(TraitsJson, OnlyTheNameIsRequired) {
+  const Result<EngineTraits> t = traits_from_json_text(R"({"identity": {"name": "x"}})");
+  ASSERT_TRUE(t.ok()) << t.error();
+  EngineTraits strict;
+  strict.identity.name = "x";
+  EXPECT_EQ(traits_to_json(t.value()), traits_to_json(strict));
+}
+
+struct Malformed {
+  const char* json;
+  const char* message;
+};
+
+class TraitsJsonErrors : public testing::TestWithParam<Malformed> {};
+
+TEST_P(TraitsJsonErrors, NameTheKeyPath) {
+  const Result<EngineTraits> t = traits_from_json_text(GetParam().json);
+  ASSERT_FALSE(t.ok()) << GetParam().json;
+  EXPECT_EQ(t.error(), GetParam().message);
+}
+
+INSTANTIATE_TEST_SUITE_P(
+    Malformed, TraitsJsonErrors,
+    testing::Values(
+        Malformed{R"({"identity": {"name": "x"}, "colour": 1})", "traits.colour: unknown key"},
+        Malformed{R"({"identity": {"name": "x"}, "operations": {"rewind": true}})",
+                  "traits.operations.rewind: unknown key"},
+        Malformed{R"({"identity": {"name": "x"}, "operations": {"reset": "yes"}})",
+                  "traits.operations.reset: expected a boolean, got \"yes\""},
+        Malformed{R"({"identity": {"name": "x"}, "limits": {"max_rows": -1}})",
+                  "traits.limits.max_rows: expected a positive integer, got -1"},
+        Malformed{R"({"identity": {"version": "1"}})", "traits.identity.name: missing"},
+        Malformed{R"({"operations": {}})", "traits.identity: missing"},
+        Malformed{R"({"identity": {"name": ""}})",
+                  "traits.identity.name: expected a non-empty string, got \"\""},
+        Malformed{R"({"identity": {"name": "x"}, "invariance": {"batch": "sometimes"}})",
+                  "traits.invariance.batch: expected \"bitwise\" or \"bounded\", got "
+                  "\"sometimes\""},
+        Malformed{R"({"identity": {"name": "x"}, "arithmetic": {"accumulation": "f8"}})",
+                  "traits.arithmetic.accumulation: expected \"f32\", \"f16\" or \"bf16\", got "
+                  "\"f8\""},
+        Malformed{R"({"identity": {"name": "x"}, "limits": {"head_dim_multiple": 32,
+                      "max_head_dim": 16}})",
+                  "traits.limits.head_dim_multiple: no multiple of 32 lies in [1, 16]"},
+        Malformed{R"([1, 2])", "traits: expected a JSON object, got [1,2]"}));
+
+TEST(TraitsJson, BadEnumStringInAListNamesTheList) {
+  const Result<EngineTraits> t =
+      traits_from_json_text(R"({"identity": {"name": "x"}, "limits": {"families": ["gpt3"]}})");
+  ASSERT_FALSE(t.ok());
+  EXPECT_EQ(t.error().rfind("traits.limits.families: ", 0), 0u) << t.error();
+  EXPECT_NE(t.error().find("gpt3"), std::string::npos) << t.error();
+}
+
+}  // namespace
+}  // namespace kvcheck

@@ -36,7 +36,7 @@ INSTANTIATE_TEST_SUITE_P(
         BadPlugin{"abi_version", ": ABI version 2, this kvcheck speaks 1"},
         BadPlugin{"struct_size", ": struct_size 56 is smaller than version 1's 80"},
         BadPlugin{"null_step", ": required function step is NULL"},
-        BadPlugin{"missing_symbol", ": missing symbol kvcheck_plugin_v1"},
+        BadPlugin{"missing_symbol", ": missing symbol kvcheck_plugin_entry_v1"},
         BadPlugin{"traits_invalid", ": traits: not valid JSON: {\"identity\""},
         BadPlugin{"traits_contradict", ": traits.limits.head_dim: minimum 64 is above maximum 32"},
         BadPlugin{"declared_null", ": traits.operations.finish is true but its function is NULL"}),

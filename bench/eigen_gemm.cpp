@@ -16,8 +16,13 @@ void eigen_matmul(const float* x_data, long rows, const float* w_data, const flo
   y.rowwise() += bias;
 }
 
-// What the compiler was allowed to use here; the extensions that both g++ and
-// clang can query at run time (others, e.g. F16C, come with these on every CPU).
+const char* const kEigenGemmMarch = KVCHECK_BENCH_MARCH;
+
+// What the compiler was allowed to use here, as far as both g++ and clang can
+// query it at run time (kernels_bench.cpp's table has the same names). Not
+// checked: F16C, LZCNT, MOVBE (on every CPU with AVX2) and extensions newer
+// than the compilers' run-time lists, such as AVX512-FP16 and AMX, which a
+// float GEMM has no use for.
 const char* const kEigenGemmIsa[] = {
 #ifdef __SSE3__
     "sse3",
@@ -33,6 +38,15 @@ const char* const kEigenGemmIsa[] = {
 #endif
 #ifdef __POPCNT__
     "popcnt",
+#endif
+#ifdef __SSE4A__
+    "sse4a",
+#endif
+#ifdef __AES__
+    "aes",
+#endif
+#ifdef __PCLMUL__
+    "pclmul",
 #endif
 #ifdef __AVX__
     "avx",
@@ -84,6 +98,33 @@ const char* const kEigenGemmIsa[] = {
 #endif
 #ifdef __AVX512BF16__
     "avx512bf16",
+#endif
+#ifdef __FMA4__
+    "fma4",
+#endif
+#ifdef __XOP__
+    "xop",
+#endif
+#ifdef __GFNI__
+    "gfni",
+#endif
+#ifdef __VPCLMULQDQ__
+    "vpclmulqdq",
+#endif
+#ifdef __AVX512ER__
+    "avx512er",
+#endif
+#ifdef __AVX512PF__
+    "avx512pf",
+#endif
+#ifdef __AVX5124VNNIW__
+    "avx5124vnniw",
+#endif
+#ifdef __AVX5124FMAPS__
+    "avx5124fmaps",
+#endif
+#ifdef __AVX512VP2INTERSECT__
+    "avx512vp2intersect",
 #endif
     nullptr};
 

@@ -11,6 +11,10 @@ namespace kvcheck::bench {
 void eigen_matmul(const float* x, long rows, const float* w, const float* bias, long in, long out,
                   float* y);
 
+// KVCHECK_BENCH_MARCH as configured ("" for the compiler's default), for the
+// benchmark's label: the comparison means little without Eigen's ISA.
+extern const char* const kEigenGemmMarch;
+
 // The instruction-set extensions eigen_gemm.cpp was compiled for, by their
 // __builtin_cpu_supports names; null-terminated.
 extern const char* const kEigenGemmIsa[];

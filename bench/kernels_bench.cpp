@@ -93,7 +93,7 @@ void BM_Matmul(benchmark::State& state) {
 
 #if defined(__x86_64__) || defined(__i386__)
 // Whether this CPU has an extension, by its __builtin_cpu_supports name (the
-// builtin takes only literals, hence the table).
+// builtin takes only literals, hence the table; eigen_gemm.cpp lists the same).
 bool cpu_supports(std::string_view name) {
   __builtin_cpu_init();
   const std::pair<std::string_view, bool> known[] = {
@@ -102,6 +102,9 @@ bool cpu_supports(std::string_view name) {
       {"sse4.1", __builtin_cpu_supports("sse4.1")},
       {"sse4.2", __builtin_cpu_supports("sse4.2")},
       {"popcnt", __builtin_cpu_supports("popcnt")},
+      {"sse4a", __builtin_cpu_supports("sse4a")},
+      {"aes", __builtin_cpu_supports("aes")},
+      {"pclmul", __builtin_cpu_supports("pclmul")},
       {"avx", __builtin_cpu_supports("avx")},
       {"avx2", __builtin_cpu_supports("avx2")},
       {"fma", __builtin_cpu_supports("fma")},
@@ -119,6 +122,15 @@ bool cpu_supports(std::string_view name) {
       {"avx512bitalg", __builtin_cpu_supports("avx512bitalg")},
       {"avx512vpopcntdq", __builtin_cpu_supports("avx512vpopcntdq")},
       {"avx512bf16", __builtin_cpu_supports("avx512bf16")},
+      {"fma4", __builtin_cpu_supports("fma4")},
+      {"xop", __builtin_cpu_supports("xop")},
+      {"gfni", __builtin_cpu_supports("gfni")},
+      {"vpclmulqdq", __builtin_cpu_supports("vpclmulqdq")},
+      {"avx512er", __builtin_cpu_supports("avx512er")},
+      {"avx512pf", __builtin_cpu_supports("avx512pf")},
+      {"avx5124vnniw", __builtin_cpu_supports("avx5124vnniw")},
+      {"avx5124fmaps", __builtin_cpu_supports("avx5124fmaps")},
+      {"avx512vp2intersect", __builtin_cpu_supports("avx512vp2intersect")},
   };
   for (const auto& [known_name, supported] : known) {
     if (known_name == name) return supported;
@@ -142,8 +154,9 @@ const char* eigen_isa_missing() {
 // Eigen's general GEMM on the same row-major layouts: y = x * w^T + bias.
 void BM_MatmulEigen(benchmark::State& state) {
   if (const char* missing = eigen_isa_missing()) {
-    state.SkipWithError((std::string("Eigen was compiled for KVCHECK_BENCH_MARCH, which uses ") +
-                         missing + "; this CPU lacks it")
+    state.SkipWithError((std::string("Eigen was compiled for KVCHECK_BENCH_MARCH=") +
+                         kvcheck::bench::kEigenGemmMarch + ", which uses " + missing +
+                         "; this CPU lacks it")
                             .c_str());
     return;
   }
@@ -158,6 +171,8 @@ void BM_MatmulEigen(benchmark::State& state) {
   }
   set_rate(state, "GFLOP/s", 2.0 * double(rows * in * out) * 1e-9);
   set_rate(state, "GB/s", double(out * in) * sizeof(float) * 1e-9);
+  const std::string_view march = kvcheck::bench::kEigenGemmMarch;
+  state.SetLabel(march.empty() ? "compiler's default ISA" : "-march=" + std::string(march));
 }
 
 void MatvecShapes(benchmark::internal::Benchmark* b) {

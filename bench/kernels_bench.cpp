@@ -2,23 +2,27 @@
 // vs SIMD vs Eigen side by side, with the machine's measured FMA peak and
 // streaming-read bandwidth in the same run so every figure is a ratio to a
 // roofline measured under the same conditions. docs/KERNELS.md quotes them.
+// The kernels and the probes dispatch at run time; Eigen is compiled for
+// KVCHECK_BENCH_MARCH (bench/eigen_gemm.cpp) and skipped on a CPU without it.
 //
 //   build/<dir>/bench/kernels_bench --benchmark_repetitions=5
 //       --benchmark_report_aggregates_only=true
 #include <benchmark/benchmark.h>
 
-#include <Eigen/Core>
 #include <cmath>
 #include <cstdint>
+#include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
+#include "bench/eigen_gemm.h"
+#include "bench/probes.h"
 #include "engine/cpu/kernels.h"
 #include "hwy/aligned_allocator.h"
-#include "hwy/highway.h"
 
 namespace {
 
-namespace hn = hwy::HWY_NAMESPACE;
 using kvcheck::KvDtype;
 using kvcheck::cpu::KernelPath;
 
@@ -39,68 +43,32 @@ void set_rate(benchmark::State& state, const char* name, double per_iteration) {
 
 // --- Rooflines ---------------------------------------------------------------
 
-// Enough independent accumulators (16 vectors) to cover FMA latency times the
-// number of FMA pipes, on the widest vectors this binary is compiled for.
 void BM_FmaPeak(benchmark::State& state) {
-  const hn::ScalableTag<float> df;
-  using V = hn::Vec<decltype(df)>;
-  constexpr int kAccumulators = 16;
-  constexpr int kSteps = 4096;
-  V acc[kAccumulators];
-  for (int a = 0; a < kAccumulators; ++a) acc[a] = hn::Set(df, 1.0f + 0.001f * a);
-  const V mul = hn::Set(df, 0.999999f), add = hn::Set(df, 1e-7f);
-  for (auto _ : state) {
-    for (int s = 0; s < kSteps; ++s) {
-      HWY_UNROLL(16)
-      for (int a = 0; a < kAccumulators; ++a) acc[a] = hn::MulAdd(acc[a], mul, add);
-    }
-    for (int a = 0; a < kAccumulators; ++a) benchmark::DoNotOptimize(acc[a]);
-  }
-  set_rate(state, "GFLOP/s", 2.0 * kAccumulators * kSteps * hn::Lanes(df) * 1e-9);
-  state.SetLabel(hwy::TargetName(HWY_TARGET));
+  constexpr size_t kSteps = 4096;
+  double flops = 0;
+  for (auto _ : state) flops = kvcheck::bench::fma_chains(kSteps);
+  set_rate(state, "GFLOP/s", flops * 1e-9);
+  state.SetLabel(kvcheck::bench::probe_target_name());
 }
 BENCHMARK(BM_FmaPeak);
 
-// Sum of a 256 MiB array (>> 32 MiB LLC) with several vector accumulators: the
-// DRAM streaming-read bandwidth one thread can reach.
-void BM_StreamRead(benchmark::State& state) {
-  const size_t n = size_t{256} << 18;  // floats in 256 MiB
-  auto data = hwy::AllocateAligned<float>(n);
+// Sum of n floats (bench/probes.h) as a read bandwidth, GB/s.
+void BM_Read(benchmark::State& state, size_t n) {
+  auto data = hwy::AllocateAligned<float>(n);  // [n]
   for (size_t i = 0; i < n; ++i) data[i] = 1.0f;
-  const hn::ScalableTag<float> df;
-  const size_t lanes = hn::Lanes(df);
-  for (auto _ : state) {
-    auto a0 = hn::Zero(df), a1 = a0, a2 = a0, a3 = a0;
-    for (size_t i = 0; i < n; i += 4 * lanes) {
-      a0 = hn::Add(a0, hn::Load(df, data.get() + i));
-      a1 = hn::Add(a1, hn::Load(df, data.get() + i + lanes));
-      a2 = hn::Add(a2, hn::Load(df, data.get() + i + 2 * lanes));
-      a3 = hn::Add(a3, hn::Load(df, data.get() + i + 3 * lanes));
-    }
-    benchmark::DoNotOptimize(hn::GetLane(hn::Add(hn::Add(a0, a1), hn::Add(a2, a3))));
-  }
+  for (auto _ : state) benchmark::DoNotOptimize(kvcheck::bench::sum_floats(data.get(), n));
   set_rate(state, "GB/s", double(n) * sizeof(float) * 1e-9);
+}
+
+// 256 MiB (>> 32 MiB LLC): the DRAM streaming-read bandwidth one thread can reach.
+void BM_StreamRead(benchmark::State& state) {
+  BM_Read(state, size_t{256} << 18);
 }
 BENCHMARK(BM_StreamRead)->Unit(benchmark::kMillisecond);
 
-// Same idea over 4 MiB (L3-resident, like GPT-2-small weight matrices).
+// 4 MiB (L3-resident, like GPT-2-small weight matrices).
 void BM_L3Read(benchmark::State& state) {
-  const size_t n = size_t{1} << 20;
-  auto data = hwy::AllocateAligned<float>(n);
-  for (size_t i = 0; i < n; ++i) data[i] = 1.0f;
-  const hn::ScalableTag<float> df;
-  const size_t lanes = hn::Lanes(df);
-  for (auto _ : state) {
-    auto a0 = hn::Zero(df), a1 = a0, a2 = a0, a3 = a0;
-    for (size_t i = 0; i < n; i += 4 * lanes) {
-      a0 = hn::Add(a0, hn::Load(df, data.get() + i));
-      a1 = hn::Add(a1, hn::Load(df, data.get() + i + lanes));
-      a2 = hn::Add(a2, hn::Load(df, data.get() + i + 2 * lanes));
-      a3 = hn::Add(a3, hn::Load(df, data.get() + i + 3 * lanes));
-    }
-    benchmark::DoNotOptimize(hn::GetLane(hn::Add(hn::Add(a0, a1), hn::Add(a2, a3))));
-  }
-  set_rate(state, "GB/s", double(n) * sizeof(float) * 1e-9);
+  BM_Read(state, size_t{1} << 20);
 }
 BENCHMARK(BM_L3Read);
 
@@ -123,25 +91,88 @@ void BM_Matmul(benchmark::State& state) {
   if (kPath == KernelPath::kSimd) state.SetLabel(kvcheck::cpu::simd_target_name());
 }
 
+#if defined(__x86_64__) || defined(__i386__)
+// Whether this CPU has an extension, by its __builtin_cpu_supports name (the
+// builtin takes only literals, hence the table; eigen_gemm.cpp lists the same).
+bool cpu_supports(std::string_view name) {
+  __builtin_cpu_init();
+  const std::pair<std::string_view, bool> known[] = {
+      {"sse3", __builtin_cpu_supports("sse3")},
+      {"ssse3", __builtin_cpu_supports("ssse3")},
+      {"sse4.1", __builtin_cpu_supports("sse4.1")},
+      {"sse4.2", __builtin_cpu_supports("sse4.2")},
+      {"popcnt", __builtin_cpu_supports("popcnt")},
+      {"sse4a", __builtin_cpu_supports("sse4a")},
+      {"aes", __builtin_cpu_supports("aes")},
+      {"pclmul", __builtin_cpu_supports("pclmul")},
+      {"avx", __builtin_cpu_supports("avx")},
+      {"avx2", __builtin_cpu_supports("avx2")},
+      {"fma", __builtin_cpu_supports("fma")},
+      {"bmi", __builtin_cpu_supports("bmi")},
+      {"bmi2", __builtin_cpu_supports("bmi2")},
+      {"avx512f", __builtin_cpu_supports("avx512f")},
+      {"avx512cd", __builtin_cpu_supports("avx512cd")},
+      {"avx512dq", __builtin_cpu_supports("avx512dq")},
+      {"avx512bw", __builtin_cpu_supports("avx512bw")},
+      {"avx512vl", __builtin_cpu_supports("avx512vl")},
+      {"avx512ifma", __builtin_cpu_supports("avx512ifma")},
+      {"avx512vbmi", __builtin_cpu_supports("avx512vbmi")},
+      {"avx512vbmi2", __builtin_cpu_supports("avx512vbmi2")},
+      {"avx512vnni", __builtin_cpu_supports("avx512vnni")},
+      {"avx512bitalg", __builtin_cpu_supports("avx512bitalg")},
+      {"avx512vpopcntdq", __builtin_cpu_supports("avx512vpopcntdq")},
+      {"avx512bf16", __builtin_cpu_supports("avx512bf16")},
+      {"fma4", __builtin_cpu_supports("fma4")},
+      {"xop", __builtin_cpu_supports("xop")},
+      {"gfni", __builtin_cpu_supports("gfni")},
+      {"vpclmulqdq", __builtin_cpu_supports("vpclmulqdq")},
+      {"avx512er", __builtin_cpu_supports("avx512er")},
+      {"avx512pf", __builtin_cpu_supports("avx512pf")},
+      {"avx5124vnniw", __builtin_cpu_supports("avx5124vnniw")},
+      {"avx5124fmaps", __builtin_cpu_supports("avx5124fmaps")},
+      {"avx512vp2intersect", __builtin_cpu_supports("avx512vp2intersect")},
+  };
+  for (const auto& [known_name, supported] : known) {
+    if (known_name == name) return supported;
+  }
+  return false;
+}
+#else
+bool cpu_supports(std::string_view) {
+  return false;
+}
+#endif
+
+// The first extension Eigen was compiled for that this CPU lacks, or null.
+const char* eigen_isa_missing() {
+  for (const char* const* isa = kvcheck::bench::kEigenGemmIsa; *isa; ++isa) {
+    if (!cpu_supports(*isa)) return *isa;
+  }
+  return nullptr;
+}
+
 // Eigen's general GEMM on the same row-major layouts: y = x * w^T + bias.
 void BM_MatmulEigen(benchmark::State& state) {
-  const Eigen::Index rows = state.range(0), in = state.range(1), out = state.range(2);
-  using RowMajor = Eigen::Matrix<float, Eigen::Dynamic, Eigen::Dynamic, Eigen::RowMajor>;
-  const auto x_data = filled(size_t(rows * in), 1.0f), w_data = filled(size_t(out * in), 2.0f);
-  const auto bias_data = filled(size_t(out), 3.0f);
-  std::vector<float> y_data(size_t(rows * out));
-  Eigen::Map<const RowMajor> x(x_data.data(), rows, in), w(w_data.data(), out, in);
-  Eigen::Map<const Eigen::RowVectorXf> bias(bias_data.data(), out);
-  Eigen::Map<RowMajor> y(y_data.data(), rows, out);
-  Eigen::setNbThreads(1);
+  if (const char* missing = eigen_isa_missing()) {
+    state.SkipWithError((std::string("Eigen was compiled for KVCHECK_BENCH_MARCH=") +
+                         kvcheck::bench::kEigenGemmMarch + ", which uses " + missing +
+                         "; this CPU lacks it")
+                            .c_str());
+    return;
+  }
+  const long rows = long(state.range(0)), in = long(state.range(1)), out = long(state.range(2));
+  const auto x = filled(size_t(rows * in), 1.0f), w = filled(size_t(out * in), 2.0f);
+  const auto bias = filled(size_t(out), 3.0f);
+  std::vector<float> y(size_t(rows * out));  // [rows][out]
   for (auto _ : state) {
-    y.noalias() = x * w.transpose();
-    y.rowwise() += bias;
-    benchmark::DoNotOptimize(y_data.data());
+    kvcheck::bench::eigen_matmul(x.data(), rows, w.data(), bias.data(), in, out, y.data());
+    benchmark::DoNotOptimize(y.data());
     benchmark::ClobberMemory();
   }
   set_rate(state, "GFLOP/s", 2.0 * double(rows * in * out) * 1e-9);
   set_rate(state, "GB/s", double(out * in) * sizeof(float) * 1e-9);
+  const std::string_view march = kvcheck::bench::kEigenGemmMarch;
+  state.SetLabel(march.empty() ? "compiler's default ISA" : "-march=" + std::string(march));
 }
 
 void MatvecShapes(benchmark::internal::Benchmark* b) {

@@ -222,7 +222,6 @@ int run_replay(const ReplayOptions& o) {
     const Result<CaseFile> parsed = read_case_file(file);
     if (!parsed) {
       std::printf("bad case file: %s\n\n", parsed.error().c_str());
-      std::fprintf(stderr, "kvcheck replay: %s\n", parsed.error().c_str());
       entry["error"] = parsed.error();
       report.push_back(entry);
       any_bad = true;

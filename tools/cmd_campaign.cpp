@@ -28,6 +28,7 @@
 #include "tools/commands.h"
 #include "tools/failure_report.h"
 #include "tools/junit.h"
+#include "tools/report_html.h"
 #include "tools/run_report.h"
 
 namespace kvcheck::cli {
@@ -151,13 +152,6 @@ std::vector<Property> chosen_properties(const CampaignOptions& o) {
   return out;
 }
 
-std::string read_text(const std::string& path) {
-  std::ifstream in(path, std::ios::binary);
-  std::ostringstream text;
-  text << in.rdbuf();
-  return text.str();
-}
-
 KillRecord kill_record(const std::string& backend, const rcgen::KillMatrixRow& row,
                        const std::vector<std::string>& problems) {
   const rcgen::HuntResult* best = row.smallest();
@@ -207,6 +201,7 @@ int run_campaign(const CampaignOptions& o) {
   std::snprintf(time_text, sizeof(time_text), "%.0f", o.seconds);
   record.seed = seed, record.has_seed = true;
   record.faults = faults.to_string();
+  record.kill_cases = o.kill_cases;
   record.reproduce = "kvcheck campaign --seed " + std::to_string(seed) + " --time " + time_text +
                      backend_args + (faults.any() ? " --fault " + faults.to_string() : "");
   std::printf("reproduce: %s\n", record.reproduce.c_str());
@@ -281,10 +276,11 @@ int run_campaign(const CampaignOptions& o) {
         FailureRecord f;
         f.property = t.property;
         f.backend = t.backend;
+        f.faults = faults.to_string();
         f.verdict = r.verdict;
         f.case_path =
             report_failure(r, t.property, backends[index], faults, h.seed, o.failures_dir);
-        f.case_text = f.case_path.empty() ? "" : read_text(f.case_path);
+        f.case_text = f.case_path.empty() ? "" : read_text_file(f.case_path);
         record.failures.push_back(std::move(f));
       }
     }
@@ -377,6 +373,7 @@ int run_campaign(const CampaignOptions& o) {
   record.tallies = tallies;
   if (!o.json_path.empty()) write_text_file("--json", o.json_path, json.dump(2) + "\n");
   if (!o.junit_path.empty()) write_text_file("--junit", o.junit_path, junit_xml(record));
+  if (!o.html_path.empty()) write_text_file("--html", o.html_path, html_report(record));
 
   return any_failure || fault_survived ? 1 : 0;
 }
@@ -411,6 +408,8 @@ Action add_campaign(CLI::App& app) {
   cmd->add_option("--junit", o->junit_path,
                   "also write the results as JUnit XML to FILE (one suite per backend, one case "
                   "per property; the kill matrix as a suite per backend)");
+  cmd->add_option("--html", o->html_path,
+                  "also write a self-contained HTML report to FILE (docs/REPORTS.md)");
 
   cmd->add_option("--failures", o->failures_dir, "folder for case files of failures")
       ->capture_default_str();

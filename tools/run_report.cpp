@@ -4,6 +4,7 @@
 #include <cmath>
 #include <ctime>
 #include <fstream>
+#include <sstream>
 
 #include "model/status.h"
 
@@ -67,6 +68,13 @@ std::string escape_xml(const std::string& text) {
     }
   }
   return out;
+}
+
+std::string read_text_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
 }
 
 void write_text_file(const std::string& option, const std::string& path, const std::string& text) {

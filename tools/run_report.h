@@ -44,6 +44,7 @@ inline bool only_not_applicable(const Tally& t) {
 struct FailureRecord {
   Property property = Property::kOracle;
   std::string backend;
+  std::string faults;     // the faults the engine ran with
   std::string case_path;  // empty when no case file could be written
   std::string case_text;  // the case file's text
   Verdict verdict;
@@ -86,7 +87,9 @@ struct RunRecord {
   std::vector<BackendRecord> backends;
   std::vector<Tally> tallies;  // campaign only
   std::vector<KillRecord> kills;
+  int kill_cases = 0;  // cases per fault: the kill matrix's colour scale ends there
   std::vector<FailureRecord> failures;
+  std::vector<FailureRecord> replayed;  // replay only: every verdict, passed ones too
 };
 
 std::string utc_now_iso8601();
@@ -95,6 +98,9 @@ std::string utc_now_iso8601();
 // control characters XML 1.0 forbids replaced by U+FFFD (a case file or an
 // exception text may hold anything).
 std::string escape_xml(const std::string& text);
+
+// The whole file ("" when it cannot be read: the report shows what it has).
+std::string read_text_file(const std::string& path);
 
 // Writes `text` to `path` (replacing it); throws InputError naming `option`
 // and the path when it cannot.

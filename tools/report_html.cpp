@@ -23,7 +23,7 @@ margin:4px 0;white-space:pre-wrap;border-left:3px solid #bbb}
 .fail pre{border-left-color:#c62828}.why{color:#6d4c41;font-size:12px}
 svg text{font:11px system-ui,sans-serif;fill:#212121}svg text.axis{font-size:9px;fill:#666}
 svg text.cell{font-size:11px}.backends{display:flex;flex-wrap:wrap;gap:8px 24px}
-.note{color:#555;font-size:12px}.pair{display:grid;grid-template-columns:1fr 1fr;gap:12px}
+.note{color:#555;font-size:12px}td.k{white-space:nowrap}.pair{display:grid;grid-template-columns:1fr 1fr;gap:12px}
 pre.case{max-height:24em;overflow:auto}.index li{margin:2px 0}a{color:#1565c0}
 )";
 
@@ -66,10 +66,10 @@ void properties_section(std::ostringstream& out, const RunRecord& run) {
       << "<th>error/bound per case</th><th>result</th></tr>\n";
   for (const Tally& t : run.tallies) {
     const bool measured = has_error_bound(t.property);
-    out << "<tr><td>" << escape_xml(property_title(t.property)) << "</td><td>"
-        << escape_xml(t.backend) << "</td><td class=\"n\">" << t.cases << "</td><td class=\"n\">"
-        << t.passed << "</td><td>" << not_applicable_cell(t) << "</td><td class=\"n\">"
-        << (measured ? fixed("%.3g", t.worst_ratio) : "-") << "</td><td>"
+    out << "<tr><td class=\"k\">" << escape_xml(property_title(t.property))
+        << "</td><td class=\"k\">" << escape_xml(t.backend) << "</td><td class=\"n\">" << t.cases
+        << "</td><td class=\"n\">" << t.passed << "</td><td>" << not_applicable_cell(t)
+        << "</td><td class=\"n\">" << (measured ? fixed("%.3g", t.worst_ratio) : "-") << "</td><td>"
         << (measured ? ratio_histogram_svg(t.ratio_histogram) : "bitwise") << "</td><td>";
     if (t.failed) {
       out << "<span class=\"FAILED\">FAILED: " << escape_xml(t.failure) << "</span>";
@@ -183,7 +183,7 @@ void failure_section(std::ostringstream& out, const FailureRecord& f, int index)
 }
 
 void failures_section(std::ostringstream& out, const RunRecord& run) {
-  out << "<h2>Failures (" << run.failures.size() << ")</h2>";
+  out << "<h2 id=\"failures\">Failures (" << run.failures.size() << ")</h2>";
   if (run.failures.empty()) out << "<p>none</p>";
   out << "<ol class=\"index\">";
   for (size_t i = 0; i < run.failures.size(); ++i) {
@@ -218,7 +218,12 @@ std::string html_report(const RunRecord& run) {
   out << "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>kvcheck "
       << escape_xml(run.command) << ": " << verdict << "</title><style>" << kStyle
       << "</style></head><body>\n<h1>kvcheck " << escape_xml(run.command) << ": <span class=\""
-      << verdict << "\">" << verdict << "</span></h1><p>" << escape_xml(run.outcome) << "</p>\n";
+      << verdict << "\">" << verdict << "</span></h1><p>" << escape_xml(run.outcome);
+  if (!run.failures.empty()) {
+    out << " &mdash; <a href=\"#failures\">" << run.failures.size() << " failure"
+        << (run.failures.size() == 1 ? "" : "s") << " below</a>";
+  }
+  out << "</p>\n";
   run_section(out, run);
   if (!run.tallies.empty()) {
     properties_section(out, run);

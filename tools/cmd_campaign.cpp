@@ -281,6 +281,9 @@ int run_campaign(const CampaignOptions& o) {
         f.case_path =
             report_failure(r, t.property, backends[index], faults, h.seed, o.failures_dir);
         f.case_text = f.case_path.empty() ? "" : read_text_file(f.case_path);
+        if (!o.html_path.empty() && r.counterexample) {
+          f.error_map = p1_error_map(*r.counterexample, r.verdict, subject);
+        }
         record.failures.push_back(std::move(f));
       }
     }

@@ -304,11 +304,17 @@ int run_replay(const ReplayOptions& o) {
     for (int i = 0; i < kPropertyCount; ++i) {
       const Property p = static_cast<Property>(i);
       if (!o.all && p != c.property) continue;
-      FailureRecord r{p, engine.backend.spec, engine.faults.to_string(), file, "", {}};
+      FailureRecord r;
+      r.property = p, r.backend = engine.backend.spec, r.faults = engine.faults.to_string();
+      r.case_path = file;
       entry["verdicts"].push_back(replay_property(
           c, p, engine, same_engine_as_recorded && p == c.property, failed, r.verdict));
       record_backend(record, engine.backend);
-      if (!r.verdict.passed) r.case_text = read_text_file(file), record.failures.push_back(r);
+      if (!r.verdict.passed) {
+        r.case_text = read_text_file(file);
+        if (!o.html_path.empty()) r.error_map = p1_error_map(s, r.verdict, engine.subject);
+        record.failures.push_back(r);
+      }
       record.replayed.push_back(std::move(r));
     }
     entry["failed"] = failed;

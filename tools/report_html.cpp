@@ -177,7 +177,18 @@ void failure_section(std::ostringstream& out, const FailureRecord& f, int index)
     out << "<tr><th>replay</th><td><code>kvcheck replay " << escape_xml(f.case_path)
         << "</code></td></tr>";
   }
-  out << "</table><div class=\"pair\"><div><b>localisation</b><pre>" << escape_xml(f.verdict.detail)
+  out << "</table>";
+  if (!f.error_map.title.empty()) {
+    out << "<p><b>" << escape_xml(f.error_map.title) << "</b>";
+    if (f.error_map.ratio.size() > size_t(kErrorMapMaxRows)) {
+      out << " (the first " << kErrorMapMaxRows << " of " << f.error_map.ratio.size()
+          << " rows)";
+    }
+    out << "<br><span class=\"note\">white: error/bound below 1e-6, darker blue up to the "
+        << "bound, red: at or over it (or not finite). Hover a cell for its value.</span><br>"
+        << error_map_svg(f.error_map) << "</p>";
+  }
+  out << "<div class=\"pair\"><div><b>localisation</b><pre>" << escape_xml(f.verdict.detail)
       << "</pre></div><div><b>case file</b><pre class=\"case\">" << escape_xml(f.case_text)
       << "</pre></div></div></div>\n";
 }
@@ -232,8 +243,8 @@ std::string html_report(const RunRecord& run) {
   kill_matrix_section(out, run);
   if (!run.replayed.empty()) replayed_section(out, run);
   failures_section(out, run);
-  out << "<h2>Not in this report yet</h2><p class=\"note\">error maps (|engine - oracle| / bound "
-      << "over layer x position for P6, position x vocabulary for P1) and the cache timeline "
+  out << "<h2>Not in this report yet</h2><p class=\"note\">error maps for P6 (|engine - oracle| / "
+      << "bound over layer x position of the K/V cache) and the cache timeline "
       << "(row/slot ownership after each call) are not drawn; the localisation text above "
       << "carries the per-layer error table. See docs/REPORTS.md.</p>\n</body></html>\n";
   return out.str();

@@ -89,6 +89,48 @@ std::string heat_map_svg(const std::vector<std::string>& row_labels,
   return out.str();
 }
 
+namespace {
+
+std::string ratio_colour(double ratio) {
+  if (!(ratio < 1)) return "#d32f2f";
+  const double t = ratio < 1e-6 ? 0 : (std::log10(ratio) + 6) / 6;  // 1e-6 -> 0, 1 -> 1
+  char text[40];
+  std::snprintf(text, sizeof(text), "hsl(210,70%%,%d%%)", int(std::lround(96 - 56 * t)));
+  return text;
+}
+
+}  // namespace
+
+std::string error_map_svg(const ErrorMap& map) {
+  constexpr int kLabel = 76, kCell = 22, kRow = 14, kHead = 46;
+  const size_t rows = std::min(map.ratio.size(), size_t(kErrorMapMaxRows));
+  const size_t cols = map.col_labels.size();
+  std::ostringstream out;
+  out << "<svg class=\"emap\" width=\"" << kLabel + kCell * cols + 4 << "\" height=\""
+      << kHead + kRow * rows + 4 << "\" role=\"img\">";
+  for (size_t c = 0; c < cols; ++c) {
+    const size_t x = kLabel + kCell * c + kCell / 2;
+    out << "<text class=\"axis\" transform=\"translate(" << x << "," << kHead - 4
+        << ") rotate(-60)\">" << escape_xml(map.col_labels[c]) << "</text>";
+  }
+  for (size_t r = 0; r < rows; ++r) {
+    const size_t y = kHead + kRow * r;
+    out << "<text class=\"axis\" x=\"" << kLabel - 4 << "\" y=\"" << y + 10
+        << "\" text-anchor=\"end\">" << escape_xml(map.row_labels[r]) << "</text>";
+    for (size_t c = 0; c < cols; ++c) {
+      const double ratio = map.ratio[r][c];
+      char value[32];
+      std::snprintf(value, sizeof(value), "%.3g", ratio);
+      out << "<rect x=\"" << kLabel + kCell * c << "\" y=\"" << y << "\" width=\"" << kCell - 1
+          << "\" height=\"" << kRow - 1 << "\" fill=\"" << ratio_colour(ratio) << "\"><title>"
+          << escape_xml(map.row_labels[r]) << ", vocab " << escape_xml(map.col_labels[c])
+          << ": error/bound " << value << "</title></rect>";
+    }
+  }
+  out << "</svg>";
+  return out.str();
+}
+
 std::string kill_colour(int cases, int max_cases) {
   // Hue 120 (green) at one case down to 0 (red) at max_cases, log scale.
   const double t = max_cases > 1 ? std::log(std::max(cases, 1)) / std::log(max_cases) : 0;

@@ -29,6 +29,11 @@ std::string heat_map_svg(const std::vector<std::string>& row_labels,
                          const std::vector<std::string>& column_labels,
                          const std::vector<std::vector<HeatCell>>& cells);
 
+// An error/bound map: white-to-blue below the bound (log scale from 1e-6),
+// red at or over it; rows past kMaxRows are left out (the caller says so).
+inline constexpr int kErrorMapMaxRows = 64;
+std::string error_map_svg(const ErrorMap& map);
+
 // Colour for "cases until the kill" on a log scale from 1 (green, fast) to
 // `max_cases` (red, barely killed).
 std::string kill_colour(int cases, int max_cases);

@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "properties/property.h"
+#include "tools/error_map.h"
 
 namespace kvcheck::cli {
 
@@ -48,6 +49,7 @@ struct FailureRecord {
   std::string case_path;  // empty when no case file could be written
   std::string case_text;  // the case file's text
   Verdict verdict;
+  ErrorMap error_map;  // P1 only; empty title: none
 };
 
 // One kill-matrix row on one backend. Columns are the properties, or the

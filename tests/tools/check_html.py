@@ -7,7 +7,7 @@ aside), one <html>, <head>, <body>. Self-contained: no "http" anywhere (no
 URL, not even an svg xmlns), no <script>, no src=/href= other than "#..."
 anchors, no CSS url(). Complete: the seed, every backend, every failing
 property's summary and case file path, one error/bound histogram per P1/P6
-row, one heat-map row per kill-matrix row.
+row, one heat-map row per kill-matrix row, one error map per P1 failure.
 
 usage: check_html.py KVCHECK WORKDIR
 """
@@ -97,6 +97,8 @@ def check_campaign(tag, binary, workdir, extra):
         check(r["failure"] in text, f"{tag}: failure summary missing: {r['failure']}")
     check(len(re.findall(r'id="failure-\d+"', page)) == len(failed),
           f"{tag}: {len(failed)} failures, sections differ")
+    p1_failed = [r for r in failed if r["property"] == "oracle"]
+    check(page.count('class="emap"') == len(p1_failed), f"{tag}: one P1 error map per P1 failure")
     case_files = [os.path.join(d, f) for d, _, fs in os.walk(failures) for f in fs]
     for c in case_files:
         check(c in text, f"{tag}: case file {c} not named")

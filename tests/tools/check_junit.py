@@ -126,6 +126,8 @@ def main():
     runs = {
         "clean": ["--cases", "20", "--time", "60"],
         "fault": ["--fault", "kv_swapped", "--property", "cache_state", "--cases", "50"],
+        # Every property failing, P1's summary with a '>' to escape.
+        "shared_rows": ["--fault", "shared_rows", "--cases", "20", "--time", "60"],
     }
     for tag, extra in runs.items():
         root, summary, console, rc = run(kvcheck, workdir, tag, extra)

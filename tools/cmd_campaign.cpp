@@ -27,6 +27,9 @@
 #include "tools/backends.h"
 #include "tools/commands.h"
 #include "tools/failure_report.h"
+#include "tools/junit.h"
+#include "tools/report_html.h"
+#include "tools/run_report.h"
 
 namespace kvcheck::cli {
 
@@ -42,24 +45,14 @@ struct CampaignOptions {
   std::vector<std::string> properties;
   std::vector<std::string> backends;
   std::string json_path;
+  std::string junit_path;
+  std::string html_path;
   std::string failures_dir = "kvcheck-failures";
   int kill_cases = 200;  // per fault
   bool kill_matrix = true;
   bool kill_per_property = false;  // every (fault, property) cell, not only 'any'
   std::string fault = "none";      // run the properties against this faulty engine
   std::string reference;           // P10's reference backend; empty: P10 not applicable
-};
-
-// Tallies for one (property, backend) pair.
-struct Tally {
-  Property property = Property::kOracle;
-  std::string backend;
-  int cases = 0, passed = 0, not_applicable = 0;
-  double worst_ratio = 0;
-  std::map<std::string, int> coverage;            // class -> cases
-  std::map<std::string, int> not_applicable_why;  // reason -> cases
-  bool failed = false;
-  std::string failure;  // summary of the shrunk failure
 };
 
 void count_coverage(const Scenario& s, std::map<std::string, int>& out) {
@@ -160,8 +153,34 @@ std::vector<Property> chosen_properties(const CampaignOptions& o) {
   return out;
 }
 
+KillRecord kill_record(const std::string& backend, const rcgen::KillMatrixRow& row,
+                       const std::vector<std::string>& problems) {
+  const rcgen::HuntResult* best = row.smallest();
+  KillRecord k;
+  k.backend = backend;
+  k.fault = row.fault ? std::string(fault_name(*row.fault)) : "(correct engine)";
+  k.is_fault = row.fault.has_value();
+  k.ran = row.ran;
+  k.killed = best != nullptr;
+  k.cases_to_kill = row.any.cases_run;
+  k.killed_by = best ? std::string(property_name(best->verdict.property)) : "";
+  k.shrunk_size = best ? best->counterexample->size() : 0;
+  k.shrunk_scenario = best ? best->counterexample->to_text() : "";
+  // KillMatrix::problems names the row first ("kv_swapped survived ...",
+  // "the correct engine fails ...").
+  for (const std::string& p : problems) {
+    const bool mine = row.fault ? p.rfind(row.name + ":", 0) == 0 || p.rfind(row.name + " ", 0) == 0
+                                : p.rfind("the correct engine", 0) == 0;
+    if (mine) k.problems.push_back(p);
+  }
+  return k;
+}
+
 int run_campaign(const CampaignOptions& o) {
   const auto start = Clock::now();
+  RunRecord record;
+  record.command = "campaign";
+  record.started = utc_now_iso8601();
   const uint64_t seed =
       o.seed_given ? o.seed
                    : (uint64_t(std::random_device{}()) << 32) ^ uint64_t(std::random_device{}());
@@ -179,10 +198,16 @@ int run_campaign(const CampaignOptions& o) {
   std::string backend_args;
   for (const Backend& b : backends) backend_args += " --backend " + shell_quote(b.spec);
   if (reference) backend_args += " --reference " + shell_quote(reference->backend);
-  std::printf("reproduce: kvcheck campaign --seed %llu --time %.0f%s%s\n", (unsigned long long)seed,
-              o.seconds, backend_args.c_str(),
-              faults.any() ? (" --fault " + faults.to_string()).c_str() : "");
+  char time_text[32];
+  std::snprintf(time_text, sizeof(time_text), "%.0f", o.seconds);
+  record.seed = seed, record.has_seed = true;
+  record.faults = faults.to_string();
+  record.kill_cases = o.kill_cases;
+  record.reproduce = "kvcheck campaign --seed " + std::to_string(seed) + " --time " + time_text +
+                     backend_args + (faults.any() ? " --fault " + faults.to_string() : "");
+  std::printf("reproduce: %s\n", record.reproduce.c_str());
   for (const Backend& b : backends) {
+    record.backends.push_back({b.spec, traits_summary(b.traits, "")});
     std::printf("backend %s\n%s", b.spec.c_str(), traits_summary(b.traits, "  ").c_str());
   }
   if (faults.any()) std::printf("engine faults ON: %s\n", faults.to_string().c_str());
@@ -227,6 +252,9 @@ int run_campaign(const CampaignOptions& o) {
           if (!v.applicable) ++t.not_applicable, ++t.not_applicable_why[not_applicable_reason(v)];
           if (v.passed) ++t.passed;
           t.worst_ratio = std::max(t.worst_ratio, v.worst_ratio);
+          if (v.applicable && has_error_bound(t.property)) {
+            ++t.ratio_histogram[size_t(ratio_bucket(v.passed ? v.worst_ratio : 1.0))];
+          }
           count_coverage(s, t.coverage);
           if (!v.passed) shrinking = true;
           progress.update(
@@ -237,14 +265,27 @@ int run_campaign(const CampaignOptions& o) {
         }
         return v;
       };
+      const auto hunt_start = Clock::now();
       const rcgen::HuntResult r = rcgen::hunt(check, rcgen::emphasis_for(t.property), h);
+      t.seconds += std::chrono::duration<double>(Clock::now() - hunt_start).count();
       progress_made = true;
       if (r.failed) {
         progress.done();
         t.failed = true;
         any_failure = true;
         t.failure = r.verdict.summary;
-        report_failure(r, t.property, backends[index], faults, h.seed, o.failures_dir);
+        FailureRecord f;
+        f.property = t.property;
+        f.backend = t.backend;
+        f.faults = faults.to_string();
+        f.verdict = r.verdict;
+        f.case_path =
+            report_failure(r, t.property, backends[index], faults, h.seed, o.failures_dir);
+        f.case_text = f.case_path.empty() ? "" : read_text_file(f.case_path);
+        if (!o.html_path.empty() && r.counterexample) {
+          f.error_map = p1_error_map(*r.counterexample, r.verdict, subject);
+        }
+        record.failures.push_back(std::move(f));
       }
     }
   }
@@ -315,18 +356,20 @@ int run_campaign(const CampaignOptions& o) {
     for (const std::string& p : problems) std::printf("  problem: %s\n", p.c_str());
     fault_survived = fault_survived || !problems.empty();
     for (const rcgen::KillMatrixRow& row : matrix.rows) {
-      const rcgen::HuntResult* best = row.smallest();
-      json["kill_matrix"].push_back(
-          {{"backend", backend.spec},
-           {"fault", row.fault ? std::string(fault_name(*row.fault)) : "none"},
-           {"ran", row.ran},
-           {"killed", best != nullptr},
-           {"cases_to_kill", row.any.cases_run},
-           {"killed_by", best ? std::string(property_name(best->verdict.property)) : ""},
-           {"shrunk_size", best ? best->counterexample->size() : 0},
-           {"shrunk_scenario", best ? best->counterexample->to_text() : ""}});
+      const KillRecord k = kill_record(backend.spec, row, problems);
+      json["kill_matrix"].push_back({{"backend", k.backend},
+                                     {"fault", k.is_fault ? k.fault : "none"},
+                                     {"ran", k.ran},
+                                     {"killed", k.killed},
+                                     {"cases_to_kill", k.cases_to_kill},
+                                     {"killed_by", k.killed_by},
+                                     {"shrunk_size", k.shrunk_size},
+                                     {"shrunk_scenario", k.shrunk_scenario},
+                                     {"problems", k.problems}});
+      record.kills.push_back(k);
     }
   }
+<<<<<<< HEAD
   std::printf("\n%s in %.1f s: %d property cases, %s\n",
               any_failure || fault_survived ? "FAILED" : "passed", elapsed(), total_cases,
               any_failure             ? (faults.any() ? "a property caught the fault"
@@ -339,6 +382,22 @@ int run_campaign(const CampaignOptions& o) {
     if (!out) throw InputError("--json: cannot write \"" + o.json_path + "\"");
     out << json.dump(2) << "\n";
   }
+=======
+  record.seconds = elapsed();
+  record.passed = !any_failure && !fault_survived;
+  record.outcome = any_failure      ? (faults.any() ? "a property caught the fault"
+                                                    : "a property failed on a correct engine")
+                   : fault_survived ? "the kill matrix found a problem"
+                   : kill_matrix    ? "every property held and every fault was killed"
+                                    : "every property held";
+  std::printf("\n%s in %.1f s: %d property cases, %s\n", record.passed ? "passed" : "FAILED",
+              record.seconds, total_cases, record.outcome.c_str());
+  record.tallies = tallies;
+  if (!o.json_path.empty()) write_text_file("--json", o.json_path, json.dump(2) + "\n");
+  if (!o.junit_path.empty()) write_text_file("--junit", o.junit_path, junit_xml(record));
+  if (!o.html_path.empty()) write_text_file("--html", o.html_path, html_report(record));
+
+>>>>>>> report
   return any_failure || fault_survived ? 1 : 0;
 }
 
@@ -369,6 +428,12 @@ Action add_campaign(CLI::App& app) {
                   "P10: compare every backend with this one within the derived bound "
                   "(e.g. --reference cpu); without it P10 is not applicable");
   cmd->add_option("--json", o->json_path, "also write the summary as JSON to FILE");
+  cmd->add_option("--junit", o->junit_path,
+                  "also write the results as JUnit XML to FILE (one suite per backend, one case "
+                  "per property; the kill matrix as a suite per backend)");
+  cmd->add_option("--html", o->html_path,
+                  "also write a self-contained HTML report to FILE (docs/REPORTS.md)");
+
   cmd->add_option("--failures", o->failures_dir, "folder for case files of failures")
       ->capture_default_str();
   cmd->add_option("--kill-cases", o->kill_cases, "cases per fault in the kill matrix")

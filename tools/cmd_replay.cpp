@@ -4,6 +4,7 @@
 // position, the per-layer cache table for cache faults and, for invariance
 // failures, the two schedules with the first differing logit in value and
 // bits. Exit 1 when a case fails, 0 when all hold, 2 on bad input.
+#include <chrono>
 #include <cstdio>
 #include <fstream>
 #include <memory>
@@ -17,9 +18,12 @@
 #include "model/status.h"
 #include "properties/property.h"
 #include "properties/repro/case_file.h"
+#include "properties/repro/failure_file.h"
 #include "properties/runner.h"
 #include "tools/commands.h"
 #include "tools/failure_report.h"
+#include "tools/report_html.h"
+#include "tools/run_report.h"
 #include "tools/trace.h"
 
 namespace kvcheck::cli {
@@ -32,6 +36,7 @@ struct ReplayOptions {
   std::string backend;
   std::string fault;  // empty: the case's own
   std::string json_path;
+  std::string html_path;
   std::string reference;  // P10's reference backend
   bool trace = false;
 };
@@ -115,11 +120,12 @@ bool is_invariance(Property p) {
          p == Property::kCompaction || p == Property::kGqa || p == Property::kDeterminism;
 }
 
-// Replays one property of one case; prints the report and returns its JSON.
+// Replays one property of one case; prints the report and returns its JSON
+// (and the verdict in `v`).
 nlohmann::json replay_property(const CaseFile& c, Property property, const CaseEngine& engine,
-                               bool compare_recorded, bool& failed) {
+                               bool compare_recorded, bool& failed, Verdict& v) {
   const Scenario& s = c.scenario;
-  const Verdict v = check_property(property, s, engine.subject);
+  v = check_property(property, s, engine.subject);
   nlohmann::json out = verdict_json(v);
   failed |= !v.passed;
   const char* status = !v.passed ? "FAILED" : v.applicable ? "passed" : "not applicable";
@@ -209,7 +215,31 @@ nlohmann::json replay_property(const CaseFile& c, Property property, const CaseE
   return out;
 }
 
+// The backends a replay ran on, each once, for the HTML report.
+void record_backend(RunRecord& record, const Backend& b) {
+  for (const BackendRecord& known : record.backends) {
+    if (known.spec == b.spec) return;
+  }
+  record.backends.push_back({b.spec, traits_summary(b.traits, "")});
+}
+
+std::string replay_command(const ReplayOptions& o) {
+  std::string command = "kvcheck replay";
+  for (const std::string& p : o.paths) command += " " + shell_quote(p);
+  if (o.all) command += " --all";
+  if (!o.backend.empty()) command += " --backend " + shell_quote(o.backend);
+  if (!o.reference.empty()) command += " --reference " + shell_quote(o.reference);
+  if (!o.fault.empty()) command += " --fault " + shell_quote(o.fault);
+  return command;
+}
+
 int run_replay(const ReplayOptions& o) {
+  const auto start = std::chrono::steady_clock::now();
+  RunRecord record;
+  record.command = "replay";
+  record.started = utc_now_iso8601();
+  record.reproduce = replay_command(o);
+  record.faults = o.fault.empty() ? "as each case records" : o.fault;
   const std::vector<std::string> files = collect_case_files(o.paths);
   const std::optional<FaultSet> fault_override =
       o.fault.empty() ? std::nullopt : std::optional<FaultSet>(parse_fault_option(o.fault));
@@ -270,15 +300,21 @@ int run_replay(const ReplayOptions& o) {
     }
     bool failed = false;
     const bool same_engine_as_recorded = !fault_override || *fault_override == c.faults;
-    if (o.all) {
-      for (int i = 0; i < kPropertyCount; ++i) {
-        const Property p = static_cast<Property>(i);
-        entry["verdicts"].push_back(
-            replay_property(c, p, engine, same_engine_as_recorded && p == c.property, failed));
+    for (int i = 0; i < kPropertyCount; ++i) {
+      const Property p = static_cast<Property>(i);
+      if (!o.all && p != c.property) continue;
+      FailureRecord r;
+      r.property = p, r.backend = engine.backend.spec, r.faults = engine.faults.to_string();
+      r.case_path = file;
+      entry["verdicts"].push_back(replay_property(
+          c, p, engine, same_engine_as_recorded && p == c.property, failed, r.verdict));
+      record_backend(record, engine.backend);
+      if (!r.verdict.passed) {
+        r.case_text = read_text_file(file);
+        if (!o.html_path.empty()) r.error_map = p1_error_map(s, r.verdict, engine.subject);
+        record.failures.push_back(r);
       }
-    } else {
-      entry["verdicts"].push_back(
-          replay_property(c, c.property, engine, same_engine_as_recorded, failed));
+      record.replayed.push_back(std::move(r));
     }
     entry["failed"] = failed;
     report.push_back(entry);
@@ -289,9 +325,17 @@ int run_replay(const ReplayOptions& o) {
   std::printf("replayed %zu case files: %d failed, %d held%s\n", files.size(), failed_cases,
               held_cases, any_bad ? ", some could not be read (exit 2)" : "");
   if (!o.json_path.empty()) {
-    std::ofstream out(o.json_path);
-    if (!out) throw InputError("--json: cannot write \"" + o.json_path + "\"");
-    out << nlohmann::json{{"cases", report}}.dump(2) << "\n";
+    write_text_file("--json", o.json_path, nlohmann::json{{"cases", report}}.dump(2) + "\n");
+  }
+  if (!o.html_path.empty()) {
+    record.seconds =
+        std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+    record.passed = !any_failed && !any_bad;
+    record.outcome = "replayed " + std::to_string(files.size()) +
+                     " case files: " + std::to_string(failed_cases) + " failed, " +
+                     std::to_string(held_cases) + " held" +
+                     (any_bad ? ", some could not be read" : "");
+    write_text_file("--html", o.html_path, html_report(record));
   }
   return any_bad ? 2 : any_failed ? 1 : 0;
 }
@@ -312,6 +356,8 @@ Action add_replay(CLI::App& app) {
                   "fault switches to turn on instead of the case's: none, or names separated by "
                   "commas");
   cmd->add_option("--json", o->json_path, "also write the report as JSON to FILE");
+  cmd->add_option("--html", o->html_path,
+                  "also write a self-contained HTML report to FILE (docs/REPORTS.md)");
   cmd->add_flag("--trace", o->trace,
                 "print the cache shape [batch, kv_heads, cached_len, head_dim] of every sequence "
                 "and layer after every call");

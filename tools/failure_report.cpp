@@ -10,8 +10,8 @@
 
 namespace kvcheck::cli {
 
-void report_failure(const rcgen::HuntResult& result, Property property, const Backend& on,
-                    FaultSet faults, uint64_t seed, const std::string& failures_dir) {
+std::string report_failure(const rcgen::HuntResult& result, Property property, const Backend& on,
+                           FaultSet faults, uint64_t seed, const std::string& failures_dir) {
   const std::string& backend = on.spec;
   std::printf("\nFAILED %s %s on %s (faults: %s) after %d cases, hunt seed %llu\n",
               std::string(property_label(property)).c_str(),
@@ -35,8 +35,11 @@ void report_failure(const rcgen::HuntResult& result, Property property, const Ba
     const WrittenCase written =
         write_failure_case(*result.counterexample, result.verdict, faults, context);
     std::printf("%s", written.report.c_str());
+    std::fflush(stdout);
+    return written.ok ? written.path : "";
   }
   std::fflush(stdout);
+  return "";
 }
 
 std::vector<std::string> collect_case_files(const std::vector<std::string>& paths) {

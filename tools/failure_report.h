@@ -19,8 +19,10 @@ namespace kvcheck::cli {
 
 // Prints the failure (seed, minimized scenario, localization), writes it as a
 // case file into `failures_dir` and prints the path and the replay command.
-void report_failure(const rcgen::HuntResult& result, Property property, const Backend& backend,
-                    FaultSet faults, uint64_t seed, const std::string& failures_dir);
+// Returns the case file's path ("" when none was written).
+std::string report_failure(const rcgen::HuntResult& result, Property property,
+                           const Backend& backend, FaultSet faults, uint64_t seed,
+                           const std::string& failures_dir);
 
 // Every case file the arguments name: files as given, folders searched
 // recursively for *.case, sorted. Throws InputError for a path that does not

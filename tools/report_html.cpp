@@ -1,0 +1,253 @@
+#include "tools/report_html.h"
+
+#include <cstdio>
+#include <map>
+#include <sstream>
+#include <vector>
+
+#include "tools/report_svg.h"
+
+namespace kvcheck::cli {
+
+namespace {
+
+constexpr const char* kStyle = R"(
+body{font:14px/1.4 system-ui,sans-serif;margin:16px 24px;color:#212121;max-width:1220px}
+h1{font-size:22px;margin:0 0 4px}h2{font-size:18px;margin:22px 0 6px;border-bottom:1px solid #ccc}
+h3{font-size:15px;margin:14px 0 4px}
+.FAILED{color:#c62828}.passed{color:#2e7d32}
+table{border-collapse:collapse}td,th{padding:3px 8px;border-bottom:1px solid #e0e0e0;
+text-align:left;vertical-align:top}th{background:#f5f5f5}td.n{text-align:right}
+pre,code{font:12px/1.35 ui-monospace,monospace}pre{background:#f7f7f7;padding:6px 8px;
+margin:4px 0;white-space:pre-wrap;border-left:3px solid #bbb}
+.fail pre{border-left-color:#c62828}.why{color:#6d4c41;font-size:12px}
+svg text{font:11px system-ui,sans-serif;fill:#212121}svg text.axis{font-size:9px;fill:#666}
+svg text.cell{font-size:11px}.backends{display:flex;flex-wrap:wrap;gap:8px 24px}
+.note{color:#555;font-size:12px}td.k{white-space:nowrap}.pair{display:grid;grid-template-columns:1fr 1fr;gap:12px}
+pre.case{max-height:24em;overflow:auto}.index li{margin:2px 0}a{color:#1565c0}
+)";
+
+std::string fixed(const char* format, double v) {
+  char text[48];
+  std::snprintf(text, sizeof(text), format, v);
+  return text;
+}
+
+std::string property_title(Property p) {
+  return std::string(property_label(p)) + " " + std::string(property_name(p));
+}
+
+void run_section(std::ostringstream& out, const RunRecord& run) {
+  out << "<table>";
+  if (run.has_seed) out << "<tr><th>seed</th><td><code>" << run.seed << "</code></td></tr>";
+  out << "<tr><th>started (UTC)</th><td>" << escape_xml(run.started) << "</td></tr>"
+      << "<tr><th>time</th><td>" << fixed("%.1f s", run.seconds) << "</td></tr>"
+      << "<tr><th>engine faults</th><td>" << escape_xml(run.faults) << "</td></tr>"
+      << "<tr><th>reproduce</th><td><code>" << escape_xml(run.reproduce) << "</code></td></tr>"
+      << "</table>\n<h3>Backends and their traits</h3><div class=\"backends\">";
+  for (const BackendRecord& b : run.backends) {
+    out << "<div><b>" << escape_xml(b.spec) << "</b><pre>" << escape_xml(b.traits)
+        << "</pre></div>";
+  }
+  out << "</div>\n";
+}
+
+std::string not_applicable_cell(const Tally& t) {
+  std::string text = std::to_string(t.not_applicable);
+  for (const auto& [why, n] : t.not_applicable_why) {
+    text += "<div class=\"why\">" + std::to_string(n) + ": " + escape_xml(why) + "</div>";
+  }
+  return text;
+}
+
+void properties_section(std::ostringstream& out, const RunRecord& run) {
+  out << "<h2>Properties</h2><table><tr><th>property</th><th>backend</th><th>cases</th>"
+      << "<th>passed</th><th>not applicable, why</th><th>worst error/bound</th>"
+      << "<th>error/bound per case</th><th>result</th></tr>\n";
+  for (const Tally& t : run.tallies) {
+    const bool measured = has_error_bound(t.property);
+    out << "<tr><td class=\"k\">" << escape_xml(property_title(t.property))
+        << "</td><td class=\"k\">" << escape_xml(t.backend) << "</td><td class=\"n\">" << t.cases
+        << "</td><td class=\"n\">" << t.passed << "</td><td>" << not_applicable_cell(t)
+        << "</td><td class=\"n\">" << (measured ? fixed("%.3g", t.worst_ratio) : "-") << "</td><td>"
+        << (measured ? ratio_histogram_svg(t.ratio_histogram) : "bitwise") << "</td><td>";
+    if (t.failed) {
+      out << "<span class=\"FAILED\">FAILED: " << escape_xml(t.failure) << "</span>";
+    } else if (only_not_applicable(t)) {
+      out << "not applicable";
+    } else {
+      out << (t.cases ? "<span class=\"passed\">held</span>" : "no case ran");
+    }
+    out << "</td></tr>\n";
+  }
+  out << "</table><p class=\"note\">error/bound histogram: decades from &lt;1e-6 to [0.1, 1) "
+      << "in blue; red: cases at or over the bound, or failed otherwise. Only P1 and P6 "
+      << "measure an error against a bound; the other properties compare bits (or 2B).</p>\n";
+}
+
+void coverage_section(std::ostringstream& out, const RunRecord& run) {
+  out << "<h2>Coverage of scenario shapes</h2><div class=\"backends\">";
+  for (const BackendRecord& b : run.backends) {
+    std::map<std::string, int> classes;
+    int cases = 0;
+    for (const Tally& t : run.tallies) {
+      if (t.backend != b.spec) continue;
+      cases += t.cases;
+      for (const auto& [name, n] : t.coverage) classes[name] += n;
+    }
+    std::vector<std::pair<std::string, double>> rows;
+    for (const auto& [name, n] : classes) rows.push_back({name, cases ? double(n) / cases : 0});
+    out << "<div><b>" << escape_xml(b.spec) << "</b>, " << cases << " cases<br>"
+        << percent_bars_svg(rows) << "</div>";
+  }
+  out << "</div><p class=\"note\">share of the generated cases (all properties) that hold "
+      << "each shape; a class at 0% was never drawn.</p>\n";
+}
+
+HeatCell kill_cell(const KillRecord& k, int max_cases) {
+  HeatCell c;
+  if (!k.ran) return {"not run", "not reached within the time budget", "#e0e0e0"};
+  if (!k.is_fault) {
+    return k.killed ? HeatCell{"FAILED by " + k.killed_by, k.shrunk_scenario, "#e57373"}
+                    : HeatCell{"held " + std::to_string(k.cases_to_kill) + " cases",
+                               "the correct engine must survive", "#c8e6c9"};
+  }
+  if (!k.killed) {
+    return {"survived " + std::to_string(k.cases_to_kill), "no property caught it", "#b71c1c"};
+  }
+  c.text = std::to_string(k.cases_to_kill) + (k.cases_to_kill == 1 ? " case" : " cases") +
+           ", size " + std::to_string(k.shrunk_size) + ", by " + k.killed_by;
+  c.tooltip = "killed after " + std::to_string(k.cases_to_kill) + " cases by " + k.killed_by +
+              "; shrunk scenario (size " + std::to_string(k.shrunk_size) + "):\n" +
+              k.shrunk_scenario;
+  for (const std::string& p : k.problems) c.tooltip += "\nproblem: " + p;
+  c.colour = k.ok() ? kill_colour(k.cases_to_kill, max_cases) : "#e57373";
+  return c;
+}
+
+void kill_matrix_section(std::ostringstream& out, const RunRecord& run) {
+  if (run.kills.empty()) return;
+  out << "<h2>Kill matrix</h2><p class=\"note\">every fault of docs/FAULTS.md injected into "
+      << "the engine; the column is 'any' (every property per case). Colour: cases until a "
+      << "property killed the fault, green = 1 case, red = " << run.kill_cases
+      << " cases (log scale); text: cases, size of the shrunk scenario, the property that "
+      << "killed it. Hover a cell for the shrunk scenario.</p><div class=\"backends\">";
+  for (const BackendRecord& b : run.backends) {
+    std::vector<std::string> rows;
+    std::vector<std::vector<HeatCell>> cells;
+    for (const KillRecord& k : run.kills) {
+      if (k.backend != b.spec) continue;
+      rows.push_back(k.fault);
+      cells.push_back({kill_cell(k, run.kill_cases)});
+    }
+    if (rows.empty()) continue;
+    out << "<div><b>" << escape_xml(b.spec) << "</b><br>"
+        << heat_map_svg(rows, {"any property"}, cells) << "</div>";
+  }
+  out << "</div>\n";
+}
+
+std::string location_text(const Location& w) {
+  std::vector<std::string> parts;
+  const auto put = [&](const std::string& name, int v) {
+    if (v >= 0) parts.push_back(name + std::to_string(v));
+  };
+  put("call ", w.call);
+  put("sequence s", w.sequence);
+  put("position ", w.position);
+  put("layer ", w.layer);
+  put("kv head ", w.kv_head);
+  if (w.first_bad_position >= 0) {
+    parts.push_back("wrong positions " + std::to_string(w.first_bad_position) + ".." +
+                    std::to_string(w.last_bad_position));
+  }
+  std::string text;
+  for (const std::string& p : parts) text += (text.empty() ? "" : ", ") + p;
+  return text.empty() ? "(none recorded)" : text;
+}
+
+void failure_section(std::ostringstream& out, const FailureRecord& f, int index) {
+  out << "<div class=\"fail\"><h3 id=\"failure-" << index << "\" class=\"FAILED\">"
+      << escape_xml(property_title(f.property)) << " on " << escape_xml(f.backend)
+      << (f.faults.empty() || f.faults == "none" ? "" : " (faults: " + escape_xml(f.faults) + ")")
+      << "</h3><p><b>" << escape_xml(f.verdict.summary) << "</b></p><table><tr><th>where</th><td>"
+      << escape_xml(location_text(f.verdict.where)) << "</td></tr><tr><th>case file</th><td><code>"
+      << escape_xml(f.case_path.empty() ? "(not written)" : f.case_path) << "</code></td></tr>";
+  if (!f.case_path.empty()) {
+    out << "<tr><th>replay</th><td><code>kvcheck replay " << escape_xml(f.case_path)
+        << "</code></td></tr>";
+  }
+  out << "</table>";
+  if (!f.error_map.title.empty()) {
+    out << "<p><b>" << escape_xml(f.error_map.title) << "</b>";
+    if (f.error_map.ratio.size() > size_t(kErrorMapMaxRows)) {
+      out << " (the first " << kErrorMapMaxRows << " of " << f.error_map.ratio.size()
+          << " rows)";
+    }
+    out << "<br><span class=\"note\">white: error/bound below 1e-6, darker blue up to the "
+        << "bound, red: at or over it (or not finite). Hover a cell for its value.</span><br>"
+        << error_map_svg(f.error_map) << "</p>";
+  }
+  out << "<div class=\"pair\"><div><b>localisation</b><pre>" << escape_xml(f.verdict.detail)
+      << "</pre></div><div><b>case file</b><pre class=\"case\">" << escape_xml(f.case_text)
+      << "</pre></div></div></div>\n";
+}
+
+void failures_section(std::ostringstream& out, const RunRecord& run) {
+  out << "<h2 id=\"failures\">Failures (" << run.failures.size() << ")</h2>";
+  if (run.failures.empty()) out << "<p>none</p>";
+  out << "<ol class=\"index\">";
+  for (size_t i = 0; i < run.failures.size(); ++i) {
+    const FailureRecord& f = run.failures[i];
+    out << "<li><a href=\"#failure-" << i << "\">" << escape_xml(property_title(f.property))
+        << " on " << escape_xml(f.backend) << "</a>: " << escape_xml(f.verdict.summary) << "</li>";
+  }
+  out << "</ol>\n";
+  for (size_t i = 0; i < run.failures.size(); ++i) failure_section(out, run.failures[i], int(i));
+}
+
+void replayed_section(std::ostringstream& out, const RunRecord& run) {
+  out << "<h2>Replayed verdicts</h2><table><tr><th>case file</th><th>property</th>"
+      << "<th>backend</th><th>faults</th><th>verdict</th></tr>\n";
+  for (const FailureRecord& f : run.replayed) {
+    const char* status = !f.verdict.passed      ? "FAILED"
+                         : f.verdict.applicable ? "passed"
+                                                : "not applicable";
+    out << "<tr><td><code>" << escape_xml(f.case_path) << "</code></td><td>"
+        << escape_xml(property_title(f.property)) << "</td><td>" << escape_xml(f.backend)
+        << "</td><td>" << escape_xml(f.faults) << "</td><td><span class=\"" << status << "\">"
+        << status << "</span>: " << escape_xml(f.verdict.summary) << "</td></tr>\n";
+  }
+  out << "</table>\n";
+}
+
+}  // namespace
+
+std::string html_report(const RunRecord& run) {
+  const char* verdict = run.passed ? "passed" : "FAILED";
+  std::ostringstream out;
+  out << "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>kvcheck "
+      << escape_xml(run.command) << ": " << verdict << "</title><style>" << kStyle
+      << "</style></head><body>\n<h1>kvcheck " << escape_xml(run.command) << ": <span class=\""
+      << verdict << "\">" << verdict << "</span></h1><p>" << escape_xml(run.outcome);
+  if (!run.failures.empty()) {
+    out << " &mdash; <a href=\"#failures\">" << run.failures.size() << " failure"
+        << (run.failures.size() == 1 ? "" : "s") << " below</a>";
+  }
+  out << "</p>\n";
+  run_section(out, run);
+  if (!run.tallies.empty()) {
+    properties_section(out, run);
+    coverage_section(out, run);
+  }
+  kill_matrix_section(out, run);
+  if (!run.replayed.empty()) replayed_section(out, run);
+  failures_section(out, run);
+  out << "<h2>Not in this report yet</h2><p class=\"note\">error maps for P6 (|engine - oracle| / "
+      << "bound over layer x position of the K/V cache) and the cache timeline "
+      << "(row/slot ownership after each call) are not drawn; the localisation text above "
+      << "carries the per-layer error table. See docs/REPORTS.md.</p>\n</body></html>\n";
+  return out.str();
+}
+
+}  // namespace kvcheck::cli

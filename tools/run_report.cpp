@@ -1,0 +1,86 @@
+#include "tools/run_report.h"
+
+#include <algorithm>
+#include <cmath>
+#include <ctime>
+#include <fstream>
+#include <sstream>
+
+#include "model/status.h"
+
+namespace kvcheck::cli {
+
+int ratio_bucket(double ratio) {
+  if (!(ratio < 1)) return kRatioBuckets - 1;  // NaN counts as a failure too
+  if (ratio < 1e-6) return 0;
+  // [1e-6, 1e-5) -> 1, ..., [0.1, 1) -> 6
+  const int b = 7 + int(std::floor(std::log10(ratio)));
+  return std::clamp(b, 1, kRatioBuckets - 2);
+}
+
+std::string ratio_bucket_label(int bucket) {
+  if (bucket <= 0) return "<1e-6";
+  if (bucket >= kRatioBuckets - 1) return ">=1";
+  static const char* const kLabels[] = {"", "1e-6", "1e-5", "1e-4", "1e-3", "0.01", "0.1"};
+  return kLabels[bucket];
+}
+
+bool has_error_bound(Property p) {
+  return p == Property::kOracle || p == Property::kCacheState;
+}
+
+std::string utc_now_iso8601() {
+  const std::time_t now = std::time(nullptr);
+  std::tm tm{};
+  gmtime_r(&now, &tm);
+  char text[32];
+  std::strftime(text, sizeof(text), "%Y-%m-%dT%H:%M:%S", &tm);
+  return text;
+}
+
+std::string escape_xml(const std::string& text) {
+  std::string out;
+  out.reserve(text.size());
+  for (const char ch : text) {
+    const auto c = static_cast<unsigned char>(ch);
+    switch (c) {
+      case '&':
+        out += "&amp;";
+        break;
+      case '<':
+        out += "&lt;";
+        break;
+      case '>':
+        out += "&gt;";
+        break;
+      case '"':
+        out += "&quot;";
+        break;
+      case '\'':
+        out += "&#39;";
+        break;
+      default:
+        if (c < 0x20 && c != '\n' && c != '\t' && c != '\r') {
+          out += "\xef\xbf\xbd";
+        } else {
+          out += ch;
+        }
+    }
+  }
+  return out;
+}
+
+std::string read_text_file(const std::string& path) {
+  std::ifstream in(path, std::ios::binary);
+  std::ostringstream text;
+  text << in.rdbuf();
+  return text.str();
+}
+
+void write_text_file(const std::string& option, const std::string& path, const std::string& text) {
+  std::ofstream out(path, std::ios::binary);
+  if (out) out << text;
+  if (!out) throw InputError(option + ": cannot write \"" + path + "\"");
+}
+
+}  // namespace kvcheck::cli

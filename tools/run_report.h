@@ -1,0 +1,111 @@
+// What a campaign (or a replay) found, as data: the console table, the JSON,
+// the JUnit XML (tools/junit.h) and the HTML report (tools/report_html.h) are
+// all written from this one record, so their counts cannot disagree.
+#pragma once
+
+#include <array>
+#include <map>
+#include <optional>
+#include <string>
+#include <vector>
+
+#include "properties/property.h"
+#include "tools/error_map.h"
+
+namespace kvcheck::cli {
+
+// error/bound histogram buckets (P1, P6): [0, 1e-6), [1e-6, 1e-5), ...,
+// [0.1, 1), and [1, inf) where a case failed. Decades, because passing
+// ratios spread over many orders of magnitude.
+inline constexpr int kRatioBuckets = 8;
+int ratio_bucket(double ratio);              // 0 .. kRatioBuckets-1
+std::string ratio_bucket_label(int bucket);  // "<1e-6", "1e-6", ..., ">=1"
+bool has_error_bound(Property p);            // P1 and P6 measure error/bound
+
+// Tallies for one (property, backend) pair.
+struct Tally {
+  Property property = Property::kOracle;
+  std::string backend;
+  int cases = 0, passed = 0, not_applicable = 0;
+  double worst_ratio = 0;
+  std::array<int, kRatioBuckets> ratio_histogram{};  // [bucket] applicable cases
+  std::map<std::string, int> coverage;               // class -> cases
+  std::map<std::string, int> not_applicable_why;     // reason -> cases
+  double seconds = 0;                                // time spent on this pair, shrinking included
+  bool failed = false;
+  std::string failure;  // summary of the shrunk failure
+};
+
+// Every case was not applicable: JUnit "skipped", never "passed".
+inline bool only_not_applicable(const Tally& t) {
+  return t.cases > 0 && t.not_applicable == t.cases && !t.failed;
+}
+
+// One failure: the case file written for it and the verdict's localisation.
+struct FailureRecord {
+  Property property = Property::kOracle;
+  std::string backend;
+  std::string faults;     // the faults the engine ran with
+  std::string case_path;  // empty when no case file could be written
+  std::string case_text;  // the case file's text
+  Verdict verdict;
+  ErrorMap error_map;  // P1 only; empty title: none
+};
+
+// One kill-matrix row on one backend. Columns are the properties, or the
+// single 'any' column (every property per case) when the matrix ran so.
+struct KillRecord {
+  std::string backend;
+  std::string fault;  // fault name, or "(correct engine)"
+  bool is_fault = true;
+  bool ran = true;
+  bool killed = false;
+  int cases_to_kill = 0;  // cases run until the kill (or all of them)
+  std::string killed_by;  // property name of the smallest shrunk case
+  int shrunk_size = 0;
+  std::string shrunk_scenario;
+  // What the kill-matrix gate holds against this row (KillMatrix::problems:
+  // a surviving fault, a row not reached, a shrink over its target, a
+  // failing correct engine). Empty: the row passes.
+  std::vector<std::string> problems;
+  bool ok() const { return problems.empty(); }
+};
+
+struct BackendRecord {
+  std::string spec;
+  std::string traits;  // traits_summary text, one group a line
+};
+
+struct RunRecord {
+  std::string command;  // "campaign" or "replay"
+  unsigned long long seed = 0;
+  bool has_seed = false;
+  std::string reproduce;  // the command that re-runs it
+  std::string faults;     // "none" or the faults on
+  std::string started;    // UTC, ISO 8601
+  double seconds = 0;
+  bool passed = true;
+  std::string outcome;  // the final console line
+  std::vector<BackendRecord> backends;
+  std::vector<Tally> tallies;  // campaign only
+  std::vector<KillRecord> kills;
+  int kill_cases = 0;  // cases per fault: the kill matrix's colour scale ends there
+  std::vector<FailureRecord> failures;
+  std::vector<FailureRecord> replayed;  // replay only: every verdict, passed ones too
+};
+
+std::string utc_now_iso8601();
+
+// Text for XML/HTML content and attribute values: & < > " ' escaped, and
+// control characters XML 1.0 forbids replaced by U+FFFD (a case file or an
+// exception text may hold anything).
+std::string escape_xml(const std::string& text);
+
+// The whole file ("" when it cannot be read: the report shows what it has).
+std::string read_text_file(const std::string& path);
+
+// Writes `text` to `path` (replacing it); throws InputError naming `option`
+// and the path when it cannot.
+void write_text_file(const std::string& option, const std::string& path, const std::string& text);
+
+}  // namespace kvcheck::cli

@@ -21,6 +21,7 @@ namespace {
 
 constexpr size_t kErrTailBytes = 8192;
 constexpr int kErrTailLines = 20;
+constexpr size_t kReadChunk = 65536;
 
 // A child that dies while we write must not kill kvcheck with SIGPIPE; the
 // write then fails with EPIPE and the death is reported as a result.
@@ -180,23 +181,22 @@ void ChildProcess::write_request(const std::string& bytes, const std::string& ca
 }
 
 bool ChildProcess::fill(const std::string& call) {
-  if (in_pos_ > 0) in_.erase(in_.begin(), in_.begin() + std::ptrdiff_t(in_pos_)), in_pos_ = 0;
   if (!wait_ready(from_child_, POLLIN))
     fail(call, "no reply within " + std::to_string(timeout_.count()) + " ms");
-  const size_t old = in_.size();
-  in_.resize(old + 65536);
+  in_.resize(kReadChunk);  // allocated once; never zero-filled again
   ssize_t got;
-  do got = ::read(from_child_, in_.data() + old, 65536);
+  do got = ::read(from_child_, in_.data(), in_.size());
   while (got < 0 && errno == EINTR);
-  in_.resize(old + size_t(std::max<ssize_t>(got, 0)));
+  in_pos_ = 0;
+  in_end_ = size_t(std::max<ssize_t>(got, 0));
   return got > 0;
 }
 
 void ChildProcess::read_exact(void* data, size_t size, const std::string& call) {
   auto* out = static_cast<uint8_t*>(data);
   while (size > 0) {
-    if (in_pos_ == in_.size() && !fill(call)) fail(call, "");
-    const size_t take = std::min(size, in_.size() - in_pos_);
+    if (in_pos_ == in_end_ && !fill(call)) fail(call, "");
+    const size_t take = std::min(size, in_end_ - in_pos_);
     std::memcpy(out, in_.data() + in_pos_, take);
     in_pos_ += take, out += take, size -= take;
   }

@@ -59,8 +59,8 @@ class ChildProcess {
   std::chrono::milliseconds timeout_;
   pid_t pid_ = -1;
   int to_child_ = -1, from_child_ = -1, child_err_ = -1;
-  std::vector<uint8_t> in_;  // [bytes] read from stdout, not yet consumed
-  size_t in_pos_ = 0;
+  std::vector<uint8_t> in_;  // [bytes] read from stdout; [in_pos_, in_end_) not yet consumed
+  size_t in_pos_ = 0, in_end_ = 0;
   std::string err_tail_;  // the last few KiB of the child's stderr
 };
 

@@ -67,8 +67,8 @@ ChildProcess::ChildProcess(std::string command, std::chrono::milliseconds timeou
 
 ChildProcess::~ChildProcess() {
   if (pid_ > 0) {
-    close_fd(to_child_);  // end of file on stdin: a well-behaved child exits
-    for (int i = 0; i < 50 && pid_ > 0; ++i) {
+    close_fd(to_child_);                         // end of file on stdin: a well-behaved child exits
+    for (int i = 0; i < 500 && pid_ > 0; ++i) {  // up to 1 s to exit cleanly
       int status = 0;
       if (waitpid(pid_, &status, WNOHANG) == pid_)
         pid_ = -1;

@@ -1,5 +1,6 @@
 #include "backends/registry.h"
 
+#include "backends/exec.h"
 #include "backends/in_tree.h"
 #include "backends/plugin.h"
 #include "model/status.h"
@@ -131,6 +132,7 @@ const BackendRegistry& backend_registry() {
     BackendRegistry r;
     register_in_tree_backends(r);
     register_plugin_loader(r);
+    register_exec_backend(r);
     return r;
   }();
   return registry;

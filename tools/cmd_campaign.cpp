@@ -369,26 +369,12 @@ int run_campaign(const CampaignOptions& o) {
       record.kills.push_back(k);
     }
   }
-<<<<<<< HEAD
-  std::printf("\n%s in %.1f s: %d property cases, %s\n",
-              any_failure || fault_survived ? "FAILED" : "passed", elapsed(), total_cases,
-              any_failure             ? (faults.any() ? "a property caught the fault"
-                                                      : "a property failed on a correct engine")
-              : fault_survived        ? "the kill matrix found a problem"
-              : kill_matrices_run > 0 ? "every property held and every fault was killed"
-                                      : "every property held");
-  if (!o.json_path.empty()) {
-    std::ofstream out(o.json_path);
-    if (!out) throw InputError("--json: cannot write \"" + o.json_path + "\"");
-    out << json.dump(2) << "\n";
-  }
-=======
   record.seconds = elapsed();
   record.passed = !any_failure && !fault_survived;
   record.outcome = any_failure      ? (faults.any() ? "a property caught the fault"
                                                     : "a property failed on a correct engine")
                    : fault_survived ? "the kill matrix found a problem"
-                   : kill_matrix    ? "every property held and every fault was killed"
+                   : kill_matrices_run > 0 ? "every property held and every fault was killed"
                                     : "every property held";
   std::printf("\n%s in %.1f s: %d property cases, %s\n", record.passed ? "passed" : "FAILED",
               record.seconds, total_cases, record.outcome.c_str());
@@ -397,7 +383,6 @@ int run_campaign(const CampaignOptions& o) {
   if (!o.junit_path.empty()) write_text_file("--junit", o.junit_path, junit_xml(record));
   if (!o.html_path.empty()) write_text_file("--html", o.html_path, html_report(record));
 
->>>>>>> report
   return any_failure || fault_survived ? 1 : 0;
 }
 

@@ -1,0 +1,262 @@
+"""Serve any Python KV-cache engine to kvcheck over the engine protocol v1.
+
+docs/ENGINE_PROTOCOL.md specifies the protocol; this module is the whole
+server side, standard library only. An engine is any object with
+
+    start() -> int                                   a new sequence id
+    step(entries) -> logits                          entries: [(sequence, [token, ...]), ...]
+                                                     logits: [sum n][V] float32
+    finish(sequence), reset()                        optional (declare in traits)
+    length(sequence) -> int
+    cache(sequence, layer) -> (k, v)                 each [length][KVH][D] float32
+
+where logits, k and v may be torch tensors, numpy arrays, bytes, or nested
+lists of floats. Refusals are raised as EngineError(kind, message) with a kind
+from the protocol ("capacity", "rows", "unknown_sequence", "bad_batch",
+"bad_token", "device"); any other exception is reported as "internal".
+
+    import kvcheck_adapter as kv
+    kv.serve(traits={"identity": {"name": "mine", "version": "1"}},
+             make_engine=lambda model, capacity, max_rows, kv_dtype: MyEngine(model, capacity))
+
+make_engine receives the model as load_model() returns it: a dict with
+"config" (kvcheck's config fields) and "tensors" (Hugging Face name -> tensor).
+"""
+
+import array
+import json
+import struct
+import sys
+
+PROTOCOL_VERSION = 1
+MAX_CONTROL_BYTES = 1 << 20
+ERROR_KINDS = ("capacity", "rows", "unknown_sequence", "bad_batch", "bad_token", "device",
+               "input", "unsupported", "internal")
+
+
+class EngineError(Exception):
+    """A refusal with a protocol error kind; the engine stays usable."""
+
+    def __init__(self, kind, message):
+        if kind not in ERROR_KINDS:
+            raise ValueError("unknown error kind %r" % (kind,))
+        super().__init__(message)
+        self.kind = kind
+
+
+# ---- safetensors -----------------------------------------------------------
+
+def read_safetensors(path, prefer="auto"):
+    """name -> tensor from a safetensors file (F32, F16, BF16).
+
+    prefer: "torch", "numpy", "array" or "auto" (torch, else numpy, else
+    (array('f'), shape) pairs)."""
+    with open(path, "rb") as f:
+        data = f.read()
+    if len(data) < 8:
+        raise ValueError("%s: shorter than the 8-byte header length" % path)
+    (n,) = struct.unpack("<Q", data[:8])
+    if n > 100_000_000 or 8 + n > len(data):
+        raise ValueError("%s: header length %d does not fit the file" % (path, n))
+    header = json.loads(data[8:8 + n])
+    body = memoryview(data)[8 + n:]
+    kind = _tensor_library(prefer)
+    out = {}
+    for name, info in header.items():
+        if name == "__metadata__":
+            continue
+        begin, end = info["data_offsets"]
+        out[name] = _tensor(kind, bytes(body[begin:end]), info["dtype"], info["shape"], name)
+    return out
+
+
+def _tensor_library(prefer):
+    for kind in (("torch", "numpy") if prefer == "auto" else (prefer,)):
+        if kind == "array":
+            return "array"
+        try:
+            __import__(kind)
+            return kind
+        except ImportError:
+            if prefer != "auto":
+                raise
+    return "array"
+
+
+def _widen_16(raw, dtype):
+    halves = array.array("H", raw)
+    if sys.byteorder != "little":
+        halves.byteswap()
+    if dtype == "BF16":
+        words = array.array("I", (h << 16 for h in halves))
+        return array.array("f", words.tobytes())
+    return array.array("f", (struct.unpack("<e", struct.pack("<H", h))[0] for h in halves))
+
+
+def _tensor(kind, raw, dtype, shape, name):
+    if dtype == "F32":
+        values = array.array("f", raw)
+        if sys.byteorder != "little":
+            values.byteswap()
+    elif dtype in ("F16", "BF16"):
+        values = _widen_16(raw, dtype)
+    else:
+        raise ValueError("tensor %s: dtype %s (F32, F16 and BF16 are read)" % (name, dtype))
+    if kind == "torch":
+        import torch
+        return torch.frombuffer(bytearray(values.tobytes()), dtype=torch.float32).reshape(shape)
+    if kind == "numpy":
+        import numpy
+        return numpy.frombuffer(values.tobytes(), dtype="<f4").reshape(shape).copy()
+    return values, list(shape)
+
+
+def load_model(folder, prefer="auto"):
+    """The folder kvcheck sends with "load": {"config": {...}, "tensors": {...}}."""
+    with open(folder + "/config.json") as f:
+        config = json.load(f)
+    return {"config": config, "tensors": read_safetensors(folder + "/model.safetensors", prefer)}
+
+
+# ---- framing ----------------------------------------------------------------
+
+def f32_bytes(x):
+    """Little-endian float32 bytes of a tensor, array, bytes or nested list."""
+    if isinstance(x, (bytes, bytearray, memoryview)):
+        return bytes(x)
+    if hasattr(x, "detach"):  # torch
+        import torch
+        x = x.detach().to(torch.float32).contiguous().cpu()
+        try:
+            return x.numpy().astype("<f4", copy=False).tobytes()
+        except (RuntimeError, ImportError, TypeError):
+            x = x.reshape(-1).tolist()
+    elif hasattr(x, "astype"):  # numpy
+        return x.astype("<f4").tobytes()
+    values = array.array("f", _flatten(x))
+    if sys.byteorder != "little":
+        values.byteswap()
+    return values.tobytes()
+
+
+def _flatten(x):
+    for item in x:
+        if isinstance(item, (list, tuple)):
+            yield from _flatten(item)
+        else:
+            yield float(item)
+
+
+def _read_exact(stream, n):
+    chunks, left = [], n
+    while left:
+        chunk = stream.read(left)
+        if not chunk:
+            return None
+        chunks.append(chunk)
+        left -= len(chunk)
+    return b"".join(chunks)
+
+
+def _frame(payload):
+    return struct.pack("<I", len(payload)) + payload
+
+
+# ---- the loop ---------------------------------------------------------------
+
+class _Server:
+    def __init__(self, traits, make_engine, load):
+        self.traits, self.make_engine, self.load = traits, make_engine, load
+        self.models, self.engines, self.next_id = {}, {}, 0
+
+    def _new_id(self):
+        self.next_id += 1
+        return self.next_id
+
+    def _engine(self, request):
+        try:
+            return self.engines[request["engine"]]
+        except KeyError:
+            raise EngineError("input", "unknown engine %r" % (request.get("engine"),))
+
+    def _optional(self, engine, name):
+        method = getattr(engine, name, None)
+        if method is None:
+            raise EngineError("unsupported", "the engine has no %s" % name)
+        return method
+
+    def handle(self, r):
+        """One request -> (reply dict, [payload bytes, ...])."""
+        op = r.get("op")
+        if op == "hello":
+            return {"protocol": PROTOCOL_VERSION, "traits": self.traits}, []
+        if op == "load":
+            model_id = self._new_id()
+            self.models[model_id] = self.load(r["path"])
+            return {"model": model_id}, []
+        if op == "unload":
+            self.models.pop(r["model"], None)
+            return {}, []
+        if op == "create":
+            if r["model"] not in self.models:
+                raise EngineError("input", "unknown model %r" % (r["model"],))
+            engine = self.make_engine(self.models[r["model"]], r["capacity"], r["max_rows"],
+                                      r["kv_dtype"])
+            engine_id = self._new_id()
+            self.engines[engine_id] = engine
+            return {"engine": engine_id}, []
+        if op == "destroy":
+            self.engines.pop(r["engine"], None)
+            return {}, []
+        engine = self._engine(r)
+        if op == "start":
+            return {"sequence": int(engine.start())}, []
+        if op == "step":
+            entries = [(e["sequence"], e["tokens"]) for e in r["entries"]]
+            logits = f32_bytes(engine.step(entries))
+            return {"payloads": [len(logits)]}, [logits]
+        if op in ("finish", "reset"):
+            args = (r["sequence"],) if op == "finish" else ()
+            self._optional(engine, op)(*args)
+            return {}, []
+        if op == "length":
+            return {"length": int(engine.length(r["sequence"]))}, []
+        if op == "cache":
+            k, v = self._optional(engine, "cache")(r["sequence"], r["layer"])
+            k, v = f32_bytes(k), f32_bytes(v)
+            n = int(engine.length(r["sequence"]))
+            return {"length": n, "payloads": [len(k), len(v)]}, [k, v]
+        raise EngineError("input", "unknown op %r" % (op,))
+
+
+def serve(traits, make_engine, load=load_model):
+    """Answers kvcheck's requests on stdin/stdout until end of file or "bye".
+
+    stdout is reserved for frames: print() in the engine goes to stderr."""
+    inp, out = sys.stdin.buffer, sys.stdout.buffer
+    sys.stdout = sys.stderr
+    server = _Server(traits, make_engine, load)
+    while True:
+        head = _read_exact(inp, 4)
+        if head is None:
+            return
+        (n,) = struct.unpack("<I", head)
+        if n > MAX_CONTROL_BYTES:
+            raise SystemExit("kvcheck_adapter: a request of %d bytes" % n)
+        body = _read_exact(inp, n)
+        if body is None:
+            return
+        request = json.loads(body)
+        if request.get("op") == "bye":
+            return
+        try:
+            reply, payloads = server.handle(request)
+        except EngineError as e:
+            reply, payloads = {"error": {"kind": e.kind, "message": str(e)}}, []
+        except KeyError as e:
+            reply, payloads = {"error": {"kind": "input", "message": "missing field %s" % e}}, []
+        except Exception as e:  # the engine's own failure: a result, not a crash
+            reply = {"error": {"kind": "internal", "message": "%s: %s" % (type(e).__name__, e)}}
+            payloads = []
+        out.write(_frame(json.dumps(reply).encode()) + b"".join(_frame(p) for p in payloads))
+        out.flush()

@@ -1,0 +1,351 @@
+#include "backends/exec.h"
+
+#include <cstdlib>
+#include <cstring>
+#include <map>
+#include <memory>
+#include <mutex>
+
+#include "backends/exec_child.h"
+#include "backends/exec_models.h"
+#include "backends/exec_wire.h"
+#include "engine/traits_json.h"
+#include "model/status.h"
+
+namespace kvcheck {
+
+namespace {
+
+using nlohmann::json;
+
+constexpr double kDefaultTimeoutSeconds = 30;
+
+// The child and what it has loaded, shared by the backend and every engine
+// made from it. A fault kills the child; the next create starts a new one
+// (a new generation), and engines of an old generation refuse every call.
+class Session {
+ public:
+  Session(std::string command, std::chrono::milliseconds timeout)
+      : command_(std::move(command)), timeout_(timeout) {}
+
+  // The traits of the first handshake; later children must repeat them.
+  const json& handshake() {
+    std::lock_guard lock(mutex_);
+    ensure_child();
+    return traits_;
+  }
+
+  // Loads the model if needed and creates an engine: {generation, engine id}.
+  std::pair<int, int64_t> create(const std::string& folder, const EngineOptions& options) {
+    std::lock_guard lock(mutex_);
+    ensure_child();
+    Loaded& model = acquire(folder);
+    const json reply = call_ok({{"op", "create"},
+                                {"model", model.id},
+                                {"capacity", options.capacity},
+                                {"max_rows", options.max_rows},
+                                {"kv_dtype", kv_dtype_name(options.kv_dtype)}});
+    ++model.users;
+    return {generation_, integer(reply, "engine", "create")};
+  }
+
+  void destroy(int generation, int64_t engine, const std::string& folder) {
+    std::lock_guard lock(mutex_);
+    if (generation != generation_ || !child_ || !child_->alive()) return;
+    call_ok({{"op", "destroy"}, {"engine", engine}});
+    if (auto it = models_.find(folder); it != models_.end()) --it->second.users;
+  }
+
+  // One call of a live engine; error replies become the engine's exceptions.
+  Reply call(int generation, const json& request, size_t max_payloads, size_t max_bytes) {
+    std::lock_guard lock(mutex_);
+    if (generation != generation_ || !child_ || !child_->alive()) {
+      throw std::runtime_error("exec " + command_ + ": " + request.value("op", "") +
+                               ": the child that served this engine is gone: " + last_fault_);
+    }
+    Reply reply = guarded([&] { return child_->call(request, max_payloads, max_bytes); });
+    if (reply.control.contains("error")) throw_error(request.value("op", ""), reply.control);
+    return reply;
+  }
+
+  // A reply that parsed but says something impossible: the child is wrong.
+  [[noreturn]] void malformed(const std::string& call, const std::string& why) {
+    std::lock_guard lock(mutex_);
+    guarded([&]() -> int { child_->fail(call, "malformed reply: " + why); });
+    std::abort();  // unreachable: fail() throws
+  }
+
+  // An integer field of a reply that an engine call got back.
+  int64_t field(const json& reply, const char* key, const std::string& call) {
+    const auto it = reply.find(key);
+    if (it == reply.end() || !it->is_number_integer()) malformed(call, missing(reply, key));
+    return it->get<int64_t>();
+  }
+
+ private:
+  static std::string missing(const json& reply, const char* key) {
+    const auto it = reply.find(key);
+    return std::string("\"") + key + "\" must be an integer, got " +
+           (it == reply.end() ? std::string("nothing") : it->dump().substr(0, 100));
+  }
+
+  // Same, under the lock.
+  int64_t integer(const json& reply, const char* key, const std::string& call) {
+    const auto it = reply.find(key);
+    if (it == reply.end() || !it->is_number_integer())
+      guarded([&]() -> int { child_->fail(call, "malformed reply: " + missing(reply, key)); });
+    return it->get<int64_t>();
+  }
+
+  struct Loaded {
+    int64_t id = 0;
+    int users = 0;  // live engines on this model
+  };
+
+  template <class F>
+  auto guarded(F&& f) -> decltype(f()) {
+    try {
+      return f();
+    } catch (const ChildFault& e) {
+      last_fault_ = e.what();
+      models_.clear();
+      throw;
+    }
+  }
+
+  void ensure_child() {
+    if (child_ && child_->alive()) return;
+    ++generation_;
+    models_.clear();
+    child_ = std::make_unique<ChildProcess>(command_, timeout_);
+    const json reply = call_ok({{"op", "hello"}, {"protocol", wire::kProtocolVersion}});
+    if (!reply.contains("protocol") || reply["protocol"] != wire::kProtocolVersion)
+      guarded([&]() -> int {
+        child_->fail("hello", "it speaks protocol " +
+                                  (reply.contains("protocol") ? reply["protocol"].dump() : "?") +
+                                  ", this kvcheck speaks 1");
+      });
+    if (!reply.contains("traits") || !reply["traits"].is_object())
+      guarded([&]() -> int { child_->fail("hello", "malformed reply: no \"traits\" object"); });
+    if (traits_.is_null())
+      traits_ = reply["traits"];
+    else if (traits_ != reply["traits"])
+      guarded([&]() -> int { child_->fail("hello", "the restarted child declared other traits"); });
+  }
+
+  Loaded& acquire(const std::string& folder) {
+    if (auto it = models_.find(folder); it != models_.end()) return it->second;
+    for (auto it = models_.begin(); it != models_.end();) {
+      if (it->second.users > 0) {
+        ++it;
+        continue;
+      }
+      call_ok({{"op", "unload"}, {"model", it->second.id}});
+      it = models_.erase(it);
+    }
+    const json reply = call_ok({{"op", "load"}, {"path", folder}});
+    Loaded& model = models_[folder];
+    model.id = integer(reply, "model", "load");
+    return model;
+  }
+
+  json call_ok(const json& request) {
+    Reply reply = guarded([&] { return child_->call(request, 0, 0); });
+    if (reply.control.contains("error")) throw_error(request.value("op", ""), reply.control);
+    return std::move(reply.control);
+  }
+
+  [[noreturn]] void throw_error(const std::string& call, const json& reply) {
+    const json& error = reply["error"];
+    const auto kind_it = error.is_object() ? error.find("kind") : error.end();
+    const auto message_it = error.is_object() ? error.find("message") : error.end();
+    if (!error.is_object() || kind_it == error.end() || !kind_it->is_string() ||
+        message_it == error.end() || !message_it->is_string()) {
+      guarded([&]() -> int {
+        child_->fail(call,
+                     "malformed reply: \"error\" must be {\"kind\": string, \"message\": "
+                     "string}, got " +
+                         error.dump().substr(0, 200));
+      });
+    }
+    const std::string kind = kind_it->get<std::string>();
+    const std::string what = "exec " + call + ": " + message_it->get<std::string>();
+    if (const auto k = wire::parse_kind(kind)) throw EngineError(*k, what);
+    if (kind == "input" || kind == "unsupported" || kind == "internal")
+      throw std::runtime_error(what + " (" + kind + ")");
+    guarded([&]() -> int {
+      child_->fail(call, "malformed reply: unknown error kind \"" + kind + "\"");
+    });
+    std::abort();
+  }
+
+  std::mutex mutex_;
+  std::string command_;
+  std::chrono::milliseconds timeout_;
+  std::unique_ptr<ChildProcess> child_;
+  int generation_ = 0;
+  json traits_;                           // from the first handshake
+  std::map<std::string, Loaded> models_;  // folder -> loaded model, this generation
+  std::string last_fault_ = "it was restarted";
+};
+
+class ExecEngine final : public Engine {
+ public:
+  ExecEngine(std::shared_ptr<Session> session, const Config& config, const Weights& weights,
+             const EngineOptions& options, std::string name)
+      : session_(std::move(session)), config_(config), options_(options), name_(std::move(name)) {
+    folder_ = exec_model_folder(config_, weights);
+    std::tie(generation_, id_) = session_->create(folder_, options_);
+  }
+  ~ExecEngine() override {
+    try {
+      session_->destroy(generation_, id_, folder_);
+    } catch (...) {
+      // The child failed on destroy: the next call or create reports it.
+    }
+  }
+
+  const Config& config() const override { return config_; }
+  const EngineOptions& options() const override { return options_; }
+  std::string name() const override { return name_; }
+
+  SequenceId start() override {
+    return session_->field(call({{"op", "start"}, {"engine", id_}}).control, "sequence", "start");
+  }
+
+  void step(std::span<const BatchEntry> batch, std::vector<float>& logits) override {
+    json entries = json::array();
+    size_t tokens = 0;
+    for (const BatchEntry& b : batch) {
+      entries.push_back({{"sequence", b.sequence},
+                         {"tokens", std::vector<int32_t>(b.tokens.begin(), b.tokens.end())}});
+      tokens += b.tokens.size();
+    }
+    const size_t bytes = tokens * size_t(config_.vocab) * sizeof(float);
+    Reply reply =
+        call({{"op", "step"}, {"engine", id_}, {"entries", std::move(entries)}}, 1, bytes);
+    if (reply.payloads.size() != 1 || reply.payloads[0].size() != bytes) {
+      session_->malformed(
+          "step",
+          "logits of " +
+              (reply.payloads.empty() ? std::string("no payload")
+                                      : std::to_string(reply.payloads[0].size()) + " bytes") +
+              " where " + std::to_string(tokens) + " tokens x vocab " +
+              std::to_string(config_.vocab) + " need " + std::to_string(bytes));
+    }
+    logits.resize(tokens * size_t(config_.vocab));
+    std::memcpy(logits.data(), reply.payloads[0].data(), bytes);
+  }
+
+  void finish(SequenceId sequence) override {
+    call({{"op", "finish"}, {"engine", id_}, {"sequence", sequence}});
+  }
+
+  void reset() override { call({{"op", "reset"}, {"engine", id_}}); }
+
+  int length(SequenceId sequence) const override {
+    const Reply reply = call({{"op", "length"}, {"engine", id_}, {"sequence", sequence}});
+    const int64_t n = session_->field(reply.control, "length", "length");
+    if (n < 0 || n > options_.capacity)
+      session_->malformed("length", "length " + std::to_string(n) + " outside [0, capacity " +
+                                        std::to_string(options_.capacity) + "]");
+    return int(n);
+  }
+
+  CacheSnapshot cache(SequenceId sequence, int layer) const override {
+    const size_t row = size_t(config_.kv_width()) * sizeof(float);
+    const Reply reply =
+        call({{"op", "cache"}, {"engine", id_}, {"sequence", sequence}, {"layer", layer}}, 2,
+             size_t(options_.capacity) * row);
+    const int64_t n = session_->field(reply.control, "length", "cache");
+    if (n < 0 || n > options_.capacity || reply.payloads.size() != 2 ||
+        reply.payloads[0].size() != size_t(n) * row ||
+        reply.payloads[1].size() != size_t(n) * row) {
+      session_->malformed("cache", "k and v must be two payloads of length " + std::to_string(n) +
+                                       " x " + std::to_string(row) + " bytes");
+    }
+    CacheSnapshot snap;
+    snap.dtype = KvDtype::kF32;  // v1 carries the stored values widened to f32
+    snap.length = int(n);
+    snap.n_kv_heads = config_.n_kv_heads;
+    snap.head_dim = config_.head_dim;
+    snap.k = reply.payloads[0];
+    snap.v = reply.payloads[1];
+    return snap;
+  }
+
+  MemoryReport memory() const override { return {}; }
+
+ private:
+  Reply call(const json& request, size_t max_payloads = 0, size_t max_bytes = 0) const {
+    return session_->call(generation_, request, max_payloads, max_bytes);
+  }
+
+  std::shared_ptr<Session> session_;
+  Config config_;
+  EngineOptions options_;
+  std::string name_;
+  std::string folder_;
+  int generation_ = 0;
+  int64_t id_ = 0;
+};
+
+double timeout_seconds(const BackendSpec& spec) {
+  std::string text;
+  std::string where;
+  if (auto it = spec.options.find("timeout"); it != spec.options.end()) {
+    text = it->second, where = "--backend " + spec.name + "?timeout=";
+  } else if (const char* env = std::getenv("KVCHECK_EXEC_TIMEOUT"); env && *env) {
+    text = env, where = "KVCHECK_EXEC_TIMEOUT=";
+  } else {
+    return kDefaultTimeoutSeconds;
+  }
+  char* end = nullptr;
+  const double s = std::strtod(text.c_str(), &end);
+  if (end == text.c_str() || *end != '\0' || !(s > 0 && s <= 86400))
+    throw InputError(where + text + ": expected seconds in (0, 86400]");
+  return s;
+}
+
+Backend exec_backend(const BackendSpec& spec) {
+  reject_unknown_options(spec, {"timeout"});
+  const std::string command = spec.name.substr(std::strlen("exec:"));
+  if (command.find_first_not_of(" \t") == std::string::npos)
+    throw InputError("--backend exec: needs a command, e.g. exec:'python3 engine.py'");
+  const auto timeout = std::chrono::milliseconds(int64_t(timeout_seconds(spec) * 1000));
+  auto session = std::make_shared<Session>(command, timeout);
+  json traits_json;
+  try {
+    traits_json = session->handshake();
+  } catch (const std::runtime_error& e) {
+    throw InputError(std::string("--backend ") + spec.name + ": handshake failed: " + e.what());
+  }
+  Result<EngineTraits> traits = traits_from_json(traits_json);
+  if (!traits.ok()) throw InputError("--backend " + spec.name + ": " + traits.error());
+  if (traits.value().operations.fault_switches) {
+    throw InputError("--backend " + spec.name +
+                     ": traits.operations.fault_switches is true, but protocol v1 carries no "
+                     "fault switches (put seeded bugs in the command's arguments instead)");
+  }
+  Backend b;
+  b.traits = traits.value();
+  const std::string name = b.traits.identity.name;
+  b.make_factory = [session, name](FaultSet) -> EngineFactory {
+    return [session, name](const Config& config, const Weights& weights,
+                           const EngineOptions& options) -> std::unique_ptr<Engine> {
+      return std::make_unique<ExecEngine>(session, config, weights, options, name);
+    };
+  };
+  return b;
+}
+
+}  // namespace
+
+void register_exec_backend(BackendRegistry& registry) {
+  registry.add_prefix("exec:",
+                      "an engine in another process, over docs/ENGINE_PROTOCOL.md "
+                      "(exec:'CMD ARGS'[?timeout=SECONDS])",
+                      exec_backend);
+}
+
+}  // namespace kvcheck

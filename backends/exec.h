@@ -1,0 +1,15 @@
+// `--backend exec:CMD ARGS[?timeout=SECONDS]`: an engine in another process,
+// spoken to over the protocol of docs/ENGINE_PROTOCOL.md. The child is started
+// once, when the backend is resolved (its handshake gives the traits), and
+// kept for every engine; a child that dies, hangs or answers malformed fails
+// the property that was running, and the next engine creation starts a new
+// one.
+#pragma once
+
+#include "backends/registry.h"
+
+namespace kvcheck {
+
+void register_exec_backend(BackendRegistry& registry);
+
+}  // namespace kvcheck

@@ -1,0 +1,67 @@
+// One child process speaking the engine protocol on its stdin/stdout: spawn,
+// framed request/reply with a per-call deadline, and a verdict on how it died.
+// Every failure (exit, signal, timeout, a frame over its bound, bad JSON)
+// becomes a ChildFault whose message names the call, the cause and the tail
+// of the child's stderr; the child is killed and reaped before it is thrown.
+#pragma once
+
+#include <sys/types.h>
+
+#include <chrono>
+#include <cstdint>
+#include <stdexcept>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+namespace kvcheck {
+
+class ChildFault : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
+struct Reply {
+  nlohmann::json control;                      // the reply's JSON object
+  std::vector<std::vector<uint8_t>> payloads;  // [payload][bytes], as declared
+};
+
+class ChildProcess {
+ public:
+  // Starts `/bin/sh -c "exec COMMAND"`. Throws ChildFault if it cannot.
+  ChildProcess(std::string command, std::chrono::milliseconds timeout);
+  ~ChildProcess();  // closes stdin, waits briefly, then kills
+  ChildProcess(const ChildProcess&) = delete;
+  ChildProcess& operator=(const ChildProcess&) = delete;
+
+  // Sends `request` and reads one reply whose payloads are each at most
+  // `max_payload_bytes` and at most `max_payloads` in number. An error reply
+  // (with "error") is returned as is, without payloads.
+  Reply call(const nlohmann::json& request, size_t max_payloads, size_t max_payload_bytes);
+
+  // Kills the child and throws a ChildFault naming `call` and `reason`.
+  [[noreturn]] void fail(const std::string& call, const std::string& reason);
+
+  bool alive() const { return pid_ > 0; }
+
+ private:
+  void write_request(const std::string& bytes, const std::string& call);
+  void read_exact(void* data, size_t size, const std::string& call);
+  bool wait_ready(int fd, short events);  // false on the deadline; drains stderr meanwhile
+  bool fill(const std::string& call);     // false on end of file
+  void drain_stderr();
+  std::string stderr_tail() const;
+  std::string reap(bool kill_first);  // "exited with code 3", "killed by signal 11 (...)"
+  std::chrono::steady_clock::time_point deadline_;
+
+  std::string command_;
+  std::chrono::milliseconds timeout_;
+  pid_t pid_ = -1;
+  int to_child_ = -1, from_child_ = -1, child_err_ = -1;
+  std::vector<uint8_t> in_;  // [bytes] read from stdout; [in_pos_, in_end_) not yet consumed
+  size_t in_pos_ = 0, in_end_ = 0;
+  std::string err_tail_;  // the last few KiB of the child's stderr
+};
+
+}  // namespace kvcheck

@@ -1,0 +1,73 @@
+#include "backends/exec_wire.h"
+
+#include <unistd.h>
+
+#include <cerrno>
+
+namespace kvcheck::wire {
+
+namespace {
+
+struct KindName {
+  EngineError::Kind kind;
+  const char* name;
+};
+constexpr KindName kKinds[] = {{EngineError::Kind::kCapacity, "capacity"},
+                               {EngineError::Kind::kRows, "rows"},
+                               {EngineError::Kind::kUnknownSequence, "unknown_sequence"},
+                               {EngineError::Kind::kBadBatch, "bad_batch"},
+                               {EngineError::Kind::kBadToken, "bad_token"},
+                               {EngineError::Kind::kDevice, "device"}};
+
+}  // namespace
+
+std::string frame(std::string_view bytes) {
+  const uint32_t n = uint32_t(bytes.size());
+  std::string out;
+  out.reserve(4 + bytes.size());
+  for (int i = 0; i < 4; ++i) out.push_back(char((n >> (8 * i)) & 0xff));
+  out.append(bytes);
+  return out;
+}
+
+uint32_t read_le32(const uint8_t* p) {
+  return uint32_t(p[0]) | uint32_t(p[1]) << 8 | uint32_t(p[2]) << 16 | uint32_t(p[3]) << 24;
+}
+
+const char* kind_name(EngineError::Kind kind) {
+  for (const KindName& k : kKinds) {
+    if (k.kind == kind) return k.name;
+  }
+  return "internal";
+}
+
+std::optional<EngineError::Kind> parse_kind(std::string_view name) {
+  for (const KindName& k : kKinds) {
+    if (name == k.name) return k.kind;
+  }
+  return std::nullopt;
+}
+
+bool read_exact(int fd, void* data, size_t size) {
+  auto* p = static_cast<uint8_t*>(data);
+  while (size > 0) {
+    const ssize_t got = ::read(fd, p, size);
+    if (got < 0 && errno == EINTR) continue;
+    if (got <= 0) return false;
+    p += got, size -= size_t(got);
+  }
+  return true;
+}
+
+bool write_all(int fd, const void* data, size_t size) {
+  const auto* p = static_cast<const uint8_t*>(data);
+  while (size > 0) {
+    const ssize_t put = ::write(fd, p, size);
+    if (put < 0 && errno == EINTR) continue;
+    if (put <= 0) return false;
+    p += put, size -= size_t(put);
+  }
+  return true;
+}
+
+}  // namespace kvcheck::wire

@@ -1,0 +1,32 @@
+// The framing and error vocabulary of the engine protocol
+// (docs/ENGINE_PROTOCOL.md), shared by the client (backends/exec.cpp) and the
+// in-tree server (tools/kvcheck_serve.cpp) so that both read one definition.
+#pragma once
+
+#include <cstdint>
+#include <optional>
+#include <string>
+#include <string_view>
+#include <vector>
+
+#include "engine/engine.h"
+
+namespace kvcheck::wire {
+
+constexpr int kProtocolVersion = 1;
+constexpr uint32_t kMaxControlBytes = 1u << 20;  // a control frame's JSON
+
+// The 4-byte little-endian length followed by the bytes.
+std::string frame(std::string_view bytes);
+uint32_t read_le32(const uint8_t* p);
+
+// Wire names of EngineError kinds: "capacity", "rows", ...
+const char* kind_name(EngineError::Kind kind);
+std::optional<EngineError::Kind> parse_kind(std::string_view name);
+
+// Blocking whole-buffer IO on a file descriptor (the server side; the client
+// side polls with a deadline instead). False on end of file or an error.
+bool read_exact(int fd, void* data, size_t size);
+bool write_all(int fd, const void* data, size_t size);
+
+}  // namespace kvcheck::wire

@@ -1,0 +1,179 @@
+// The exec backend against kvcheck-serve: the in-tree engine behind the
+// protocol must give the in-process engine's bits, and a child that dies,
+// hangs or writes garbage must fail the call with a message saying so (and
+// the next engine must work again).
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <string>
+#include <vector>
+
+#include "backends/registry.h"
+#include "model/weights.h"
+#include "properties/property.h"
+#include "properties/scenario.h"
+
+namespace kvcheck {
+namespace {
+
+const std::string kServe = std::string("exec:") + KVCHECK_SERVE;
+
+Config gqa_llama() {
+  Config c = llama_tiny();
+  c.n_kv_heads = c.n_heads / 2;
+  return c;
+}
+
+// Two sequences: a ragged prefill batch, then decodes; every logit and every
+// cached K/V value compared bit for bit.
+void expect_same_bits(const Config& config, KvDtype dtype) {
+  const Weights weights = init_weights(config, 7);
+  EngineOptions options;
+  options.capacity = 16;
+  options.max_rows = 3;
+  options.kv_dtype = dtype;
+  auto a = backend_registry().resolve("cpu").under_test().factory(config, weights, options);
+  auto b = backend_registry().resolve(kServe).under_test().factory(config, weights, options);
+  const SequenceId a1 = a->start(), a2 = a->start(), b1 = b->start(), b2 = b->start();
+  const std::vector<int32_t> p1 = {1, 5, 2, 7, 3}, p2 = {4, 0, 6}, d = {2};
+  std::vector<float> la, lb;
+  for (int round = 0; round < 3; ++round) {
+    const bool prefill = round == 0;
+    const std::vector<BatchEntry> ea = {{a1, prefill ? p1 : d}, {a2, prefill ? p2 : d}};
+    const std::vector<BatchEntry> eb = {{b1, prefill ? p1 : d}, {b2, prefill ? p2 : d}};
+    a->step(ea, la);
+    b->step(eb, lb);
+    ASSERT_EQ(la.size(), lb.size());
+    EXPECT_EQ(0, std::memcmp(la.data(), lb.data(), la.size() * sizeof(float))) << round;
+  }
+  EXPECT_EQ(a->length(a1), b->length(b1));
+  for (int layer = 0; layer < config.n_layers; ++layer) {
+    const CacheSnapshot ca = a->cache(a1, layer), cb = b->cache(b1, layer);
+    ASSERT_EQ(ca.length, cb.length);
+    for (int pos = 0; pos < ca.length; ++pos)
+      for (int h = 0; h < config.n_kv_heads; ++h)
+        for (int i = 0; i < config.head_dim; ++i) {
+          const float ka = ca.k_at(pos, h, i), kb = cb.k_at(pos, h, i);
+          const float va = ca.v_at(pos, h, i), vb = cb.v_at(pos, h, i);
+          ASSERT_EQ(0, std::memcmp(&ka, &kb, 4)) << layer << " " << pos;
+          ASSERT_EQ(0, std::memcmp(&va, &vb, 4)) << layer << " " << pos;
+        }
+  }
+  b->finish(b1);
+  EXPECT_THROW(b->length(b1), EngineError);
+}
+
+TEST(ExecServe, SameBitsAsInProcess) {
+  expect_same_bits(gpt2_tiny(), KvDtype::kF32);
+  expect_same_bits(gqa_llama(), KvDtype::kF32);
+  expect_same_bits(gqa_llama(), KvDtype::kBF16);
+}
+
+Scenario two_sequences(const Config& config) {
+  Scenario s;
+  s.config = config;
+  s.capacity = 12;
+  s.max_rows = 2;
+  s.sequences = {{1, 2, 3, 4, 5, 6}, {7, 8, 9, 10}};
+  s.calls = {Call::start(0),
+             Call::start(1),
+             Call::step({{0, 4}, {1, 2}}),
+             Call::step({{0, 1}, {1, 2}}),
+             Call::finish(1),
+             Call::step({{0, 1}})};
+  return s;
+}
+
+TEST(ExecServe, PropertiesPassThroughExec) {
+  const EngineUnderTest subject = backend_registry().resolve(kServe).under_test();
+  for (const Config& c : {gpt2_tiny(), gqa_llama()}) {
+    const Scenario s = two_sequences(c);
+    ASSERT_EQ("", s.validate());
+    for (Property p : {Property::kOracle, Property::kCacheState, Property::kCompaction}) {
+      const Verdict v = check_property(p, s, subject);
+      EXPECT_TRUE(v.passed) << property_name(p) << ": " << v.summary;
+    }
+  }
+}
+
+TEST(ExecServe, RefusalsAreTypedErrors) {
+  const Config config = gpt2_tiny();
+  const Weights weights = init_weights(config, 3);
+  EngineOptions options;
+  options.capacity = 4;
+  options.max_rows = 1;
+  auto e = backend_registry().resolve(kServe).under_test().factory(config, weights, options);
+  const SequenceId s = e->start();
+  const std::vector<int32_t> five = {1, 2, 3, 4, 5}, bad = {1000};
+  std::vector<float> logits;
+  const auto kind_of = [&](auto&& f) {
+    try {
+      f();
+    } catch (const EngineError& err) {
+      return int(err.kind());
+    }
+    return -1;
+  };
+  EXPECT_EQ(int(EngineError::Kind::kCapacity), kind_of([&] {
+              e->step(std::vector<BatchEntry>{{s, five}}, logits);
+            }));
+  EXPECT_EQ(int(EngineError::Kind::kBadToken), kind_of([&] {
+              e->step(std::vector<BatchEntry>{{s, bad}}, logits);
+            }));
+  EXPECT_EQ(int(EngineError::Kind::kRows), kind_of([&] { e->start(); }));
+  EXPECT_EQ(int(EngineError::Kind::kUnknownSequence), kind_of([&] { e->length(s + 99); }));
+  EXPECT_EQ(0, e->length(s));  // every refusal left the state alone
+}
+
+// The message of the exception the first step throws on a proxy that
+// misbehaves there; afterwards a new engine must work (a fresh child).
+std::string fault_message(const std::string& fault, const std::string& options = "") {
+  const Backend backend = backend_registry().resolve(
+      std::string("exec:python3 ") + KVCHECK_SOURCE_DIR + "/tests/tools/faulty_proxy.py --fault " +
+      fault + " --at 1 -- " + KVCHECK_SERVE + options);
+  const Config config = gpt2_tiny();
+  const Weights weights = init_weights(config, 5);
+  const EngineFactory factory = backend.under_test().factory;
+  auto e = factory(config, weights, EngineOptions{});
+  const SequenceId s = e->start();
+  const std::vector<int32_t> tokens = {1, 2};
+  std::vector<float> logits;
+  std::string message;
+  try {
+    e->step(std::vector<BatchEntry>{{s, tokens}}, logits);
+  } catch (const EngineError& err) {
+    ADD_FAILURE() << "a child fault is not a refusal: " << err.what();
+  } catch (const std::runtime_error& err) {
+    message = err.what();
+  }
+  EXPECT_THROW(e->length(s), std::runtime_error);  // its child is gone
+  auto fresh = factory(config, weights, EngineOptions{});
+  EXPECT_EQ(0, fresh->length(fresh->start())) << "the next engine gets a new child";
+  return message;
+}
+
+TEST(ExecFaults, ExitIsReportedWithCodeAndStderr) {
+  const std::string m = fault_message("exit");
+  EXPECT_NE(m.find("step: the child exited with code 3"), std::string::npos) << m;
+  EXPECT_NE(m.find("faulty_proxy: exit now"), std::string::npos) << m;
+}
+
+TEST(ExecFaults, SignalIsReported) {
+  const std::string m = fault_message("signal");
+  EXPECT_NE(m.find("killed by signal 15"), std::string::npos) << m;
+}
+
+TEST(ExecFaults, HangTimesOut) {
+  const std::string m = fault_message("hang", "?timeout=4");
+  EXPECT_NE(m.find("no reply within 4000 ms"), std::string::npos) << m;
+}
+
+TEST(ExecFaults, GarbageIsMalformed) {
+  const std::string m = fault_message("garbage");
+  EXPECT_NE(m.find("malformed reply: a control frame of 2147483647 bytes"), std::string::npos) << m;
+  EXPECT_NE(fault_message("bad_json").find("not a JSON object"), std::string::npos);
+  EXPECT_NE(fault_message("short_payload").find("logits of 4 bytes"), std::string::npos);
+}
+
+}  // namespace
+}  // namespace kvcheck

@@ -1,0 +1,82 @@
+"""Relays the engine protocol to a real engine and misbehaves on purpose at
+the Nth step request, to test how kvcheck reports a faulty child.
+
+    python3 faulty_proxy.py --fault exit|signal|hang|garbage|bad_json|short_payload \
+        --at N -- COMMAND ARGS...
+"""
+
+import argparse
+import json
+import os
+import signal
+import struct
+import subprocess
+import sys
+import time
+
+
+def read_exact(stream, n):
+    data = b""
+    while len(data) < n:
+        chunk = stream.read(n - len(data))
+        if not chunk:
+            sys.exit(0)
+        data += chunk
+    return data
+
+
+def read_frame(stream):
+    (n,) = struct.unpack("<I", read_exact(stream, 4))
+    return read_exact(stream, n)
+
+
+def frame(data):
+    return struct.pack("<I", len(data)) + data
+
+
+def misbehave(fault, out):
+    sys.stderr.write("faulty_proxy: %s now\n" % fault)
+    sys.stderr.flush()
+    if fault == "exit":
+        os._exit(3)
+    if fault == "signal":
+        os.kill(os.getpid(), signal.SIGTERM)
+    if fault == "hang":
+        time.sleep(3600)
+    if fault == "garbage":
+        out.write(b"\xff\xff\xff\x7f garbage")
+    if fault == "bad_json":
+        out.write(frame(b"{not json"))
+    if fault == "short_payload":
+        out.write(frame(b'{"payloads":[4]}') + frame(b"\0\0\0\0"))
+    out.flush()
+    time.sleep(3600)  # kvcheck must give up on us
+
+
+def main():
+    parser = argparse.ArgumentParser()
+    parser.add_argument("--fault", required=True,
+                        choices=["exit", "signal", "hang", "garbage", "bad_json", "short_payload"])
+    parser.add_argument("--at", type=int, default=1, help="misbehave on this step request")
+    parser.add_argument("command", nargs=argparse.REMAINDER)
+    args = parser.parse_args()
+    command = args.command[1:] if args.command[:1] == ["--"] else args.command
+    inner = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
+    inp, out = sys.stdin.buffer, sys.stdout.buffer
+    steps = 0
+    while True:
+        request = read_frame(inp)
+        if json.loads(request).get("op") == "step":
+            steps += 1
+            if steps == args.at:
+                misbehave(args.fault, out)
+        inner.stdin.write(frame(request))
+        inner.stdin.flush()
+        control = read_frame(inner.stdout)
+        payloads = [read_frame(inner.stdout) for _ in json.loads(control).get("payloads", [])]
+        out.write(frame(control) + b"".join(frame(p) for p in payloads))
+        out.flush()
+
+
+if __name__ == "__main__":
+    main()

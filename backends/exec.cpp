@@ -327,6 +327,11 @@ Backend exec_backend(const BackendSpec& spec) {
                      ": traits.operations.fault_switches is true, but protocol v1 carries no "
                      "fault switches (put seeded bugs in the command's arguments instead)");
   }
+  if (traits.value().operations.storage_map) {
+    throw InputError("--backend " + spec.name +
+                     ": traits.operations.storage_map is true, but protocol v1 has no storage "
+                     "introspection message");
+  }
   Backend b;
   b.traits = traits.value();
   const std::string name = b.traits.identity.name;

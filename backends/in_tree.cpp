@@ -22,6 +22,7 @@ EngineTraits cpu_engine_traits(KernelPath kernels) {
   EngineTraits t;
   t.identity = {kernels == KernelPath::kOptimized ? "kvcheck-cpu" : "kvcheck-cpu-reference", "1"};
   t.operations.fault_switches = true;
+  t.operations.storage_map = true;
   t.limits.max_rows = 4096;  // make_cpu_engine's own bound
   return t;
 }
@@ -47,6 +48,7 @@ Backend cuda_backend(const BackendSpec& spec) {
   Backend b;
   b.traits.identity = {"kvcheck-cuda", "1"};
   b.traits.operations.fault_switches = true;
+  b.traits.operations.storage_map = true;
   b.traits.limits.max_head_dim = 256;  // the attention kernel's shared-memory tile
   b.traits.limits.max_rows = 4096;
   b.make_factory = [](FaultSet faults) -> EngineFactory {

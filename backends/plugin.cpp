@@ -210,6 +210,11 @@ Backend plugin_backend(const BackendSpec& spec) {
   Result<EngineTraits> traits = traits_from_json_text(json);
   if (!traits.ok()) throw InputError("--backend plugin:" + path + ": " + traits.error());
   check_declared_operations(path, *library->table, traits.value());
+  if (traits.value().operations.storage_map) {
+    throw InputError("--backend plugin:" + path +
+                     ": traits.operations.storage_map is true, but the plugin ABI v1 has no "
+                     "storage introspection call");
+  }
   if (traits.value().operations.fault_switches) {
     throw InputError("--backend plugin:" + path +
                      ": traits.operations.fault_switches is true, but the plugin ABI carries no "

@@ -5,6 +5,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <stdexcept>
 #include <string>
@@ -12,6 +13,7 @@
 
 #include "engine/faults.h"
 #include "engine/kv_dtype.h"
+#include "engine/storage_map.h"
 #include "model/config.h"
 #include "model/weights.h"
 
@@ -103,6 +105,10 @@ class Engine {
   virtual int length(SequenceId sequence) const = 0;
   virtual CacheSnapshot cache(SequenceId sequence, int layer) const = 0;
   virtual MemoryReport memory() const = 0;
+
+  // The storage as the report's cache timeline draws it (engine/storage_map.h);
+  // nullopt from engines that do not offer it (operations.storage_map false).
+  virtual std::optional<StorageMap> storage_map() const { return std::nullopt; }
 };
 
 }  // namespace kvcheck

@@ -191,6 +191,13 @@ uint64_t BasicSequenceTable<kFaults>::metadata_bytes() const {
          row_owner_.size() * (sizeof(SequenceId) + 2 * sizeof(int));
 }
 
+template <bool kFaults>
+std::vector<std::vector<SequenceId>> BasicSequenceTable<kFaults>::storage_holders() const {
+  std::vector<std::vector<SequenceId>> holders(row_owner_.size());  // [storage row]
+  for (const auto& [id, state] : sequences_) holders[size_t(storage_row(state.row))].push_back(id);
+  return holders;
+}
+
 template class BasicSequenceTable<true>;
 template class BasicSequenceTable<false>;
 

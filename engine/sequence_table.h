@@ -91,6 +91,9 @@ class BasicSequenceTable {
 
   uint64_t metadata_bytes() const;
 
+  // [storage row] the running sequences whose table points at it, by id.
+  std::vector<std::vector<SequenceId>> storage_holders() const;
+
  private:
   static constexpr SequenceId kNoSequence = -1;
 

@@ -32,6 +32,7 @@ struct OperationTraits {
   bool cache_snapshot = true;       // Engine::cache(): the stored K/V (P6)
   bool capacity_refusal = true;     // EngineError kCapacity past capacity, state intact (P9)
   bool fault_switches = false;      // EngineOptions::faults are honoured (kill matrix)
+  bool storage_map = false;         // Engine::storage_map(): the report's cache timeline
 };
 
 // Limits as constraints: a scenario outside them is not applicable.

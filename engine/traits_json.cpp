@@ -100,7 +100,8 @@ const std::vector<Section>& sections() {
                   bool_field("reset", &OperationTraits::reset),
                   bool_field("cache_snapshot", &OperationTraits::cache_snapshot),
                   bool_field("capacity_refusal", &OperationTraits::capacity_refusal),
-                  bool_field("fault_switches", &OperationTraits::fault_switches)}});
+                  bool_field("fault_switches", &OperationTraits::fault_switches),
+                  bool_field("storage_map", &OperationTraits::storage_map)}});
     Field shared{"capacity_shared",
                  [](const EngineTraits& t) { return json(t.limits.capacity_shared); },
                  [](const json& v, EngineTraits& t) -> std::string {

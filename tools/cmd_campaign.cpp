@@ -283,7 +283,8 @@ int run_campaign(const CampaignOptions& o) {
             report_failure(r, t.property, backends[index], faults, h.seed, o.failures_dir);
         f.case_text = f.case_path.empty() ? "" : read_text_file(f.case_path);
         if (!o.html_path.empty() && r.counterexample) {
-          f.error_map = p1_error_map(*r.counterexample, r.verdict, subject);
+          f.error_maps = error_maps(*r.counterexample, r.verdict, subject);
+          f.timeline = cache_timeline(*r.counterexample, subject);
         }
         record.failures.push_back(std::move(f));
       }
@@ -371,11 +372,11 @@ int run_campaign(const CampaignOptions& o) {
   }
   record.seconds = elapsed();
   record.passed = !any_failure && !fault_survived;
-  record.outcome = any_failure      ? (faults.any() ? "a property caught the fault"
-                                                    : "a property failed on a correct engine")
-                   : fault_survived ? "the kill matrix found a problem"
+  record.outcome = any_failure             ? (faults.any() ? "a property caught the fault"
+                                                           : "a property failed on a correct engine")
+                   : fault_survived        ? "the kill matrix found a problem"
                    : kill_matrices_run > 0 ? "every property held and every fault was killed"
-                                    : "every property held";
+                                           : "every property held";
   std::printf("\n%s in %.1f s: %d property cases, %s\n", record.passed ? "passed" : "FAILED",
               record.seconds, total_cases, record.outcome.c_str());
   record.tallies = tallies;

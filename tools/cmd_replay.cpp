@@ -41,25 +41,6 @@ struct ReplayOptions {
   bool trace = false;
 };
 
-std::string call_text(const Call& call) {
-  switch (call.kind) {
-    case Call::Kind::kStart:
-      return "start s" + std::to_string(call.sequence);
-    case Call::Kind::kFinish:
-      return "finish s" + std::to_string(call.sequence);
-    case Call::Kind::kReset:
-      return "reset";
-    case Call::Kind::kStep: {
-      std::string text = "step";
-      for (const ChunkSpec& c : call.chunks) {
-        text += " s" + std::to_string(c.sequence) + ":" + std::to_string(c.length);
-      }
-      return text;
-    }
-  }
-  return "?";
-}
-
 // The schedule, one call a line, the diverging call marked.
 std::string schedule_text(const Scenario& s, int marked_call) {
   std::ostringstream out;
@@ -311,7 +292,10 @@ int run_replay(const ReplayOptions& o) {
       record_backend(record, engine.backend);
       if (!r.verdict.passed) {
         r.case_text = read_text_file(file);
-        if (!o.html_path.empty()) r.error_map = p1_error_map(s, r.verdict, engine.subject);
+        if (!o.html_path.empty()) {
+          r.error_maps = error_maps(s, r.verdict, engine.subject);
+          r.timeline = cache_timeline(s, engine.subject);
+        }
         record.failures.push_back(r);
       }
       record.replayed.push_back(std::move(r));

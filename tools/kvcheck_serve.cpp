@@ -55,6 +55,7 @@ class Server {
   json hello() const {
     EngineTraits traits = cpu_engine_traits(kernels_);
     traits.operations.fault_switches = false;  // v1 carries no fault switches
+    traits.operations.storage_map = false;     // nor a storage map
     traits.identity.name += "-serve";
     return {{"protocol", wire::kProtocolVersion}, {"traits", traits_to_json(traits)}};
   }

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "tools/report_svg.h"
+#include "tools/timeline_svg.h"
 
 namespace kvcheck::cli {
 
@@ -24,7 +25,7 @@ margin:4px 0;white-space:pre-wrap;border-left:3px solid #bbb}
 svg text{font:11px system-ui,sans-serif;fill:#212121}svg text.axis{font-size:9px;fill:#666}
 svg text.cell{font-size:11px}.backends{display:flex;flex-wrap:wrap;gap:8px 24px}
 .note{color:#555;font-size:12px}td.k{white-space:nowrap}.pair{display:grid;grid-template-columns:1fr 1fr;gap:12px}
-pre.case{max-height:24em;overflow:auto}.index li{margin:2px 0}a{color:#1565c0}
+pre.case{max-height:24em;overflow:auto}.frames{display:flex;flex-wrap:wrap;gap:10px 22px}.index li{margin:2px 0}a{color:#1565c0}
 )";
 
 std::string fixed(const char* format, double v) {
@@ -166,6 +167,32 @@ std::string location_text(const Location& w) {
   return text.empty() ? "(none recorded)" : text;
 }
 
+void error_map_section(std::ostringstream& out, const ErrorMap& map) {
+  out << "<p><b>" << escape_xml(map.title) << "</b>";
+  if (map.ratio.size() > size_t(kErrorMapMaxRows)) {
+    out << " (the first " << kErrorMapMaxRows << " of " << map.ratio.size() << " rows)";
+  }
+  out << "<br><span class=\"note\">white: error/bound below 1e-6, darker blue up to the "
+      << "bound, red: at or over it (or not finite). Hover a cell for its value.</span><br>"
+      << error_map_svg(map) << "</p>";
+}
+
+void timeline_section(std::ostringstream& out, const CacheTimeline& timeline) {
+  out << "<p><b>Cache timeline</b>: the storage after every call, one row per storage unit, "
+         "one square per slot. ";
+  if (!timeline.unavailable.empty()) {
+    out << "<span class=\"note\">Not drawn: " << escape_xml(timeline.unavailable) << ".</span></p>";
+    return;
+  }
+  if (timeline.truncated) {
+    out << "<span class=\"note\">Only the first " << timeline.frames.size()
+        << " frames are drawn.</span>";
+  }
+  out << "<br>" << timeline_legend_svg() << "</p><div class=\"frames\">";
+  for (const TimelineFrame& frame : timeline.frames) out << timeline_frame_svg(frame);
+  out << "</div>";
+}
+
 void failure_section(std::ostringstream& out, const FailureRecord& f, int index) {
   out << "<div class=\"fail\"><h3 id=\"failure-" << index << "\" class=\"FAILED\">"
       << escape_xml(property_title(f.property)) << " on " << escape_xml(f.backend)
@@ -178,16 +205,8 @@ void failure_section(std::ostringstream& out, const FailureRecord& f, int index)
         << "</code></td></tr>";
   }
   out << "</table>";
-  if (!f.error_map.title.empty()) {
-    out << "<p><b>" << escape_xml(f.error_map.title) << "</b>";
-    if (f.error_map.ratio.size() > size_t(kErrorMapMaxRows)) {
-      out << " (the first " << kErrorMapMaxRows << " of " << f.error_map.ratio.size()
-          << " rows)";
-    }
-    out << "<br><span class=\"note\">white: error/bound below 1e-6, darker blue up to the "
-        << "bound, red: at or over it (or not finite). Hover a cell for its value.</span><br>"
-        << error_map_svg(f.error_map) << "</p>";
-  }
+  for (const ErrorMap& map : f.error_maps) error_map_section(out, map);
+  timeline_section(out, f.timeline);
   out << "<div class=\"pair\"><div><b>localisation</b><pre>" << escape_xml(f.verdict.detail)
       << "</pre></div><div><b>case file</b><pre class=\"case\">" << escape_xml(f.case_text)
       << "</pre></div></div></div>\n";
@@ -243,10 +262,7 @@ std::string html_report(const RunRecord& run) {
   kill_matrix_section(out, run);
   if (!run.replayed.empty()) replayed_section(out, run);
   failures_section(out, run);
-  out << "<h2>Not in this report yet</h2><p class=\"note\">error maps for P6 (|engine - oracle| / "
-      << "bound over layer x position of the K/V cache) and the cache timeline "
-      << "(row/slot ownership after each call) are not drawn; the localisation text above "
-      << "carries the per-layer error table. See docs/REPORTS.md.</p>\n</body></html>\n";
+  out << "</body></html>\n";
   return out.str();
 }
 

@@ -123,8 +123,8 @@ std::string error_map_svg(const ErrorMap& map) {
       std::snprintf(value, sizeof(value), "%.3g", ratio);
       out << "<rect x=\"" << kLabel + kCell * c << "\" y=\"" << y << "\" width=\"" << kCell - 1
           << "\" height=\"" << kRow - 1 << "\" fill=\"" << ratio_colour(ratio) << "\"><title>"
-          << escape_xml(map.row_labels[r]) << ", vocab " << escape_xml(map.col_labels[c])
-          << ": error/bound " << value << "</title></rect>";
+          << escape_xml(map.row_labels[r]) << ", " << escape_xml(map.col_axis) << " "
+          << escape_xml(map.col_labels[c]) << ": error/bound " << value << "</title></rect>";
     }
   }
   out << "</svg>";

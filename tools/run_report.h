@@ -10,6 +10,7 @@
 #include <vector>
 
 #include "properties/property.h"
+#include "tools/cache_timeline.h"
 #include "tools/error_map.h"
 
 namespace kvcheck::cli {
@@ -49,7 +50,8 @@ struct FailureRecord {
   std::string case_path;  // empty when no case file could be written
   std::string case_text;  // the case file's text
   Verdict verdict;
-  ErrorMap error_map;  // P1 only; empty title: none
+  std::vector<ErrorMap> error_maps;  // P1's, or P6's K and V; empty: none
+  CacheTimeline timeline;            // recorded only for the HTML report
 };
 
 // One kill-matrix row on one backend. Columns are the properties, or the

@@ -63,6 +63,25 @@ std::vector<std::string> cache_shape_lines(const Scenario& scenario, int call_in
   return lines;
 }
 
+std::string call_text(const Call& call) {
+  switch (call.kind) {
+    case Call::Kind::kStart:
+      return "start s" + std::to_string(call.sequence);
+    case Call::Kind::kFinish:
+      return "finish s" + std::to_string(call.sequence);
+    case Call::Kind::kReset:
+      return "reset";
+    case Call::Kind::kStep: {
+      std::string text = "step";
+      for (const ChunkSpec& c : call.chunks) {
+        text += " s" + std::to_string(c.sequence) + ":" + std::to_string(c.length);
+      }
+      return text;
+    }
+  }
+  return "?";
+}
+
 std::vector<std::string> cache_trace(const Scenario& scenario, const EngineFactory& factory,
                                      const std::function<std::string(const Call&)>& call_label) {
   const Weights weights = init_weights(scenario.config, scenario.weight_seed);

@@ -93,6 +93,14 @@ class CpuEngine final : public Engine {
     return snap;
   }
 
+  std::optional<StorageMap> storage_map() const override {
+    StorageMap map =
+        scan_storage(cache_.k_bytes(), cache_.v_bytes(), config_.n_layers, cache_.rows(),
+                     config_.n_kv_heads, cache_.capacity(), config_.head_dim, options_.kv_dtype);
+    map.holders = table_.storage_holders();
+    return map;
+  }
+
   MemoryReport memory() const override {
     MemoryReport m;
     m.kv_bytes = cache_.bytes();

@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <span>
 #include <vector>
 
 #include "engine/kv_dtype.h"
@@ -38,6 +39,10 @@ class KvCache {
   void clear_row(int row);
   // Copies every layer's K/V of row `from` into row `to`.
   void copy_row(int from, int to);
+
+  // The whole storage, [layer][row][kv_head][slot][dim] of dtype.
+  std::span<const uint8_t> k_bytes() const { return k_; }
+  std::span<const uint8_t> v_bytes() const { return v_; }
 
   // Exactly 2 * layers * rows * capacity * kv_heads * head_dim * sizeof(dtype).
   uint64_t bytes() const { return k_.size() + v_.size(); }

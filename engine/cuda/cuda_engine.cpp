@@ -191,6 +191,19 @@ class CudaEngine final : public Engine {
     return snap;
   }
 
+  // The whole device storage copied to the host and scanned there: a report
+  // calls it once per call of a small case, so its cost does not matter.
+  std::optional<StorageMap> storage_map() const override {
+    std::vector<uint8_t> k(k_cache_.bytes()),
+        v(v_cache_.bytes());  // [layer][row][kv_head][slot][dim]
+    KVCHECK_CUDA_CHECK(cudaMemcpy(k.data(), k_cache_.get(), k.size(), cudaMemcpyDeviceToHost));
+    KVCHECK_CUDA_CHECK(cudaMemcpy(v.data(), v_cache_.get(), v.size(), cudaMemcpyDeviceToHost));
+    StorageMap map = scan_storage(k, v, config_.n_layers, options_.max_rows, config_.n_kv_heads,
+                                  options_.capacity, config_.head_dim, options_.kv_dtype);
+    map.holders = table_.storage_holders();
+    return map;
+  }
+
   MemoryReport memory() const override {
     MemoryReport m;
     m.kv_bytes = k_cache_.bytes() + v_cache_.bytes();

@@ -7,7 +7,9 @@ aside), one <html>, <head>, <body>. Self-contained: no "http" anywhere (no
 URL, not even an svg xmlns), no <script>, no src=/href= other than "#..."
 anchors, no CSS url(). Complete: the seed, every backend, every failing
 property's summary and case file path, one error/bound histogram per P1/P6
-row, one heat-map row per kill-matrix row, one error map per P1 failure.
+row, one heat-map row per kill-matrix row, one error map per P1 failure and
+a K and a V map per P6 failure, a cache timeline per failure; for shared_rows
+the timeline shows a row that two sequences hold.
 
 usage: check_html.py KVCHECK WORKDIR
 """
@@ -98,7 +100,12 @@ def check_campaign(tag, binary, workdir, extra):
     check(len(re.findall(r'id="failure-\d+"', page)) == len(failed),
           f"{tag}: {len(failed)} failures, sections differ")
     p1_failed = [r for r in failed if r["property"] == "oracle"]
-    check(page.count('class="emap"') == len(p1_failed), f"{tag}: one P1 error map per P1 failure")
+    p6_failed = [r for r in failed if r["property"] == "cache_state"]
+    check(page.count('class="emap"') == len(p1_failed) + 2 * len(p6_failed),
+          f"{tag}: one error map per P1 failure and two per P6 failure")
+    check(page.count("P6 error map of cached K") == len(p6_failed), f"{tag}: P6 K maps differ")
+    check(page.count("<b>Cache timeline</b>") == len(failed), f"{tag}: one timeline per failure")
+    check(failed == [] or 'class="frame"' in page, f"{tag}: the cpu timeline has no frames")
     case_files = [os.path.join(d, f) for d, _, fs in os.walk(failures) for f in fs]
     for c in case_files:
         check(c in text, f"{tag}: case file {c} not named")
@@ -115,6 +122,8 @@ def main():
     failed, folder = check_campaign("fault", binary, workdir,
                                     ["--fault", "shared_rows", "--cases", "20", "--time", "60"])
     check(len(failed) >= 1, "fault: shared_rows caused no failure")
+    with open(os.path.join(workdir, "fault.html"), encoding="utf-8") as f:
+        check("row 0: s0+s1" in f.read(), "fault: no timeline frame shows row 0 held by s0 and s1")
     check_campaign("clean", binary, workdir, ["--cases", "10", "--time", "60"])
     page_path = os.path.join(workdir, "replay.html")
     kvcheck(binary, ["replay", folder, "--html", page_path], "replay")

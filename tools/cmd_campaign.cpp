@@ -166,6 +166,11 @@ KillRecord kill_record(const std::string& backend, const rcgen::KillMatrixRow& r
   k.killed_by = best ? std::string(property_name(best->verdict.property)) : "";
   k.shrunk_size = best ? best->counterexample->size() : 0;
   k.shrunk_scenario = best ? best->counterexample->to_text() : "";
+  for (size_t i = 0; i < row.cells.size(); ++i) {
+    const rcgen::HuntResult& r = row.cells[i];
+    k.cells.push_back({static_cast<Property>(i), r.failed, r.cases_run,
+                       r.counterexample ? r.counterexample->size() : 0});
+  }
   // KillMatrix::problems names the row first ("kv_swapped survived ...",
   // "the correct engine fails ...").
   for (const std::string& p : problems) {
@@ -174,6 +179,17 @@ KillRecord kill_record(const std::string& backend, const rcgen::KillMatrixRow& r
     if (mine) k.problems.push_back(p);
   }
   return k;
+}
+
+nlohmann::json per_property_json(const KillRecord& k) {
+  nlohmann::json cells = nlohmann::json::array();
+  for (const KillRecord::Cell& c : k.cells) {
+    cells.push_back({{"property", property_name(c.property)},
+                     {"killed", c.killed},
+                     {"cases", c.cases},
+                     {"shrunk_size", c.shrunk_size}});
+  }
+  return cells;
 }
 
 int run_campaign(const CampaignOptions& o) {
@@ -366,6 +382,7 @@ int run_campaign(const CampaignOptions& o) {
                                      {"killed_by", k.killed_by},
                                      {"shrunk_size", k.shrunk_size},
                                      {"shrunk_scenario", k.shrunk_scenario},
+                                     {"per_property", per_property_json(k)},
                                      {"problems", k.problems}});
       record.kills.push_back(k);
     }

@@ -126,22 +126,58 @@ HeatCell kill_cell(const KillRecord& k, int max_cases) {
   return c;
 }
 
+// One property's own cell: "cases/size" where it killed, "-" where it did
+// not (the catalogue says which properties are meant to).
+HeatCell property_cell(const KillRecord& k, const KillRecord::Cell& c, int max_cases) {
+  const std::string who = k.fault + " x " + property_title(c.property);
+  if (!c.killed) {
+    return {"-", who + ": not killed in " + std::to_string(c.cases) + " cases", "#fafafa"};
+  }
+  if (!k.is_fault) return {"FAIL", who + ": the correct engine failed", "#e57373"};
+  return {std::to_string(c.cases) + "/" + std::to_string(c.shrunk_size),
+          who + ": killed after " + std::to_string(c.cases) + " cases, shrunk to size " +
+              std::to_string(c.shrunk_size),
+          kill_colour(c.cases, max_cases)};
+}
+
 void kill_matrix_section(std::ostringstream& out, const RunRecord& run) {
   if (run.kills.empty()) return;
+  const bool per_property = !run.kills.front().cells.empty();
   out << "<h2>Kill matrix</h2><p class=\"note\">every fault of docs/FAULTS.md injected into "
-      << "the engine; the column is 'any' (every property per case). Colour: cases until a "
-      << "property killed the fault, green = 1 case, red = " << run.kill_cases
-      << " cases (log scale); text: cases, size of the shrunk scenario, the property that "
-      << "killed it. Hover a cell for the shrunk scenario.</p><div class=\"backends\">";
+      << "the engine; "
+      << (per_property ? "one column per property (cases until it killed the fault / size of "
+                         "its shrunk scenario, '-' where it did not) and "
+                       : "")
+      << "the column 'any' (every property per case). Colour: cases until a property killed "
+      << "the fault, green = 1 case, red = " << run.kill_cases
+      << " cases (log scale); 'any' text: cases, size of the shrunk scenario, the property "
+      << "that killed it. Hover a cell for details.</p><div class=\"backends\">";
   for (const BackendRecord& b : run.backends) {
-    std::vector<std::string> rows;
+    std::vector<std::string> rows, columns;
     std::vector<std::vector<HeatCell>> cells;
     for (const KillRecord& k : run.kills) {
       if (k.backend != b.spec) continue;
       rows.push_back(k.fault);
-      cells.push_back({kill_cell(k, run.kill_cases)});
+      std::vector<HeatCell>& row = cells.emplace_back();
+      for (const KillRecord::Cell& c : k.cells) row.push_back(property_cell(k, c, run.kill_cases));
+      row.push_back(kill_cell(k, run.kill_cases));
     }
     if (rows.empty()) continue;
+    if (per_property) {
+      for (const KillRecord::Cell& c : run.kills.front().cells) {
+        columns.emplace_back(property_label(c.property));
+      }
+      // Per-property cells are narrow; 'any' keeps its room for the text.
+      std::vector<std::vector<HeatCell>> props(cells.size()), any(cells.size());
+      for (size_t r = 0; r < cells.size(); ++r) {
+        props[r].assign(cells[r].begin(), cells[r].end() - 1);
+        any[r].push_back(cells[r].back());
+      }
+      out << "<div><b>" << escape_xml(b.spec) << "</b><br>"
+          << heat_map_svg(rows, columns, props, 52) << "<br>"
+          << heat_map_svg(rows, {"any property"}, any) << "</div>";
+      continue;
+    }
     out << "<div><b>" << escape_xml(b.spec) << "</b><br>"
         << heat_map_svg(rows, {"any property"}, cells) << "</div>";
   }

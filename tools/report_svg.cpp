@@ -63,8 +63,9 @@ std::string percent_bars_svg(const std::vector<std::pair<std::string, double>>& 
 
 std::string heat_map_svg(const std::vector<std::string>& row_labels,
                          const std::vector<std::string>& column_labels,
-                         const std::vector<std::vector<HeatCell>>& cells) {
-  constexpr int kLabel = 180, kCell = 230, kRow = 20, kHead = 20;
+                         const std::vector<std::vector<HeatCell>>& cells, int cell_width) {
+  constexpr int kLabel = 180, kRow = 20, kHead = 20;
+  const int kCell = cell_width;
   std::ostringstream out;
   out << "<svg class=\"heat\" width=\"" << kLabel + kCell * column_labels.size() + 2
       << "\" height=\"" << kHead + kRow * row_labels.size() + 2 << "\" role=\"img\">";

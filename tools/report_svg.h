@@ -27,7 +27,7 @@ struct HeatCell {
 // Rows x columns of cells with row and column labels ([row][column]).
 std::string heat_map_svg(const std::vector<std::string>& row_labels,
                          const std::vector<std::string>& column_labels,
-                         const std::vector<std::vector<HeatCell>>& cells);
+                         const std::vector<std::vector<HeatCell>>& cells, int cell_width = 230);
 
 // An error/bound map: white-to-blue below the bound (log scale from 1e-6),
 // red at or over it; rows past kMaxRows are left out (the caller says so).

@@ -71,6 +71,14 @@ struct KillRecord {
   // failing correct engine). Empty: the row passes.
   std::vector<std::string> problems;
   bool ok() const { return problems.empty(); }
+  // One property's own column, when the matrix ran per property.
+  struct Cell {
+    Property property = Property::kOracle;
+    bool killed = false;
+    int cases = 0;  // until the kill, or all that ran
+    int shrunk_size = 0;
+  };
+  std::vector<Cell> cells;  // [property]; empty when only 'any' ran
 };
 
 struct BackendRecord {

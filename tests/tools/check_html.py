@@ -112,7 +112,8 @@ def check_campaign(tag, binary, workdir, extra):
     measured = [r for r in summary["properties"] if r["property"] in ("oracle", "cache_state")]
     check(page.count('class="hist"') == len(measured), f"{tag}: histograms differ")
     kills = summary.get("kill_matrix", [])
-    check(page.count('class="cell"') == len(kills), f"{tag}: kill-matrix cells differ")
+    cells = sum(1 + len(k.get("per_property", [])) for k in kills)
+    check(page.count('class="cell"') == cells, f"{tag}: kill-matrix cells differ")
     return failed, failures
 
 
@@ -124,7 +125,8 @@ def main():
     check(len(failed) >= 1, "fault: shared_rows caused no failure")
     with open(os.path.join(workdir, "fault.html"), encoding="utf-8") as f:
         check("row 0: s0+s1" in f.read(), "fault: no timeline frame shows row 0 held by s0 and s1")
-    check_campaign("clean", binary, workdir, ["--cases", "10", "--time", "60"])
+    check_campaign("clean", binary, workdir,
+                   ["--cases", "10", "--time", "60", "--kill-per-property", "--kill-cases", "30"])
     page_path = os.path.join(workdir, "replay.html")
     kvcheck(binary, ["replay", folder, "--html", page_path], "replay")
     page, p, text = parse("replay", page_path)

@@ -52,7 +52,7 @@ class Session {
   void destroy(int generation, int64_t engine, const std::string& folder) {
     std::lock_guard lock(mutex_);
     if (generation != generation_ || !child_ || !child_->alive()) return;
-    call_ok({{"op", "destroy"}, {"engine", engine}});
+    guarded([&] { child_->post({{"op", "destroy"}, {"engine", engine}}); });
     if (auto it = models_.find(folder); it != models_.end()) --it->second.users;
   }
 
@@ -63,8 +63,8 @@ class Session {
       throw std::runtime_error("exec " + command_ + ": " + request.value("op", "") +
                                ": the child that served this engine is gone: " + last_fault_);
     }
-    Reply reply = guarded([&] { return child_->call(request, max_payloads, max_bytes); });
-    if (reply.control.contains("error")) throw_error(request.value("op", ""), reply.control);
+    Reply reply = guarded([&] { return child_->call(request, {max_payloads, max_bytes}); });
+    if (reply.error) throw_error(request.value("op", ""), *reply.error);
     return reply;
   }
 
@@ -140,7 +140,7 @@ class Session {
         ++it;
         continue;
       }
-      call_ok({{"op", "unload"}, {"model", it->second.id}});
+      guarded([&] { child_->post({{"op", "unload"}, {"model", it->second.id}}); });
       it = models_.erase(it);
     }
     const json reply = call_ok({{"op", "load"}, {"path", folder}});
@@ -150,33 +150,16 @@ class Session {
   }
 
   json call_ok(const json& request) {
-    Reply reply = guarded([&] { return child_->call(request, 0, 0); });
-    if (reply.control.contains("error")) throw_error(request.value("op", ""), reply.control);
+    Reply reply = guarded([&] { return child_->call(request, {}); });
+    if (reply.error) throw_error(request.value("op", ""), *reply.error);
     return std::move(reply.control);
   }
 
-  [[noreturn]] void throw_error(const std::string& call, const json& reply) {
-    const json& error = reply["error"];
-    const auto kind_it = error.is_object() ? error.find("kind") : error.end();
-    const auto message_it = error.is_object() ? error.find("message") : error.end();
-    if (!error.is_object() || kind_it == error.end() || !kind_it->is_string() ||
-        message_it == error.end() || !message_it->is_string()) {
-      guarded([&]() -> int {
-        child_->fail(call,
-                     "malformed reply: \"error\" must be {\"kind\": string, \"message\": "
-                     "string}, got " +
-                         error.dump().substr(0, 200));
-      });
-    }
-    const std::string kind = kind_it->get<std::string>();
-    const std::string what = "exec " + call + ": " + message_it->get<std::string>();
-    if (const auto k = wire::parse_kind(kind)) throw EngineError(*k, what);
-    if (kind == "input" || kind == "unsupported" || kind == "internal")
-      throw std::runtime_error(what + " (" + kind + ")");
-    guarded([&]() -> int {
-      child_->fail(call, "malformed reply: unknown error kind \"" + kind + "\"");
-    });
-    std::abort();
+  // wire::parse_reply has checked the kind is one of the protocol's.
+  [[noreturn]] static void throw_error(const std::string& call, const wire::WireError& error) {
+    const std::string what = "exec " + call + ": " + error.message;
+    if (const auto k = wire::parse_kind(error.kind)) throw EngineError(*k, what);
+    throw std::runtime_error(what + " (" + error.kind + ")");
   }
 
   std::mutex mutex_;

@@ -15,6 +15,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "backends/exec_reply.h"
+
 namespace kvcheck {
 
 class ChildFault : public std::runtime_error {
@@ -22,10 +24,7 @@ class ChildFault : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-struct Reply {
-  nlohmann::json control;                      // the reply's JSON object
-  std::vector<std::vector<uint8_t>> payloads;  // [payload][bytes], as declared
-};
+using wire::Reply;
 
 class ChildProcess {
  public:
@@ -35,10 +34,16 @@ class ChildProcess {
   ChildProcess(const ChildProcess&) = delete;
   ChildProcess& operator=(const ChildProcess&) = delete;
 
-  // Sends `request` and reads one reply whose payloads are each at most
-  // `max_payload_bytes` and at most `max_payloads` in number. An error reply
-  // (with "error") is returned as is, without payloads.
-  Reply call(const nlohmann::json& request, size_t max_payloads, size_t max_payload_bytes);
+  // Sends `request` and reads its reply (wire::parse_reply within `limits`;
+  // an error reply is returned as is). Replies of posted requests are read
+  // and checked first.
+  Reply call(const nlohmann::json& request, const wire::ReplyLimits& limits);
+
+  // Sends a request whose reply carries nothing the caller needs (destroy,
+  // unload) without waiting: the child works on it while kvcheck goes on,
+  // and its reply is read before the next call's. A malformed reply still
+  // fails that next call; an error reply is dropped.
+  void post(const nlohmann::json& request);
 
   // Kills the child and throws a ChildFault naming `call` and `reason`.
   [[noreturn]] void fail(const std::string& call, const std::string& reason);
@@ -47,9 +52,9 @@ class ChildProcess {
 
  private:
   void write_request(const std::string& bytes, const std::string& call);
-  void read_exact(void* data, size_t size, const std::string& call);
+  Reply read_reply(const std::string& call, const wire::ReplyLimits& limits);
   bool wait_ready(int fd, short events);  // false on the deadline; drains stderr meanwhile
-  bool fill(const std::string& call);     // false on end of file
+  bool fill(size_t needed, const std::string& call);  // false on end of file
   void drain_stderr();
   std::string stderr_tail() const;
   std::string reap(bool kill_first);  // "exited with code 3", "killed by signal 11 (...)"
@@ -61,7 +66,8 @@ class ChildProcess {
   int to_child_ = -1, from_child_ = -1, child_err_ = -1;
   std::vector<uint8_t> in_;  // [bytes] read from stdout; [in_pos_, in_end_) not yet consumed
   size_t in_pos_ = 0, in_end_ = 0;
-  std::string err_tail_;  // the last few KiB of the child's stderr
+  std::vector<std::string> posted_;  // [request] ops whose replies are still unread, oldest first
+  std::string err_tail_;             // the last few KiB of the child's stderr
 };
 
 }  // namespace kvcheck

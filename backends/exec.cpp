@@ -273,7 +273,9 @@ class ExecEngine final : public Engine {
   int64_t id_ = 0;
 };
 
-double timeout_seconds(const BackendSpec& spec) {
+}  // namespace
+
+double exec_timeout_seconds(const BackendSpec& spec) {
   std::string text;
   std::string where;
   if (auto it = spec.options.find("timeout"); it != spec.options.end()) {
@@ -290,12 +292,14 @@ double timeout_seconds(const BackendSpec& spec) {
   return s;
 }
 
+namespace {
+
 Backend exec_backend(const BackendSpec& spec) {
   reject_unknown_options(spec, {"timeout"});
   const std::string command = spec.name.substr(std::strlen("exec:"));
   if (command.find_first_not_of(" \t") == std::string::npos)
     throw InputError("--backend exec: needs a command, e.g. exec:'python3 engine.py'");
-  const auto timeout = std::chrono::milliseconds(int64_t(timeout_seconds(spec) * 1000));
+  const auto timeout = std::chrono::milliseconds(int64_t(exec_timeout_seconds(spec) * 1000));
   auto session = std::make_shared<Session>(command, timeout);
   json traits_json;
   try {

@@ -1,8 +1,13 @@
 """Relays the engine protocol to a real engine and misbehaves on purpose at
 the Nth step request, to test how kvcheck reports a faulty child.
 
-    python3 faulty_proxy.py --fault exit|signal|hang|garbage|bad_json|short_payload \
-        --at N -- COMMAND ARGS...
+    python3 faulty_proxy.py --fault FAULT --at N -- COMMAND ARGS...
+
+exit, signal, hang, garbage, bad_json, short_payload: the proxy misbehaves
+instead of relaying that step and then stops answering. wrong_shape (the
+logits payload loses its last value, control frame and payload frame agreeing)
+and omit_reply (the step's reply is dropped) relay the rest as usual: an
+adapter that breaks the protocol once, for `kvcheck check-adapter`.
 """
 
 import argparse
@@ -56,7 +61,8 @@ def misbehave(fault, out):
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--fault", required=True,
-                        choices=["exit", "signal", "hang", "garbage", "bad_json", "short_payload"])
+                        choices=["exit", "signal", "hang", "garbage", "bad_json", "short_payload",
+                                 "wrong_shape", "omit_reply"])
     parser.add_argument("--at", type=int, default=1, help="misbehave on this step request")
     parser.add_argument("command", nargs=argparse.REMAINDER)
     args = parser.parse_args()
@@ -66,14 +72,21 @@ def main():
     steps = 0
     while True:
         request = read_frame(inp)
+        now = False
         if json.loads(request).get("op") == "step":
             steps += 1
-            if steps == args.at:
+            now = steps == args.at
+            if now and args.fault not in ("wrong_shape", "omit_reply"):
                 misbehave(args.fault, out)
         inner.stdin.write(frame(request))
         inner.stdin.flush()
         control = read_frame(inner.stdout)
         payloads = [read_frame(inner.stdout) for _ in json.loads(control).get("payloads", [])]
+        if now and args.fault == "omit_reply":
+            continue
+        if now and args.fault == "wrong_shape" and payloads:
+            payloads[0] = payloads[0][:-4]
+            control = json.dumps({"payloads": [len(p) for p in payloads]}).encode()
         out.write(frame(control) + b"".join(frame(p) for p in payloads))
         out.flush()
 

@@ -5,6 +5,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 
 #include "backends/exec_child.h"
 #include "backends/exec_models.h"
@@ -36,23 +37,48 @@ class Session {
   }
 
   // Loads the model if needed and creates an engine: {generation, engine id}.
+  // In protocol 2 kvcheck names the ids, so load goes out without waiting and
+  // create is the one round trip.
   std::pair<int, int64_t> create(const std::string& folder, const EngineOptions& options) {
     std::lock_guard lock(mutex_);
     ensure_child();
     Loaded& model = acquire(folder);
-    const json reply = call_ok({{"op", "create"},
-                                {"model", model.id},
-                                {"capacity", options.capacity},
-                                {"max_rows", options.max_rows},
-                                {"kv_dtype", kv_dtype_name(options.kv_dtype)}});
+    json request = {{"op", "create"},
+                    {"model", model.id},
+                    {"capacity", options.capacity},
+                    {"max_rows", options.max_rows},
+                    {"kv_dtype", kv_dtype_name(options.kv_dtype)}};
+    if (version_ >= 2) request["engine"] = ++next_id_;
+    const json reply = call_ok(request);
     ++model.users;
-    return {generation_, integer(reply, "engine", "create")};
+    return {generation_, version_ >= 2 ? next_id_ : integer(reply, "engine", "create")};
+  }
+
+  // The protocol version this child speaks (1 or 2) and, in 2, a fresh id.
+  int version() const { return version_; }
+  int64_t new_id() {
+    std::lock_guard lock(mutex_);
+    return ++next_id_;
+  }
+
+  // A request of a live engine sent without waiting for its reply (protocol
+  // 2); a refusal is thrown by the engine's next call.
+  void post(int generation, const json& request) {
+    std::lock_guard lock(mutex_);
+    if (generation != generation_ || !child_ || !child_->alive()) {
+      throw std::runtime_error("exec " + command_ + ": " + request.value("op", "") +
+                               ": the child that served this engine is gone: " + last_fault_);
+    }
+    guarded([&] {
+      if (child_->posted() >= kMaxPosted) child_->drain();
+      child_->post(request, /*refusal_matters=*/true);
+    });
   }
 
   void destroy(int generation, int64_t engine, const std::string& folder) {
     std::lock_guard lock(mutex_);
     if (generation != generation_ || !child_ || !child_->alive()) return;
-    guarded([&] { child_->post({{"op", "destroy"}, {"engine", engine}}); });
+    guarded([&] { child_->post({{"op", "destroy"}, {"engine", engine}}, false); });
     if (auto it = models_.find(folder); it != models_.end()) --it->second.users;
   }
 
@@ -119,12 +145,21 @@ class Session {
     models_.clear();
     child_ = std::make_unique<ChildProcess>(command_, timeout_);
     const json reply = call_ok({{"op", "hello"}, {"protocol", wire::kProtocolVersion}});
-    if (!reply.contains("protocol") || reply["protocol"] != wire::kProtocolVersion)
+    const auto version = reply.find("protocol");
+    if (version == reply.end() || !version->is_number_integer() ||
+        version->get<int64_t>() < wire::kMinProtocolVersion ||
+        version->get<int64_t>() > wire::kProtocolVersion)
       guarded([&]() -> int {
         child_->fail("hello", "it speaks protocol " +
-                                  (reply.contains("protocol") ? reply["protocol"].dump() : "?") +
-                                  ", this kvcheck speaks 1");
+                                  (version != reply.end() ? version->dump() : std::string("?")) +
+                                  ", this kvcheck speaks 1 and 2");
       });
+    if (generation_ > 1 && version->get<int>() != version_)
+      guarded([&]() -> int {
+        child_->fail("hello", "the restarted child speaks another protocol version");
+      });
+    version_ = version->get<int>();
+    next_id_ = 0;
     if (!reply.contains("traits") || !reply["traits"].is_object())
       guarded([&]() -> int { child_->fail("hello", "malformed reply: no \"traits\" object"); });
     if (traits_.is_null())
@@ -140,8 +175,15 @@ class Session {
         ++it;
         continue;
       }
-      guarded([&] { child_->post({{"op", "unload"}, {"model", it->second.id}}); });
+      guarded([&] { child_->post({{"op", "unload"}, {"model", it->second.id}}, false); });
       it = models_.erase(it);
+    }
+    if (version_ >= 2) {
+      const int64_t id = ++next_id_;
+      guarded([&] { child_->post({{"op", "load"}, {"path", folder}, {"model", id}}, true); });
+      Loaded& model = models_[folder];
+      model.id = id;
+      return model;
     }
     const json reply = call_ok({{"op", "load"}, {"path", folder}});
     Loaded& model = models_[folder];
@@ -162,7 +204,11 @@ class Session {
     throw std::runtime_error(what + " (" + error.kind + ")");
   }
 
+  static constexpr size_t kMaxPosted = 64;  // replies left unread at most (pipe space)
+
   std::mutex mutex_;
+  int version_ = 1;
+  int64_t next_id_ = 0;  // the last id kvcheck named (protocol 2), this generation
   std::string command_;
   std::chrono::milliseconds timeout_;
   std::unique_ptr<ChildProcess> child_;
@@ -192,8 +238,20 @@ class ExecEngine final : public Engine {
   const EngineOptions& options() const override { return options_; }
   std::string name() const override { return name_; }
 
+  // Protocol 2: kvcheck names the sequence, and where a row is free (so the
+  // engine must accept) start goes out without waiting; where every row is
+  // taken it waits, for the refusal the engine owes (P9).
   SequenceId start() override {
-    return session_->field(call({{"op", "start"}, {"engine", id_}}).control, "sequence", "start");
+    if (session_->version() < 2)
+      return session_->field(call({{"op", "start"}, {"engine", id_}}).control, "sequence", "start");
+    const SequenceId id = session_->new_id();
+    const json request = {{"op", "start"}, {"engine", id_}, {"sequence", id}};
+    if (int(live_.size()) < options_.max_rows)
+      session_->post(generation_, request);
+    else
+      call(request);
+    live_.insert(id);
+    return id;
   }
 
   void step(std::span<const BatchEntry> batch, std::vector<float>& logits) override {
@@ -220,11 +278,26 @@ class ExecEngine final : public Engine {
     std::memcpy(logits.data(), reply.payloads[0].data(), bytes);
   }
 
+  // Protocol 2: a finish of a live sequence and a reset cannot be refused, so
+  // they go out without waiting; a finish of anything else waits for its
+  // refusal.
   void finish(SequenceId sequence) override {
-    call({{"op", "finish"}, {"engine", id_}, {"sequence", sequence}});
+    const json request = {{"op", "finish"}, {"engine", id_}, {"sequence", sequence}};
+    if (session_->version() >= 2 && live_.count(sequence))
+      session_->post(generation_, request);
+    else
+      call(request);
+    live_.erase(sequence);
   }
 
-  void reset() override { call({{"op", "reset"}, {"engine", id_}}); }
+  void reset() override {
+    const json request = {{"op", "reset"}, {"engine", id_}};
+    if (session_->version() >= 2)
+      session_->post(generation_, request);
+    else
+      call(request);
+    live_.clear();
+  }
 
   int length(SequenceId sequence) const override {
     const Reply reply = call({{"op", "length"}, {"engine", id_}, {"sequence", sequence}});
@@ -271,6 +344,7 @@ class ExecEngine final : public Engine {
   std::string folder_;
   int generation_ = 0;
   int64_t id_ = 0;
+  std::set<SequenceId> live_;  // sequences started and not finished (protocol 2)
 };
 
 }  // namespace

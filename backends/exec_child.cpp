@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <cstring>
 #include <thread>
+#include <utility>
 
 #include "backends/exec_wire.h"
 
@@ -210,12 +211,25 @@ Reply ChildProcess::read_reply(const std::string& call, const wire::ReplyLimits&
   }
 }
 
-void ChildProcess::post(const nlohmann::json& request) {
+void ChildProcess::post(const nlohmann::json& request, bool refusal_matters) {
   const std::string name = request.value("op", std::string("request"));
   if (pid_ <= 0) throw ChildFault("exec " + command_ + ": " + name + ": the child is gone");
   deadline_ = std::chrono::steady_clock::now() + timeout_;
   write_request(wire::frame(request.dump()), name);
-  posted_.push_back(name);
+  posted_.push_back({name, refusal_matters});
+}
+
+void ChildProcess::drain() {
+  deadline_ = std::chrono::steady_clock::now() + timeout_;
+  for (const Posted& earlier : posted_) {
+    const Reply r = read_reply(earlier.op, {});
+    if (r.error && earlier.refusal_matters && refused_ahead_.empty()) {
+      refused_ahead_ = "exec " + command_ + ": " + earlier.op +
+                       " (sent without waiting) was refused: " + r.error->kind + ": " +
+                       r.error->message;
+    }
+  }
+  posted_.clear();
 }
 
 Reply ChildProcess::call(const nlohmann::json& request, const wire::ReplyLimits& limits) {
@@ -223,9 +237,10 @@ Reply ChildProcess::call(const nlohmann::json& request, const wire::ReplyLimits&
   if (pid_ <= 0) throw ChildFault("exec " + command_ + ": " + name + ": the child is gone");
   deadline_ = std::chrono::steady_clock::now() + timeout_;
   write_request(wire::frame(request.dump()), name);
-  for (const std::string& earlier : posted_) read_reply(earlier, {});
-  posted_.clear();
-  return read_reply(name, limits);
+  drain();
+  Reply reply = read_reply(name, limits);
+  if (!refused_ahead_.empty()) throw RefusedAhead(std::exchange(refused_ahead_, ""));
+  return reply;
 }
 
 }  // namespace kvcheck

@@ -24,6 +24,13 @@ class ChildFault : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
+// A request sent without waiting (ChildProcess::post) was refused: the engine
+// refused what it should have accepted. The child is fine.
+class RefusedAhead : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
 using wire::Reply;
 
 class ChildProcess {
@@ -39,11 +46,18 @@ class ChildProcess {
   // and checked first.
   Reply call(const nlohmann::json& request, const wire::ReplyLimits& limits);
 
-  // Sends a request whose reply carries nothing the caller needs (destroy,
-  // unload) without waiting: the child works on it while kvcheck goes on,
-  // and its reply is read before the next call's. A malformed reply still
-  // fails that next call; an error reply is dropped.
-  void post(const nlohmann::json& request);
+  // Sends a request whose reply carries nothing the caller needs without
+  // waiting: the child works on it while kvcheck goes on, and its reply is
+  // read before the next call's. A malformed reply fails that next call like
+  // its own; an error reply is dropped where `refusal_matters` is false
+  // (destroy, unload), else the next call throws a RefusedAhead after reading
+  // its own reply (the stream stays in step).
+  void post(const nlohmann::json& request, bool refusal_matters);
+
+  // Replies of posted requests not yet read. A caller that posts many in a
+  // row drains them (drain()) so that the child never blocks on a full pipe.
+  size_t posted() const { return posted_.size(); }
+  void drain();
 
   // Kills the child and throws a ChildFault naming `call` and `reason`.
   [[noreturn]] void fail(const std::string& call, const std::string& reason);
@@ -66,8 +80,13 @@ class ChildProcess {
   int to_child_ = -1, from_child_ = -1, child_err_ = -1;
   std::vector<uint8_t> in_;  // [bytes] read from stdout; [in_pos_, in_end_) not yet consumed
   size_t in_pos_ = 0, in_end_ = 0;
-  std::vector<std::string> posted_;  // [request] ops whose replies are still unread, oldest first
-  std::string err_tail_;             // the last few KiB of the child's stderr
+  struct Posted {
+    std::string op;
+    bool refusal_matters;
+  };
+  std::vector<Posted> posted_;  // [request] whose replies are still unread, oldest first
+  std::string refused_ahead_;   // the first refusal of a posted request, not yet thrown
+  std::string err_tail_;        // the last few KiB of the child's stderr
 };
 
 }  // namespace kvcheck

@@ -160,11 +160,11 @@ class AdapterCheck {
     }
     const auto version = integer("hello", r, "protocol");
     if (!version) return std::nullopt;
-    if (*version != wire::kProtocolVersion) {
-      violation("hello: protocol " + std::to_string(*version) + ", this kvcheck speaks " +
-                std::to_string(wire::kProtocolVersion));
+    if (*version < wire::kMinProtocolVersion || *version > wire::kProtocolVersion) {
+      violation("hello: protocol " + std::to_string(*version) + ", this kvcheck speaks 1 and 2");
       return std::nullopt;
     }
+    version_ = int(*version);
     const auto t = r.control.find("traits");
     if (t == r.control.end() || !t->is_object()) {
       violation("hello: \"traits\" must be an object");
@@ -175,8 +175,8 @@ class AdapterCheck {
       violation("hello: traits: " + traits.error());
       return std::nullopt;
     }
-    ok("hello: protocol 1, traits of " + traits.value().identity.name + " " +
-       traits.value().identity.version);
+    ok("hello: protocol " + std::to_string(version_) + ", traits of " +
+       traits.value().identity.name + " " + traits.value().identity.version);
     return traits.value();
   }
 
@@ -308,10 +308,25 @@ class AdapterCheck {
     }
   }
 
-  std::optional<int64_t> start(const std::string& what, int64_t engine) {
-    const auto r = call_ok(what, {{"op", "start"}, {"engine", engine}});
+  // A request that makes an id: protocol 2 names it in `key` (and a reply
+  // may echo it), protocol 1 reads it from the reply.
+  std::optional<int64_t> make(const std::string& what, json request, const char* key) {
+    const int64_t named = ++next_id_;
+    if (version_ >= 2) request[key] = named;
+    const auto r = call_ok(what, request);
     if (!r) return std::nullopt;
-    const auto s = integer(what, *r, "sequence");
+    if (version_ < 2) return integer(what, *r, key);
+    const auto echo = r->control.find(key);
+    if (echo != r->control.end() && *echo != named) {
+      violation(what + ": \"" + key + "\" " + echo->dump() + " in the reply, kvcheck named " +
+                std::to_string(named));
+      return std::nullopt;
+    }
+    return named;
+  }
+
+  std::optional<int64_t> start(const std::string& what, int64_t engine) {
+    const auto s = make(what, {{"op", "start"}, {"engine", engine}}, "sequence");
     if (s) ok(what + ": sequence " + std::to_string(*s));
     return s;
   }
@@ -321,17 +336,17 @@ class AdapterCheck {
                           (config.n_kv_heads < config.n_heads ? " gqa" : "");
     const Weights weights = init_weights(config, kWeightSeed);
     const OperationTraits& ops = traits.operations;
-    const auto load =
-        call_ok(m + ": load", {{"op", "load"}, {"path", exec_model_folder(config, weights)}});
-    const auto model = load ? integer(m + ": load", *load, "model") : std::nullopt;
+    const auto model =
+        make(m + ": load", {{"op", "load"}, {"path", exec_model_folder(config, weights)}}, "model");
     if (!model) return;
     ok(m + ": load");
-    const auto create = call_ok(m + ": create", {{"op", "create"},
-                                                 {"model", *model},
-                                                 {"capacity", kCapacity},
-                                                 {"max_rows", kMaxRows},
-                                                 {"kv_dtype", "f32"}});
-    const auto engine = create ? integer(m + ": create", *create, "engine") : std::nullopt;
+    const auto engine = make(m + ": create",
+                             {{"op", "create"},
+                              {"model", *model},
+                              {"capacity", kCapacity},
+                              {"max_rows", kMaxRows},
+                              {"kv_dtype", "f32"}},
+                             "engine");
     if (!engine) return;
     ok(m + ": create");
     const int V = config.vocab;
@@ -370,8 +385,9 @@ class AdapterCheck {
     expect_refusal(m + ": length of an unknown sequence",
                    {{"op", "length"}, {"engine", *engine}, {"sequence", unknown}},
                    "unknown_sequence");
-    expect_refusal(m + ": start with every row taken", {{"op", "start"}, {"engine", *engine}},
-                   "rows");
+    json full = {{"op", "start"}, {"engine", *engine}};
+    if (version_ >= 2) full["sequence"] = ++next_id_;
+    expect_refusal(m + ": start with every row taken", full, "rows");
     if (ops.finish) {
       if (call_ok(m + ": finish", {{"op", "finish"}, {"engine", *engine}, {"sequence", *s2}}))
         ok(m + ": finish");
@@ -404,6 +420,8 @@ class AdapterCheck {
 
   ChildProcess child_;
   int checks_ = 0, violations_ = 0, bugs_ = 0;
+  int version_ = 1;      // agreed in hello
+  int64_t next_id_ = 0;  // the last id named (protocol 2)
 };
 
 int run_check_adapter(const CheckAdapterOptions& o) {

@@ -32,7 +32,9 @@ def check(kvcheck, backend, code, *words):
 def main():
     kvcheck, tool, mode = sys.argv[1:4]
     if mode == "protocol":
-        check(kvcheck, "exec:" + tool, 0, "0 protocol violations, 0 cache bugs")
+        check(kvcheck, "exec:" + tool, 0, "0 protocol violations, 0 cache bugs", "protocol 2")
+        check(kvcheck, "exec:%s --protocol 1" % tool, 0, "0 protocol violations, 0 cache bugs",
+              "hello: protocol 1")
         proxy = "exec:%s %s/tests/tools/faulty_proxy.py --fault %%s --at 1 -- %s?timeout=3" % (
             sys.executable, ROOT, tool)
         check(kvcheck, proxy % "wrong_shape", 1, "1 protocol violations, 0 cache bugs",

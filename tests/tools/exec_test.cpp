@@ -84,14 +84,19 @@ Scenario two_sequences(const Config& config) {
   return s;
 }
 
+// Protocol 2 (kvcheck names the ids, start/finish/reset/load go out without
+// waiting) and protocol 1 (a child that offers only 1) both pass.
 TEST(ExecServe, PropertiesPassThroughExec) {
-  const EngineUnderTest subject = backend_registry().resolve(kServe).under_test();
-  for (const Config& c : {gpt2_tiny(), gqa_llama()}) {
-    const Scenario s = two_sequences(c);
-    ASSERT_EQ("", s.validate());
-    for (Property p : {Property::kOracle, Property::kCacheState, Property::kCompaction}) {
-      const Verdict v = check_property(p, s, subject);
-      EXPECT_TRUE(v.passed) << property_name(p) << ": " << v.summary;
+  for (const std::string& backend : {kServe, kServe + " --protocol 1"}) {
+    const EngineUnderTest subject = backend_registry().resolve(backend).under_test();
+    for (const Config& c : {gpt2_tiny(), gqa_llama()}) {
+      const Scenario s = two_sequences(c);
+      ASSERT_EQ("", s.validate());
+      for (Property p : {Property::kOracle, Property::kCacheState, Property::kCompaction,
+                         Property::kReset, Property::kCapacity}) {
+        const Verdict v = check_property(p, s, subject);
+        EXPECT_TRUE(v.passed) << backend << " " << property_name(p) << ": " << v.summary;
+      }
     }
   }
 }

@@ -8,6 +8,9 @@ instead of relaying that step and then stops answering. wrong_shape (the
 logits payload loses its last value, control frame and payload frame agreeing)
 and omit_reply (the step's reply is dropped) relay the rest as usual: an
 adapter that breaks the protocol once, for `kvcheck check-adapter`.
+
+--once FILE: misbehave only if FILE does not exist yet (and create it), so that
+of all the children a campaign starts only the first fails.
 """
 
 import argparse
@@ -64,6 +67,7 @@ def main():
                         choices=["exit", "signal", "hang", "garbage", "bad_json", "short_payload",
                                  "wrong_shape", "omit_reply"])
     parser.add_argument("--at", type=int, default=1, help="misbehave on this step request")
+    parser.add_argument("--once", help="misbehave only if this file does not exist; create it")
     parser.add_argument("command", nargs=argparse.REMAINDER)
     args = parser.parse_args()
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
@@ -76,6 +80,11 @@ def main():
         if json.loads(request).get("op") == "step":
             steps += 1
             now = steps == args.at
+            if now and args.once:
+                if os.path.exists(args.once):
+                    now = False
+                else:
+                    open(args.once, "w").close()
             if now and args.fault not in ("wrong_shape", "omit_reply"):
                 misbehave(args.fault, out)
         inner.stdin.write(frame(request))

@@ -180,5 +180,28 @@ TEST(ExecFaults, GarbageIsMalformed) {
   EXPECT_NE(fault_message("short_payload").find("logits of 4 bytes"), std::string::npos);
 }
 
+// Protocol 2 sends start without waiting where a row is free; an engine that
+// refuses it anyway fails the next call, naming the start and the refusal.
+TEST(ExecFaults, RefusedStartSentAheadFailsTheNextCall) {
+  const Backend backend = backend_registry().resolve(
+      std::string("exec:python3 ") + KVCHECK_SOURCE_DIR +
+      "/tests/tools/faulty_proxy.py --fault refuse_start -- " + KVCHECK_SERVE);
+  const Config config = gpt2_tiny();
+  const Weights weights = init_weights(config, 5);
+  auto e = backend.under_test().factory(config, weights, EngineOptions{});
+  const SequenceId s = e->start();  // sent without waiting: no error yet
+  std::string message;
+  try {
+    e->length(s);
+  } catch (const EngineError& err) {
+    ADD_FAILURE() << "a refusal sent ahead is not the next call's refusal: " << err.what();
+  } catch (const std::runtime_error& err) {
+    message = err.what();
+  }
+  EXPECT_NE(message.find("start (sent without waiting) was refused: rows: faulty_proxy refuses"),
+            std::string::npos)
+      << message;
+}
+
 }  // namespace
 }  // namespace kvcheck

@@ -8,6 +8,8 @@ instead of relaying that step and then stops answering. wrong_shape (the
 logits payload loses its last value, control frame and payload frame agreeing)
 and omit_reply (the step's reply is dropped) relay the rest as usual: an
 adapter that breaks the protocol once, for `kvcheck check-adapter`.
+refuse_start refuses the first start with kind rows (not relayed): a refusal
+of a request kvcheck sent without waiting (protocol 2).
 
 --once FILE: misbehave only if FILE does not exist yet (and create it), so that
 of all the children a campaign starts only the first fails.
@@ -65,7 +67,7 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--fault", required=True,
                         choices=["exit", "signal", "hang", "garbage", "bad_json", "short_payload",
-                                 "wrong_shape", "omit_reply"])
+                                 "wrong_shape", "omit_reply", "refuse_start"])
     parser.add_argument("--at", type=int, default=1, help="misbehave on this step request")
     parser.add_argument("--once", help="misbehave only if this file does not exist; create it")
     parser.add_argument("command", nargs=argparse.REMAINDER)
@@ -74,10 +76,17 @@ def main():
     inner = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
     inp, out = sys.stdin.buffer, sys.stdout.buffer
     steps = 0
+    refused = False
     while True:
         request = read_frame(inp)
         now = False
-        if json.loads(request).get("op") == "step":
+        op = json.loads(request).get("op")
+        if op == "start" and args.fault == "refuse_start" and not refused:
+            refused = True
+            out.write(frame(b'{"error":{"kind":"rows","message":"faulty_proxy refuses"}}'))
+            out.flush()
+            continue
+        if op == "step":
             steps += 1
             now = steps == args.at
             if now and args.once:

@@ -5,6 +5,7 @@
 #include <map>
 #include <memory>
 #include <mutex>
+#include <set>
 
 #include "backends/exec_child.h"
 #include "backends/exec_models.h"
@@ -36,23 +37,48 @@ class Session {
   }
 
   // Loads the model if needed and creates an engine: {generation, engine id}.
+  // In protocol 2 kvcheck names the ids, so load goes out without waiting and
+  // create is the one round trip.
   std::pair<int, int64_t> create(const std::string& folder, const EngineOptions& options) {
     std::lock_guard lock(mutex_);
     ensure_child();
     Loaded& model = acquire(folder);
-    const json reply = call_ok({{"op", "create"},
-                                {"model", model.id},
-                                {"capacity", options.capacity},
-                                {"max_rows", options.max_rows},
-                                {"kv_dtype", kv_dtype_name(options.kv_dtype)}});
+    json request = {{"op", "create"},
+                    {"model", model.id},
+                    {"capacity", options.capacity},
+                    {"max_rows", options.max_rows},
+                    {"kv_dtype", kv_dtype_name(options.kv_dtype)}};
+    if (version_ >= 2) request["engine"] = ++next_id_;
+    const json reply = call_ok(request);
     ++model.users;
-    return {generation_, integer(reply, "engine", "create")};
+    return {generation_, version_ >= 2 ? next_id_ : integer(reply, "engine", "create")};
+  }
+
+  // The protocol version this child speaks (1 or 2) and, in 2, a fresh id.
+  int version() const { return version_; }
+  int64_t new_id() {
+    std::lock_guard lock(mutex_);
+    return ++next_id_;
+  }
+
+  // A request of a live engine sent without waiting for its reply (protocol
+  // 2); a refusal is thrown by the engine's next call.
+  void post(int generation, const json& request) {
+    std::lock_guard lock(mutex_);
+    if (generation != generation_ || !child_ || !child_->alive()) {
+      throw std::runtime_error("exec " + command_ + ": " + request.value("op", "") +
+                               ": the child that served this engine is gone: " + last_fault_);
+    }
+    guarded([&] {
+      if (child_->posted() >= kMaxPosted) child_->drain();
+      child_->post(request, /*refusal_matters=*/true);
+    });
   }
 
   void destroy(int generation, int64_t engine, const std::string& folder) {
     std::lock_guard lock(mutex_);
     if (generation != generation_ || !child_ || !child_->alive()) return;
-    call_ok({{"op", "destroy"}, {"engine", engine}});
+    guarded([&] { child_->post({{"op", "destroy"}, {"engine", engine}}, false); });
     if (auto it = models_.find(folder); it != models_.end()) --it->second.users;
   }
 
@@ -63,8 +89,8 @@ class Session {
       throw std::runtime_error("exec " + command_ + ": " + request.value("op", "") +
                                ": the child that served this engine is gone: " + last_fault_);
     }
-    Reply reply = guarded([&] { return child_->call(request, max_payloads, max_bytes); });
-    if (reply.control.contains("error")) throw_error(request.value("op", ""), reply.control);
+    Reply reply = guarded([&] { return child_->call(request, {max_payloads, max_bytes}); });
+    if (reply.error) throw_error(request.value("op", ""), *reply.error);
     return reply;
   }
 
@@ -119,12 +145,21 @@ class Session {
     models_.clear();
     child_ = std::make_unique<ChildProcess>(command_, timeout_);
     const json reply = call_ok({{"op", "hello"}, {"protocol", wire::kProtocolVersion}});
-    if (!reply.contains("protocol") || reply["protocol"] != wire::kProtocolVersion)
+    const auto version = reply.find("protocol");
+    if (version == reply.end() || !version->is_number_integer() ||
+        version->get<int64_t>() < wire::kMinProtocolVersion ||
+        version->get<int64_t>() > wire::kProtocolVersion)
       guarded([&]() -> int {
         child_->fail("hello", "it speaks protocol " +
-                                  (reply.contains("protocol") ? reply["protocol"].dump() : "?") +
-                                  ", this kvcheck speaks 1");
+                                  (version != reply.end() ? version->dump() : std::string("?")) +
+                                  ", this kvcheck speaks 1 and 2");
       });
+    if (generation_ > 1 && version->get<int>() != version_)
+      guarded([&]() -> int {
+        child_->fail("hello", "the restarted child speaks another protocol version");
+      });
+    version_ = version->get<int>();
+    next_id_ = 0;
     if (!reply.contains("traits") || !reply["traits"].is_object())
       guarded([&]() -> int { child_->fail("hello", "malformed reply: no \"traits\" object"); });
     if (traits_.is_null())
@@ -140,8 +175,15 @@ class Session {
         ++it;
         continue;
       }
-      call_ok({{"op", "unload"}, {"model", it->second.id}});
+      guarded([&] { child_->post({{"op", "unload"}, {"model", it->second.id}}, false); });
       it = models_.erase(it);
+    }
+    if (version_ >= 2) {
+      const int64_t id = ++next_id_;
+      guarded([&] { child_->post({{"op", "load"}, {"path", folder}, {"model", id}}, true); });
+      Loaded& model = models_[folder];
+      model.id = id;
+      return model;
     }
     const json reply = call_ok({{"op", "load"}, {"path", folder}});
     Loaded& model = models_[folder];
@@ -150,36 +192,23 @@ class Session {
   }
 
   json call_ok(const json& request) {
-    Reply reply = guarded([&] { return child_->call(request, 0, 0); });
-    if (reply.control.contains("error")) throw_error(request.value("op", ""), reply.control);
+    Reply reply = guarded([&] { return child_->call(request, {}); });
+    if (reply.error) throw_error(request.value("op", ""), *reply.error);
     return std::move(reply.control);
   }
 
-  [[noreturn]] void throw_error(const std::string& call, const json& reply) {
-    const json& error = reply["error"];
-    const auto kind_it = error.is_object() ? error.find("kind") : error.end();
-    const auto message_it = error.is_object() ? error.find("message") : error.end();
-    if (!error.is_object() || kind_it == error.end() || !kind_it->is_string() ||
-        message_it == error.end() || !message_it->is_string()) {
-      guarded([&]() -> int {
-        child_->fail(call,
-                     "malformed reply: \"error\" must be {\"kind\": string, \"message\": "
-                     "string}, got " +
-                         error.dump().substr(0, 200));
-      });
-    }
-    const std::string kind = kind_it->get<std::string>();
-    const std::string what = "exec " + call + ": " + message_it->get<std::string>();
-    if (const auto k = wire::parse_kind(kind)) throw EngineError(*k, what);
-    if (kind == "input" || kind == "unsupported" || kind == "internal")
-      throw std::runtime_error(what + " (" + kind + ")");
-    guarded([&]() -> int {
-      child_->fail(call, "malformed reply: unknown error kind \"" + kind + "\"");
-    });
-    std::abort();
+  // wire::parse_reply has checked the kind is one of the protocol's.
+  [[noreturn]] static void throw_error(const std::string& call, const wire::WireError& error) {
+    const std::string what = "exec " + call + ": " + error.message;
+    if (const auto k = wire::parse_kind(error.kind)) throw EngineError(*k, what);
+    throw std::runtime_error(what + " (" + error.kind + ")");
   }
 
+  static constexpr size_t kMaxPosted = 64;  // replies left unread at most (pipe space)
+
   std::mutex mutex_;
+  int version_ = 1;
+  int64_t next_id_ = 0;  // the last id kvcheck named (protocol 2), this generation
   std::string command_;
   std::chrono::milliseconds timeout_;
   std::unique_ptr<ChildProcess> child_;
@@ -209,8 +238,20 @@ class ExecEngine final : public Engine {
   const EngineOptions& options() const override { return options_; }
   std::string name() const override { return name_; }
 
+  // Protocol 2: kvcheck names the sequence, and where a row is free (so the
+  // engine must accept) start goes out without waiting; where every row is
+  // taken it waits, for the refusal the engine owes (P9).
   SequenceId start() override {
-    return session_->field(call({{"op", "start"}, {"engine", id_}}).control, "sequence", "start");
+    if (session_->version() < 2)
+      return session_->field(call({{"op", "start"}, {"engine", id_}}).control, "sequence", "start");
+    const SequenceId id = session_->new_id();
+    const json request = {{"op", "start"}, {"engine", id_}, {"sequence", id}};
+    if (int(live_.size()) < options_.max_rows)
+      session_->post(generation_, request);
+    else
+      call(request);
+    live_.insert(id);
+    return id;
   }
 
   void step(std::span<const BatchEntry> batch, std::vector<float>& logits) override {
@@ -237,11 +278,26 @@ class ExecEngine final : public Engine {
     std::memcpy(logits.data(), reply.payloads[0].data(), bytes);
   }
 
+  // Protocol 2: a finish of a live sequence and a reset cannot be refused, so
+  // they go out without waiting; a finish of anything else waits for its
+  // refusal.
   void finish(SequenceId sequence) override {
-    call({{"op", "finish"}, {"engine", id_}, {"sequence", sequence}});
+    const json request = {{"op", "finish"}, {"engine", id_}, {"sequence", sequence}};
+    if (session_->version() >= 2 && live_.count(sequence))
+      session_->post(generation_, request);
+    else
+      call(request);
+    live_.erase(sequence);
   }
 
-  void reset() override { call({{"op", "reset"}, {"engine", id_}}); }
+  void reset() override {
+    const json request = {{"op", "reset"}, {"engine", id_}};
+    if (session_->version() >= 2)
+      session_->post(generation_, request);
+    else
+      call(request);
+    live_.clear();
+  }
 
   int length(SequenceId sequence) const override {
     const Reply reply = call({{"op", "length"}, {"engine", id_}, {"sequence", sequence}});
@@ -288,9 +344,12 @@ class ExecEngine final : public Engine {
   std::string folder_;
   int generation_ = 0;
   int64_t id_ = 0;
+  std::set<SequenceId> live_;  // sequences started and not finished (protocol 2)
 };
 
-double timeout_seconds(const BackendSpec& spec) {
+}  // namespace
+
+double exec_timeout_seconds(const BackendSpec& spec) {
   std::string text;
   std::string where;
   if (auto it = spec.options.find("timeout"); it != spec.options.end()) {
@@ -307,12 +366,14 @@ double timeout_seconds(const BackendSpec& spec) {
   return s;
 }
 
+namespace {
+
 Backend exec_backend(const BackendSpec& spec) {
   reject_unknown_options(spec, {"timeout"});
   const std::string command = spec.name.substr(std::strlen("exec:"));
   if (command.find_first_not_of(" \t") == std::string::npos)
     throw InputError("--backend exec: needs a command, e.g. exec:'python3 engine.py'");
-  const auto timeout = std::chrono::milliseconds(int64_t(timeout_seconds(spec) * 1000));
+  const auto timeout = std::chrono::milliseconds(int64_t(exec_timeout_seconds(spec) * 1000));
   auto session = std::make_shared<Session>(command, timeout);
   json traits_json;
   try {

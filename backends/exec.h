@@ -12,4 +12,8 @@ namespace kvcheck {
 
 void register_exec_backend(BackendRegistry& registry);
 
+// The per-call timeout of an exec: backend string: ?timeout=SECONDS, else
+// KVCHECK_EXEC_TIMEOUT, else 30 s. Throws InputError on a bad value.
+double exec_timeout_seconds(const BackendSpec& spec);
+
 }  // namespace kvcheck

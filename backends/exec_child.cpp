@@ -10,6 +10,7 @@
 #include <cerrno>
 #include <cstring>
 #include <thread>
+#include <utility>
 
 #include "backends/exec_wire.h"
 
@@ -180,63 +181,65 @@ void ChildProcess::write_request(const std::string& bytes, const std::string& ca
   }
 }
 
-bool ChildProcess::fill(const std::string& call) {
+bool ChildProcess::fill(size_t needed, const std::string& call) {
+  // Room for `needed` unconsumed bytes (parse_reply bounds it by the
+  // request's limits), reading at least a chunk at a time.
+  if (in_pos_ > 0 && in_pos_ + needed > in_.size()) {
+    std::memmove(in_.data(), in_.data() + in_pos_, in_end_ - in_pos_);
+    in_end_ -= in_pos_, in_pos_ = 0;
+  }
+  if (in_.size() < std::max(needed, kReadChunk)) in_.resize(std::max(needed, kReadChunk));
   if (!wait_ready(from_child_, POLLIN))
     fail(call, "no reply within " + std::to_string(timeout_.count()) + " ms");
-  in_.resize(kReadChunk);  // allocated once; never zero-filled again
   ssize_t got;
-  do got = ::read(from_child_, in_.data(), in_.size());
+  do got = ::read(from_child_, in_.data() + in_end_, in_.size() - in_end_);
   while (got < 0 && errno == EINTR);
-  in_pos_ = 0;
-  in_end_ = size_t(std::max<ssize_t>(got, 0));
+  if (got > 0) in_end_ += size_t(got);
   return got > 0;
 }
 
-void ChildProcess::read_exact(void* data, size_t size, const std::string& call) {
-  auto* out = static_cast<uint8_t*>(data);
-  while (size > 0) {
-    if (in_pos_ == in_end_ && !fill(call)) fail(call, "");
-    const size_t take = std::min(size, in_end_ - in_pos_);
-    std::memcpy(out, in_.data() + in_pos_, take);
-    in_pos_ += take, out += take, size -= take;
+Reply ChildProcess::read_reply(const std::string& call, const wire::ReplyLimits& limits) {
+  for (;;) {
+    wire::ReplyParse p = wire::parse_reply({in_.data() + in_pos_, in_end_ - in_pos_}, limits);
+    if (p.status == wire::ReplyParse::Status::kComplete) {
+      in_pos_ += p.size;
+      if (in_pos_ == in_end_) in_pos_ = in_end_ = 0;
+      return std::move(p.reply);
+    }
+    if (p.status == wire::ReplyParse::Status::kMalformed) fail(call, "malformed reply: " + p.error);
+    if (!fill(p.size, call)) fail(call, "");
   }
 }
 
-Reply ChildProcess::call(const nlohmann::json& request, size_t max_payloads,
-                         size_t max_payload_bytes) {
+void ChildProcess::post(const nlohmann::json& request, bool refusal_matters) {
   const std::string name = request.value("op", std::string("request"));
   if (pid_ <= 0) throw ChildFault("exec " + command_ + ": " + name + ": the child is gone");
   deadline_ = std::chrono::steady_clock::now() + timeout_;
   write_request(wire::frame(request.dump()), name);
-  uint8_t header[4];
-  read_exact(header, 4, name);
-  const uint32_t length = wire::read_le32(header);
-  if (length > wire::kMaxControlBytes)
-    fail(name, "malformed reply: a control frame of " + std::to_string(length) +
-                   " bytes (the bound is " + std::to_string(wire::kMaxControlBytes) + ")");
-  std::string text(length, '\0');
-  read_exact(text.data(), length, name);
-  Reply reply;
-  reply.control = nlohmann::json::parse(text, nullptr, false);
-  if (reply.control.is_discarded() || !reply.control.is_object())
-    fail(name, "malformed reply: the control frame is not a JSON object: " + text.substr(0, 200));
-  if (reply.control.contains("error") || !reply.control.contains("payloads")) return reply;
-  const nlohmann::json& sizes = reply.control["payloads"];
-  if (!sizes.is_array() || sizes.size() > max_payloads)
-    fail(name, "malformed reply: \"payloads\" must be an array of at most " +
-                   std::to_string(max_payloads) + " sizes");
-  for (const nlohmann::json& s : sizes) {
-    if (!s.is_number_unsigned() || s.get<uint64_t>() > max_payload_bytes)
-      fail(name, "malformed reply: a payload of " + s.dump() + " bytes (at most " +
-                     std::to_string(max_payload_bytes) + " expected)");
-    uint8_t head[4];
-    read_exact(head, 4, name);
-    if (wire::read_le32(head) != s.get<uint64_t>())
-      fail(name, "malformed reply: a payload frame of " + std::to_string(wire::read_le32(head)) +
-                     " bytes where the control frame declared " + s.dump());
-    reply.payloads.emplace_back(s.get<size_t>());
-    read_exact(reply.payloads.back().data(), reply.payloads.back().size(), name);
+  posted_.push_back({name, refusal_matters});
+}
+
+void ChildProcess::drain() {
+  deadline_ = std::chrono::steady_clock::now() + timeout_;
+  for (const Posted& earlier : posted_) {
+    const Reply r = read_reply(earlier.op, {});
+    if (r.error && earlier.refusal_matters && refused_ahead_.empty()) {
+      refused_ahead_ = "exec " + command_ + ": " + earlier.op +
+                       " (sent without waiting) was refused: " + r.error->kind + ": " +
+                       r.error->message;
+    }
   }
+  posted_.clear();
+}
+
+Reply ChildProcess::call(const nlohmann::json& request, const wire::ReplyLimits& limits) {
+  const std::string name = request.value("op", std::string("request"));
+  if (pid_ <= 0) throw ChildFault("exec " + command_ + ": " + name + ": the child is gone");
+  deadline_ = std::chrono::steady_clock::now() + timeout_;
+  write_request(wire::frame(request.dump()), name);
+  drain();
+  Reply reply = read_reply(name, limits);
+  if (!refused_ahead_.empty()) throw RefusedAhead(std::exchange(refused_ahead_, ""));
   return reply;
 }
 

@@ -15,6 +15,8 @@
 
 #include <nlohmann/json.hpp>
 
+#include "backends/exec_reply.h"
+
 namespace kvcheck {
 
 class ChildFault : public std::runtime_error {
@@ -22,10 +24,14 @@ class ChildFault : public std::runtime_error {
   using std::runtime_error::runtime_error;
 };
 
-struct Reply {
-  nlohmann::json control;                      // the reply's JSON object
-  std::vector<std::vector<uint8_t>> payloads;  // [payload][bytes], as declared
+// A request sent without waiting (ChildProcess::post) was refused: the engine
+// refused what it should have accepted. The child is fine.
+class RefusedAhead : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
 };
+
+using wire::Reply;
 
 class ChildProcess {
  public:
@@ -35,10 +41,23 @@ class ChildProcess {
   ChildProcess(const ChildProcess&) = delete;
   ChildProcess& operator=(const ChildProcess&) = delete;
 
-  // Sends `request` and reads one reply whose payloads are each at most
-  // `max_payload_bytes` and at most `max_payloads` in number. An error reply
-  // (with "error") is returned as is, without payloads.
-  Reply call(const nlohmann::json& request, size_t max_payloads, size_t max_payload_bytes);
+  // Sends `request` and reads its reply (wire::parse_reply within `limits`;
+  // an error reply is returned as is). Replies of posted requests are read
+  // and checked first.
+  Reply call(const nlohmann::json& request, const wire::ReplyLimits& limits);
+
+  // Sends a request whose reply carries nothing the caller needs without
+  // waiting: the child works on it while kvcheck goes on, and its reply is
+  // read before the next call's. A malformed reply fails that next call like
+  // its own; an error reply is dropped where `refusal_matters` is false
+  // (destroy, unload), else the next call throws a RefusedAhead after reading
+  // its own reply (the stream stays in step).
+  void post(const nlohmann::json& request, bool refusal_matters);
+
+  // Replies of posted requests not yet read. A caller that posts many in a
+  // row drains them (drain()) so that the child never blocks on a full pipe.
+  size_t posted() const { return posted_.size(); }
+  void drain();
 
   // Kills the child and throws a ChildFault naming `call` and `reason`.
   [[noreturn]] void fail(const std::string& call, const std::string& reason);
@@ -47,9 +66,9 @@ class ChildProcess {
 
  private:
   void write_request(const std::string& bytes, const std::string& call);
-  void read_exact(void* data, size_t size, const std::string& call);
+  Reply read_reply(const std::string& call, const wire::ReplyLimits& limits);
   bool wait_ready(int fd, short events);  // false on the deadline; drains stderr meanwhile
-  bool fill(const std::string& call);     // false on end of file
+  bool fill(size_t needed, const std::string& call);  // false on end of file
   void drain_stderr();
   std::string stderr_tail() const;
   std::string reap(bool kill_first);  // "exited with code 3", "killed by signal 11 (...)"
@@ -61,7 +80,13 @@ class ChildProcess {
   int to_child_ = -1, from_child_ = -1, child_err_ = -1;
   std::vector<uint8_t> in_;  // [bytes] read from stdout; [in_pos_, in_end_) not yet consumed
   size_t in_pos_ = 0, in_end_ = 0;
-  std::string err_tail_;  // the last few KiB of the child's stderr
+  struct Posted {
+    std::string op;
+    bool refusal_matters;
+  };
+  std::vector<Posted> posted_;  // [request] whose replies are still unread, oldest first
+  std::string refused_ahead_;   // the first refusal of a posted request, not yet thrown
+  std::string err_tail_;        // the last few KiB of the child's stderr
 };
 
 }  // namespace kvcheck

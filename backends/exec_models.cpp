@@ -2,10 +2,12 @@
 
 #include <unistd.h>
 
+#include <bit>
 #include <cstdio>
-#include <deque>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <list>
 #include <mutex>
 
 #include "model/config_json.h"
@@ -19,6 +21,20 @@ namespace {
 
 constexpr size_t kMaxFolders = 64;
 
+// 8 bytes per multiply: at the generators' sizes the weights are hashed for
+// every engine, and byte-wise FNV cost as much as the in-process case itself.
+uint64_t hash_words(uint64_t h, const void* data, size_t size) {
+  const auto* p = static_cast<const uint8_t*>(data);
+  size_t i = 0;
+  for (; i + 8 <= size; i += 8) {
+    uint64_t w;
+    std::memcpy(&w, p + i, 8);
+    h = std::rotl(h ^ w, 29) * 0x9E3779B97F4A7C15ull;
+  }
+  for (; i < size; ++i) h = (h ^ p[i]) * 0x100000001B3ull;
+  return h ^ (h >> 32);
+}
+
 class ScratchFolders {
  public:
   ~ScratchFolders() {
@@ -29,22 +45,31 @@ class ScratchFolders {
   std::string folder(const Config& config, const Weights& weights) {
     const std::string config_text = config_to_json(config).dump();
     uint64_t h = fnv1a64(config_text);
-    for (const TensorView& t : tensor_views(config, weights)) {
-      const auto* bytes = reinterpret_cast<const char*>(t.data->data());
-      h = h * 0x9E3779B97F4A7C15ull ^ fnv1a64({bytes, t.data->size() * sizeof(float)});
-    }
+    for (const TensorView& t : tensor_views(config, weights))
+      h = hash_words(h, t.data->data(), t.data->size() * sizeof(float));
     char name[17];
     std::snprintf(name, sizeof name, "%016llx", (unsigned long long)h);
     std::lock_guard lock(mutex_);
     const std::filesystem::path dir = root() / name;
-    if (std::filesystem::exists(dir / "config.json")) return dir.string();
-    write(dir, config_text, save_safetensors(config, weights));
-    recent_.push_back(dir);
-    if (recent_.size() > kMaxFolders) {
-      std::error_code ignored;
-      std::filesystem::remove_all(recent_.front(), ignored);
+    for (auto it = recent_.begin(); it != recent_.end(); ++it) {
+      if (*it != dir) continue;
+      recent_.splice(recent_.end(), recent_, it);  // most recently used last
+      return dir.string();
+    }
+    // A new model: a new folder while there are fewer than kMaxFolders, else
+    // the least recently used one renamed and its files overwritten (one
+    // rename instead of a remove_all and a mkdir: directory operations were
+    // most of the protocol's cost per case). The child has read a folder by
+    // the time its load replies, so reusing it later changes nothing it holds.
+    if (recent_.size() < kMaxFolders) {
+      std::filesystem::create_directories(dir);
+    } else {
+      std::filesystem::rename(recent_.front(), dir);
       recent_.pop_front();
     }
+    write_file(dir / "model.safetensors", save_safetensors(config, weights));
+    write_file(dir / "config.json", {config_text.begin(), config_text.end()});
+    recent_.push_back(dir);
     return dir.string();
   }
 
@@ -58,27 +83,16 @@ class ScratchFolders {
     return root_;
   }
 
-  // config.json last: its presence marks a complete folder.
-  static void write(const std::filesystem::path& dir, const std::string& config_text,
-                    const std::vector<uint8_t>& safetensors) {
-    std::filesystem::create_directories(dir);
-    write_file(dir / "model.safetensors", safetensors.data(), safetensors.size());
-    write_file(dir / "config.json", config_text.data(), config_text.size());
-  }
-
-  static void write_file(const std::filesystem::path& path, const void* data, size_t size) {
-    const std::filesystem::path tmp = path.string() + ".tmp";
-    {
-      std::ofstream out(tmp, std::ios::binary);
-      out.write(static_cast<const char*>(data), std::streamsize(size));
-      if (!out) throw InputError("exec backend: cannot write " + tmp.string());
-    }
-    std::filesystem::rename(tmp, path);
+  // In place, without fsync: scratch, not results.
+  static void write_file(const std::filesystem::path& path, const std::vector<uint8_t>& bytes) {
+    std::ofstream out(path, std::ios::binary | std::ios::trunc);
+    out.write(reinterpret_cast<const char*>(bytes.data()), std::streamsize(bytes.size()));
+    if (!out) throw InputError("exec backend: cannot write " + path.string());
   }
 
   std::mutex mutex_;
   std::filesystem::path root_;
-  std::deque<std::filesystem::path> recent_;  // [folder], oldest first
+  std::list<std::filesystem::path> recent_;  // [folder], least recently used first
 };
 
 }  // namespace

@@ -13,7 +13,8 @@
 
 namespace kvcheck::wire {
 
-constexpr int kProtocolVersion = 1;
+constexpr int kProtocolVersion = 2;              // the highest this kvcheck speaks
+constexpr int kMinProtocolVersion = 1;           // the lowest it still speaks
 constexpr uint32_t kMaxControlBytes = 1u << 20;  // a control frame's JSON
 
 // The 4-byte little-endian length followed by the bytes.

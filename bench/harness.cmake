@@ -6,5 +6,6 @@ target_link_libraries(harness_bench PRIVATE kvcheck_rc kvcheck_backends benchmar
 # tests; its engine symbols resolve from this binary.
 set_target_properties(harness_bench PROPERTIES ENABLE_EXPORTS ON)
 target_compile_definitions(harness_bench PRIVATE
-  KVCHECK_CPU_PLUGIN="$<TARGET_FILE:kvcheck_test_cpu_plugin>")
-add_dependencies(harness_bench kvcheck_test_cpu_plugin)
+  KVCHECK_CPU_PLUGIN="$<TARGET_FILE:kvcheck_test_cpu_plugin>"
+  KVCHECK_SERVE="$<TARGET_FILE:kvcheck-serve>" KVCHECK_SOURCE_DIR="${PROJECT_SOURCE_DIR}")
+add_dependencies(harness_bench kvcheck_test_cpu_plugin kvcheck-serve)

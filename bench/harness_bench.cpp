@@ -12,6 +12,9 @@
 // heads generator (the one the suite checks it on); the others from the
 // every-shape generator.
 //
+// BM_OracleThroughExec times P1 in process, through exec:kvcheck-serve and on
+// the PyTorch engine (docs/PERFORMANCE.md, "The engine protocol").
+//
 // BM_OracleByPath times P1 on the same engine reached three ways, taking
 // turns case by case: the direct factory, the backend registry, and the C
 // plugin ABI
@@ -21,10 +24,13 @@
 //   harness_bench [--benchmark_filter=...]   (KVCHECK_HARNESS_SCENARIOS=N to
 //   change the set's size, 200 by default)
 #include <benchmark/benchmark.h>
+#include <unistd.h>
 
 #include <cstdint>
 #include <cstdlib>
 #include <ctime>
+#include <fstream>
+#include <sstream>
 #include <string>
 #include <vector>
 
@@ -161,6 +167,84 @@ void BM_OracleByPath(benchmark::State& state) {
   state.counters["plugin/direct"] = seconds[0] / seconds[2];
 }
 BENCHMARK(BM_OracleByPath)->Unit(benchmark::kMillisecond)->MinTime(5.0)->Repetitions(3);
+
+double wall_seconds() {
+  timespec t{};
+  clock_gettime(CLOCK_MONOTONIC, &t);
+  return double(t.tv_sec) + 1e-9 * double(t.tv_nsec);
+}
+
+// CPU seconds of this process's children (exec engines), from /proc in clock
+// ticks: coarse per case, unbiased summed over many.
+double children_cpu_seconds() {
+  double ticks = 0;
+  std::ifstream children("/proc/self/task/" + std::to_string(::gettid()) + "/children");
+  for (long pid; children >> pid;) {
+    std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
+    std::string line;
+    std::getline(stat, line);
+    const size_t close = line.rfind(')');  // the command name may hold spaces
+    if (close == std::string::npos) continue;
+    std::istringstream fields(line.substr(close + 2));
+    std::string field;
+    for (int i = 3; i <= 13 && fields >> field; ++i) {
+    }
+    double utime = 0, stime = 0;
+    fields >> utime >> stime;  // fields 14 and 15
+    ticks += utime + stime;
+  }
+  return ticks / double(sysconf(_SC_CLK_TCK));
+}
+
+// P1 on the in-process CPU engine against the same engine behind the engine
+// protocol (exec:kvcheck-serve) and the PyTorch engine (adapters/torch),
+// taking turns case by case. Wall clock, not thread CPU: an exec engine
+// computes in its child. KVCHECK_BENCH_TORCH overrides the torch command
+// ("" skips it); the default uses /usr/bin/python3 (Debian's python3-torch).
+void BM_OracleThroughExec(benchmark::State& state) {
+  const std::vector<Scenario>& set = scenarios(rcgen::Emphasis::kAny);
+  std::vector<std::pair<std::string, EngineUnderTest>> paths = {
+      {"in-process", oracle_path(0)},
+      {"exec:kvcheck-serve",
+       backend_registry().resolve(std::string("exec:") + KVCHECK_SERVE).under_test()}};
+  const char* torch_env = std::getenv("KVCHECK_BENCH_TORCH");
+  const std::string torch =
+      torch_env != nullptr
+          ? std::string(torch_env)
+          : std::string("/usr/bin/python3 ") + KVCHECK_SOURCE_DIR + "/adapters/torch/engine.py";
+  if (!torch.empty())
+    paths.push_back({"torch", backend_registry().resolve("exec:" + torch).under_test()});
+  std::vector<double> seconds(paths.size(), 0.0), cpu(paths.size(), 0.0);
+  std::vector<int64_t> failed(paths.size(), 0), applicable(paths.size(), 0);
+  int64_t cases = 0;
+  for (auto _ : state) {
+    for (const Scenario& s : set) {
+      for (size_t k = 0; k < paths.size(); ++k) {
+        const size_t path = (size_t(cases) + k) % paths.size();  // rotate who goes first
+        const double child_begin = children_cpu_seconds(), cpu_begin = thread_cpu_seconds();
+        const double begin = wall_seconds();
+        const Verdict v = check_property(Property::kOracle, s, paths[path].second);
+        seconds[path] += wall_seconds() - begin;
+        cpu[path] += thread_cpu_seconds() - cpu_begin;
+        cpu[path] += children_cpu_seconds() - child_begin;
+        failed[path] += !v.passed;
+        applicable[path] += v.applicable;
+      }
+      ++cases;
+    }
+  }
+  for (size_t path = 0; path < paths.size(); ++path) {
+    if (failed[path] > 0) state.SkipWithError((paths[path].first + " failed P1").c_str());
+    state.counters[paths[path].first + " cases/s"] = double(cases) / seconds[path];
+    state.counters[paths[path].first + " applicable"] = double(applicable[path]);
+    if (path > 0) state.counters[paths[path].first + "/in-process"] = seconds[0] / seconds[path];
+    // CPU (this thread plus the child): what wall time would be with a core
+    // each and no wait for the scheduler, which a loaded machine adds to
+    // every round trip.
+    if (path > 0) state.counters[paths[path].first + "/in-process CPU"] = cpu[0] / cpu[path];
+  }
+}
+BENCHMARK(BM_OracleThroughExec)->Unit(benchmark::kMillisecond)->Iterations(1)->Repetitions(3);
 
 // The kill matrix's 'any' column with its CI options (seed, 100 cases per
 // fault, shrinking on): the time to kill every fault of the catalogue. The

@@ -6,6 +6,7 @@
 // silently change what a committed seed means fails until the seeds are
 // regenerated (and reviewed).
 #include <cstdio>
+#include <cstring>
 #include <filesystem>
 #include <fstream>
 #include <iterator>
@@ -14,6 +15,7 @@
 #include <string_view>
 #include <vector>
 
+#include "backends/exec_wire.h"
 #include "fuzz/schedule_program.h"
 #include "model/config.h"
 #include "model/safetensors.h"
@@ -180,6 +182,40 @@ void add_safetensors_files(Files& files) {
   }
 }
 
+// exec_reply_fuzz: the limits header (fuzz/exec_reply_fuzz.cpp) then replies
+// as a child writes them, one seed per stage of a session.
+void add_exec_reply_files(Files& files) {
+  auto frame = [](std::string_view bytes) { return kvcheck::wire::frame(bytes); };
+  auto f32s = [](std::initializer_list<float> values) {
+    std::string out(values.size() * sizeof(float), '\0');
+    std::memcpy(out.data(), values.begin(), out.size());
+    return out;
+  };
+  auto seed = [&](const char* name, uint8_t max_payloads, uint32_t max_bytes,
+                  const std::string& stream) {
+    std::vector<uint8_t> bytes = {max_payloads};
+    for (int i = 0; i < 4; ++i) bytes.push_back(uint8_t(max_bytes >> (8 * i)));
+    bytes.insert(bytes.end(), stream.begin(), stream.end());
+    files[std::string("exec_reply_fuzz/") + name] = bytes;
+  };
+  seed("hello", 0, 0,
+       frame(R"({"protocol":1,"traits":{"identity":{"name":"seed","version":"1"},)"
+             R"("invariance":{"chunking":"bounded","batch":"bounded"}}})"));
+  const std::string logits = f32s({1.0f, -0.5f, 0.25f, 2.0f, 0.0f, -1.0f, 3.5f, 1e-3f});
+  const std::string k = f32s({0.5f, -0.5f, 1.0f, -1.0f}), v = f32s({2.0f, 0.0f, -2.0f, 4.0f});
+  seed("session", 2, 64,
+       frame(R"({"model":1})") + frame(R"({"engine":2})") + frame(R"({"sequence":3})") +
+           frame(R"({"payloads":[32]})") + frame(logits) +
+           frame(R"({"length":2,"payloads":[16,16]})") + frame(k) + frame(v) +
+           frame(R"({"length":2})") + frame("{}"));
+  std::string errors;
+  for (const char* kind : {"capacity", "rows", "unknown_sequence", "bad_batch", "bad_token",
+                           "device", "input", "unsupported", "internal"}) {
+    errors += frame(std::string(R"({"error":{"kind":")") + kind + R"(","message":"seed"}})");
+  }
+  seed("errors", 1, 16, errors);
+}
+
 std::vector<uint8_t> read_bytes(const fs::path& path) {
   std::ifstream in(path, std::ios::binary);
   return {std::istreambuf_iterator<char>(in), std::istreambuf_iterator<char>()};
@@ -198,6 +234,7 @@ int main(int argc, char** argv) {
   add_schedule_files(files);
   add_case_files(files);
   add_safetensors_files(files);
+  add_exec_reply_files(files);
 
   int problems = 0;
   for (const auto& [name, bytes] : files) {
@@ -218,7 +255,8 @@ int main(int argc, char** argv) {
       return 1;
     }
   }
-  for (const char* target : {"schedule_fuzz", "case_file_fuzz", "safetensors_fuzz"}) {
+  for (const char* target :
+       {"schedule_fuzz", "case_file_fuzz", "safetensors_fuzz", "exec_reply_fuzz"}) {
     if (!fs::is_directory(root / target)) continue;
     for (const auto& entry : fs::directory_iterator(root / target)) {
       const std::string name = std::string(target) + "/" + entry.path().filename().string();

@@ -16,5 +16,6 @@ Action add_replay(CLI::App& app);
 Action add_shrink(CLI::App& app);
 Action add_backends(CLI::App& app);
 Action add_memory(CLI::App& app);
+Action add_check_adapter(CLI::App& app);
 
 }  // namespace kvcheck::cli

@@ -12,9 +12,10 @@ int main(int argc, char** argv) {
       "that shows it is not"};
   app.require_subcommand(1);
   const std::vector<kvcheck::cli::Action> actions = {
-      kvcheck::cli::add_campaign(app), kvcheck::cli::add_demo(app),
-      kvcheck::cli::add_replay(app),   kvcheck::cli::add_shrink(app),
-      kvcheck::cli::add_backends(app), kvcheck::cli::add_memory(app)};
+      kvcheck::cli::add_campaign(app),     kvcheck::cli::add_demo(app),
+      kvcheck::cli::add_replay(app),       kvcheck::cli::add_shrink(app),
+      kvcheck::cli::add_backends(app),     kvcheck::cli::add_memory(app),
+      kvcheck::cli::add_check_adapter(app)};
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -1,10 +1,16 @@
 // kvcheck-serve: the in-tree CPU engine behind the engine protocol
 // (docs/ENGINE_PROTOCOL.md), so that `--backend exec:kvcheck-serve` proves
 // the protocol on a bitwise-invariant engine and measures what it costs.
-//   kvcheck-serve [--reference]   (--reference: the scalar reference kernels)
+//   kvcheck-serve [--reference] [--protocol 1|2]
+//   (--reference: the scalar reference kernels; --protocol 1: offer only
+//   version 1, to test that kvcheck still speaks it)
 #include <unistd.h>
 
+#include <algorithm>
+
+#include <cerrno>
 #include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <map>
 #include <memory>
@@ -31,40 +37,73 @@ struct Refusal {
 
 class Server {
  public:
-  explicit Server(KernelPath kernels) : kernels_(kernels) {}
+  Server(KernelPath kernels, int max_version) : kernels_(kernels), max_version_(max_version) {}
 
   // One request -> the reply's control JSON; logits or K/V go to `payloads`.
   json handle(const json& request, std::vector<std::string>& payloads) {
     const std::string op = request.value("op", "");
-    if (op == "hello") return hello();
-    if (op == "load") return load(string_field(request, "path"));
+    if (op == "hello") return hello(request);
+    if (op == "load") return load(request);
     if (op == "unload") return models_.erase(id(request, "model")), json::object();
     if (op == "create") return create(request);
     if (op == "destroy") return engines_.erase(id(request, "engine")), json::object();
-    Engine& e = engine(request);
-    if (op == "start") return {{"sequence", e.start()}};
+    Served& e = engine(request);
+    if (op == "start") return start(e, request);
     if (op == "step") return step(e, request, payloads);
-    if (op == "finish") return e.finish(id(request, "sequence")), json::object();
-    if (op == "reset") return e.reset(), json::object();
-    if (op == "length") return {{"length", e.length(id(request, "sequence"))}};
+    if (op == "finish") {
+      e.engine->finish(e.sequence(id(request, "sequence")));
+      e.client_ids.erase(id(request, "sequence"));
+      return json::object();
+    }
+    if (op == "reset") return e.engine->reset(), e.client_ids.clear(), json::object();
+    if (op == "length") return {{"length", e.engine->length(e.sequence(id(request, "sequence")))}};
     if (op == "cache") return cache(e, request, payloads);
     throw Refusal{"input", "unknown op \"" + op + "\""};
   }
 
  private:
-  json hello() const {
+  // An engine and, in protocol 2, the ids kvcheck gave its sequences.
+  struct Served {
+    std::unique_ptr<Engine> engine;
+    bool client_named = false;                 // protocol 2
+    std::map<int64_t, SequenceId> client_ids;  // kvcheck's id -> the engine's
+    SequenceId sequence(int64_t client) const {
+      if (!client_named) return client;
+      const auto it = client_ids.find(client);
+      // An id no engine gave: the engine's own refusal names it.
+      return it == client_ids.end() ? SequenceId(-1 - client) : it->second;
+    }
+  };
+
+  json hello(const json& r) {
     EngineTraits traits = cpu_engine_traits(kernels_);
-    traits.operations.fault_switches = false;  // v1 carries no fault switches
+    traits.operations.fault_switches = false;  // the protocol carries no fault switches
     traits.operations.storage_map = false;     // nor a storage map
     traits.identity.name += "-serve";
-    return {{"protocol", wire::kProtocolVersion}, {"traits", traits_to_json(traits)}};
+    // The highest version both speak.
+    version_ = r.value("protocol", 1) >= 2 && max_version_ >= 2 ? 2 : 1;
+    return {{"protocol", version_}, {"traits", traits_to_json(traits)}};
   }
 
-  json load(const std::string& folder) {
-    Result<ModelFile> file = load_safetensors_file(folder + "/model.safetensors");
+  // Protocol 2: kvcheck names the id; 1: the server does.
+  int64_t new_id(const json& r, const char* key) {
+    if (version_ < 2) return ++next_id_;
+    return id(r, key);
+  }
+
+  json load(const json& r) {
+    Result<ModelFile> file = load_safetensors_file(string_field(r, "path") + "/model.safetensors");
     if (!file.ok()) throw Refusal{"input", file.error()};
-    models_[++next_id_] = std::make_shared<ModelFile>(std::move(file.value()));
-    return {{"model", next_id_}};
+    const int64_t model = new_id(r, "model");
+    models_[model] = std::make_shared<ModelFile>(std::move(file.value()));
+    return {{"model", model}};
+  }
+
+  json start(Served& e, const json& r) {
+    if (version_ < 2) return {{"sequence", e.engine->start()}};
+    const int64_t client = id(r, "sequence");
+    e.client_ids[client] = e.engine->start();
+    return {{"sequence", client}};
   }
 
   json create(const json& r) {
@@ -77,25 +116,28 @@ class Server {
     Result<KvDtype> dtype = parse_kv_dtype(string_field(r, "kv_dtype"));
     if (!dtype.ok()) throw Refusal{"input", dtype.error()};
     options.kv_dtype = dtype.value();
-    engines_[++next_id_] = make_cpu_engine(it->second->config, it->second->weights, options);
-    return {{"engine", next_id_}};
+    const int64_t engine = new_id(r, "engine");
+    Served& served = engines_[engine];
+    served.engine = make_cpu_engine(it->second->config, it->second->weights, options);
+    served.client_named = version_ >= 2;
+    return {{"engine", engine}};
   }
 
-  json step(Engine& e, const json& r, std::vector<std::string>& payloads) {
+  json step(Served& e, const json& r, std::vector<std::string>& payloads) {
     const json& entries = r.at("entries");
     std::vector<std::vector<int32_t>> tokens;  // [entry][n]
     std::vector<BatchEntry> batch;
     for (const json& entry : entries)
       tokens.push_back(entry.at("tokens").get<std::vector<int32_t>>());
     for (size_t i = 0; i < tokens.size(); ++i)
-      batch.push_back({id(entries[i], "sequence"), tokens[i]});
-    e.step(batch, logits_);
+      batch.push_back({e.sequence(id(entries[i], "sequence")), tokens[i]});
+    e.engine->step(batch, logits_);
     payloads.emplace_back(reinterpret_cast<const char*>(logits_.data()), logits_.size() * 4);
     return {{"payloads", {logits_.size() * 4}}};
   }
 
-  json cache(Engine& e, const json& r, std::vector<std::string>& payloads) {
-    const CacheSnapshot s = e.cache(id(r, "sequence"), int(id(r, "layer")));
+  json cache(Served& e, const json& r, std::vector<std::string>& payloads) {
+    const CacheSnapshot s = e.engine->cache(e.sequence(id(r, "sequence")), int(id(r, "layer")));
     const size_t n = size_t(s.length) * size_t(s.n_kv_heads) * size_t(s.head_dim);
     // Widened element by element: exact for every stored dtype, scales included.
     std::string k(n * 4, '\0'), v(n * 4, '\0');
@@ -114,10 +156,10 @@ class Server {
     return {{"length", s.length}, {"payloads", {n * 4, n * 4}}};
   }
 
-  Engine& engine(const json& r) {
+  Served& engine(const json& r) {
     const auto it = engines_.find(id(r, "engine"));
     if (it == engines_.end()) throw Refusal{"input", "unknown engine"};
-    return *it->second;
+    return it->second;
   }
 
   static int64_t id(const json& r, const char* key) {
@@ -137,29 +179,64 @@ class Server {
   KernelPath kernels_;
   int64_t next_id_ = 0;
   std::map<int64_t, std::shared_ptr<ModelFile>> models_;
-  std::map<int64_t, std::unique_ptr<Engine>> engines_;
+  std::map<int64_t, Served> engines_;
+  int max_version_;            // --protocol: the highest version it offers
+  int version_ = 1;            // agreed in hello
   std::vector<float> logits_;  // [sum n][V] of the last step
 };
 
-bool send(const std::string& bytes) {
-  return wire::write_all(1, bytes.data(), bytes.size());
-}
+// stdin and stdout with buffers: requests kvcheck sent ahead (protocol 2) are
+// read with one read(), and their replies leave in one write(), made only
+// when no further request is waiting. Syscalls and wake-ups were most of the
+// protocol's cost per case.
+class Pipes {
+ public:
+  // False on end of file or an error.
+  bool read(void* data, size_t size) {
+    auto* out = static_cast<uint8_t*>(data);
+    while (size > 0) {
+      if (pos_ == end_) {
+        if (!flush()) return false;  // kvcheck waits for these before it sends more
+        const ssize_t got = ::read(0, in_.data(), in_.size());
+        if (got < 0 && errno == EINTR) continue;
+        if (got <= 0) return false;
+        pos_ = 0, end_ = size_t(got);
+      }
+      const size_t take = std::min(size, end_ - pos_);
+      std::memcpy(out, in_.data() + pos_, take);
+      pos_ += take, out += take, size -= take;
+    }
+    return true;
+  }
+  void write(const std::string& bytes) { out_ += bytes; }
+  bool flush() {
+    const bool ok = wire::write_all(1, out_.data(), out_.size());
+    out_.clear();
+    return ok;
+  }
 
-int serve(KernelPath kernels) {
-  Server server(kernels);
+ private:
+  std::vector<uint8_t> in_ = std::vector<uint8_t>(1 << 16);  // [bytes] read from stdin
+  size_t pos_ = 0, end_ = 0;                                 // [pos_, end_) not yet consumed
+  std::string out_;                                          // replies not yet written
+};
+
+int serve(KernelPath kernels, int max_version) {
+  Server server(kernels, max_version);
+  Pipes pipes;
   std::string text;
   for (;;) {
     uint8_t header[4];
-    if (!wire::read_exact(0, header, 4)) return 0;  // end of file: kvcheck is done
+    if (!pipes.read(header, 4)) return pipes.flush(), 0;  // end of file: kvcheck is done
     const uint32_t length = wire::read_le32(header);
     if (length > wire::kMaxControlBytes) {
       std::fprintf(stderr, "kvcheck-serve: request of %u bytes\n", length);
       return 2;
     }
     text.resize(length);
-    if (!wire::read_exact(0, text.data(), length)) return 2;
+    if (!pipes.read(text.data(), length)) return 2;
     const json request = json::parse(text, nullptr, false);
-    if (request.is_object() && request.value("op", "") == "bye") return 0;
+    if (request.is_object() && request.value("op", "") == "bye") return pipes.flush(), 0;
     std::vector<std::string> payloads;
     json reply;
     try {
@@ -172,9 +249,8 @@ int serve(KernelPath kernels) {
     } catch (const std::exception& e) {
       reply = {{"error", {{"kind", "internal"}, {"message", e.what()}}}};
     }
-    std::string out = wire::frame(reply.dump());
-    for (const std::string& p : payloads) out += wire::frame(p);
-    if (!send(out)) return 0;
+    pipes.write(wire::frame(reply.dump()));
+    for (const std::string& p : payloads) pipes.write(wire::frame(p));
   }
 }
 
@@ -183,14 +259,19 @@ int serve(KernelPath kernels) {
 
 int main(int argc, char** argv) {
   kvcheck::KernelPath kernels = kvcheck::KernelPath::kOptimized;
+  int max_version = kvcheck::wire::kProtocolVersion;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--reference") == 0) {
       kernels = kvcheck::KernelPath::kReference;
+    } else if (std::strcmp(argv[i], "--protocol") == 0 && i + 1 < argc &&
+               (std::strcmp(argv[i + 1], "1") == 0 || std::strcmp(argv[i + 1], "2") == 0)) {
+      max_version = std::atoi(argv[++i]);
     } else {
-      std::fprintf(stderr, "kvcheck-serve: unknown argument \"%s\" (known: --reference)\n",
+      std::fprintf(stderr,
+                   "kvcheck-serve: unknown argument \"%s\" (known: --reference, --protocol 1|2)\n",
                    argv[i]);
       return 2;
     }
   }
-  return kvcheck::serve(kernels);
+  return kvcheck::serve(kernels, max_version);
 }

@@ -1,4 +1,4 @@
-"""Serve any Python KV-cache engine to kvcheck over the engine protocol v1.
+"""Serve any Python KV-cache engine to kvcheck over the engine protocol (v1 and v2).
 
 docs/ENGINE_PROTOCOL.md specifies the protocol; this module is the whole
 server side, standard library only. An engine is any object with
@@ -28,7 +28,7 @@ import json
 import struct
 import sys
 
-PROTOCOL_VERSION = 1
+PROTOCOL_VERSION = 2  # the highest this module speaks; hello agrees on min(kvcheck's, this)
 MAX_CONTROL_BYTES = 1 << 20
 ERROR_KINDS = ("capacity", "rows", "unknown_sequence", "bad_batch", "bad_token", "device",
                "input", "unsupported", "internal")
@@ -168,10 +168,24 @@ class _Server:
     def __init__(self, traits, make_engine, load):
         self.traits, self.make_engine, self.load = traits, make_engine, load
         self.models, self.engines, self.next_id = {}, {}, 0
+        self.version = 1
+        self.sequences = {}  # protocol 2: engine id -> {kvcheck's sequence id: the engine's}
 
-    def _new_id(self):
+    def _new_id(self, request, key):
+        """Protocol 2: kvcheck names the id; 1: the server does."""
+        if self.version >= 2:
+            return request[key]
         self.next_id += 1
         return self.next_id
+
+    def _sequence(self, request, sequence):
+        """The engine's id of kvcheck's sequence id (the same in protocol 1)."""
+        if self.version < 2:
+            return sequence
+        ids = self.sequences[request["engine"]]
+        if sequence not in ids:
+            raise EngineError("unknown_sequence", "no live sequence %r" % (sequence,))
+        return ids[sequence]
 
     def _engine(self, request):
         try:
@@ -189,9 +203,10 @@ class _Server:
         """One request -> (reply dict, [payload bytes, ...])."""
         op = r.get("op")
         if op == "hello":
-            return {"protocol": PROTOCOL_VERSION, "traits": self.traits}, []
+            self.version = 2 if r.get("protocol", 1) >= 2 else 1
+            return {"protocol": self.version, "traits": self.traits}, []
         if op == "load":
-            model_id = self._new_id()
+            model_id = self._new_id(r, "model")
             self.models[model_id] = self.load(r["path"])
             return {"model": model_id}, []
         if op == "unload":
@@ -202,29 +217,42 @@ class _Server:
                 raise EngineError("input", "unknown model %r" % (r["model"],))
             engine = self.make_engine(self.models[r["model"]], r["capacity"], r["max_rows"],
                                       r["kv_dtype"])
-            engine_id = self._new_id()
+            engine_id = self._new_id(r, "engine")
             self.engines[engine_id] = engine
+            self.sequences[engine_id] = {}
             return {"engine": engine_id}, []
         if op == "destroy":
             self.engines.pop(r["engine"], None)
+            self.sequences.pop(r["engine"], None)
             return {}, []
         engine = self._engine(r)
         if op == "start":
-            return {"sequence": int(engine.start())}, []
+            sequence = int(engine.start())
+            if self.version < 2:
+                return {"sequence": sequence}, []
+            self.sequences[r["engine"]][r["sequence"]] = sequence
+            return {"sequence": r["sequence"]}, []
         if op == "step":
-            entries = [(e["sequence"], e["tokens"]) for e in r["entries"]]
+            entries = [(self._sequence(r, e["sequence"]), e["tokens"]) for e in r["entries"]]
             logits = f32_bytes(engine.step(entries))
             return {"payloads": [len(logits)]}, [logits]
-        if op in ("finish", "reset"):
-            args = (r["sequence"],) if op == "finish" else ()
-            self._optional(engine, op)(*args)
+        if op == "finish":
+            self._optional(engine, "finish")(self._sequence(r, r["sequence"]))
+            if self.version >= 2:
+                del self.sequences[r["engine"]][r["sequence"]]
+            return {}, []
+        if op == "reset":
+            self._optional(engine, "reset")()
+            if self.version >= 2:
+                self.sequences[r["engine"]].clear()
             return {}, []
         if op == "length":
-            return {"length": int(engine.length(r["sequence"]))}, []
+            return {"length": int(engine.length(self._sequence(r, r["sequence"])))}, []
         if op == "cache":
-            k, v = self._optional(engine, "cache")(r["sequence"], r["layer"])
+            sequence = self._sequence(r, r["sequence"])
+            k, v = self._optional(engine, "cache")(sequence, r["layer"])
             k, v = f32_bytes(k), f32_bytes(v)
-            n = int(engine.length(r["sequence"]))
+            n = int(engine.length(sequence))
             return {"length": n, "payloads": [len(k), len(v)]}, [k, v]
         raise EngineError("input", "unknown op %r" % (op,))
 

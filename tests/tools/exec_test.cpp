@@ -84,14 +84,19 @@ Scenario two_sequences(const Config& config) {
   return s;
 }
 
+// Protocol 2 (kvcheck names the ids, start/finish/reset/load go out without
+// waiting) and protocol 1 (a child that offers only 1) both pass.
 TEST(ExecServe, PropertiesPassThroughExec) {
-  const EngineUnderTest subject = backend_registry().resolve(kServe).under_test();
-  for (const Config& c : {gpt2_tiny(), gqa_llama()}) {
-    const Scenario s = two_sequences(c);
-    ASSERT_EQ("", s.validate());
-    for (Property p : {Property::kOracle, Property::kCacheState, Property::kCompaction}) {
-      const Verdict v = check_property(p, s, subject);
-      EXPECT_TRUE(v.passed) << property_name(p) << ": " << v.summary;
+  for (const std::string& backend : {kServe, kServe + " --protocol 1"}) {
+    const EngineUnderTest subject = backend_registry().resolve(backend).under_test();
+    for (const Config& c : {gpt2_tiny(), gqa_llama()}) {
+      const Scenario s = two_sequences(c);
+      ASSERT_EQ("", s.validate());
+      for (Property p : {Property::kOracle, Property::kCacheState, Property::kCompaction,
+                         Property::kReset, Property::kCapacity}) {
+        const Verdict v = check_property(p, s, subject);
+        EXPECT_TRUE(v.passed) << backend << " " << property_name(p) << ": " << v.summary;
+      }
     }
   }
 }
@@ -173,6 +178,29 @@ TEST(ExecFaults, GarbageIsMalformed) {
   EXPECT_NE(m.find("malformed reply: a control frame of 2147483647 bytes"), std::string::npos) << m;
   EXPECT_NE(fault_message("bad_json").find("not a JSON object"), std::string::npos);
   EXPECT_NE(fault_message("short_payload").find("logits of 4 bytes"), std::string::npos);
+}
+
+// Protocol 2 sends start without waiting where a row is free; an engine that
+// refuses it anyway fails the next call, naming the start and the refusal.
+TEST(ExecFaults, RefusedStartSentAheadFailsTheNextCall) {
+  const Backend backend = backend_registry().resolve(
+      std::string("exec:python3 ") + KVCHECK_SOURCE_DIR +
+      "/tests/tools/faulty_proxy.py --fault refuse_start -- " + KVCHECK_SERVE);
+  const Config config = gpt2_tiny();
+  const Weights weights = init_weights(config, 5);
+  auto e = backend.under_test().factory(config, weights, EngineOptions{});
+  const SequenceId s = e->start();  // sent without waiting: no error yet
+  std::string message;
+  try {
+    e->length(s);
+  } catch (const EngineError& err) {
+    ADD_FAILURE() << "a refusal sent ahead is not the next call's refusal: " << err.what();
+  } catch (const std::runtime_error& err) {
+    message = err.what();
+  }
+  EXPECT_NE(message.find("start (sent without waiting) was refused: rows: faulty_proxy refuses"),
+            std::string::npos)
+      << message;
 }
 
 }  // namespace

@@ -1,8 +1,18 @@
 """Relays the engine protocol to a real engine and misbehaves on purpose at
 the Nth step request, to test how kvcheck reports a faulty child.
 
-    python3 faulty_proxy.py --fault exit|signal|hang|garbage|bad_json|short_payload \
-        --at N -- COMMAND ARGS...
+    python3 faulty_proxy.py --fault FAULT --at N -- COMMAND ARGS...
+
+exit, signal, hang, garbage, bad_json, short_payload: the proxy misbehaves
+instead of relaying that step and then stops answering. wrong_shape (the
+logits payload loses its last value, control frame and payload frame agreeing)
+and omit_reply (the step's reply is dropped) relay the rest as usual: an
+adapter that breaks the protocol once, for `kvcheck check-adapter`.
+refuse_start refuses the first start with kind rows (not relayed): a refusal
+of a request kvcheck sent without waiting (protocol 2).
+
+--once FILE: misbehave only if FILE does not exist yet (and create it), so that
+of all the children a campaign starts only the first fails.
 """
 
 import argparse
@@ -56,24 +66,45 @@ def misbehave(fault, out):
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--fault", required=True,
-                        choices=["exit", "signal", "hang", "garbage", "bad_json", "short_payload"])
+                        choices=["exit", "signal", "hang", "garbage", "bad_json", "short_payload",
+                                 "wrong_shape", "omit_reply", "refuse_start"])
     parser.add_argument("--at", type=int, default=1, help="misbehave on this step request")
+    parser.add_argument("--once", help="misbehave only if this file does not exist; create it")
     parser.add_argument("command", nargs=argparse.REMAINDER)
     args = parser.parse_args()
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     inner = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
     inp, out = sys.stdin.buffer, sys.stdout.buffer
     steps = 0
+    refused = False
     while True:
         request = read_frame(inp)
-        if json.loads(request).get("op") == "step":
+        now = False
+        op = json.loads(request).get("op")
+        if op == "start" and args.fault == "refuse_start" and not refused:
+            refused = True
+            out.write(frame(b'{"error":{"kind":"rows","message":"faulty_proxy refuses"}}'))
+            out.flush()
+            continue
+        if op == "step":
             steps += 1
-            if steps == args.at:
+            now = steps == args.at
+            if now and args.once:
+                if os.path.exists(args.once):
+                    now = False
+                else:
+                    open(args.once, "w").close()
+            if now and args.fault not in ("wrong_shape", "omit_reply"):
                 misbehave(args.fault, out)
         inner.stdin.write(frame(request))
         inner.stdin.flush()
         control = read_frame(inner.stdout)
         payloads = [read_frame(inner.stdout) for _ in json.loads(control).get("payloads", [])]
+        if now and args.fault == "omit_reply":
+            continue
+        if now and args.fault == "wrong_shape" and payloads:
+            payloads[0] = payloads[0][:-4]
+            control = json.dumps({"payloads": [len(p) for p in payloads]}).encode()
         out.write(frame(control) + b"".join(frame(p) for p in payloads))
         out.flush()
 

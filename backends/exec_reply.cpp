@@ -1,0 +1,158 @@
+#include "backends/exec_reply.h"
+
+#include <string_view>
+
+namespace kvcheck::wire {
+
+namespace {
+
+using nlohmann::json;
+
+ReplyParse malformed(std::string why) {
+  ReplyParse p;
+  p.status = ReplyParse::Status::kMalformed;
+  p.error = std::move(why);
+  return p;
+}
+
+ReplyParse incomplete(size_t needed) {
+  ReplyParse p;
+  p.status = ReplyParse::Status::kIncomplete;
+  p.size = needed;
+  return p;
+}
+
+// The deepest nesting of arrays and objects outside strings. nlohmann's parser
+// is iterative, but dump() (used to quote a bad value) recurses: a bound here
+// keeps a hostile reply from exhausting the stack.
+int json_depth(std::string_view text) {
+  int depth = 0, deepest = 0;
+  bool in_string = false, escaped = false;
+  for (const char c : text) {
+    if (in_string) {
+      if (escaped)
+        escaped = false;
+      else if (c == '\\')
+        escaped = true;
+      else if (c == '"')
+        in_string = false;
+    } else if (c == '"') {
+      in_string = true;
+    } else if (c == '[' || c == '{') {
+      deepest = std::max(deepest, ++depth);
+    } else if (c == ']' || c == '}') {
+      --depth;
+    }
+  }
+  return deepest;
+}
+
+std::string quoted(const json& value) {
+  const std::string text = value.dump();
+  return text.size() > 100 ? text.substr(0, 100) + "..." : text;
+}
+
+bool known_kind(const std::string& kind) {
+  return parse_kind(kind).has_value() || kind == "input" || kind == "unsupported" ||
+         kind == "internal";
+}
+
+// {"error": {"kind": K, "message": M}}, K known; empty when well formed.
+std::string check_error(const json& error, WireError& out) {
+  if (!error.is_object()) return "\"error\" must be an object, got " + quoted(error);
+  const auto kind = error.find("kind"), message = error.find("message");
+  if (kind == error.end() || !kind->is_string())
+    return "\"error.kind\" must be a string, got " +
+           (kind == error.end() ? std::string("nothing") : quoted(*kind));
+  if (message == error.end() || !message->is_string())
+    return "\"error.message\" must be a string, got " +
+           (message == error.end() ? std::string("nothing") : quoted(*message));
+  out.kind = kind->get<std::string>();
+  out.message = message->get<std::string>();
+  if (!known_kind(out.kind)) return "unknown error kind " + quoted(*kind);
+  return "";
+}
+
+}  // namespace
+
+size_t max_reply_bytes(const ReplyLimits& limits) {
+  return 4 + size_t(kMaxControlBytes) + limits.max_payloads * (4 + limits.max_payload_bytes);
+}
+
+ReplyParse parse_reply(std::span<const uint8_t> bytes, const ReplyLimits& limits) {
+  if (bytes.size() < 4) return incomplete(4);
+  const uint32_t length = read_le32(bytes.data());
+  if (length > kMaxControlBytes)
+    return malformed("a control frame of " + std::to_string(length) + " bytes (the bound is " +
+                     std::to_string(kMaxControlBytes) + ")");
+  if (bytes.size() < 4 + size_t(length)) return incomplete(4 + size_t(length));
+  const std::string_view text(reinterpret_cast<const char*>(bytes.data()) + 4, length);
+  if (json_depth(text) > kMaxJsonDepth)
+    return malformed("the control frame nests deeper than " + std::to_string(kMaxJsonDepth));
+  Reply reply;
+  reply.control = json::parse(text, nullptr, /*allow_exceptions=*/false);
+  if (reply.control.is_discarded() || !reply.control.is_object())
+    return malformed("the control frame is not a JSON object: " + std::string(text.substr(0, 200)));
+  const auto error = reply.control.find("error");
+  const auto sizes = reply.control.find("payloads");
+  if (error != reply.control.end()) {
+    WireError e;
+    if (std::string why = check_error(*error, e); !why.empty()) return malformed(why);
+    if (sizes != reply.control.end())
+      return malformed("an error reply declares \"payloads\" " + quoted(*sizes));
+    reply.error = std::move(e);
+  }
+  size_t total = 4 + size_t(length);
+  std::vector<size_t> declared;
+  if (sizes != reply.control.end()) {
+    if (!sizes->is_array() || sizes->size() > limits.max_payloads)
+      return malformed("\"payloads\" must be an array of at most " +
+                       std::to_string(limits.max_payloads) + " sizes for this request, got " +
+                       quoted(*sizes));
+    for (const json& s : *sizes) {
+      if (!s.is_number_unsigned() || s.get<uint64_t>() > limits.max_payload_bytes)
+        return malformed("a payload of " + quoted(s) + " bytes (at most " +
+                         std::to_string(limits.max_payload_bytes) + " for this request)");
+      declared.push_back(size_t(s.get<uint64_t>()));
+      total += 4 + declared.back();
+    }
+  }
+  if (bytes.size() < total) {
+    // Each payload frame's length is known: check those already here, so a
+    // wrong one is reported now rather than after waiting for bytes that
+    // may never come.
+    size_t at = 4 + size_t(length);
+    for (const size_t want : declared) {
+      if (bytes.size() < at + 4) break;
+      if (read_le32(bytes.data() + at) != want)
+        return malformed("a payload frame of " + std::to_string(read_le32(bytes.data() + at)) +
+                         " bytes where the control frame declared " + std::to_string(want));
+      at += 4 + want;
+    }
+    return incomplete(total);
+  }
+  size_t at = 4 + size_t(length);
+  for (const size_t want : declared) {
+    const uint32_t got = read_le32(bytes.data() + at);
+    if (got != want)
+      return malformed("a payload frame of " + std::to_string(got) +
+                       " bytes where the control frame declared " + std::to_string(want));
+    reply.payloads.emplace_back(bytes.begin() + ptrdiff_t(at + 4),
+                                bytes.begin() + ptrdiff_t(at + 4 + want));
+    at += 4 + want;
+  }
+  ReplyParse p;
+  p.status = ReplyParse::Status::kComplete;
+  p.size = total;
+  p.reply = std::move(reply);
+  return p;
+}
+
+std::string encode_reply(const Reply& reply) {
+  std::string out = frame(reply.control.dump());
+  for (const std::vector<uint8_t>& p : reply.payloads)
+    out += frame(std::string_view(reinterpret_cast<const char*>(p.data()), p.size()));
+  return out;
+}
+
+}  // namespace kvcheck::wire

@@ -1,0 +1,63 @@
+// The reply parser of the engine protocol (docs/ENGINE_PROTOCOL.md): bytes
+// from the child -> one reply, "need more bytes", or a reason it is
+// malformed. A pure function over a buffer, so that the client
+// (backends/exec_child.cpp), check-adapter and the fuzz target
+// (fuzz/exec_reply_fuzz.cpp) share one definition, and nothing the child sends
+// can make kvcheck crash or allocate past the limits below.
+#pragma once
+
+#include <cstddef>
+#include <cstdint>
+#include <optional>
+#include <span>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "backends/exec_wire.h"
+
+namespace kvcheck::wire {
+
+constexpr int kMaxJsonDepth = 32;  // nesting of arrays and objects in a control frame
+
+// What the request lets the reply carry: at most `max_payloads` payload
+// frames of at most `max_payload_bytes` each (0, 0: no payloads).
+struct ReplyLimits {
+  size_t max_payloads = 0;
+  size_t max_payload_bytes = 0;
+};
+
+// An error reply: {"error": {"kind": K, "message": M}} with a known kind.
+struct WireError {
+  std::string kind;  // one of the protocol's kinds ("capacity", ..., "internal")
+  std::string message;
+};
+
+struct Reply {
+  nlohmann::json control;                      // the reply's JSON object
+  std::optional<WireError> error;              // set for an error reply
+  std::vector<std::vector<uint8_t>> payloads;  // [payload][bytes], as declared
+};
+
+struct ReplyParse {
+  enum class Status : uint8_t { kComplete, kIncomplete, kMalformed };
+  Status status = Status::kIncomplete;
+  // kComplete: the bytes the reply took; kIncomplete: the bytes the reply
+  // needs at least, counted from the buffer's start (always more than given,
+  // and at most max_reply_bytes(limits)).
+  size_t size = 0;
+  Reply reply;        // kComplete
+  std::string error;  // kMalformed: why, naming the field and the value
+};
+
+// The largest reply these limits admit: what a client buffers at most.
+size_t max_reply_bytes(const ReplyLimits& limits);
+
+// Parses the reply at the start of `bytes` (which may hold more after it).
+ReplyParse parse_reply(std::span<const uint8_t> bytes, const ReplyLimits& limits);
+
+// The inverse, for the server side and for tests: the frames of a reply.
+std::string encode_reply(const Reply& reply);
+
+}  // namespace kvcheck::wire

@@ -1,0 +1,89 @@
+// exec_reply_fuzz: the engine protocol's reply parser (backends/exec_reply.h)
+// on whatever a child might write. Nothing may crash it; "need more bytes"
+// must ask for more than it was given and no more than the request's limits
+// allow (so a client never buffers without bound); a reply it accepts must
+// respect the limits, re-encode to frames that parse back to the same reply,
+// and have no complete shorter prefix.
+//
+// Input: 1 byte max_payloads (mod 4), 4 bytes max_payload_bytes (little
+// endian, mod 2^20), then the child's stdout: any number of replies.
+#include <cstdio>
+#include <cstdlib>
+#include <string>
+
+#include "backends/exec_reply.h"
+#include "fuzz/fuzz_target.h"
+
+namespace kvcheck::fuzz {
+
+const TargetTraits kTarget{"exec_reply_fuzz", /*keep_rejected_in_corpus=*/true};
+
+namespace {
+
+using wire::ReplyParse;
+
+[[noreturn]] void fail(const std::string& message) {
+  std::fprintf(stderr, "exec_reply_fuzz: %s\n", message.c_str());
+  std::fflush(stderr);
+  std::abort();
+}
+
+bool same(const wire::Reply& a, const wire::Reply& b) {
+  const bool errors_match =
+      a.error.has_value() == b.error.has_value() &&
+      (!a.error || (a.error->kind == b.error->kind && a.error->message == b.error->message));
+  return errors_match && a.control == b.control && a.payloads == b.payloads;
+}
+
+void check_complete(std::span<const uint8_t> bytes, const ReplyParse& p,
+                    const wire::ReplyLimits& limits) {
+  const wire::Reply& r = p.reply;
+  if (p.size < 4 || p.size > bytes.size()) fail("a complete reply's size is outside the input");
+  if (r.payloads.size() > limits.max_payloads) fail("more payloads than the limits allow");
+  for (const auto& payload : r.payloads)
+    if (payload.size() > limits.max_payload_bytes) fail("a payload over the limit");
+  if (r.error && !r.payloads.empty()) fail("an error reply with payloads");
+  if (!r.control.is_object()) fail("a control frame that is not an object");
+  const ReplyParse shorter = wire::parse_reply(bytes.first(p.size - 1), limits);
+  if (shorter.status != ReplyParse::Status::kIncomplete)
+    fail("a complete reply has a prefix that is not incomplete: " + shorter.error);
+  const std::string encoded = wire::encode_reply(r);
+  const auto* data = reinterpret_cast<const uint8_t*>(encoded.data());
+  const ReplyParse again = wire::parse_reply({data, encoded.size()}, limits);
+  if (again.status != ReplyParse::Status::kComplete)
+    fail("the re-encoded reply does not parse: " + again.error);
+  if (again.size != encoded.size() || !same(again.reply, r)) fail("re-encoding changed the reply");
+}
+
+}  // namespace
+
+void initialize() {}
+
+Outcome run_one(std::span<const uint8_t> input) {
+  if (input.size() < 5) return Outcome::kRejected;
+  wire::ReplyLimits limits;
+  limits.max_payloads = input[0] % 4;
+  limits.max_payload_bytes = wire::read_le32(input.data() + 1) % (1u << 20);
+  std::span<const uint8_t> rest = input.subspan(5);
+  int replies = 0;
+  while (!rest.empty()) {
+    const ReplyParse p = wire::parse_reply(rest, limits);
+    switch (p.status) {
+      case ReplyParse::Status::kMalformed:
+        if (p.error.empty()) fail("a malformed reply must say why");
+        return Outcome::kRejected;
+      case ReplyParse::Status::kIncomplete:
+        if (p.size <= rest.size()) fail("incomplete, yet it asks for no more bytes than it has");
+        if (p.size > wire::max_reply_bytes(limits)) fail("asks for more than the limits allow");
+        return Outcome::kRejected;
+      case ReplyParse::Status::kComplete:
+        check_complete(rest, p, limits);
+        rest = rest.subspan(p.size);
+        ++replies;
+        break;
+    }
+  }
+  return replies > 0 ? Outcome::kAccepted : Outcome::kRejected;
+}
+
+}  // namespace kvcheck::fuzz

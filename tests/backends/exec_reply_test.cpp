@@ -1,0 +1,135 @@
+// wire::parse_reply on frames a broken child might write: each is refused
+// with a message that names what is wrong, or asks for more bytes, and never
+// for more than the request's limits.
+#include <gtest/gtest.h>
+
+#include <cstring>
+#include <string>
+
+#include "backends/exec_reply.h"
+
+namespace kvcheck::wire {
+namespace {
+
+using Status = ReplyParse::Status;
+
+ReplyParse parse(const std::string& bytes, ReplyLimits limits = {}) {
+  return parse_reply({reinterpret_cast<const uint8_t*>(bytes.data()), bytes.size()}, limits);
+}
+
+std::string le32(uint32_t n) {
+  std::string out(4, '\0');
+  for (int i = 0; i < 4; ++i) out[size_t(i)] = char((n >> (8 * i)) & 0xff);
+  return out;
+}
+
+std::string f32s(int n) {
+  std::string out(size_t(n) * 4, '\0');
+  for (int i = 0; i < n; ++i) {
+    const float x = float(i) - 1.5f;
+    std::memcpy(out.data() + 4 * i, &x, 4);
+  }
+  return out;
+}
+
+void expect_malformed(const ReplyParse& p, const std::string& words) {
+  ASSERT_EQ(Status::kMalformed, p.status) << "size " << p.size;
+  EXPECT_NE(p.error.find(words), std::string::npos) << p.error;
+}
+
+TEST(ExecReply, ParsesAStepReplyAndLeavesTheNextOne) {
+  const std::string logits = f32s(6);
+  const std::string bytes =
+      frame(R"({"payloads":[24]})") + frame(logits) + frame(R"({"length":3})");
+  const ReplyParse p = parse(bytes, {1, 24});
+  ASSERT_EQ(Status::kComplete, p.status) << p.error;
+  EXPECT_EQ(4 + 17 + 4 + 24u, p.size);
+  ASSERT_EQ(1u, p.reply.payloads.size());
+  EXPECT_EQ(0, std::memcmp(logits.data(), p.reply.payloads[0].data(), 24));
+  EXPECT_FALSE(p.reply.error);
+  EXPECT_EQ(bytes.size(), p.size + 4 + 12);
+}
+
+TEST(ExecReply, TruncatedFramesAskForExactlyWhatIsMissing) {
+  const std::string control = R"({"payloads":[8,8]})";
+  const std::string bytes = frame(control) + frame(f32s(2)) + frame(f32s(2));
+  EXPECT_EQ(Status::kIncomplete, parse("").status);
+  EXPECT_EQ(4u, parse(bytes.substr(0, 3), {2, 8}).size);
+  EXPECT_EQ(4 + control.size(), parse(bytes.substr(0, 10), {2, 8}).size);  // inside the control
+  for (size_t cut = 4 + control.size(); cut < bytes.size(); ++cut) {
+    const ReplyParse p = parse(bytes.substr(0, cut), {2, 8});
+    ASSERT_EQ(Status::kIncomplete, p.status) << cut;
+    EXPECT_EQ(bytes.size(), p.size) << cut;  // known once the control frame is in
+  }
+  EXPECT_EQ(Status::kComplete, parse(bytes, {2, 8}).status);
+}
+
+TEST(ExecReply, OversizedLengthsAreRefusedBeforeAnyWait) {
+  expect_malformed(parse(le32(0x7fffffff) + "garbage"),
+                   "a control frame of 2147483647 bytes (the bound is 1048576)");
+  // A payload over the request's limit: refused from the control frame alone.
+  expect_malformed(parse(frame(R"({"payloads":[4000000000]})"), {1, 64}),
+                   "a payload of 4000000000 bytes (at most 64 for this request)");
+  expect_malformed(parse(frame(R"({"payloads":[4,4]})"), {1, 64}),
+                   "\"payloads\" must be an array of at most 1 sizes");
+  expect_malformed(parse(frame(R"({"payloads":[4]})"), {}), "at most 0 sizes");
+  // Whatever the limits, an incomplete reply never asks for more than they admit.
+  const ReplyParse p = parse(frame(R"({"payloads":[64]})"), {1, 64});
+  ASSERT_EQ(Status::kIncomplete, p.status);
+  EXPECT_LE(p.size, max_reply_bytes({1, 64}));
+}
+
+TEST(ExecReply, BadJsonIsRefused) {
+  expect_malformed(parse(frame("{not json")), "not a JSON object: {not json");
+  expect_malformed(parse(frame("[1,2]")), "not a JSON object");
+  expect_malformed(parse(frame("{} trailing")), "not a JSON object");
+  expect_malformed(parse(frame(std::string(100, '[') + std::string(100, ']'))),
+                   "nests deeper than 32");
+  expect_malformed(parse(frame(R"({"payloads":"24"})"), {1, 64}), "\"payloads\" must be an array");
+  expect_malformed(parse(frame(R"({"payloads":[-4]})"), {1, 64}), "a payload of -4 bytes");
+  expect_malformed(parse(frame(R"({"payloads":[2.5]})"), {1, 64}), "a payload of 2.5 bytes");
+}
+
+TEST(ExecReply, WrongPayloadSizesAreRefused) {
+  // Declared 24, the frame says 4.
+  expect_malformed(
+      parse(frame(R"({"payloads":[24]})") + frame(f32s(1)) + "xxxxxxxxxxxxxxxxxxxx", {1, 64}),
+      "a payload frame of 4 bytes where the control frame declared 24");
+  // Noticed as soon as the payload's length arrives, without its bytes.
+  expect_malformed(parse(frame(R"({"payloads":[24]})") + le32(8), {1, 64}),
+                   "a payload frame of 8 bytes where the control frame declared 24");
+}
+
+TEST(ExecReply, ErrorRepliesAreTyped) {
+  const ReplyParse p =
+      parse(frame(R"({"error":{"kind":"capacity","message":"sequence 3 is full"}})"));
+  ASSERT_EQ(Status::kComplete, p.status) << p.error;
+  ASSERT_TRUE(p.reply.error);
+  EXPECT_EQ("capacity", p.reply.error->kind);
+  EXPECT_EQ("sequence 3 is full", p.reply.error->message);
+  expect_malformed(parse(frame(R"({"error":{"kind":"oops","message":"x"}})")),
+                   "unknown error kind \"oops\"");
+  expect_malformed(parse(frame(R"({"error":"capacity"})")), "\"error\" must be an object");
+  expect_malformed(parse(frame(R"({"error":{"kind":"rows"}})")),
+                   "\"error.message\" must be a string, got nothing");
+  expect_malformed(parse(frame(R"({"error":{"kind":3,"message":"x"}})")),
+                   "\"error.kind\" must be a string, got 3");
+  expect_malformed(
+      parse(frame(R"({"error":{"kind":"rows","message":"x"},"payloads":[4]})"), {1, 4}),
+      "an error reply declares \"payloads\"");
+}
+
+TEST(ExecReply, EncodeIsTheInverse) {
+  Reply r;
+  r.control = {{"length", 1}, {"payloads", {8, 8}}};
+  r.payloads = {{1, 2, 3, 4, 5, 6, 7, 8}, {8, 7, 6, 5, 4, 3, 2, 1}};
+  const std::string bytes = encode_reply(r);
+  const ReplyParse p = parse(bytes, {2, 8});
+  ASSERT_EQ(Status::kComplete, p.status) << p.error;
+  EXPECT_EQ(bytes.size(), p.size);
+  EXPECT_EQ(r.control, p.reply.control);
+  EXPECT_EQ(r.payloads, p.reply.payloads);
+}
+
+}  // namespace
+}  // namespace kvcheck::wire

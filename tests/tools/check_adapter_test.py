@@ -1,0 +1,58 @@
+"""kvcheck check-adapter tells the adapter's side from the engine's side.
+
+    check_adapter_test.py KVCHECK KVCHECK_SERVE protocol
+        kvcheck-serve is clean (exit 0); a proxy that sends a wrong-shape
+        logits payload, or omits a reply, is a protocol violation and no cache
+        bug (exit 1); a backend that is not exec: is bad input (exit 2).
+    check_adapter_test.py KVCHECK PYTHON_WITH_TORCH torch
+        adapters/torch/engine.py is clean; each of its three traps is a cache
+        bug and no protocol violation (exit 1).
+"""
+
+import os
+import subprocess
+import sys
+
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def check(kvcheck, backend, code, *words):
+    run = subprocess.run([kvcheck, "check-adapter", "--backend", backend],
+                         capture_output=True, text=True, timeout=300)
+    out = run.stdout + run.stderr
+    problems = []
+    if run.returncode != code:
+        problems.append("exit %d, expected %d" % (run.returncode, code))
+    problems += ["no %r in the output" % w for w in words if w not in out]
+    if problems:
+        sys.exit("check-adapter --backend %s: %s\n%s" % (backend, "; ".join(problems), out))
+    print("ok: %s -> exit %d" % (backend, code))
+
+
+def main():
+    kvcheck, tool, mode = sys.argv[1:4]
+    if mode == "protocol":
+        check(kvcheck, "exec:" + tool, 0, "0 protocol violations, 0 cache bugs", "protocol 2")
+        check(kvcheck, "exec:%s --protocol 1" % tool, 0, "0 protocol violations, 0 cache bugs",
+              "hello: protocol 1")
+        proxy = "exec:%s %s/tests/tools/faulty_proxy.py --fault %%s --at 1 -- %s?timeout=3" % (
+            sys.executable, ROOT, tool)
+        check(kvcheck, proxy % "wrong_shape", 1, "1 protocol violations, 0 cache bugs",
+              "PROTOCOL VIOLATION  llama gqa: step (two sequences, 3 + 2 tokens): logits must be "
+              "one payload of 5 tokens x vocab 64 x 4 = 1280 bytes, got 1276 bytes")
+        check(kvcheck, proxy % "omit_reply", 1, "1 protocol violations, 0 cache bugs",
+              "step: no reply within 3000 ms")
+        check(kvcheck, proxy % "garbage", 1, "1 protocol violations, 0 cache bugs",
+              "malformed reply: a control frame of 2147483647 bytes")
+        check(kvcheck, "cpu", 2, "check-adapter checks exec: backends only")
+    elif mode == "torch":
+        engine = "exec:%s %s/adapters/torch/engine.py" % (tool, ROOT)
+        check(kvcheck, engine, 0, "0 protocol violations, 0 cache bugs")
+        for trap in ("forget_reset", "repeat", "restart_positions"):
+            check(kvcheck, engine + " --trap " + trap, 1, " 0 protocol violations", "CACHE BUG")
+    else:
+        sys.exit("unknown mode %r" % mode)
+
+
+if __name__ == "__main__":
+    main()

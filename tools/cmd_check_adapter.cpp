@@ -1,0 +1,459 @@
+// `kvcheck check-adapter --backend exec:CMD`: every message of the engine
+// protocol (docs/ENGINE_PROTOCOL.md) once, on tiny models whose answers the
+// oracle knows, so that an adapter's author learns which side is wrong:
+//  - a protocol violation is the adapter's: a frame or reply that does not
+//    parse, a missing reply, a field of the wrong type, payloads whose shape
+//    disagrees with the traits and the request, a refusal of the wrong kind,
+//    an error on a well-formed request;
+//  - a cache bug is the engine's: logits or cached K/V the oracle disagrees
+//    with (beyond the derived bound), a wrong length, a refusal that should
+//    have come and did not.
+// Exit 0 when clean, 1 when anything was found, 2 on bad input.
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <optional>
+#include <set>
+#include <string>
+#include <vector>
+
+#include <nlohmann/json.hpp>
+
+#include "backends/exec.h"
+#include "backends/exec_child.h"
+#include "backends/exec_models.h"
+#include "engine/traits_json.h"
+#include "model/status.h"
+#include "model/weights.h"
+#include "oracle/oracle.h"
+#include "properties/tolerance.h"
+#include "tools/commands.h"
+
+namespace kvcheck::cli {
+
+namespace {
+
+using nlohmann::json;
+
+constexpr int kCapacity = 8;
+constexpr int kMaxRows = 2;
+constexpr uint64_t kWeightSeed = 12;
+
+struct CheckAdapterOptions {
+  std::string backend;
+};
+
+// The child failed in a way that ends the session (no reply, bad frame).
+struct SessionOver {};
+
+class AdapterCheck {
+ public:
+  AdapterCheck(const std::string& command, std::chrono::milliseconds timeout)
+      : child_(command, timeout) {}
+
+  int run() {
+    try {
+      std::optional<EngineTraits> traits = hello();
+      if (traits) {
+        int models = 0;
+        for (Config config : {llama_gqa(), gpt2_tiny()}) {
+          const std::string refused = traits->refuses(config, KvDtype::kF32, kCapacity, kMaxRows);
+          if (!refused.empty()) {
+            std::printf("  skip %s: the traits refuse it (%s)\n", family_name(config.family),
+                        refused.c_str());
+            continue;
+          }
+          ++models;
+          model_session(*traits, config);
+        }
+        if (models == 0) throw InputError("check-adapter: the traits accept neither tiny model");
+        op_unknown();
+      }
+    } catch (const SessionOver&) {
+      std::printf("  the remaining checks did not run: the child is gone\n");
+    }
+    std::printf("check-adapter: %d checks, %d protocol violations, %d cache bugs\n", checks_,
+                violations_, bugs_);
+    if (violations_ > 0)
+      std::printf(
+          "  protocol violations are the adapter's side: framing, replies, types, shapes "
+          "(docs/ENGINE_PROTOCOL.md)\n");
+    if (bugs_ > 0)
+      std::printf(
+          "  cache bugs are the engine's side: values or refusals the oracle and "
+          "engine/engine.h disagree with\n");
+    return violations_ + bugs_ > 0 ? 1 : 0;
+  }
+
+ private:
+  static Config llama_gqa() {
+    Config c = llama_tiny();
+    c.n_kv_heads = c.n_heads / 2;  // GQA: repeat vs repeat_interleave matters
+    return c;
+  }
+
+  void ok(const std::string& what) {
+    ++checks_;
+    std::printf("  ok                  %s\n", what.c_str());
+  }
+  void violation(const std::string& what) {
+    ++checks_, ++violations_;
+    std::printf("  PROTOCOL VIOLATION  %s\n", what.c_str());
+  }
+  void bug(const std::string& what) {
+    ++checks_, ++bugs_;
+    std::printf("  CACHE BUG           %s\n", what.c_str());
+  }
+
+  // One request; a reply that does not parse or never comes ends the session.
+  Reply call(const std::string& what, const json& request, wire::ReplyLimits limits = {}) {
+    try {
+      return child_.call(request, limits);
+    } catch (const ChildFault& e) {
+      violation(what + ": " + e.what());
+      throw SessionOver{};
+    }
+  }
+
+  // A reply that must succeed; an error reply is a violation (the request was
+  // well formed) and nullopt.
+  std::optional<Reply> call_ok(const std::string& what, const json& request,
+                               wire::ReplyLimits limits = {}) {
+    Reply r = call(what, request, limits);
+    if (r.error) {
+      violation(what + ": a well-formed request got error " + r.error->kind + ": " +
+                r.error->message);
+      return std::nullopt;
+    }
+    return r;
+  }
+
+  // An integer field, or a violation naming it.
+  std::optional<int64_t> integer(const std::string& what, const Reply& r, const char* key) {
+    const auto it = r.control.find(key);
+    if (it == r.control.end() || !it->is_number_integer()) {
+      violation(what + ": \"" + key + "\" must be an integer, got " +
+                (it == r.control.end() ? std::string("nothing") : it->dump()));
+      return std::nullopt;
+    }
+    return it->get<int64_t>();
+  }
+
+  // A request that must be refused with `kind`.
+  void expect_refusal(const std::string& what, const json& request, const std::string& kind,
+                      wire::ReplyLimits limits = {}) {
+    const Reply r = call(what, request, limits);
+    if (!r.error)
+      bug(what + ": accepted; engine/engine.h refuses it with " + kind);
+    else if (r.error->kind != kind)
+      violation(what + ": refused with kind " + r.error->kind + ", the protocol's kind is " + kind +
+                " (" + r.error->message + ")");
+    else
+      ok(what + ": refused with " + kind);
+  }
+
+  std::optional<EngineTraits> hello() {
+    const Reply r = call("hello", {{"op", "hello"}, {"protocol", wire::kProtocolVersion}});
+    if (r.error) {
+      violation("hello: error " + r.error->kind + ": " + r.error->message);
+      return std::nullopt;
+    }
+    const auto version = integer("hello", r, "protocol");
+    if (!version) return std::nullopt;
+    if (*version < wire::kMinProtocolVersion || *version > wire::kProtocolVersion) {
+      violation("hello: protocol " + std::to_string(*version) + ", this kvcheck speaks 1 and 2");
+      return std::nullopt;
+    }
+    version_ = int(*version);
+    const auto t = r.control.find("traits");
+    if (t == r.control.end() || !t->is_object()) {
+      violation("hello: \"traits\" must be an object");
+      return std::nullopt;
+    }
+    Result<EngineTraits> traits = traits_from_json(*t);
+    if (!traits.ok()) {
+      violation("hello: traits: " + traits.error());
+      return std::nullopt;
+    }
+    ok("hello: protocol " + std::to_string(version_) + ", traits of " +
+       traits.value().identity.name + " " + traits.value().identity.version);
+    return traits.value();
+  }
+
+  // The logits rows of `tokens_so_far[from, to)` against the oracle.
+  void compare_logits(const std::string& what, const Config& config, const Weights& weights,
+                      const std::vector<int32_t>& tokens, int from, const float* rows) {
+    const oracle::Output exact = oracle::forward(config, weights, tokens);
+    const ErrorBounds bound = derive_error_bounds(config, weights, tokens, KvDtype::kF32);
+    const int V = config.vocab;
+    int wrong = 0;
+    std::string first;
+    for (int t = from; t < int(tokens.size()); ++t) {
+      for (int i = 0; i < V; ++i) {
+        const size_t at = size_t(t) * size_t(V) + size_t(i);
+        const double got = rows[size_t(t - from) * size_t(V) + size_t(i)];
+        if (!(std::fabs(got - exact.logits[at]) <= bound.logits[at])) {
+          if (wrong++ == 0) {
+            char text[200];
+            std::snprintf(text, sizeof text,
+                          "position %d, vocabulary %d: engine %.6g, oracle %.6g, bound %.3g", t, i,
+                          got, exact.logits[at], bound.logits[at]);
+            first = text;
+          }
+        }
+      }
+    }
+    if (wrong > 0)
+      bug(what + ": " + std::to_string(wrong) + " logits disagree with the oracle; first at " +
+          first);
+    else
+      ok(what + ": logits of positions " + std::to_string(from) + ".." +
+         std::to_string(tokens.size() - 1) + " within the oracle's bound");
+  }
+
+  // One step; entries are (sequence, all its tokens so far, how many are new).
+  struct Fed {
+    int64_t sequence;
+    const std::vector<int32_t>* tokens;
+    int fresh;
+  };
+  void step(const std::string& what, const Config& config, const Weights& weights, int64_t engine,
+            const std::vector<Fed>& fed) {
+    json entries = json::array();
+    size_t n = 0;
+    for (const Fed& f : fed) {
+      entries.push_back(
+          {{"sequence", f.sequence},
+           {"tokens", std::vector<int32_t>(f.tokens->end() - f.fresh, f.tokens->end())}});
+      n += size_t(f.fresh);
+    }
+    const size_t bytes = n * size_t(config.vocab) * 4;
+    // Loose limits: a wrong size is reported below, naming the shape.
+    const auto r = call_ok(what, {{"op", "step"}, {"engine", engine}, {"entries", entries}},
+                           {4, 4 * bytes + 4096});
+    if (!r) return;
+    if (r->payloads.size() != 1 || r->payloads[0].size() != bytes) {
+      std::string got = std::to_string(r->payloads.size()) + " payloads";
+      if (r->payloads.size() == 1) got = std::to_string(r->payloads[0].size()) + " bytes";
+      violation(what + ": logits must be one payload of " + std::to_string(n) + " tokens x vocab " +
+                std::to_string(config.vocab) + " x 4 = " + std::to_string(bytes) + " bytes, got " +
+                got);
+      return;
+    }
+    ok(what + ": one payload of [" + std::to_string(n) + "][" + std::to_string(config.vocab) +
+       "] f32");
+    std::vector<float> logits(n * size_t(config.vocab));
+    std::memcpy(logits.data(), r->payloads[0].data(), bytes);
+    size_t row = 0;
+    for (const Fed& f : fed) {
+      compare_logits(what + ", sequence " + std::to_string(f.sequence), config, weights, *f.tokens,
+                     int(f.tokens->size()) - f.fresh, logits.data() + row * size_t(config.vocab));
+      row += size_t(f.fresh);
+    }
+  }
+
+  void length(const std::string& what, int64_t engine, int64_t sequence, int want) {
+    const auto r = call_ok(what, {{"op", "length"}, {"engine", engine}, {"sequence", sequence}});
+    if (!r) return;
+    const auto n = integer(what, *r, "length");
+    if (!n) return;
+    if (*n != want)
+      bug(what + ": length " + std::to_string(*n) + ", " + std::to_string(want) + " tokens fed");
+    else
+      ok(what + ": length " + std::to_string(want));
+  }
+
+  void cache(const std::string& what, const Config& config, const Weights& weights, int64_t engine,
+             int64_t sequence, const std::vector<int32_t>& tokens) {
+    const oracle::Output exact = oracle::forward(config, weights, tokens);
+    const ErrorBounds bound = derive_error_bounds(config, weights, tokens, KvDtype::kF32);
+    const size_t T = tokens.size(), width = size_t(config.kv_width());
+    for (int layer = 0; layer < config.n_layers; ++layer) {
+      const std::string at = what + " layer " + std::to_string(layer);
+      const auto r = call_ok(
+          at, {{"op", "cache"}, {"engine", engine}, {"sequence", sequence}, {"layer", layer}},
+          {4, size_t(kCapacity) * width * 4 * 4 + 4096});
+      if (!r) continue;
+      const auto n = integer(at, *r, "length");
+      if (!n) continue;
+      const size_t bytes = size_t(std::max<int64_t>(*n, 0)) * width * 4;
+      if (r->payloads.size() != 2 || r->payloads[0].size() != bytes ||
+          r->payloads[1].size() != bytes) {
+        violation(at + ": k and v must be two payloads of length " + std::to_string(*n) +
+                  " x KVH " + std::to_string(config.n_kv_heads) + " x D " +
+                  std::to_string(config.head_dim) + " x 4 = " + std::to_string(bytes) + " bytes");
+        continue;
+      }
+      if (size_t(*n) != T) {
+        bug(at + ": the cache holds " + std::to_string(*n) + " positions, " + std::to_string(T) +
+            " tokens fed");
+        continue;
+      }
+      int wrong = 0;
+      for (int kv = 0; kv < 2; ++kv) {
+        const std::vector<double>& want = kv == 0 ? exact.k : exact.v;
+        const std::vector<double>& b = kv == 0 ? bound.k : bound.v;
+        for (size_t i = 0; i < T * width; ++i) {
+          float got;
+          std::memcpy(&got, r->payloads[size_t(kv)].data() + 4 * i, 4);
+          const size_t o = size_t(layer) * T * width + i;
+          wrong += !(std::fabs(double(got) - want[o]) <= b[o]);
+        }
+      }
+      if (wrong > 0)
+        bug(at + ": " + std::to_string(wrong) + " cached K/V values disagree with the oracle");
+      else
+        ok(at + ": K and V [" + std::to_string(T) + "][" + std::to_string(config.n_kv_heads) +
+           "][" + std::to_string(config.head_dim) + "] within the oracle's bound");
+    }
+  }
+
+  // A request that makes an id: protocol 2 names it in `key` (and a reply
+  // may echo it), protocol 1 reads it from the reply.
+  std::optional<int64_t> make(const std::string& what, json request, const char* key) {
+    const int64_t named = ++next_id_;
+    if (version_ >= 2) request[key] = named;
+    const auto r = call_ok(what, request);
+    if (!r) return std::nullopt;
+    if (version_ < 2) return integer(what, *r, key);
+    const auto echo = r->control.find(key);
+    if (echo != r->control.end() && *echo != named) {
+      violation(what + ": \"" + key + "\" " + echo->dump() + " in the reply, kvcheck named " +
+                std::to_string(named));
+      return std::nullopt;
+    }
+    return named;
+  }
+
+  std::optional<int64_t> start(const std::string& what, int64_t engine) {
+    const auto s = make(what, {{"op", "start"}, {"engine", engine}}, "sequence");
+    if (s) ok(what + ": sequence " + std::to_string(*s));
+    return s;
+  }
+
+  void model_session(const EngineTraits& traits, const Config& config) {
+    const std::string m = std::string(family_name(config.family)) +
+                          (config.n_kv_heads < config.n_heads ? " gqa" : "");
+    const Weights weights = init_weights(config, kWeightSeed);
+    const OperationTraits& ops = traits.operations;
+    const auto model =
+        make(m + ": load", {{"op", "load"}, {"path", exec_model_folder(config, weights)}}, "model");
+    if (!model) return;
+    ok(m + ": load");
+    const auto engine = make(m + ": create",
+                             {{"op", "create"},
+                              {"model", *model},
+                              {"capacity", kCapacity},
+                              {"max_rows", kMaxRows},
+                              {"kv_dtype", "f32"}},
+                             "engine");
+    if (!engine) return;
+    ok(m + ": create");
+    const int V = config.vocab;
+    auto tok = [V](int i) { return int32_t((i * 7 + 3) % V); };
+    std::vector<int32_t> a = {tok(1), tok(2), tok(3)}, b = {tok(4), tok(5)};
+    const auto s1 = start(m + ": start", *engine), s2 = start(m + ": start", *engine);
+    if (!s1 || !s2) return;
+    if (*s1 == *s2) violation(m + ": start gave sequence " + std::to_string(*s1) + " twice");
+    if (ops.multi_sequence_step) {
+      step(m + ": step (two sequences, 3 + 2 tokens)", config, weights, *engine,
+           {{*s1, &a, 3}, {*s2, &b, 2}});
+    } else {
+      step(m + ": step (3 tokens)", config, weights, *engine, {{*s1, &a, 3}});
+      step(m + ": step (2 tokens)", config, weights, *engine, {{*s2, &b, 2}});
+    }
+    a.push_back(tok(6));
+    step(m + ": step (decode 1 token)", config, weights, *engine, {{*s1, &a, 1}});
+    length(m + ": length", *engine, *s1, 4);
+    length(m + ": length", *engine, *s2, 2);
+    if (ops.cache_snapshot) cache(m + ": cache", config, weights, *engine, *s1, a);
+    const int64_t unknown = std::max(*s1, *s2) + 1000;
+    if (ops.capacity_refusal) {
+      expect_refusal(
+          m + ": step past capacity",
+          {{"op", "step"},
+           {"engine", *engine},
+           {"entries",
+            {{{"sequence", *s1}, {"tokens", std::vector<int32_t>(kCapacity - 3, tok(7))}}}}},
+          "capacity", {1, size_t(kCapacity) * size_t(V) * 4});
+      length(m + ": length after the refusal", *engine, *s1, 4);
+    }
+    expect_refusal(
+        m + ": step with token " + std::to_string(V),
+        {{"op", "step"}, {"engine", *engine}, {"entries", {{{"sequence", *s1}, {"tokens", {V}}}}}},
+        "bad_token", {1, size_t(V) * 4});
+    expect_refusal(m + ": length of an unknown sequence",
+                   {{"op", "length"}, {"engine", *engine}, {"sequence", unknown}},
+                   "unknown_sequence");
+    json full = {{"op", "start"}, {"engine", *engine}};
+    if (version_ >= 2) full["sequence"] = ++next_id_;
+    expect_refusal(m + ": start with every row taken", full, "rows");
+    if (ops.finish) {
+      if (call_ok(m + ": finish", {{"op", "finish"}, {"engine", *engine}, {"sequence", *s2}}))
+        ok(m + ": finish");
+      expect_refusal(m + ": length of a finished sequence",
+                     {{"op", "length"}, {"engine", *engine}, {"sequence", *s2}},
+                     "unknown_sequence");
+      // The freed row is reused: its old cache must not leak into the new sequence.
+      std::vector<int32_t> c = {tok(8), tok(9), tok(10)};
+      if (const auto s3 = start(m + ": start in the freed row", *engine)) {
+        step(m + ": step in the reused row", config, weights, *engine, {{*s3, &c, 3}});
+        length(m + ": length in the reused row", *engine, *s3, 3);
+      }
+    }
+    if (ops.reset) {
+      if (call_ok(m + ": reset", {{"op", "reset"}, {"engine", *engine}})) ok(m + ": reset");
+      expect_refusal(m + ": length after reset",
+                     {{"op", "length"}, {"engine", *engine}, {"sequence", *s1}},
+                     "unknown_sequence");
+      std::vector<int32_t> d = {tok(11), tok(12)};
+      if (const auto s4 = start(m + ": start after reset", *engine)) {
+        step(m + ": step after reset", config, weights, *engine, {{*s4, &d, 2}});
+        length(m + ": length after reset", *engine, *s4, 2);
+      }
+    }
+    if (call_ok(m + ": destroy", {{"op", "destroy"}, {"engine", *engine}})) ok(m + ": destroy");
+    if (call_ok(m + ": unload", {{"op", "unload"}, {"model", *model}})) ok(m + ": unload");
+  }
+
+  void op_unknown() { expect_refusal("an unknown op", {{"op", "kvcheck-no-such-op"}}, "input"); }
+
+  ChildProcess child_;
+  int checks_ = 0, violations_ = 0, bugs_ = 0;
+  int version_ = 1;      // agreed in hello
+  int64_t next_id_ = 0;  // the last id named (protocol 2)
+};
+
+int run_check_adapter(const CheckAdapterOptions& o) {
+  const BackendSpec spec = parse_backend_spec(o.backend);
+  if (!spec.name.starts_with("exec:"))
+    throw InputError("--backend " + o.backend + ": check-adapter checks exec: backends only");
+  reject_unknown_options(spec, {"timeout"});
+  const std::string command = spec.name.substr(5);
+  if (command.find_first_not_of(" \t") == std::string::npos)
+    throw InputError("--backend exec: needs a command, e.g. exec:'python3 engine.py'");
+  const auto timeout = std::chrono::milliseconds(int64_t(exec_timeout_seconds(spec) * 1000));
+  std::printf("check-adapter: %s (per-call timeout %lld ms)\n", o.backend.c_str(),
+              (long long)timeout.count());
+  std::unique_ptr<AdapterCheck> check;
+  try {
+    check = std::make_unique<AdapterCheck>(command, timeout);
+  } catch (const ChildFault& e) {
+    throw InputError(std::string("check-adapter: ") + e.what());
+  }
+  return check->run();
+}
+
+}  // namespace
+
+Action add_check_adapter(CLI::App& app) {
+  auto* cmd = app.add_subcommand(
+      "check-adapter",
+      "Exercise every message of the engine protocol on an exec: backend; report protocol "
+      "violations (the adapter's side) apart from cache bugs (the engine's side)");
+  auto o = std::make_shared<CheckAdapterOptions>();
+  cmd->add_option("--backend", o->backend, "exec:'CMD ARGS'[?timeout=SECONDS]")->required();
+  return [cmd, o]() { return cmd->parsed() ? run_check_adapter(*o) : -1; };
+}
+
+}  // namespace kvcheck::cli

@@ -87,7 +87,9 @@ class PluginEngine final : public Engine {
       entries_.push_back({b.sequence, b.tokens.data(), static_cast<int32_t>(b.tokens.size())});
       tokens += b.tokens.size();
     }
-    logits.assign(tokens * size_t(config_.vocab), 0.0f);
+    // The plugin writes every element; resize, not assign, so the runner's
+    // reused buffer is not zero-filled on every step for nothing.
+    logits.resize(tokens * size_t(config_.vocab));
     kvcheck_error e{};
     check("step",
           table().step(handle_, entries_.data(), int32_t(entries_.size()), logits.data(), &e), e);

@@ -10,6 +10,7 @@
 #include <cstdio>
 #include <cstring>
 #include <map>
+#include <optional>
 #include <memory>
 #include <string>
 #include <vector>
@@ -99,16 +100,19 @@ const char* traits_json(const char* options, kvcheck_error* error) {
 
 // The weights from the tensors kvcheck passes, matched by canonical name,
 // in a buffer kept per thread: the engine packs them at create and keeps no
-// reference, and refilling vectors of the same shapes costs no allocation
-// (nor its page faults) when the model repeats, as it does across a
-// property's solo runs. A new model starts from empty Weights: the table
-// does not walk tensors the config lacks (llama's biases), and stale ones
-// would be packed.
+// reference. A new model empties the last model's tensors but keeps their
+// memory, so that refilling costs no allocation, page faults or unmapping
+// (a campaign changes the model on almost every case; freeing and
+// reallocating here cost the plugin path 15 % of its P1 rate). Emptied, not
+// left: the table does not walk tensors the config lacks (llama's biases),
+// and stale ones would be packed.
 const Weights& weights_from(const Config& config, const kvcheck_create_args& args) {
   thread_local Weights weights;
-  thread_local Config model;
-  if (!(model == config)) {
-    weights = Weights{};
+  thread_local std::optional<Config> model;
+  if (!model || !(*model == config)) {
+    if (model) {
+      for (const TensorRef& ref : tensor_table(*model, weights)) ref.data->clear();
+    }
     model = config;
   }
   thread_local std::map<std::string, const kvcheck_tensor*> by_name;

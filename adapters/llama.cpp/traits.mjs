@@ -1,0 +1,47 @@
+// What llama.cpp guarantees, per mode, as kvcheck traits (docs/ENGINES.md).
+// Every entry is a measurement recorded in docs/LLAMA_CPP.md ("Traits"), not
+// an assumption; `--declare bitwise` (measurement only) claims every
+// invariance bitwise so that kvcheck's properties show which ones break.
+export const kVersion = "node-llama-cpp 3.22.1";
+
+// Invariances measured per mode (docs/LLAMA_CPP.md, "Traits"): key "kv/fa".
+const kMeasured = {
+    "f32/off": {chunking: "bounded", batch: "bounded", reset: "bitwise", compaction: "bounded", gqa_twin: "bounded", determinism: "bitwise"},
+    "f32/on": {chunking: "bounded", batch: "bounded", reset: "bitwise", compaction: "bounded", gqa_twin: "bounded", determinism: "bitwise"},
+    "f16/off": {chunking: "bounded", batch: "bounded", reset: "bitwise", compaction: "bounded", gqa_twin: "bounded", determinism: "bitwise"},
+    "f16/on": {chunking: "bounded", batch: "bounded", reset: "bitwise", compaction: "bounded", gqa_twin: "bounded", determinism: "bitwise"},
+    "q8_0/on": {chunking: "bounded", batch: "bounded", reset: "bitwise", compaction: "bounded", gqa_twin: "bounded", determinism: "bitwise"}
+};
+
+// The arithmetic the tolerance must model (docs/TOLERANCE.md). f32 K/V: f32
+// everywhere, RoPE angles theta_scale^i * pos by repeated f32 products
+// (ggml-cpu ops.cpp). f16 K/V: ggml's mul_mat converts the f32 operand to the
+// K/V type (q before QK^T, the probabilities before PV); q8_0 the same with
+// q quantized to q8_0 blocks.
+function arithmetic(kv) {
+    if (kv === "f32") return {accumulation: "f32", activations: "f32", rope_angles_in_float: true, queries_rounded_to_kv_dtype: false};
+    return {accumulation: "f32", activations: "f16", rope_angles_in_float: true, queries_rounded_to_kv_dtype: true};
+}
+
+export function traitsFor(options) {
+    const mode = `${options.kv}/${options.flashAttention ? "on" : "off"}`;
+    const invariance = options.declare === "bitwise"
+        ? Object.fromEntries(Object.keys(kMeasured[mode]).map((key) => [key, "bitwise"]))
+        : kMeasured[mode];
+    return {
+        identity: {name: `llama.cpp-kv-${options.kv}-fa-${options.flashAttention ? "on" : "off"}`, version: kVersion},
+        operations: {multi_sequence_step: true, finish: true, reset: true, cache_snapshot: false,
+                     capacity_refusal: true, fault_switches: false},
+        limits: {
+            families: options.gpt2 ? ["gpt2", "llama"] : ["llama"],
+            // q8_0 has no kvcheck dtype: the scenario says f32, the identity says q8_0.
+            kv_dtypes: [options.kv === "q8_0" ? "f32" : options.kv],
+            // a q8_0 row is whole blocks of 32 values
+            head_dim_multiple: options.kv === "q8_0" ? 32 : 2,
+            min_vocab: 256,
+            max_rows: 64
+        },
+        invariance,
+        arithmetic: arithmetic(options.kv)
+    };
+}

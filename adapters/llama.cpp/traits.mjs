@@ -36,9 +36,8 @@ export function traitsFor(options) {
             families: options.gpt2 ? ["gpt2", "llama"] : ["llama"],
             // q8_0 has no kvcheck dtype: the scenario says f32, the identity says q8_0.
             kv_dtypes: [options.kv === "q8_0" ? "f32" : options.kv],
-            // a q8_0 row is whole blocks of 32 values
-            head_dim_multiple: options.kv === "q8_0" ? 32 : 2,
-            min_vocab: 256,
+            // a q8_0 row is whole blocks of 32 values (llama.cpp refuses others)
+            head_dim_multiple: options.kv === "q8_0" ? 32 : 1,
             max_rows: 64
         },
         invariance,

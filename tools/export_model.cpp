@@ -66,11 +66,10 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"safetensors", "gguf"}));
   app.add_option("--config", config_path, "JSON file holding a whole config (as case files do)")
       ->excludes("--family");
-  CLI::Option* from =
-      app.add_option("--from", from_path,
-                     "safetensors file written by kvcheck: convert its config and weights")
-          ->excludes("--family")
-          ->excludes("--config");
+  app.add_option("--from", from_path,
+                 "safetensors file written by kvcheck: convert its config and weights")
+      ->excludes("--family")
+      ->excludes("--config");
   app.add_option("--seed", seed, "64-bit weight seed for init_weights (default 1)");
   app.add_option("--n-layers", flags.n_layers);
   app.add_option("--d-model", flags.d_model);

@@ -11,6 +11,8 @@
 //                          build/*/tools/kvcheck-export of this checkout)
 //   --declare bitwise      measurement only: claim every invariance bitwise, so
 //                          kvcheck's properties show which ones llama.cpp breaks
+//   --arithmetic f32       measurement only: declare f32 arithmetic in any mode,
+//                          so P1 measures a mode against the f32 bound
 //   --gpt2                 also accept the gpt2 family (its GELU runs through an
 //                          f16 table: docs/LLAMA_CPP.md; off by default)
 //
@@ -58,7 +60,8 @@ function parseOptions() {
                 "flash-attn": {type: "string", default: "off"},
                 "export": {type: "string"},
                 "gpt2": {type: "boolean", default: false},
-                "declare": {type: "string", default: "measured"}
+                "declare": {type: "string", default: "measured"},
+                "arithmetic": {type: "string", default: "measured"}
             }
         }));
     } catch (error) {
@@ -71,8 +74,10 @@ function parseOptions() {
     if (values.kv === "q8_0" && flash !== "on") usage("--kv q8_0 needs --flash-attn on (llama.cpp refuses a quantized V cache without it)");
     if (values.declare !== "measured" && values.declare !== "bitwise")
         usage(`--declare: expected measured or bitwise, got "${values.declare}"`);
+    if (values.arithmetic !== "measured" && values.arithmetic !== "f32")
+        usage(`--arithmetic: expected measured or f32, got "${values.arithmetic}"`);
     return {kv: values.kv, flashAttention: flash === "on", exportPath: values.export, gpt2: values.gpt2,
-            declare: values.declare};
+            declare: values.declare, arithmetic: values.arithmetic};
 }
 
 // kvcheck-export: --export, $KVCHECK_EXPORT, else the newest build of this checkout.

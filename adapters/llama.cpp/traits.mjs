@@ -22,13 +22,17 @@ const kMeasured = {
     "q8_0/on": {...kShapeDependent, determinism: "bitwise"}
 };
 
-// The arithmetic the tolerance must model (docs/TOLERANCE.md). f32 K/V: f32
-// everywhere, RoPE angles theta_scale^i * pos by repeated f32 products
-// (ggml-cpu ops.cpp). f16 K/V: ggml's mul_mat converts the f32 operand to the
-// K/V type (q before QK^T, the probabilities before PV); q8_0 the same with
-// q quantized to q8_0 blocks.
-function arithmetic(kv) {
-    if (kv === "f32") return {accumulation: "f32", activations: "f32", rope_angles_in_float: true, queries_rounded_to_kv_dtype: false};
+// The arithmetic the tolerance must model (docs/TOLERANCE.md). f32 K/V with
+// flash attention off: f32 everywhere, RoPE angles theta_scale^i * pos by
+// repeated f32 products (ggml-cpu rope_f32). Flash attention casts an f32
+// K/V cache to f16 before ggml_flash_attn_ext (llama-graph.cpp), and the CPU
+// kernel converts q to K's dot type, f16 (docs/findings/
+// llama_cpp_flash_attn_f32_cache_in_f16.md). f16 K/V: ggml's mul_mat
+// converts the f32 operand to the K/V type (q before QK^T, the probabilities
+// before PV); q8_0 the same with q quantized to q8_0 blocks.
+function arithmetic(kv, flashAttention) {
+    if (kv === "f32" && !flashAttention)
+        return {accumulation: "f32", activations: "f32", rope_angles_in_float: true, queries_rounded_to_kv_dtype: false};
     return {accumulation: "f32", activations: "f16", rope_angles_in_float: true, queries_rounded_to_kv_dtype: true};
 }
 
@@ -50,6 +54,9 @@ export function traitsFor(options) {
             max_rows: 64
         },
         invariance,
-        arithmetic: arithmetic(options.kv)
+        // --arithmetic f32 (measurement only) claims f32 arithmetic in any mode,
+        // so that P1 shows how far a mode's results are from the f32 bound.
+        arithmetic: options.arithmetic === "f32"
+            ? arithmetic("f32", false) : arithmetic(options.kv, options.flashAttention)
     };
 }

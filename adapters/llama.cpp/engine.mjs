@@ -269,7 +269,7 @@ function countDecodes(context) {
 class Server {
     constructor(options, llama, exporter) {
         this.options = options;
-        this.llama = llama;
+        this.llama = llama;  // Promise<Llama>
         this.exporter = exporter;
         this.scratch = fs.mkdtempSync(path.join(os.tmpdir(), "kvcheck-llama-"));
         this.models = new Map();   // id -> {model, vocab}
@@ -297,7 +297,7 @@ class Server {
         } catch (error) {
             throw new Error(`kvcheck-export --from ${folder}/model.safetensors failed: ${error.stderr ?? error.message}`);
         }
-        const model = await this.llama.loadModel({modelPath: gguf, gpuLayers: 0});
+        const model = await (await this.llama).loadModel({modelPath: gguf, gpuLayers: 0});
         const vocab = model.fileInfo.metadata.tokenizer.ggml.tokens.length;
         fs.rmSync(gguf, {force: true});  // loaded into memory (no mmap needed afterwards)
         this.models.set(id, {model, vocab});
@@ -375,8 +375,11 @@ class Server {
 async function main() {
     const options = parseOptions();
     const exporter = findExport(options.exportPath);
-    // Nothing compiled or downloaded at run time; CPU only.
-    const llama = await getLlama({build: "never", gpu: false, logLevel: LlamaLogLevel.error});
+    // Nothing compiled or downloaded at run time; CPU only. Started here and
+    // awaited at the first load, so that hello is answered at once (on a busy
+    // machine node-llama-cpp's start took more than kvcheck's 30 s per call).
+    const llama = getLlama({build: "never", gpu: false, logLevel: LlamaLogLevel.error});
+    llama.catch(() => {});  // reported by the load that awaits it
     const server = new Server(options, llama, exporter);
     const reader = new FrameReader(process.stdin);
     try {

@@ -22,7 +22,8 @@
 // overhead").
 //
 //   harness_bench [--benchmark_filter=...]   (KVCHECK_HARNESS_SCENARIOS=N to
-//   change the set's size, 200 by default)
+//   change the set's size, 200 by default; KVCHECK_BENCH_BACKEND=SPEC for
+//   BM_OracleOnBackend, P1 on any backend, e.g. llama.cpp through exec:)
 #include <benchmark/benchmark.h>
 #include <unistd.h>
 
@@ -245,6 +246,45 @@ void BM_OracleThroughExec(benchmark::State& state) {
   }
 }
 BENCHMARK(BM_OracleThroughExec)->Unit(benchmark::kMillisecond)->Iterations(1)->Repetitions(3);
+
+// P1 on the backend named by KVCHECK_BENCH_BACKEND (any backend string, e.g.
+// exec:'node adapters/llama.cpp/engine.mjs'), skipped when it is unset:
+// cases/s by the wall clock, since an exec: engine works in another process.
+// Its own fixed set, drawn for the backend's traits (a llama-only engine gets
+// llama scenarios), of KVCHECK_HARNESS_SCENARIOS cases.
+void BM_OracleOnBackend(benchmark::State& state) {
+  const char* spec = std::getenv("KVCHECK_BENCH_BACKEND");
+  if (spec == nullptr || *spec == 0) {
+    state.SkipWithError("KVCHECK_BENCH_BACKEND is not set");
+    for (auto _ : state) {
+    }
+    return;
+  }
+  const EngineUnderTest subject = backend_registry().resolve(spec).under_test();
+  static std::vector<Scenario> set;
+  if (set.empty()) {
+    const rc::Gen<Scenario> gen = rcgen::scenario(rcgen::Emphasis::kAny, subject.traits);
+    rc::Random random(kScenarioSeed);
+    for (int i = 0; i < scenario_count(); ++i) {
+      set.push_back(gen(random.split(), i % (kMaxSize + 1)).value());
+    }
+  }
+  int64_t cases = 0, applicable = 0, failed = 0;
+  for (auto _ : state) {
+    for (const Scenario& s : set) {
+      const Verdict v = check_property(Property::kOracle, s, subject);
+      applicable += v.applicable;
+      failed += !v.passed;
+      ++cases;
+    }
+  }
+  if (failed > 0) state.SkipWithError("P1 failed on the backend");
+  state.SetLabel(spec);
+  state.counters["cases/s"] = benchmark::Counter(double(cases), benchmark::Counter::kIsRate);
+  state.counters["applicable"] =
+      benchmark::Counter(double(applicable) / double(cases > 0 ? cases : 1));
+}
+BENCHMARK(BM_OracleOnBackend)->Unit(benchmark::kMillisecond)->Iterations(1)->UseRealTime();
 
 // The kill matrix's 'any' column with its CI options (seed, 100 cases per
 // fault, shrinking on): the time to kill every fault of the catalogue. The

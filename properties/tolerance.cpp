@@ -103,27 +103,35 @@ void norm_var(bool layer_norm, const double* x, const double* var_x, const std::
 // mixes each pair's variances by cos^2 and sin^2; the float rotation rounds
 // cos and sin to float and two products and a sum: 3u of each output's two
 // terms. The engine and the oracle compute the angle with the same double
-// operations, so it adds nothing. cos_angle and sin_angle hold cos and sin of
-// position * inv_freq[i], computed once per position for every head.
-//   head, var: [D];  cos_angle, sin_angle: [D/2].
+// operations, so it adds nothing, unless the engine computes the angle in
+// float: then angle_error[i] bounds the angle's absolute error, and the
+// output moves by at most that times the rotation's derivative. cos_angle and
+// sin_angle hold cos and sin of position * inv_freq[i], computed once per
+// position for every head.
+//   head, var: [D];  cos_angle, sin_angle, angle_error: [D/2].
 void rope_var(double* head, double* var, const std::vector<double>& cos_angle,
-              const std::vector<double>& sin_angle, int dim) {
+              const std::vector<double>& sin_angle, const std::vector<double>& angle_error,
+              int dim) {
   const int half = dim / 2;
   for (int i = 0; i < half; ++i) {
     const double c = cos_angle[size_t(i)], s = sin_angle[size_t(i)];
     const double x1 = head[i], x2 = head[i + half], v1 = var[i], v2 = var[i + half];
     head[i] = x1 * c - x2 * s;
     head[i + half] = x2 * c + x1 * s;
-    const double ac = std::abs(c), as = std::abs(s);
-    var[i] = c * c * v1 + s * s * v2 + sq(3 * u * (std::abs(x1) * ac + std::abs(x2) * as));
-    var[i + half] = c * c * v2 + s * s * v1 + sq(3 * u * (std::abs(x2) * ac + std::abs(x1) * as));
+    const double ac = std::abs(c), as = std::abs(s), d = angle_error[size_t(i)];
+    // d/dangle of (x1 c - x2 s) is -(x1 s + x2 c); of (x2 c + x1 s), x1 c - x2 s.
+    var[i] = c * c * v1 + s * s * v2 + sq(3 * u * (std::abs(x1) * ac + std::abs(x2) * as)) +
+             sq(d * (std::abs(x1) * as + std::abs(x2) * ac));
+    var[i + half] = c * c * v2 + s * s * v1 + sq(3 * u * (std::abs(x2) * ac + std::abs(x1) * as)) +
+                    sq(d * (std::abs(x2) * as + std::abs(x1) * ac));
   }
 }
 
 }  // namespace
 
 ErrorBounds derive_error_bounds(const Config& config, const Weights& weights,
-                                std::span<const int32_t> tokens, KvDtype kv_dtype) {
+                                std::span<const int32_t> tokens, KvDtype kv_dtype,
+                                bool rope_angles_in_float) {
   const int T = static_cast<int>(tokens.size());
   const int L = config.n_layers, E = config.d_model, H = config.n_heads, KVH = config.n_kv_heads,
             D = config.head_dim, F = config.d_ff, V = config.vocab, Q = config.q_width(),
@@ -153,7 +161,14 @@ ErrorBounds derive_error_bounds(const Config& config, const Weights& weights,
   std::vector<double> p(t_count), var_sigma(t_count);        // [keys] one query head
   std::vector<double> inv_freq(sz(D / 2));                   // [D/2] RoPE frequencies
   for (int i = 0; i < D / 2; ++i) inv_freq[sz(i)] = std::pow(config.rope_theta, -2.0 * i / D);
-  std::vector<double> cos_angle(sz(D / 2)), sin_angle(sz(D / 2));      // [D/2] at one position
+  std::vector<double> cos_angle(sz(D / 2)), sin_angle(sz(D / 2));  // [D/2] at one position
+  std::vector<double> angle_error(sz(D / 2), 0.0);                 // [D/2] at one position
+  // Angles in float, as llama.cpp computes them (ggml-cpu rope_f32):
+  // scale = powf(base, -2.0f / D), then angle_i = pos * scale^i by i float
+  // products. scale's relative error: u for base as a float, ln(base) 2/D u
+  // for the rounded exponent, 2u for powf (within 1 ulp); each product adds
+  // u. To first order |angle_i error| <= angle_i * i * (scale error + u).
+  const double scale_error = (1 + std::log(config.rope_theta) * 2.0 / D + 2) * u;
   std::vector<double> o_sum(sz(D)), o_var(sz(D)), o_magnitude(sz(D));  // [D] one query head
 
   for (int t = 0; t < T; ++t) {
@@ -193,9 +208,14 @@ ErrorBounds derive_error_bounds(const Config& config, const Weights& weights,
           const double angle = t * inv_freq[sz(i)];
           cos_angle[sz(i)] = std::cos(angle);
           sin_angle[sz(i)] = std::sin(angle);
+          if (rope_angles_in_float) angle_error[sz(i)] = angle * i * (scale_error + u);
         }
-        for (int hq = 0; hq < H; ++hq) rope_var(qt + hq * D, vqt + hq * D, cos_angle, sin_angle, D);
-        for (int g = 0; g < KVH; ++g) rope_var(kt + g * D, vkt + g * D, cos_angle, sin_angle, D);
+        for (int hq = 0; hq < H; ++hq) {
+          rope_var(qt + hq * D, vqt + hq * D, cos_angle, sin_angle, angle_error, D);
+        }
+        for (int g = 0; g < KVH; ++g) {
+          rope_var(kt + g * D, vkt + g * D, cos_angle, sin_angle, angle_error, D);
+        }
       }
       // What P6 compares: kConfidence deviations of the computed value, then
       // storage's rounding of it at its worst, |x^ (1 + r) - x| <= |x^ - x|

@@ -59,7 +59,11 @@ struct ErrorBounds {
 // Bounds for `tokens` at positions 0..T-1 on an engine that keeps K/V in
 // `kv_dtype`. Same preconditions as oracle::forward (valid config, matching
 // weights, tokens in range, T <= max_pos). O(T^2) like the oracle.
+// rope_angles_in_float: the engine computes RoPE angles as llama.cpp does,
+// pos * powf(base, -2/D)^i by repeated float products (docs/TOLERANCE.md);
+// the bound then includes each angle's error, which grows with the position.
 ErrorBounds derive_error_bounds(const Config& config, const Weights& weights,
-                                std::span<const int32_t> tokens, KvDtype kv_dtype);
+                                std::span<const int32_t> tokens, KvDtype kv_dtype,
+                                bool rope_angles_in_float = false);
 
 }  // namespace kvcheck

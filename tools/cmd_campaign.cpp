@@ -41,6 +41,7 @@ struct CampaignOptions {
   uint64_t seed = 0;
   bool seed_given = false;
   int cases = 0;        // per property and backend; 0 = until the time is up
+  int turn_cases = 25;  // cases per property per turn of the round robin
   double seconds = 60;  // the whole campaign, kill matrix included
   std::vector<std::string> properties;
   std::vector<std::string> backends;
@@ -244,7 +245,7 @@ int run_campaign(const CampaignOptions& o) {
   Progress progress(start);
   SplitMix64 batch_seeds(seed);
   bool any_failure = false;
-  constexpr int kBatch = 25;
+  const int kBatch = o.turn_cases;
   int total_cases = 0;
   const auto elapsed = [&] { return std::chrono::duration<double>(Clock::now() - start).count(); };
   for (bool progress_made = true; progress_made && elapsed() < property_budget;) {
@@ -419,6 +420,11 @@ Action add_campaign(CLI::App& app) {
                   "at most this many cases per property and backend (0: "
                   "until the time is up)")
       ->check(CLI::NonNegativeNumber);
+  cmd->add_option("--turn-cases", o->turn_cases,
+                  "cases per property and backend before the next one's turn (a slow engine, "
+                  "such as llama.cpp at ~1 case/s, needs few so every property gets time)")
+      ->check(CLI::Range(1, 1000000))
+      ->capture_default_str();
   cmd->add_option("--time", o->seconds, "time budget in seconds, kill matrix included")
       ->check(CLI::Range(1.0, 1e7))
       ->capture_default_str();

@@ -15,12 +15,14 @@ namespace {
 
 // Rows "sN pos t" of one sequence: the worst error/bound of each slice.
 void add_sequence_rows(ErrorMap& map, const Scenario& s, const Weights& weights,
-                       const std::vector<float>& got, int seq, int fed, int per_col) {
+                       bool rope_angles_in_float, const std::vector<float>& got, int seq, int fed,
+                       int per_col) {
   const int V = s.config.vocab;
   const std::span<const int32_t> tokens =
       std::span<const int32_t>(s.sequences[size_t(seq)]).first(size_t(fed));
   const oracle::Output want = oracle::forward(s.config, weights, tokens);
-  const ErrorBounds bounds = derive_error_bounds(s.config, weights, tokens, s.kv_dtype);
+  const ErrorBounds bounds =
+      derive_error_bounds(s.config, weights, tokens, s.kv_dtype, rope_angles_in_float);
   const int positions = std::min(fed, int(got.size() / size_t(V)));
   const size_t cols = map.col_labels.size();
   for (int t = 0; t < positions; ++t) {
@@ -153,7 +155,10 @@ ErrorMap p1_error_map(const Scenario& s, const Verdict& verdict, const EngineUnd
   const SchedulePlan plan = plan_schedule(s);
   for (size_t seq = 0; seq < s.sequences.size() && seq < run.logits.size(); ++seq) {
     const int fed = plan.fed[seq];
-    if (fed > 0) add_sequence_rows(map, s, weights, run.logits[seq], int(seq), fed, per_col);
+    if (fed > 0) {
+      add_sequence_rows(map, s, weights, subject.traits.arithmetic.rope_angles_in_float,
+                        run.logits[seq], int(seq), fed, per_col);
+    }
   }
   if (map.ratio.empty()) return map;
   map.title = std::string("P1 error map: |engine - oracle| / bound per sequence, position and ") +

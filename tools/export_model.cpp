@@ -5,7 +5,11 @@
 //
 //   kvcheck-export --family llama --n-kv-heads 2 --seed 7 --out model.safetensors
 //   kvcheck-export --config config.json --vocab 256 --out model.gguf
+//   kvcheck-export --from model.safetensors --out model.gguf
 //
+// --from converts a file kvcheck wrote (config in its __metadata__) instead of
+// seeding weights: the llama.cpp adapter turns the safetensors folder of the
+// engine protocol into GGUF with it, so the GGUF layout has one writer.
 // The format follows the --out extension (.gguf, else safetensors) unless
 // --format says. Prints the config it wrote as one line of JSON on stdout.
 // Exit codes: 0 written, 1 the write failed, 2 bad input.
@@ -53,6 +57,7 @@ int main(int argc, char** argv) {
   std::string out_path;
   std::string format;
   std::string config_path;
+  std::string from_path;
   uint64_t seed = 1;
   Config flags;
   app.add_option("--family", family, "gpt2 or llama")->check(CLI::IsMember({"gpt2", "llama"}));
@@ -61,6 +66,10 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"safetensors", "gguf"}));
   app.add_option("--config", config_path, "JSON file holding a whole config (as case files do)")
       ->excludes("--family");
+  app.add_option("--from", from_path,
+                 "safetensors file written by kvcheck: convert its config and weights")
+      ->excludes("--family")
+      ->excludes("--config");
   app.add_option("--seed", seed, "64-bit weight seed for init_weights (default 1)");
   app.add_option("--n-layers", flags.n_layers);
   app.add_option("--d-model", flags.d_model);
@@ -97,6 +106,25 @@ int main(int argc, char** argv) {
   if (given("--rope-theta")) config.rope_theta = flags.rope_theta;
   if (given("--norm-eps")) config.norm_eps = flags.norm_eps;
   if (given("--qkv-bias")) config.qkv_bias = flags.qkv_bias;
+  kvcheck::Weights weights;
+  if (!from_path.empty()) {
+    // The file is the model: a changed field or seed would not match its tensors.
+    for (const char* name :
+         {"--seed", "--n-layers", "--d-model", "--n-heads", "--n-kv-heads", "--head-dim", "--d-ff",
+          "--vocab", "--max-pos", "--rope-theta", "--norm-eps", "--qkv-bias"}) {
+      if (given(name)) {
+        std::cerr << "kvcheck-export: " << name << " cannot be combined with --from\n";
+        return 2;
+      }
+    }
+    kvcheck::Result<kvcheck::ModelFile> file = kvcheck::load_safetensors_file(from_path);
+    if (!file.ok()) {
+      std::cerr << "kvcheck-export: --from " << file.error() << "\n";
+      return 2;
+    }
+    config = file.value().config;
+    weights = std::move(file.value().weights);
+  }
 
   if (const std::string error = config.validate(); !error.empty()) {
     std::cerr << "kvcheck-export: invalid config: " << error << "\n";
@@ -109,7 +137,7 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  const kvcheck::Weights weights = kvcheck::init_weights(config, seed);
+  if (from_path.empty()) weights = kvcheck::init_weights(config, seed);
   const std::string error = format == "gguf"
                                 ? kvcheck::save_gguf_file(out_path, config, weights)
                                 : kvcheck::save_safetensors_file(out_path, config, weights);

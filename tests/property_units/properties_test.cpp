@@ -103,6 +103,34 @@ TEST(Properties, CapacityProbesWithACompanionAndAFreshProbeSequence) {
   EXPECT_NE(v.summary.find("1 refusals, 1 sequences continued"), std::string::npos) << v.summary;
 }
 
+// P9's "others intact" comparison needs the bound where the batch promise is
+// bounded; an engine whose arithmetic has no derived bound (llama.cpp with an
+// f16 cache) gets its refusals checked and the comparison skipped, said so.
+TEST(Properties, CapacityWithoutABoundChecksOnlyTheRefusals) {
+  Scenario s;
+  s.config = small_config(Family::kLlama, 1, 2, 1);
+  s.capacity = 6;
+  s.max_rows = 2;
+  s.sequences = token_table(9, {6, 3, 2}, s.config.vocab);
+  s.calls = {S(0), S(1), P({{0, 4}, {1, 2}}), P({{0, 2}})};
+  EngineTraits traits = cpu_engine_traits();
+  traits.invariance.batch = Invariance::kBounded;
+  Verdict v = check_property(Property::kCapacity, s, EngineUnderTest(cpu_engine_factory(), traits));
+  EXPECT_TRUE(v.passed) << describe(v);
+  EXPECT_EQ(v.summary.find("not compared"), std::string::npos) << v.summary;
+  traits.arithmetic.activations = Precision::kF16;
+  v = check_property(Property::kCapacity, s, EngineUnderTest(cpu_engine_factory(), traits));
+  EXPECT_TRUE(v.passed && v.applicable) << describe(v);
+  EXPECT_NE(v.summary.find("not compared with their solo runs: no bound is derived yet for f16 "
+                           "activations"),
+            std::string::npos)
+      << v.summary;
+  // The refusals are still checked: an engine that does not refuse fails.
+  v = check_property(Property::kCapacity, s,
+                     EngineUnderTest(cpu_engine_factory(FaultSet(Fault::kCapacityWraps)), traits));
+  EXPECT_FALSE(v.passed) << describe(v);
+}
+
 TEST(Properties, NamesAndLabelsRoundTrip) {
   for (int i = 0; i < kPropertyCount; ++i) {
     const Property p = static_cast<Property>(i);

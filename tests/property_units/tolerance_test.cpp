@@ -4,8 +4,8 @@
 
 #include <cmath>
 
-#include "oracle/oracle.h"
 #include "backends/in_tree.h"
+#include "oracle/oracle.h"
 #include "properties/runner.h"
 #include "properties/tolerance.h"
 #include "tests/property_units/test_scenarios.h"
@@ -100,6 +100,45 @@ TEST(Tolerance, CorrectEngineWithinBoundOnBothPathsAndAllDtypes) {
       }
     }
   }
+}
+
+// llama.cpp computes RoPE angles in float (ggml-cpu rope_f32): scale =
+// powf(base, -2.0f / D), angle_i = pos * scale^i by repeated float products.
+// The K it caches differs from the exact rotation by that angle error. With
+// rope_angles_in_float the K bound covers that difference at every position;
+// the double-angle bound does not at the far ones (so the term is needed).
+TEST(Tolerance, FloatRopeAnglesCoverLlamaCppsAngles) {
+  Config c = small_config(Family::kLlama, 1, 2, 2);
+  c.head_dim = 16;
+  c.max_pos = 600;
+  const Weights weights = init_weights(c, 5);
+  const std::vector<int32_t> tokens = token_table(9, {600}, c.vocab)[0];
+  const oracle::Output ref = oracle::forward(c, weights, tokens);
+  const ErrorBounds exact = derive_error_bounds(c, weights, tokens, KvDtype::kF32);
+  const ErrorBounds in_float = derive_error_bounds(c, weights, tokens, KvDtype::kF32, true);
+  const int D = c.head_dim, half = D / 2, KV = c.kv_width();
+  const float scale = powf(float(c.rope_theta), -2.0f / float(D));
+  int uncovered_by_exact = 0;
+  for (int t = 0; t < int(tokens.size()); ++t) {
+    float angle = float(t);  // llama.cpp's theta, multiplied by scale per pair
+    for (int i = 0; i < half; ++i, angle *= scale) {
+      const double exact_angle = t * std::pow(c.rope_theta, -2.0 * i / D);
+      const double delta = double(angle) - exact_angle;
+      for (int g = 0; g < c.n_kv_heads; ++g) {
+        const size_t at = size_t(t) * size_t(KV) + size_t(g * D);
+        // Rotating the exact K further by delta is K with llama.cpp's angle.
+        const double k1 = ref.k[at + size_t(i)], k2 = ref.k[at + size_t(i + half)];
+        const double moved1 = k1 * std::cos(delta) - k2 * std::sin(delta) - k1;
+        const double moved2 = k2 * std::cos(delta) + k1 * std::sin(delta) - k2;
+        ASSERT_LE(std::abs(moved1), in_float.k[at + size_t(i)]) << "t " << t << " i " << i;
+        ASSERT_LE(std::abs(moved2), in_float.k[at + size_t(i + half)]) << "t " << t << " i " << i;
+        uncovered_by_exact += std::abs(moved1) > exact.k[at + size_t(i)];
+        uncovered_by_exact += std::abs(moved2) > exact.k[at + size_t(i + half)];
+      }
+    }
+  }
+  EXPECT_GT(uncovered_by_exact, 0);
+  for (size_t i = 0; i < exact.logits.size(); ++i) ASSERT_GE(in_float.logits[i], exact.logits[i]);
 }
 
 TEST(Tolerance, OneLogitOffByTenBoundsFailsP1) {

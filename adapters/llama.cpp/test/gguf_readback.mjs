@@ -10,7 +10,7 @@
 // (node-llama-cpp is not installed: run ci/setup).
 import assert from "node:assert/strict";
 import {execFileSync} from "node:child_process";
-import {existsSync, mkdtempSync, rmSync} from "node:fs";
+import {existsSync, mkdtempSync, readFileSync, rmSync} from "node:fs";
 import {tmpdir} from "node:os";
 import {dirname, join} from "node:path";
 import {fileURLToPath} from "node:url";
@@ -136,7 +136,13 @@ try {
             checkTokenizer(info, config);
             checkTensors(info, config);
             assert.deepEqual(JSON.parse(info.metadata.kvcheck.config), config);
-            console.log(`ok   ${name}: ${info.tensorInfo.length} tensors`);
+            // The adapter's route (engine.mjs load): safetensors -> --from -> GGUF
+            // must give the very bytes of the direct export.
+            const st = join(dir, "model.safetensors"), converted = join(dir, "converted.gguf");
+            execFileSync(exportTool, [...flags, "--seed", "3", "--out", st]);
+            execFileSync(exportTool, ["--from", st, "--out", converted]);
+            assert.ok(readFileSync(converted).equals(readFileSync(path)), "--from differs from the direct GGUF export");
+            console.log(`ok   ${name}: ${info.tensorInfo.length} tensors, --from gives the same bytes`);
         } catch (error) {
             failed++;
             console.log(`FAIL ${name}: ${error.message}`);

@@ -1,0 +1,417 @@
+// llama.cpp (node-llama-cpp's prebuilt CPU binary) served to kvcheck over the
+// engine protocol v1 (docs/ENGINE_PROTOCOL.md):
+//
+//   kvcheck campaign --backend exec:'node adapters/llama.cpp/engine.mjs'
+//   kvcheck campaign --backend exec:'node adapters/llama.cpp/engine.mjs --kv f16 --flash-attn on'
+//
+// Options (part of the backend string, so a case file names the mode):
+//   --kv f32|f16|q8_0      K and V cache type (default f32); q8_0 needs --flash-attn on
+//   --flash-attn on|off    llama.cpp's flash attention (default off)
+//   --export PATH          kvcheck-export binary (default: $KVCHECK_EXPORT, else
+//                          build/*/tools/kvcheck-export of this checkout)
+//   --declare bitwise      measurement only: claim every invariance bitwise, so
+//                          kvcheck's properties show which ones llama.cpp breaks
+//   --arithmetic f32       measurement only: declare f32 arithmetic in any mode,
+//                          so P1 measures a mode against the f32 bound
+//   --gpt2                 also accept the gpt2 family (its GELU runs through an
+//                          f16 table: docs/LLAMA_CPP.md; off by default)
+//
+// Mapping (docs/LLAMA_CPP.md, "The adapter"):
+//   load     the folder's model.safetensors -> GGUF by `kvcheck-export --from`
+//            (one GGUF writer, model/gguf.cpp), loaded with gpuLayers 0
+//   create   one LlamaContext: `max_rows` context sequences of capacity + 1
+//            cells each (node-llama-cpp keeps one cell free), one thread,
+//            batch size = every cell, context shift refused (never an erase)
+//   start    context.getSequence(); finish: sequence.dispose() (llama.cpp
+//            removes the sequence's cells); reset: every sequence disposed
+//   step     each entry's controlledEvaluate issued before any is awaited, so
+//            node-llama-cpp's batch dispatcher decodes them in one llama_decode
+//   cache    not offered: llama.cpp's sequence state is a private byte format
+// Refusals (capacity, rows, unknown sequence, bad batch, bad token) are
+// checked before llama.cpp sees the step, so a refused step changes nothing.
+// Exit codes: 0 on end of input or "bye", 2 bad options.
+import {execFileSync} from "node:child_process";
+import fs from "node:fs";
+import os from "node:os";
+import path from "node:path";
+import {fileURLToPath} from "node:url";
+import {parseArgs} from "node:util";
+
+import {getLlama, LlamaLogLevel} from "node-llama-cpp";
+
+import {traitsFor} from "./traits.mjs";
+
+const kProtocol = 1;
+const kMaxControlBytes = 1 << 20;
+const kKvTypes = {f32: "F32", f16: "F16", q8_0: "Q8_0"};
+const here = path.dirname(fileURLToPath(import.meta.url));
+
+function usage(message) {
+    process.stderr.write(`engine.mjs: ${message}\n`);
+    process.exit(2);
+}
+
+function parseOptions() {
+    let values;
+    try {
+        ({values} = parseArgs({
+            options: {
+                "kv": {type: "string", default: "f32"},
+                "flash-attn": {type: "string", default: "off"},
+                "export": {type: "string"},
+                "gpt2": {type: "boolean", default: false},
+                "declare": {type: "string", default: "measured"},
+                "arithmetic": {type: "string", default: "measured"}
+            }
+        }));
+    } catch (error) {
+        usage(error.message);
+    }
+    if (kKvTypes[values.kv] == null) usage(`--kv: expected f32, f16 or q8_0, got "${values.kv}"`);
+    const flash = values["flash-attn"];
+    if (flash !== "on" && flash !== "off") usage(`--flash-attn: expected on or off, got "${flash}"`);
+    // llama.cpp refuses a quantized V cache without flash attention.
+    if (values.kv === "q8_0" && flash !== "on") usage("--kv q8_0 needs --flash-attn on (llama.cpp refuses a quantized V cache without it)");
+    if (values.declare !== "measured" && values.declare !== "bitwise")
+        usage(`--declare: expected measured or bitwise, got "${values.declare}"`);
+    if (values.arithmetic !== "measured" && values.arithmetic !== "f32")
+        usage(`--arithmetic: expected measured or f32, got "${values.arithmetic}"`);
+    return {kv: values.kv, flashAttention: flash === "on", exportPath: values.export, gpt2: values.gpt2,
+            declare: values.declare, arithmetic: values.arithmetic};
+}
+
+// kvcheck-export: --export, $KVCHECK_EXPORT, else the newest build of this checkout.
+function findExport(given) {
+    const candidates = [];
+    if (given) candidates.push(given);
+    else if (process.env.KVCHECK_EXPORT) candidates.push(process.env.KVCHECK_EXPORT);
+    else {
+        const build = path.join(here, "..", "..", "build");
+        for (const dir of fs.existsSync(build) ? fs.readdirSync(build) : [])
+            candidates.push(path.join(build, dir, "tools", "kvcheck-export"));
+    }
+    const found = candidates.filter((file) => fs.existsSync(file))
+        .sort((a, b) => fs.statSync(b).mtimeMs - fs.statSync(a).mtimeMs);
+    if (found.length === 0)
+        usage(`no kvcheck-export found (looked at ${candidates.join(", ") || "build/*/tools"}); build it or pass --export PATH`);
+    return found[0];
+}
+
+class EngineError extends Error {
+    constructor(kind, message) {
+        super(message);
+        this.kind = kind;
+    }
+}
+
+// ---- framing ---------------------------------------------------------------
+
+// Length-prefixed frames from stdin; read(n) resolves to n bytes or null at end of input.
+class FrameReader {
+    constructor(stream) {
+        this.chunks = [];
+        this.size = 0;
+        this.ended = false;
+        this.waiter = null;
+        stream.on("data", (chunk) => {
+            this.chunks.push(chunk);
+            this.size += chunk.length;
+            this.wake();
+        });
+        stream.on("end", () => {
+            this.ended = true;
+            this.wake();
+        });
+    }
+
+    wake() {
+        const waiter = this.waiter;
+        this.waiter = null;
+        if (waiter) waiter();
+    }
+
+    async read(n) {
+        while (this.size < n) {
+            if (this.ended) return null;
+            await new Promise((resolve) => (this.waiter = resolve));
+        }
+        const all = Buffer.concat(this.chunks);
+        this.chunks = [all.subarray(n)];
+        this.size = all.length - n;
+        return all.subarray(0, n);
+    }
+
+    async frame(limit) {
+        const head = await this.read(4);
+        if (head == null) return null;
+        const n = head.readUInt32LE(0);
+        if (n > limit) throw new Error(`a request frame of ${n} bytes (at most ${limit})`);
+        return this.read(n);
+    }
+}
+
+function frame(bytes) {
+    const head = Buffer.alloc(4);
+    head.writeUInt32LE(bytes.length, 0);
+    return [head, bytes];
+}
+
+// ---- engines ---------------------------------------------------------------
+
+function refuseContextShift() {
+    throw new Error("context shift is disabled: the sequence outgrew its capacity");
+}
+
+class Engine {
+    constructor(context, model, capacity, maxRows) {
+        this.context = context;      // LlamaContext: maxRows sequences of capacity + 1 cells
+        this.model = model;          // {model, vocab}
+        this.capacity = capacity;    // tokens per sequence
+        this.maxRows = maxRows;
+        this.sequences = new Map();  // protocol id -> LlamaContextSequence
+    }
+
+    start(newId) {
+        if (this.sequences.size >= this.maxRows)
+            throw new EngineError("rows", `all ${this.maxRows} rows are taken`);
+        const sequence = this.context.getSequence({contextShift: {strategy: refuseContextShift}});
+        const id = newId();
+        this.sequences.set(id, sequence);
+        return id;
+    }
+
+    sequence(id) {
+        const sequence = this.sequences.get(id);
+        if (sequence == null) throw new EngineError("unknown_sequence", `no live sequence ${id}`);
+        return sequence;
+    }
+
+    // Every refusal before llama.cpp sees anything, so a refused step changes nothing.
+    validate(entries) {
+        if (!Array.isArray(entries) || entries.length === 0) throw new EngineError("bad_batch", "a step without entries");
+        const seen = new Set();
+        for (const entry of entries) {
+            const sequence = this.sequence(entry.sequence);
+            if (seen.has(entry.sequence)) throw new EngineError("bad_batch", `sequence ${entry.sequence} twice in one step`);
+            seen.add(entry.sequence);
+            if (!Array.isArray(entry.tokens) || entry.tokens.length === 0)
+                throw new EngineError("bad_batch", `an empty chunk for sequence ${entry.sequence}`);
+            for (const token of entry.tokens) {
+                if (!Number.isInteger(token) || token < 0 || token >= this.model.vocab)
+                    throw new EngineError("bad_token", `token ${token} outside [0, ${this.model.vocab})`);
+            }
+            const held = sequence.nextTokenIndex;
+            if (held + entry.tokens.length > this.capacity)
+                throw new EngineError("capacity", `sequence ${entry.sequence} has ${held} of ${this.capacity} positions, the step adds ${entry.tokens.length}`);
+        }
+    }
+
+    // Logits [sum n][V] f32, entries in request order.
+    async step(entries) {
+        this.validate(entries);
+        const vocab = this.model.vocab;
+        // All evaluations are queued before the first await: node-llama-cpp's
+        // dispatcher then decodes them together (one llama_decode while they fit
+        // the batch, which holds every cell).
+        const pending = entries.map((entry) => this.sequence(entry.sequence).controlledEvaluate(
+            entry.tokens.map((token) => [token, {generateNext: {logits: true}}])));
+        const results = await Promise.all(pending);
+        const total = entries.reduce((n, entry) => n + entry.tokens.length, 0);
+        const out = new Float32Array(total * vocab);  // [N][V]
+        let row = 0;
+        results.forEach((result, e) => {
+            for (let k = 0; k < entries[e].tokens.length; ++k, ++row) {
+                const logits = result[k]?.next?.logits;
+                if (logits == null || logits.size !== vocab)
+                    throw new Error(`sequence ${entries[e].sequence} token ${k}: ${logits?.size} logits, expected ${vocab}`);
+                for (const [token, value] of logits) out[row * vocab + token] = value;
+            }
+        });
+        return Buffer.from(out.buffer, out.byteOffset, out.byteLength);
+    }
+
+    async finish(id) {
+        const sequence = this.sequence(id);
+        this.sequences.delete(id);
+        await sequence.dispose();
+    }
+
+    async reset() {
+        const all = [...this.sequences.values()];
+        this.sequences.clear();
+        for (const sequence of all) await sequence.dispose();
+    }
+
+    async destroy() {
+        await this.reset();
+        await this.context.dispose();
+    }
+}
+
+// Diagnosis only (docs/LLAMA_CPP.md, "One decode per step"): counts
+// llama_decode calls through node-llama-cpp's private `_ctx.decodeBatch`
+// (3.22.1) and prints the count after each step's decodes on stderr.
+function countDecodes(context) {
+    const native = context._ctx;
+    if (typeof native?.decodeBatch !== "function")
+        throw new Error("KVCHECK_LLAMA_COUNT_DECODES: node-llama-cpp has no _ctx.decodeBatch (not 3.22.1?)");
+    const decode = async (...args) => {
+        process.stderr.write("engine.mjs: llama_decode\n");
+        return native.decodeBatch(...args);
+    };
+    // The native object is frozen: a proxy in its place.
+    context._ctx = new Proxy(native, {
+        get: (target, key) => key === "decodeBatch" ? decode
+            : typeof target[key] === "function" ? target[key].bind(target) : target[key]
+    });
+}
+
+class Server {
+    constructor(options, llama, exporter) {
+        this.options = options;
+        this.llama = llama;  // Promise<Llama>
+        this.exporter = exporter;
+        this.scratch = fs.mkdtempSync(path.join(os.tmpdir(), "kvcheck-llama-"));
+        this.models = new Map();   // id -> {model, vocab}
+        this.engines = new Map();  // id -> Engine
+        this.nextId = 0;
+    }
+
+    newId() {
+        return ++this.nextId;
+    }
+
+    engine(request) {
+        const engine = this.engines.get(request.engine);
+        if (engine == null) throw new EngineError("input", `unknown engine ${request.engine}`);
+        return engine;
+    }
+
+    async load(folder) {
+        if (typeof folder !== "string") throw new EngineError("input", "load: path is not a string");
+        const id = this.newId();
+        const gguf = path.join(this.scratch, `model-${id}.gguf`);
+        try {
+            execFileSync(this.exporter, ["--from", path.join(folder, "model.safetensors"), "--out", gguf],
+                {stdio: ["ignore", "ignore", "pipe"]});
+        } catch (error) {
+            throw new Error(`kvcheck-export --from ${folder}/model.safetensors failed: ${error.stderr ?? error.message}`);
+        }
+        const model = await (await this.llama).loadModel({modelPath: gguf, gpuLayers: 0});
+        const vocab = model.fileInfo.metadata.tokenizer.ggml.tokens.length;
+        fs.rmSync(gguf, {force: true});  // loaded into memory (no mmap needed afterwards)
+        this.models.set(id, {model, vocab});
+        return id;
+    }
+
+    async create(request) {
+        const model = this.models.get(request.model);
+        if (model == null) throw new EngineError("input", `unknown model ${request.model}`);
+        const {capacity, max_rows: maxRows} = request;
+        if (!Number.isInteger(capacity) || capacity < 1) throw new EngineError("input", `capacity ${capacity}`);
+        if (!Number.isInteger(maxRows) || maxRows < 1) throw new EngineError("input", `max_rows ${maxRows}`);
+        const expected = this.options.kv === "q8_0" ? "f32" : this.options.kv;
+        if (request.kv_dtype !== expected)
+            throw new EngineError("input", `kv_dtype ${request.kv_dtype}: this adapter runs --kv ${this.options.kv}`);
+        const type = kKvTypes[this.options.kv];
+        const context = await model.model.createContext({
+            contextSize: capacity + 1,
+            sequences: maxRows,
+            batchSize: (capacity + 1) * maxRows,
+            threads: 1,
+            flashAttention: this.options.flashAttention,
+            experimentalKvCacheKeyType: type,
+            experimentalKvCacheValueType: type
+        });
+        if (process.env.KVCHECK_LLAMA_COUNT_DECODES) countDecodes(context);
+        const id = this.newId();
+        this.engines.set(id, new Engine(context, model, capacity, maxRows));
+        return id;
+    }
+
+    // One request -> [reply, payloads].
+    async handle(r) {
+        switch (r.op) {
+            case "hello":
+                return [{protocol: kProtocol, traits: traitsFor(this.options)}, []];
+            case "load":
+                return [{model: await this.load(r.path)}, []];
+            case "unload": {
+                const model = this.models.get(r.model);
+                this.models.delete(r.model);
+                if (model) await model.model.dispose();
+                return [{}, []];
+            }
+            case "create":
+                return [{engine: await this.create(r)}, []];
+            case "destroy": {
+                const engine = this.engines.get(r.engine);
+                this.engines.delete(r.engine);
+                if (engine) await engine.destroy();
+                return [{}, []];
+            }
+            case "start":
+                return [{sequence: this.engine(r).start(() => this.newId())}, []];
+            case "step": {
+                const logits = await this.engine(r).step(r.entries);
+                return [{payloads: [logits.length]}, [logits]];
+            }
+            case "finish":
+                await this.engine(r).finish(r.sequence);
+                return [{}, []];
+            case "reset":
+                await this.engine(r).reset();
+                return [{}, []];
+            case "length":
+                return [{length: this.engine(r).sequence(r.sequence).nextTokenIndex}, []];
+            case "cache":
+                throw new EngineError("unsupported", "cache snapshots: llama.cpp's sequence state is not exposed as K/V");
+            default:
+                throw new EngineError("input", `unknown op ${JSON.stringify(r.op)}`);
+        }
+    }
+}
+
+async function main() {
+    const options = parseOptions();
+    const exporter = findExport(options.exportPath);
+    // Nothing compiled or downloaded at run time; CPU only. Started here and
+    // awaited at the first load, so that hello is answered at once (on a busy
+    // machine node-llama-cpp's start took more than kvcheck's 30 s per call).
+    const llama = getLlama({build: "never", gpu: false, logLevel: LlamaLogLevel.error});
+    llama.catch(() => {});  // reported by the load that awaits it
+    const server = new Server(options, llama, exporter);
+    const reader = new FrameReader(process.stdin);
+    try {
+        for (;;) {
+            const body = await reader.frame(kMaxControlBytes);
+            if (body == null) break;
+            let request;
+            try {
+                request = JSON.parse(body.toString("utf8"));
+            } catch (error) {
+                throw new Error(`a request that is not JSON: ${error.message}`);
+            }
+            if (request?.op === "bye") break;
+            let reply, payloads;
+            try {
+                [reply, payloads] = await server.handle(request);
+            } catch (error) {
+                const kind = error instanceof EngineError ? error.kind : "internal";
+                reply = {error: {kind, message: error instanceof EngineError ? error.message : String(error?.stack ?? error)}};
+                payloads = [];
+            }
+            const parts = frame(Buffer.from(JSON.stringify(reply)));
+            for (const payload of payloads) parts.push(...frame(payload));
+            process.stdout.write(Buffer.concat(parts));
+        }
+    } finally {
+        fs.rmSync(server.scratch, {recursive: true, force: true});
+    }
+    process.exit(0);
+}
+
+main().catch((error) => {
+    process.stderr.write(`engine.mjs: ${error?.stack ?? error}\n`);
+    process.exit(1);
+});

@@ -1,0 +1,62 @@
+// What llama.cpp guarantees, per mode, as kvcheck traits (docs/ENGINES.md).
+// Every entry is a measurement recorded in docs/LLAMA_CPP.md ("Traits"), not
+// an assumption; `--declare bitwise` (measurement only) claims every
+// invariance bitwise so that kvcheck's properties show which ones break.
+export const kVersion = "node-llama-cpp 3.22.1";
+
+// Invariances measured per mode (docs/LLAMA_CPP.md, "Traits"): key "kv/fa".
+// A token's logits depend on the shapes of the matrix products it goes
+// through: how many tokens share its llama_decode (the batch width) and how
+// wide its K/V projection is (GQA vs its MHA twin). ggml picks its
+// matrix-multiplication path by shape, so every comparison across such
+// shapes (chunking, batch, P4/P5/P9, whose solo reference runs without the
+// scenario's batch partners, and the GQA twin) differs in the last bits, at
+// position 0 already. The same scenario run twice gives the same bits.
+const kShapeDependent = {chunking: "bounded", batch: "bounded", reset: "bounded", compaction: "bounded",
+                         gqa_twin: "bounded"};
+const kMeasured = {
+    "f32/off": {...kShapeDependent, determinism: "bitwise"},
+    "f32/on": {...kShapeDependent, determinism: "bitwise"},
+    "f16/off": {...kShapeDependent, determinism: "bitwise"},
+    "f16/on": {...kShapeDependent, determinism: "bitwise"},
+    "q8_0/on": {...kShapeDependent, determinism: "bitwise"}
+};
+
+// The arithmetic the tolerance must model (docs/TOLERANCE.md). f32 K/V with
+// flash attention off: f32 everywhere, RoPE angles theta_scale^i * pos by
+// repeated f32 products (ggml-cpu rope_f32). Flash attention casts an f32
+// K/V cache to f16 before ggml_flash_attn_ext (llama-graph.cpp), and the CPU
+// kernel converts q to K's dot type, f16 (docs/findings/
+// llama_cpp_flash_attn_f32_cache_in_f16.md). f16 K/V: ggml's mul_mat
+// converts the f32 operand to the K/V type (q before QK^T, the probabilities
+// before PV); q8_0 the same with q quantized to q8_0 blocks.
+function arithmetic(kv, flashAttention) {
+    if (kv === "f32" && !flashAttention)
+        return {accumulation: "f32", activations: "f32", rope_angles_in_float: true, queries_rounded_to_kv_dtype: false};
+    return {accumulation: "f32", activations: "f16", rope_angles_in_float: true, queries_rounded_to_kv_dtype: true};
+}
+
+export function traitsFor(options) {
+    const mode = `${options.kv}/${options.flashAttention ? "on" : "off"}`;
+    const invariance = options.declare === "bitwise"
+        ? Object.fromEntries(Object.keys(kMeasured[mode]).map((key) => [key, "bitwise"]))
+        : kMeasured[mode];
+    return {
+        identity: {name: `llama.cpp-kv-${options.kv}-fa-${options.flashAttention ? "on" : "off"}`, version: kVersion},
+        operations: {multi_sequence_step: true, finish: true, reset: true, cache_snapshot: false,
+                     capacity_refusal: true, fault_switches: false},
+        limits: {
+            families: options.gpt2 ? ["gpt2", "llama"] : ["llama"],
+            // q8_0 has no kvcheck dtype: the scenario says f32, the identity says q8_0.
+            kv_dtypes: [options.kv === "q8_0" ? "f32" : options.kv],
+            // a q8_0 row is whole blocks of 32 values (llama.cpp refuses others)
+            head_dim_multiple: options.kv === "q8_0" ? 32 : 1,
+            max_rows: 64
+        },
+        invariance,
+        // --arithmetic f32 (measurement only) claims f32 arithmetic in any mode,
+        // so that P1 shows how far a mode's results are from the f32 bound.
+        arithmetic: options.arithmetic === "f32"
+            ? arithmetic("f32", false) : arithmetic(options.kv, options.flashAttention)
+    };
+}

@@ -43,7 +43,8 @@ ErrorMap p1_error_map(const Scenario& s, const Verdict& verdict, const EngineUnd
   ErrorMap map;
   const int V = s.config.vocab;
   if (verdict.property != Property::kOracle || V <= 0) return map;
-  const Weights weights = init_weights(s.config, s.weight_seed);
+  const std::shared_ptr<const Weights> model_weights = scenario_weights(s);
+  const Weights& weights = *model_weights;
   RunResult run;
   try {
     run = run_scenario(s, weights, subject.factory);

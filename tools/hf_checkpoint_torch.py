@@ -177,6 +177,11 @@ def main():
     good = {"gpt2": gpt2_model(gen),
             "llama": llama_model(gen, torch.bfloat16, tied=False),
             "llama_tied": llama_model(gen, torch.float16, tied=True)}
+    # What save_pretrained writes for GPT2LMHeadModel: prefixed names, no
+    # buffers, and the tied head left out.
+    config, tensors, kv, full = good["gpt2"]
+    good["gpt2_prefixed"] = (config, {k: v for k, v in full.items() if k != "lm_head.weight"},
+                             kv, full)
     for name, (config, tensors, kv, full) in good.items():
         write_folder(os.path.join(args.out, name), config, tensors)
         with open(os.path.join(args.out, name + ".logits.json"), "w") as f:
@@ -202,6 +207,8 @@ def main():
     bad("untied_without_head", "llama_tied",
         edit_config=lambda c: c.update({"tie_word_embeddings": False}))
     bad("unknown_field", "llama", edit_config=lambda c: c.update({"logit_scale": 0.5}))
+    bad("tied_head_differs", "llama",
+        edit_config=lambda c: c.update({"tie_word_embeddings": True}))
     print(f"{args.out}: {', '.join(sorted(os.listdir(args.out)))}")
 
 

@@ -144,10 +144,15 @@ def llama_model(gen, dtype, tied):
         t[p + "mlp.up_proj.weight"] = rand(gen, F, E, scale=E ** -0.5)
         t[p + "mlp.down_proj.weight"] = rand(gen, E, F, scale=F ** -0.5)
     t = {k: v.to(dtype) for k, v in t.items()}
+    if tied:
+        # Older Llama checkpoints carry RoPE's frequencies as a float32 buffer.
+        inv_freq = 1.0 / (500000.0 ** (torch.arange(0, D, 2).float() / D))
+        for layer in range(L):
+            t[f"model.layers.{layer}.self_attn.rotary_emb.inv_freq"] = inv_freq
     kv = {"family": "llama", "n_layers": L, "d_model": E, "n_heads": H, "n_kv_heads": KVH,
           "head_dim": D, "d_ff": F, "vocab": V, "max_pos": P, "rope_theta": 500000.0,
           "norm_eps": 1e-6, "qkv_bias": False}
-    full = dict(t)
+    full = {k: v for k, v in t.items() if not k.endswith("inv_freq")}
     if tied:
         full["lm_head.weight"] = full["model.embed_tokens.weight"]
     return config, t, kv, full
@@ -207,6 +212,7 @@ def main():
     bad("untied_without_head", "llama_tied",
         edit_config=lambda c: c.update({"tie_word_embeddings": False}))
     bad("unknown_field", "llama", edit_config=lambda c: c.update({"logit_scale": 0.5}))
+    bad("inv_freq", "llama_tied", edit_config=lambda c: c.update({"rope_theta": 10000.0}))
     bad("tied_head_differs", "llama",
         edit_config=lambda c: c.update({"tie_word_embeddings": True}))
     print(f"{args.out}: {', '.join(sorted(os.listdir(args.out)))}")

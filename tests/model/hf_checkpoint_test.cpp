@@ -124,6 +124,7 @@ TEST(HfCheckpoint, RefusedFolders) {
        "missing tensor \"lm_head.weight\": config.json has tie_word_embeddings false"},
       {"bad_tied_head_differs", "tie_word_embeddings is true, but lm_head.weight differs"},
       {"bad_unknown_field", "logit_scale: 0.5: a field kvcheck's llama loader does not know"},
+      {"bad_inv_freq", "tensor \"model.layers.0.self_attn.rotary_emb.inv_freq\": element 1 is "},
       {"no_such_folder", "not a folder"},
   };
   for (const auto& [folder, message] : cases) {

@@ -322,6 +322,7 @@ int run_campaign(const CampaignOptions& o) {
 
   nlohmann::json json;
   json["seed"] = seed;
+  if (model) json["model"] = {{"path", model->path}, {"hash", model->hash}};
   for (const Backend& b : backends) {
     json["backends"].push_back({{"backend", b.spec}, {"traits", traits_to_json(b.traits)}});
   }

@@ -15,6 +15,7 @@
 #include "model/hf_config.h"
 #include "model/rng.h"
 #include "model/safetensors.h"
+#include "model/tensor_layout.h"
 
 namespace kvcheck {
 
@@ -327,12 +328,14 @@ Result<std::vector<std::string>> safetensors_files(const std::filesystem::path& 
                     "only safetensors checkpoints");
 }
 
-// The checkpoint's name for a tensor under kvcheck's name table: the
-// transformer. (GPT-2) or model. (Llama) prefix added where the file, saved
-// from a bare GPT2Model/LlamaModel, has none.
+// The checkpoint's name for a tensor under kvcheck's name table
+// (model/tensor_layout.cpp): the base model's prefix (transformer. for GPT-2,
+// model. for Llama, taken from the final norm's name) added where the file,
+// saved from a bare GPT2Model/LlamaModel, has none.
 std::string full_name(const std::string& name, Family family) {
-  const std::string prefix = family == Family::kGpt2 ? "transformer." : "model.";
-  if (name == "lm_head.weight" || name.rfind(prefix, 0) == 0) return name;
+  const std::string norm = hf_tensor_name(family, "final_norm");
+  const std::string prefix = norm.substr(0, norm.find('.') + 1);
+  if (name == hf_tensor_name(family, "lm_head") || name.rfind(prefix, 0) == 0) return name;
   return prefix + name;
 }
 
@@ -471,15 +474,15 @@ Result<Checkpoint> load_hf_checkpoint(const std::string& folder) {
 
   // Tied embeddings: save_pretrained leaves lm_head.weight out, since it is
   // the embedding matrix itself.
-  const std::string embedding =
-      config.family == Family::kGpt2 ? "transformer.wte.weight" : "model.embed_tokens.weight";
+  const std::string embedding = hf_tensor_name(config.family, "tok_embedding");
+  const std::string head = hf_tensor_name(config.family, "lm_head");
   const bool tied = hf.value().tie_word_embeddings;
-  if (tied && !tensors.contains("lm_head.weight") && tensors.contains(embedding)) {
-    tensors.emplace("lm_head.weight", tensors.at(embedding));
-  } else if (!tied && !tensors.contains("lm_head.weight")) {
-    return R::failure(dir.string() +
-                      ": missing tensor \"lm_head.weight\": config.json has "
-                      "tie_word_embeddings false, so the head must be stored");
+  if (tied && !tensors.contains(head) && tensors.contains(embedding)) {
+    tensors.emplace(head, tensors.at(embedding));
+  } else if (!tied && !tensors.contains(head)) {
+    return R::failure(dir.string() + ": missing tensor \"" + head +
+                      "\": config.json has tie_word_embeddings false, so the head must be "
+                      "stored");
   }
   Result<Weights> weights = weights_from_hf_tensors(tensors, config);
   if (!weights) {
@@ -494,9 +497,9 @@ Result<Checkpoint> load_hf_checkpoint(const std::string& folder) {
     return R::failure(dir.string() + ": " + error);
   }
   if (tied && weights.value().lm_head != weights.value().tok_embedding) {
-    return R::failure(dir.string() +
-                      ": tie_word_embeddings is true, but lm_head.weight differs from " +
-                      embedding + "; set tie_word_embeddings false to use the stored head");
+    return R::failure(dir.string() + ": tie_word_embeddings is true, but " + head +
+                      " differs from " + embedding +
+                      "; set tie_word_embeddings false to use the stored head");
   }
   return Checkpoint{dir.string(), hex_hash(hash), config, std::move(weights).value()};
 }

@@ -206,6 +206,25 @@ def main():
         with open(os.path.join(args.out, name + ".logits.json"), "w") as f:
             json.dump(reference_logits(kv, full), f)
 
+    # The Llama again, in two shards with the index save_pretrained writes for
+    # large models.
+    config, tensors, kv, full = good["llama"]
+    folder = os.path.join(args.out, "llama_sharded")
+    os.makedirs(folder)
+    with open(os.path.join(folder, "config.json"), "w") as f:
+        json.dump(config, f, indent=2)
+    names = sorted(tensors)
+    shards = {"model-00001-of-00002.safetensors": names[::2],
+              "model-00002-of-00002.safetensors": names[1::2]}
+    weight_map = {}
+    for shard, shard_names in shards.items():
+        save_safetensors(os.path.join(folder, shard), {n: tensors[n] for n in shard_names})
+        weight_map.update({n: shard for n in shard_names})
+    with open(os.path.join(folder, "model.safetensors.index.json"), "w") as f:
+        json.dump({"metadata": {}, "weight_map": weight_map}, f, indent=2)
+    shutil.copy(os.path.join(args.out, "llama.logits.json"),
+                os.path.join(args.out, "llama_sharded.logits.json"))
+
     def bad(name, base, edit_config=None, edit_tensors=None):
         config, tensors = copy.deepcopy(good[base][0]), dict(good[base][1])
         if edit_config:

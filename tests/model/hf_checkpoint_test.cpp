@@ -80,6 +80,11 @@ TEST(HfCheckpoint, LlamaBf16GqaUntiedMatchesTorch) {
   expect_torch_logits("llama");
 }
 
+TEST(HfCheckpoint, LlamaInTwoShardsMatchesTorch) {
+  SKIP_WITHOUT_TORCH();
+  expect_torch_logits("llama_sharded");
+}
+
 TEST(HfCheckpoint, LlamaF16TiedMatchesTorch) {
   SKIP_WITHOUT_TORCH();
   expect_torch_logits("llama_tied");

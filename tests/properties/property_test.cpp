@@ -70,7 +70,9 @@ TEST(Generators, CheckpointFixesTheModelAndFitsItsContext) {
         fed += tokens.size();
         for (int32_t t : tokens) ASSERT_LT(t, 7);
       }
-      if (shared) ASSERT_LE(fed, 5u) << s.to_text();
+      if (shared) {
+        ASSERT_LE(fed, 5u) << s.to_text();
+      }
       const Scenario unfit = rcgen::decode(g, traits);
       for (const auto& tokens : unfit.sequences) longer_than_context += tokens.size() > 5;
       steps += int(s.calls.size());

@@ -370,8 +370,16 @@ Result<Weights> weights_from_hf_tensors(const std::map<std::string, SafetensorsT
       return R::failure("tensor " + quote(hf.name) + ": shape " + shape_text(actual) +
                         " does not match the config's " + shape_text(hf.shape));
     }
-    if (dtype_info(it->second.dtype)->dtype == Dtype::kOther) {
+    const DtypeInfo* info = dtype_info(it->second.dtype);
+    if (!info || info->dtype == Dtype::kOther) {
       return R::failure(unsupported_dtype(hf.name, it->second.dtype));
+    }
+    // Callers may build tensors by hand: the bytes must be what decode reads.
+    if (it->second.bytes.size() != uint64_t(hf.elements()) * info->bytes) {
+      return R::failure("tensor " + quote(hf.name) + ": holds " +
+                        std::to_string(it->second.bytes.size()) + " bytes, shape " +
+                        shape_text(hf.shape) + " of " + std::string(info->name) + " needs " +
+                        std::to_string(uint64_t(hf.elements()) * info->bytes));
     }
   }
   for (const auto& [name, tensor] : tensors) {

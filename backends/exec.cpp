@@ -385,12 +385,12 @@ Backend exec_backend(const BackendSpec& spec) {
   if (!traits.ok()) throw InputError("--backend " + spec.name + ": " + traits.error());
   if (traits.value().operations.fault_switches) {
     throw InputError("--backend " + spec.name +
-                     ": traits.operations.fault_switches is true, but protocol v1 carries no "
+                     ": traits.operations.fault_switches is true, but the protocol carries no "
                      "fault switches (put seeded bugs in the command's arguments instead)");
   }
   if (traits.value().operations.storage_map) {
     throw InputError("--backend " + spec.name +
-                     ": traits.operations.storage_map is true, but protocol v1 has no storage "
+                     ": traits.operations.storage_map is true, but the protocol has no storage "
                      "introspection message");
   }
   Backend b;

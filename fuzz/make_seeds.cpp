@@ -146,6 +146,12 @@ void add_case_files(Files& files) {
       c.verdict.summary = "seeded verdict for the parser";
     }
     with_fault = !with_fault;
+    // One seed is a --model case, so the model and model_hash lines are in
+    // the corpus too.
+    if (std::string_view(seed.name) == "mixed_everything") {
+      c.model_path = "/models/my checkpoint";
+      c.model_hash = "fnv1a64:00112233445566ff";
+    }
     const std::string text = kvcheck::print_case(c);
     files[std::string("case_file_fuzz/") + seed.name + ".case"] = {text.begin(), text.end()};
   }

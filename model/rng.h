@@ -38,9 +38,10 @@ class SplitMix64 {
 };
 
 // FNV-1a over a name, so each tensor gets its own stream and adding a tensor
-// never shifts the values of another.
-inline uint64_t fnv1a64(std::string_view text) {
-  uint64_t h = 0xCBF29CE484222325ull;
+// never shifts the values of another. Passing the previous result as `h`
+// continues the hash over more bytes (a checkpoint's files, one by one).
+inline constexpr uint64_t kFnv1a64Basis = 0xCBF29CE484222325ull;
+inline uint64_t fnv1a64(std::string_view text, uint64_t h = kFnv1a64Basis) {
   for (unsigned char c : text) {
     h ^= c;
     h *= 0x100000001B3ull;

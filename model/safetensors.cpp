@@ -35,7 +35,10 @@ constexpr std::string_view kConfigKey = "kvcheck.config";
 // ---------------------------------------------------------------------------
 // Dtypes and little-endian element codecs.
 
-enum class Dtype { kF32, kF16, kBF16 };
+// kOther: a dtype of the safetensors specification that kvcheck frames (so a
+// checkpoint's integer buffers, such as GPT-2's attn.bias mask, can be
+// skipped) but never reads as weights.
+enum class Dtype { kF32, kF16, kBF16, kOther };
 
 struct DtypeInfo {
   std::string_view name;
@@ -44,7 +47,23 @@ struct DtypeInfo {
 };
 
 constexpr DtypeInfo kDtypes[] = {
-    {"F32", Dtype::kF32, 4}, {"F16", Dtype::kF16, 2}, {"BF16", Dtype::kBF16, 2}};
+    {"F32", Dtype::kF32, 4},    {"F16", Dtype::kF16, 2},       {"BF16", Dtype::kBF16, 2},
+    {"F64", Dtype::kOther, 8},  {"I64", Dtype::kOther, 8},     {"U64", Dtype::kOther, 8},
+    {"I32", Dtype::kOther, 4},  {"U32", Dtype::kOther, 4},     {"I16", Dtype::kOther, 2},
+    {"U16", Dtype::kOther, 2},  {"I8", Dtype::kOther, 1},      {"U8", Dtype::kOther, 1},
+    {"BOOL", Dtype::kOther, 1}, {"F8_E4M3", Dtype::kOther, 1}, {"F8_E5M2", Dtype::kOther, 1}};
+
+const DtypeInfo* dtype_info(std::string_view name) {
+  for (const DtypeInfo& candidate : kDtypes) {
+    if (name == candidate.name) return &candidate;
+  }
+  return nullptr;
+}
+
+std::string unsupported_dtype(const std::string& tensor, std::string_view dtype) {
+  return "tensor \"" + tensor + "\": dtype \"" + std::string(dtype) +
+         "\" is not supported (expected \"F32\", \"F16\" or \"BF16\")";
+}
 
 uint32_t read_u32le(const uint8_t* p) {
   return uint32_t{p[0]} | uint32_t{p[1]} << 8 | uint32_t{p[2]} << 16 | uint32_t{p[3]} << 24;
@@ -90,25 +109,16 @@ void decode(Dtype dtype, std::span<const uint8_t> bytes, std::vector<float>& out
     case Dtype::kBF16:
       for (size_t k = 0; k < out.size(); ++k) out[k] = bfloat16_to_float(read_u16le(p + 2 * k));
       break;
+    case Dtype::kOther:
+      break;  // callers refuse these before decoding
   }
 }
 
 // ---------------------------------------------------------------------------
 // Header parsing: everything that can be checked without the config.
 
-// One tensor as the header describes it, already checked against the file.
-struct FileTensor {
-  Dtype dtype = Dtype::kF32;
-  std::vector<uint64_t> shape;
-  uint64_t begin = 0;  // byte range [begin, end) within the data section
-  uint64_t end = 0;
-};
-
-struct FileHeader {
-  std::map<std::string, FileTensor> tensors;  // sorted by name, so errors are deterministic
-  std::map<std::string, std::string> metadata;
-  std::span<const uint8_t> data;  // the data section, after the header
-};
+using FileTensor = SafetensorsTensor;
+using FileHeader = SafetensorsHeader;
 
 std::string quote(std::string_view text) {
   return "\"" + std::string(text) + "\"";
@@ -180,15 +190,9 @@ Result<FileTensor> parse_entry(const std::string& name, const json& entry, uint6
   const json& dtype = entry.at("dtype");
   if (!dtype.is_string())
     return R::failure(who + "dtype: expected a string, got " + json_for_message(dtype));
-  const DtypeInfo* info = nullptr;
-  for (const DtypeInfo& candidate : kDtypes) {
-    if (dtype.get<std::string>() == candidate.name) info = &candidate;
-  }
-  if (!info) {
-    return R::failure(who + "dtype " + json_for_message(dtype) +
-                      " is not supported (expected \"F32\", \"F16\" or \"BF16\")");
-  }
-  tensor.dtype = info->dtype;
+  const DtypeInfo* info = dtype_info(dtype.get<std::string>());
+  if (!info) return R::failure(unsupported_dtype(name, dtype.get<std::string>()));
+  tensor.dtype = std::string(info->name);
 
   const json& shape = entry.at("shape");
   const std::string shape_error =
@@ -312,6 +316,8 @@ Result<FileHeader> parse_header(std::span<const uint8_t> bytes) {
     }
     Result<FileTensor> tensor = parse_entry(name, entry, parsed.data.size());
     if (!tensor.ok()) return R::failure(tensor.error());
+    tensor.value().bytes =
+        parsed.data.subspan(tensor.value().begin, tensor.value().end - tensor.value().begin);
     parsed.tensors[name] = std::move(tensor).value();
   }
   if (std::string error = check_tiling(parsed.tensors, parsed.data.size()); !error.empty()) {
@@ -335,8 +341,10 @@ Result<Config> config_from_metadata(const FileHeader& header) {
   return config;
 }
 
-// The data checked against the config, then copied into canonical layout.
-Result<Weights> read_weights(const FileHeader& header, const Config& config) {
+}  // namespace
+
+Result<Weights> weights_from_hf_tensors(const std::map<std::string, SafetensorsTensor>& tensors,
+                                        const Config& config) {
   using R = Result<Weights>;
   // Names and shapes only: nothing is allocated until the file is known to
   // hold every tensor, so a config claiming billions of parameters in a
@@ -351,8 +359,8 @@ Result<Weights> read_weights(const FileHeader& header, const Config& config) {
   std::set<std::string_view> expected;
   for (const LayoutTensor& hf : layout.value()) {
     expected.insert(hf.name);
-    const auto it = header.tensors.find(hf.name);
-    if (it == header.tensors.end()) {
+    const auto it = tensors.find(hf.name);
+    if (it == tensors.end()) {
       return R::failure("missing tensor " + quote(hf.name) + " (shape " + shape_text(hf.shape) +
                         ")");
     }
@@ -362,8 +370,19 @@ Result<Weights> read_weights(const FileHeader& header, const Config& config) {
       return R::failure("tensor " + quote(hf.name) + ": shape " + shape_text(actual) +
                         " does not match the config's " + shape_text(hf.shape));
     }
+    const DtypeInfo* info = dtype_info(it->second.dtype);
+    if (!info || info->dtype == Dtype::kOther) {
+      return R::failure(unsupported_dtype(hf.name, it->second.dtype));
+    }
+    // Callers may build tensors by hand: the bytes must be what decode reads.
+    if (it->second.bytes.size() != uint64_t(hf.elements()) * info->bytes) {
+      return R::failure("tensor " + quote(hf.name) + ": holds " +
+                        std::to_string(it->second.bytes.size()) + " bytes, shape " +
+                        shape_text(hf.shape) + " of " + std::string(info->name) + " needs " +
+                        std::to_string(uint64_t(hf.elements()) * info->bytes));
+    }
   }
-  for (const auto& [name, tensor] : header.tensors) {
+  for (const auto& [name, tensor] : tensors) {
     if (!expected.contains(name)) {
       return R::failure("unexpected tensor " + quote(name) + ": not part of " + model +
                         " with this config");
@@ -374,13 +393,33 @@ Result<Weights> read_weights(const FileHeader& header, const Config& config) {
   const std::vector<TensorRef> canonical = tensor_table(config, weights);
   std::vector<float> values;  // [hf.elements()] one HF tensor, widened to float, file layout
   for (const LayoutTensor& hf : layout.value()) {
-    const FileTensor& file = header.tensors.at(hf.name);
+    const FileTensor& file = tensors.at(hf.name);
     values.resize(static_cast<size_t>(hf.elements()));
-    decode(file.dtype, header.data.subspan(file.begin, file.end - file.begin), values);
+    decode(dtype_info(file.dtype)->dtype, file.bytes, values);
     unpack(hf, values, canonical);
   }
   return weights;
 }
+
+Result<SafetensorsHeader> parse_safetensors_header(std::span<const uint8_t> bytes) {
+  return parse_header(bytes);
+}
+
+std::string decode_tensor(const std::string& name, const SafetensorsTensor& tensor,
+                          std::span<float> out) {
+  const DtypeInfo* info = dtype_info(tensor.dtype);
+  if (!info || info->dtype == Dtype::kOther) return unsupported_dtype(name, tensor.dtype);
+  if (tensor.bytes.size() != out.size() * info->bytes) {
+    return "tensor " + quote(name) + ": holds " + std::to_string(tensor.bytes.size()) +
+           " bytes, expected " + std::to_string(out.size() * info->bytes);
+  }
+  std::vector<float> values(out.size());  // [elements]
+  decode(info->dtype, tensor.bytes, values);
+  std::copy(values.begin(), values.end(), out.begin());
+  return {};
+}
+
+namespace {
 
 // Names the first field where two configs differ.
 std::string config_difference(const Config& file, const Config& expected) {
@@ -402,7 +441,7 @@ Result<ModelFile> load_safetensors(std::span<const uint8_t> bytes) {
   if (!header.ok()) return R::failure(header.error());
   Result<Config> config = config_from_metadata(header.value());
   if (!config.ok()) return R::failure(config.error());
-  Result<Weights> weights = read_weights(header.value(), config.value());
+  Result<Weights> weights = weights_from_hf_tensors(header.value().tensors, config.value());
   if (!weights.ok()) return R::failure(weights.error());
   return ModelFile{std::move(config).value(), std::move(weights).value()};
 }
@@ -416,7 +455,7 @@ Result<Weights> load_safetensors(std::span<const uint8_t> bytes, const Config& e
   if (std::string error = config_difference(config.value(), expected); !error.empty()) {
     return R::failure(error);
   }
-  return read_weights(header.value(), config.value());
+  return weights_from_hf_tensors(header.value().tensors, config.value());
 }
 
 std::vector<uint8_t> save_safetensors(const Config& config, const Weights& weights) {

@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <map>
 #include <span>
 #include <string>
 #include <vector>
@@ -16,6 +17,39 @@
 #include "model/weights.h"
 
 namespace kvcheck {
+
+// One tensor of a safetensors file as its header describes it, checked
+// against the file: its byte range lies inside the data section and holds
+// exactly shape x dtype bytes.
+struct SafetensorsTensor {
+  std::string dtype;               // as the header names it: "F32", "BF16", "U8", "BOOL", ...
+  std::vector<uint64_t> shape;     // row-major
+  uint64_t begin = 0, end = 0;     // byte range [begin, end) within the data section
+  std::span<const uint8_t> bytes;  // [end - begin] those bytes, inside the caller's buffer
+};
+
+struct SafetensorsHeader {
+  std::map<std::string, SafetensorsTensor> tensors;  // sorted by name: errors are deterministic
+  std::map<std::string, std::string> metadata;       // __metadata__
+  std::span<const uint8_t> data;                     // the data section, after the header
+};
+
+// The framing of any safetensors file, without a config: header length,
+// JSON (no duplicate keys), every entry's dtype (any of the specification),
+// shape and offsets, and the data section tiled exactly. The spans point into
+// `bytes`, which must outlive the result.
+Result<SafetensorsHeader> parse_safetensors_header(std::span<const uint8_t> bytes);
+
+// Widens one F32, F16 or BF16 tensor into out [elements]; otherwise a message
+// naming the tensor and its dtype.
+std::string decode_tensor(const std::string& name, const SafetensorsTensor& tensor,
+                          std::span<float> out);
+
+// Tensors under their Hugging Face names (model/tensor_layout.cpp) checked
+// against `config`, every one present with its shape, F32/F16/BF16, and no
+// other, then converted to the canonical layout. Errors name the tensor.
+Result<Weights> weights_from_hf_tensors(const std::map<std::string, SafetensorsTensor>& tensors,
+                                        const Config& config);
 
 struct ModelFile {
   Config config;

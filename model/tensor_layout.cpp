@@ -120,6 +120,11 @@ int64_t file_index(const LayoutTensor& tensor, const LayoutPart& part, int64_t r
 
 }  // namespace
 
+std::string hf_tensor_name(Family family, std::string_view canonical) {
+  const std::optional<Placement> place = placement(FileFormat::kHuggingFace, family, canonical);
+  return place ? place->name : std::string();
+}
+
 Result<std::vector<LayoutTensor>> file_layout(FileFormat format, const Config& config,
                                               const std::vector<TensorView>& canonical) {
   using R = Result<std::vector<LayoutTensor>>;

@@ -7,6 +7,7 @@
 #include <cstdint>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "model/config.h"
@@ -49,6 +50,11 @@ struct LayoutTensor {
 // disagree, which is a bug here, not in a file.
 Result<std::vector<LayoutTensor>> file_layout(FileFormat format, const Config& config,
                                               const std::vector<TensorView>& canonical);
+
+// The Hugging Face name of one canonical tensor ("tok_embedding" ->
+// "model.embed_tokens.weight", "layers.0.wq" -> "transformer.h.0.attn.c_attn.weight");
+// empty when the family has no such tensor.
+std::string hf_tensor_name(Family family, std::string_view canonical);
 
 // Canonical values into one file tensor's row-major storage. values [elements()]
 void pack(const LayoutTensor& tensor, const std::vector<TensorView>& canonical,

@@ -45,7 +45,7 @@ struct Context {
   const Scenario& scenario;
   const EngineUnderTest& subject;
   const EngineFactory& factory;  // subject.factory
-  const Weights& weights;        // of scenario.config and scenario.weight_seed
+  const Weights& weights;        // scenario_weights(scenario)
   SchedulePlan plan;
   uint64_t digest;
   int vocab;
@@ -55,28 +55,11 @@ struct Context {
 //
 // Callers check several properties on one scenario in a row (check_all runs
 // all nine; RapidCheck's shrinking re-checks scenarios that differ in one
-// gene), and the weights and each sequence's oracle reference are pure
-// functions of (config, weight seed[, KV dtype, tokens]) that the engine
-// never touches. Both caches are per thread, hold only the most recent model,
-// are bounded, and return exactly what a fresh computation returns, so no
-// verdict depends on them; they only skip recomputing it.
-
-// The weights of the most recent (config, seed): one entry.
-std::shared_ptr<const Weights> cached_weights(const Config& config, uint64_t seed) {
-  struct Entry {
-    Config config;
-    uint64_t seed = 0;
-    std::shared_ptr<const Weights> weights;
-  };
-  thread_local Entry last;
-  if (!last.weights || last.seed != seed || !(last.config == config)) {
-    last.weights.reset();  // free the old weights before making the new ones
-    last.weights = std::make_shared<const Weights>(init_weights(config, seed));
-    last.config = config;
-    last.seed = seed;
-  }
-  return last.weights;
-}
+// gene), and the weights (scenario_weights) and each sequence's oracle
+// reference are pure functions of (config, weight seed or checkpoint[, KV
+// dtype, tokens]) that the engine never touches. Both caches are per thread,
+// hold only the most recent model, are bounded, and return exactly what a fresh computation
+// returns, so no verdict depends on them; they only skip recomputing it.
 
 // What P1 and P6 compare against, for one sequence's fed tokens.
 struct SequenceReference {
@@ -93,15 +76,16 @@ class ReferenceCache {
   static constexpr size_t kMaxBytes = size_t(32) << 20;
 
   std::shared_ptr<const SequenceReference> get(const Config& config, uint64_t seed,
-                                               KvDtype kv_dtype, bool rope_angles_in_float,
-                                               const Weights& weights,
+                                               const Checkpoint* model, KvDtype kv_dtype,
+                                               bool rope_angles_in_float, const Weights& weights,
                                                std::span<const int32_t> tokens) {
-    if (!valid_ || seed_ != seed || kv_dtype_ != kv_dtype ||
+    if (!valid_ || seed_ != seed || model_ != model || kv_dtype_ != kv_dtype ||
         rope_angles_in_float_ != rope_angles_in_float || !(config_ == config)) {
       entries_.clear();
       bytes_ = 0;
       config_ = config;
       seed_ = seed;
+      model_ = model;
       kv_dtype_ = kv_dtype;
       rope_angles_in_float_ = rope_angles_in_float;
       valid_ = true;
@@ -143,6 +127,7 @@ class ReferenceCache {
   bool valid_ = false;
   Config config_;
   uint64_t seed_ = 0;
+  const Checkpoint* model_ = nullptr;  // the scenario's checkpoint, or null for seeded weights
   KvDtype kv_dtype_ = KvDtype::kF32;
   bool rope_angles_in_float_ = false;
   std::vector<Entry> entries_;  // least recently used first
@@ -154,8 +139,10 @@ std::shared_ptr<const SequenceReference> reference_for(const Context& context,
   thread_local ReferenceCache cache;
   // The subject's angle model; a P10 reference that computes them in double
   // is within this larger bound too.
-  return cache.get(context.scenario.config, context.scenario.weight_seed, context.scenario.kv_dtype,
-                   context.subject.traits.arithmetic.rope_angles_in_float, context.weights, tokens);
+  return cache.get(context.scenario.config, context.scenario.weight_seed,
+                   context.scenario.model.get(), context.scenario.kv_dtype,
+                   context.subject.traits.arithmetic.rope_angles_in_float, context.weights,
+                   tokens);
 }
 
 std::string describe_chunks(const std::vector<int>& chunks) {
@@ -1198,8 +1185,7 @@ Verdict check_property(Property property, const Scenario& scenario,
     return not_applicable(property, "no bound is derived yet for " + arithmetic);
   }
   try {
-    const std::shared_ptr<const Weights> weights =
-        cached_weights(scenario.config, scenario.weight_seed);
+    const std::shared_ptr<const Weights> weights = scenario_weights(scenario);
     const Context context{scenario,
                           subject,
                           subject.factory,

@@ -158,6 +158,7 @@ Scenario solo_scenario(const Scenario& base, std::span<const int32_t> tokens,
   Scenario solo;
   solo.config = base.config;
   solo.weight_seed = base.weight_seed;
+  solo.model = base.model;
   solo.capacity = base.capacity;
   solo.max_rows = base.max_rows;
   solo.kv_dtype = base.kv_dtype;

@@ -41,6 +41,9 @@ int Scenario::size() const {
 std::string Scenario::validate() const {
   if (const std::string error = config.validate(); !error.empty()) return "config: " + error;
   std::ostringstream out;
+  if (model && !(config == model->config)) {
+    return "config: differs from the config.json of the --model checkpoint " + model->path;
+  }
   if (capacity < 1 || capacity > config.max_pos) {
     out << "capacity: " << capacity << " is out of range [1, max_pos " << config.max_pos << "]";
     return out.str();
@@ -153,6 +156,24 @@ std::string Scenario::validate() const {
   return {};
 }
 
+std::shared_ptr<const Weights> scenario_weights(const Scenario& scenario) {
+  if (scenario.model) return {scenario.model, &scenario.model->weights};
+  struct Entry {
+    Config config;
+    uint64_t seed = 0;
+    std::shared_ptr<const Weights> weights;
+  };
+  thread_local Entry last;
+  if (!last.weights || last.seed != scenario.weight_seed || !(last.config == scenario.config)) {
+    last.weights.reset();  // free the old weights before making the new ones
+    last.weights =
+        std::make_shared<const Weights>(init_weights(scenario.config, scenario.weight_seed));
+    last.config = scenario.config;
+    last.seed = scenario.weight_seed;
+  }
+  return last.weights;
+}
+
 std::string Scenario::to_text() const {
   std::ostringstream out;
   out << "config " << family_name(config.family) << " layers=" << config.n_layers
@@ -161,6 +182,7 @@ std::string Scenario::to_text() const {
       << " d_ff=" << config.d_ff << " vocab=" << config.vocab << " max_pos=" << config.max_pos
       << " rope_theta=" << exact(config.rope_theta) << " norm_eps=" << exact(config.norm_eps)
       << " qkv_bias=" << (config.qkv_bias ? "true" : "false") << "\n";
+  if (model) out << "model " << model->path << " (" << model->hash << ")\n";
   out << "weight_seed " << weight_seed << " capacity " << capacity << " max_rows " << max_rows
       << " kv_dtype " << kv_dtype_name(kv_dtype) << "\n";
   for (size_t s = 0; s < sequences.size(); ++s) {

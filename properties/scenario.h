@@ -5,10 +5,12 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <string>
 #include <vector>
 
 #include "engine/engine.h"
+#include "model/checkpoint.h"
 #include "model/config.h"
 
 namespace kvcheck {
@@ -43,6 +45,9 @@ struct Scenario {
   KvDtype kv_dtype = KvDtype::kF32;
   std::vector<std::vector<int32_t>> sequences;  // [sequence][token], fed in order
   std::vector<Call> calls;
+  // A user's checkpoint (--model): its weights replace init_weights(config,
+  // weight_seed), and `config` must be its config. Null for seeded models.
+  std::shared_ptr<const Checkpoint> model;
 
   bool operator==(const Scenario&) const = default;
 
@@ -62,5 +67,10 @@ struct Scenario {
   // Readable multi-line text form (RapidCheck's showValue uses it too).
   std::string to_text() const;
 };
+
+// The weights a scenario runs: its checkpoint's, else init_weights(config,
+// weight_seed), computed once per thread for the most recent (config, seed)
+// since the drivers check many scenarios of one model in a row.
+std::shared_ptr<const Weights> scenario_weights(const Scenario& scenario);
 
 }  // namespace kvcheck

@@ -49,9 +49,9 @@ CacheTimeline cache_timeline(const Scenario& s, const EngineUnderTest& subject) 
                            "drawn";
     return timeline;
   }
-  const Weights weights = init_weights(s.config, s.weight_seed);
+  const std::shared_ptr<const Weights> weights = scenario_weights(s);
   try {
-    ScenarioRunner runner(s, s.config, weights, subject.factory);
+    ScenarioRunner runner(s, s.config, *weights, subject.factory);
     const size_t n = s.sequences.size();
     std::optional<TimelineFrame> first = frame_of(runner, n, nullptr, "fresh engine");
     if (!first) {

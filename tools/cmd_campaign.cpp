@@ -28,6 +28,7 @@
 #include "tools/commands.h"
 #include "tools/failure_report.h"
 #include "tools/junit.h"
+#include "tools/model_option.h"
 #include "tools/report_html.h"
 #include "tools/run_report.h"
 
@@ -54,6 +55,7 @@ struct CampaignOptions {
   bool kill_per_property = false;  // every (fault, property) cell, not only 'any'
   std::string fault = "none";      // run the properties against this faulty engine
   std::string reference;           // P10's reference backend; empty: P10 not applicable
+  std::string model;               // --model DIR: a Hugging Face checkpoint; empty: seeded models
 };
 
 void count_coverage(const Scenario& s, std::map<std::string, int>& out) {
@@ -205,6 +207,7 @@ int run_campaign(const CampaignOptions& o) {
   const std::vector<Backend> backends = chosen_backends(o.backends);
   const FaultSet faults = parse_fault_option(o.fault);
   const std::shared_ptr<const EngineUnderTest> reference = reference_engine(o.reference);
+  const std::shared_ptr<const Checkpoint> model = load_model_option(o.model);
   std::vector<EngineUnderTest> subjects;  // [backend]
   for (const Backend& b : backends) subjects.push_back(engine_under_test(b, faults, reference));
   // With a fault on, failures are the point: the kill matrix adds nothing.
@@ -215,6 +218,7 @@ int run_campaign(const CampaignOptions& o) {
   std::string backend_args;
   for (const Backend& b : backends) backend_args += " --backend " + shell_quote(b.spec);
   if (reference) backend_args += " --reference " + shell_quote(reference->backend);
+  if (model) backend_args += " --model " + shell_quote(model->path);
   char time_text[32];
   std::snprintf(time_text, sizeof(time_text), "%.0f", o.seconds);
   record.seed = seed, record.has_seed = true;
@@ -226,6 +230,14 @@ int run_campaign(const CampaignOptions& o) {
   for (const Backend& b : backends) {
     record.backends.push_back({b.spec, traits_summary(b.traits, "")});
     std::printf("backend %s\n%s", b.spec.c_str(), traits_summary(b.traits, "  ").c_str());
+  }
+  if (model) {
+    const Config& c = model->config;
+    std::printf(
+        "model %s (%s): %s, %d layers, d_model %d, %d heads over %d kv heads, head_dim %d, "
+        "vocab %d, max_pos %d; generators vary schedules and tokens only\n",
+        model->path.c_str(), model->hash.c_str(), family_name(c.family), c.n_layers, c.d_model,
+        c.n_heads, c.n_kv_heads, c.head_dim, c.vocab, c.max_pos);
   }
   if (faults.any()) std::printf("engine faults ON: %s\n", faults.to_string().c_str());
   std::fflush(stdout);
@@ -259,6 +271,7 @@ int run_campaign(const CampaignOptions& o) {
       const EngineUnderTest& subject = subjects[index];
       rcgen::HuntOptions h;
       h.traits = subject.traits;
+      h.model = model;
       h.seed = batch_seeds.next();
       h.max_cases = o.cases ? std::min(kBatch, o.cases - t.cases) : kBatch;
       bool shrinking = false;
@@ -327,6 +340,7 @@ int run_campaign(const CampaignOptions& o) {
 
   nlohmann::json json;
   json["seed"] = seed;
+  if (model) json["model"] = {{"path", model->path}, {"hash", model->hash}};
   for (const Backend& b : backends) {
     json["backends"].push_back({{"backend", b.spec}, {"traits", traits_to_json(b.traits)}});
   }
@@ -347,6 +361,8 @@ int run_campaign(const CampaignOptions& o) {
   int kill_matrices_run = 0;
   for (size_t b = 0; b < backends.size() && kill_matrix; ++b) {
     // Only an engine with fault switches can show that the properties bite.
+    // It runs on seeded models even with --model: it proves the harness, and
+    // on one fixed checkpoint (an MHA one, say) some faults cannot show.
     if (!backends[b].traits.operations.fault_switches) {
       std::printf("\nkill matrix: skipped on %s (it declares no fault switches)\n",
                   backends[b].spec.c_str());
@@ -436,6 +452,10 @@ Action add_campaign(CLI::App& app) {
   cmd->add_option("--reference", o->reference,
                   "P10: compare every backend with this one within the derived bound "
                   "(e.g. --reference cpu); without it P10 is not applicable");
+  cmd->add_option("--model", o->model,
+                  "a Hugging Face checkpoint folder (config.json + model.safetensors, GPT-2 or "
+                  "Llama): check the cache on these weights; generators then vary schedules and "
+                  "tokens, not the config (docs/MODELS.md)");
   cmd->add_option("--json", o->json_path, "also write the summary as JSON to FILE");
   cmd->add_option("--junit", o->junit_path,
                   "also write the results as JUnit XML to FILE (one suite per backend, one case "

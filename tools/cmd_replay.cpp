@@ -22,6 +22,7 @@
 #include "properties/runner.h"
 #include "tools/commands.h"
 #include "tools/failure_report.h"
+#include "tools/model_option.h"
 #include "tools/report_html.h"
 #include "tools/run_report.h"
 #include "tools/trace.h"
@@ -38,6 +39,7 @@ struct ReplayOptions {
   std::string json_path;
   std::string html_path;
   std::string reference;  // P10's reference backend
+  std::string model;      // --model DIR, for case files of --model runs
   bool trace = false;
 };
 
@@ -211,6 +213,7 @@ std::string replay_command(const ReplayOptions& o) {
   if (!o.backend.empty()) command += " --backend " + shell_quote(o.backend);
   if (!o.reference.empty()) command += " --reference " + shell_quote(o.reference);
   if (!o.fault.empty()) command += " --fault " + shell_quote(o.fault);
+  if (!o.model.empty()) command += " --model " + shell_quote(o.model);
   return command;
 }
 
@@ -238,9 +241,10 @@ int run_replay(const ReplayOptions& o) {
       any_bad = true;
       continue;
     }
-    const CaseFile& c = parsed.value();
+    CaseFile c = parsed.value();
     std::optional<CaseEngine> chosen;
     try {
+      c.scenario.model = case_model(c, o.model);
       chosen = case_engine(c, o.backend, fault_override, o.reference);
     } catch (const InputError& e) {
       std::printf("cannot replay: %s\n\n", e.what());
@@ -264,6 +268,7 @@ int run_replay(const ReplayOptions& o) {
                 fault_override && *fault_override != c.faults
                     ? (" (the case records " + c.faults.to_string() + ")").c_str()
                     : "");
+    if (s.model) std::printf("model: %s (%s)\n", s.model->path.c_str(), s.model->hash.c_str());
     for (const std::string& note : c.notes) std::printf("note: %s\n", note.c_str());
     std::printf("\n");
     entry["property"] = property_name(c.property);
@@ -339,6 +344,9 @@ Action add_replay(CLI::App& app) {
   cmd->add_option("--fault", o->fault,
                   "fault switches to turn on instead of the case's: none, or names separated by "
                   "commas");
+  cmd->add_option("--model", o->model,
+                  "the checkpoint folder a --model case ran on; its files must still hash to "
+                  "the case's model_hash");
   cmd->add_option("--json", o->json_path, "also write the report as JSON to FILE");
   cmd->add_option("--html", o->html_path,
                   "also write a self-contained HTML report to FILE (docs/REPORTS.md)");

@@ -18,6 +18,7 @@
 #include "properties/repro/shrink.h"
 #include "tools/commands.h"
 #include "tools/failure_report.h"
+#include "tools/model_option.h"
 
 namespace kvcheck::cli {
 
@@ -31,12 +32,14 @@ struct ShrinkCommandOptions {
   double seconds = 600;
   std::string json_path;
   std::string reference;  // P10's reference backend
+  std::string model;      // --model DIR, for case files of --model runs
 };
 
 int run_shrink(const ShrinkCommandOptions& o) {
   const Result<CaseFile> parsed = read_case_file(o.path);
   if (!parsed) throw InputError(parsed.error());
-  const CaseFile& input = parsed.value();
+  CaseFile input = parsed.value();
+  input.scenario.model = case_model(input, o.model);
   const std::optional<FaultSet> fault_override =
       o.fault.empty() ? std::nullopt : std::optional<FaultSet>(parse_fault_option(o.fault));
   const CaseEngine engine = case_engine(input, o.backend, fault_override, o.reference);
@@ -95,9 +98,11 @@ int run_shrink(const ShrinkCommandOptions& o) {
   std::printf("%s\n", result->verdict.summary.c_str());
   const bool foreign =
       engine.backend.spec.rfind("plugin:", 0) == 0 || engine.backend.spec.rfind("exec:", 0) == 0;
+  std::string replay_args =
+      foreign ? " --backend " + shell_quote(engine.backend.spec) : std::string();
+  if (!output.model_path.empty()) replay_args += " --model " + shell_quote(output.model_path);
   std::printf("wrote %s\nreplay: kvcheck replay%s %s\n", written.value().c_str(),
-              foreign ? (" --backend " + shell_quote(engine.backend.spec)).c_str() : "",
-              written.value().c_str());
+              replay_args.c_str(), written.value().c_str());
   if (!o.json_path.empty()) {
     std::ofstream out(o.json_path);
     if (!out) throw InputError("--json: cannot write \"" + o.json_path + "\"");
@@ -137,6 +142,9 @@ Action add_shrink(CLI::App& app) {
   cmd->add_option("--time", o->seconds, "stop after this many seconds")
       ->check(CLI::Range(1.0, 1e7))
       ->capture_default_str();
+  cmd->add_option("--model", o->model,
+                  "the checkpoint folder a --model case ran on; its files must still hash to "
+                  "the case's model_hash");
   cmd->add_option("--json", o->json_path, "also write the sizes and verdict as JSON to FILE");
   return [cmd, o]() { return cmd->parsed() ? run_shrink(*o) : -1; };
 }

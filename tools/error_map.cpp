@@ -102,7 +102,8 @@ std::vector<ErrorMap> p6_error_maps(const Scenario& s, const Verdict& verdict,
       !subject.traits.operations.cache_snapshot) {
     return {};
   }
-  const Weights weights = init_weights(s.config, s.weight_seed);
+  const std::shared_ptr<const Weights> model_weights = scenario_weights(s);
+  const Weights& weights = *model_weights;
   const SchedulePlan plan = plan_schedule(s);
   const int fed = plan.fed[size_t(where.sequence)];
   if (fed <= 0) return {};
@@ -126,7 +127,8 @@ std::vector<ErrorMap> p6_error_maps(const Scenario& s, const Verdict& verdict,
   }
   if (snaps.empty() || length == 0) return {};
   const oracle::Output want = oracle::forward(s.config, weights, tokens);
-  const ErrorBounds bounds = derive_error_bounds(s.config, weights, tokens, s.kv_dtype);
+  const ErrorBounds bounds = derive_error_bounds(s.config, weights, tokens, s.kv_dtype,
+                                                 subject.traits.arithmetic.rope_angles_in_float);
   return {cache_map(0, s, want, bounds, snaps, length, where.sequence, where.call),
           cache_map(1, s, want, bounds, snaps, length, where.sequence, where.call)};
 }
@@ -143,7 +145,8 @@ ErrorMap p1_error_map(const Scenario& s, const Verdict& verdict, const EngineUnd
   ErrorMap map;
   const int V = s.config.vocab;
   if (verdict.property != Property::kOracle || V <= 0) return map;
-  const Weights weights = init_weights(s.config, s.weight_seed);
+  const std::shared_ptr<const Weights> model_weights = scenario_weights(s);
+  const Weights& weights = *model_weights;
   RunResult run;
   try {
     run = run_scenario(s, weights, subject.factory);

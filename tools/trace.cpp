@@ -84,7 +84,8 @@ std::string call_text(const Call& call) {
 
 std::vector<std::string> cache_trace(const Scenario& scenario, const EngineFactory& factory,
                                      const std::function<std::string(const Call&)>& call_label) {
-  const Weights weights = init_weights(scenario.config, scenario.weight_seed);
+  const std::shared_ptr<const Weights> model_weights = scenario_weights(scenario);
+  const Weights& weights = *model_weights;
   std::vector<std::string> trace;
   if (scenario.calls.empty()) trace.push_back("the scenario makes no calls");
   const CallHook hook = [&](int call_index, const ScenarioRunner& runner) {

@@ -244,7 +244,33 @@ void fit_model(Config& c, KvDtype& kv_dtype, const ShapeLimits& limits) {
 
 }  // namespace
 
-Scenario decode(const ScenarioGenes& genes, const EngineTraits& traits) {
+namespace {
+
+// A checkpoint's context holds at most max_pos positions: each sequence (or,
+// in one shared context, all of them together) is cut to fit, dropping
+// whole sequences only when there are more than positions.
+void fit_context(std::vector<Plan>& plans, int max_pos, bool shared) {
+  if (shared && int(plans.size()) > max_pos) plans.resize(size_t(max_pos));
+  const int budget = shared ? max_pos / int(plans.size()) : max_pos;
+  for (Plan& plan : plans) {
+    int total = 0;
+    size_t keep = 0;
+    for (; keep < plan.chunks.size() && total + plan.chunks[keep] <= budget; ++keep) {
+      total += plan.chunks[keep];
+    }
+    if (keep < plan.chunks.size() && total < budget) {
+      plan.chunks[keep] = budget - total;  // the chunk that crosses the budget, shortened
+      ++keep;
+    }
+    plan.chunks.resize(keep);
+    if (plan.chunks.empty()) plan.chunks.push_back(1);
+  }
+}
+
+}  // namespace
+
+Scenario decode(const ScenarioGenes& genes, const EngineTraits& traits,
+                const std::shared_ptr<const Checkpoint>& model) {
   Scenario s;
   const ModelGenes& m = genes.model;
   const OperationTraits& ops = traits.operations;
@@ -262,6 +288,12 @@ Scenario decode(const ScenarioGenes& genes, const EngineTraits& traits) {
   fit_model(c, s.kv_dtype, limits);
   c.qkv_bias = c.family == Family::kGpt2 && m.qkv_bias;
   s.weight_seed = m.weight_seed;
+  if (model) {
+    // The engine takes the checkpoint or declares it cannot (traits_exclude).
+    c = model->config;
+    s.model = model;
+    s.weight_seed = 0;
+  }
 
   // Without finish or reset no row is ever freed, so at most max_rows
   // sequences in all; with them, rows still bound each epoch (kept simple:
@@ -276,6 +308,7 @@ Scenario decode(const ScenarioGenes& genes, const EngineTraits& traits) {
     plans.push_back(plan_of(fitted, limits.max_step_tokens));
   }
   if (plans.empty()) plans.push_back(plan_of(SequenceGenes{}, limits.max_step_tokens));
+  if (model) fit_context(plans, c.max_pos, limits.capacity_shared);
 
   int longest = 0;
   for (size_t i = 0; i < plans.size(); ++i) {
@@ -371,13 +404,18 @@ Scenario decode(const ScenarioGenes& genes, const EngineTraits& traits) {
   s.capacity = std::min(needed + std::clamp(genes.capacity_slack, 0, 16),
                         std::max(needed, limits.max_capacity));
   s.max_rows = std::max(1, running_peak) + std::clamp(genes.spare_rows, 0, 3);
-  c.max_pos = s.capacity + std::clamp(m.max_pos_slack, 0, 16);
+  if (model) {
+    s.capacity = std::min(s.capacity, c.max_pos);  // fit_context kept `needed` within it
+  } else {
+    c.max_pos = s.capacity + std::clamp(m.max_pos_slack, 0, 16);
+  }
   return s;
 }
 
-rc::Gen<Scenario> scenario(Emphasis emphasis, const EngineTraits& traits) {
+rc::Gen<Scenario> scenario(Emphasis emphasis, const EngineTraits& traits,
+                           std::shared_ptr<const Checkpoint> model) {
   return rc::gen::map(scenario_genes(emphasis),
-                      [traits](const ScenarioGenes& g) { return decode(g, traits); });
+                      [traits, model](const ScenarioGenes& g) { return decode(g, traits, model); });
 }
 
 Coverage coverage(const Scenario& s) {

@@ -15,6 +15,7 @@
 #pragma once
 
 #include <cstdint>
+#include <memory>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -23,6 +24,7 @@
 
 #include "engine/kv_dtype.h"
 #include "engine/traits.h"
+#include "model/checkpoint.h"
 #include "model/config.h"
 #include "properties/scenario.h"
 
@@ -90,11 +92,16 @@ rc::Gen<ScenarioGenes> scenario_genes(Emphasis emphasis = Emphasis::kAny);
 // that an engine with `traits` can run: its families, dtypes and shape
 // multiples, only the operations it declares, steps within its token limit,
 // and one context large enough for all sequences when it shares one.
-Scenario decode(const ScenarioGenes& genes, const EngineTraits& traits = EngineTraits::strict());
+// With a checkpoint (--model) the model genes are ignored: the config and
+// weights are the checkpoint's, tokens are drawn from its vocabulary and the
+// sequences are cut to fit its context (max_pos); schedules vary as always.
+Scenario decode(const ScenarioGenes& genes, const EngineTraits& traits = EngineTraits::strict(),
+                const std::shared_ptr<const Checkpoint>& model = nullptr);
 
 // decode() over scenario_genes().
 rc::Gen<Scenario> scenario(Emphasis emphasis = Emphasis::kAny,
-                           const EngineTraits& traits = EngineTraits::strict());
+                           const EngineTraits& traits = EngineTraits::strict(),
+                           std::shared_ptr<const Checkpoint> model = nullptr);
 
 // Coverage tags of one scenario, for RC_TAG / RC_CLASSIFY and the docs.
 struct Coverage {

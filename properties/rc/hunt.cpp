@@ -28,7 +28,7 @@ class SilentListener : public rc::detail::TestListener {
 HuntResult hunt(const std::function<Verdict(const Scenario&)>& check, Emphasis emphasis,
                 const HuntOptions& options) {
   HuntResult result;
-  const rc::Gen<Scenario> scenarios = scenario(emphasis, options.traits);
+  const rc::Gen<Scenario> scenarios = scenario(emphasis, options.traits, options.model);
   // RapidCheck evaluates the shrunk counterexample last (it re-runs the best
   // shrink to report it), so the last failing evaluation is the shrunk case.
   std::optional<Scenario> last_failing;

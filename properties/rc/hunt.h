@@ -27,6 +27,7 @@ struct HuntOptions {
   int max_size = 100;
   bool shrink = true;
   EngineTraits traits = EngineTraits::strict();  // scenarios are drawn within them
+  std::shared_ptr<const Checkpoint> model;       // --model: its config and weights; null: seeded
 };
 
 struct HuntResult {

@@ -278,6 +278,17 @@ class Parser {
       }
       if (value.size() > 1000) fail_at(line, std::string(key) + ": longer than 1000 characters");
       (key == "backend" ? c_.backend : c_.engine) = value;
+    } else if (key == "model") {
+      // The rest of the line: a path may hold spaces.
+      once(line, key);
+      c_.model_path = one_line(rest);
+      if (c_.model_path.empty()) fail_at(line, "model: expected the checkpoint folder's path");
+      if (c_.model_path.size() > 4096) fail_at(line, "model: longer than 4096 characters");
+    } else if (key == "model_hash") {
+      once(line, key);
+      const std::string_view hash = next_word(rest);
+      expect_end(line, key, rest);
+      read_model_hash(line, hash);
     } else if (is_config_key(key) || is_engine_key(key)) {
       once(line, key);
       const std::string_view value = next_word(rest);
@@ -322,7 +333,8 @@ class Parser {
     } else {
       fail_at(line,
               "unknown key " + quoted(key) +
-                  "; expected one of note, property, fault, backend, engine, the model and engine "
+                  "; expected one of note, property, fault, backend, engine, model, model_hash, "
+                  "the model and engine "
                   "fields (family ... kv_dtype), sequence, start, step, finish, reset, "
                   "verdict, where, summary (docs/CASE_FORMAT.md)");
     }
@@ -332,6 +344,19 @@ class Parser {
     if (!rest.empty()) {
       fail_at(line, std::string(key) + ": unexpected " + quoted(rest) + " after the value");
     }
+  }
+
+  // "fnv1a64:" and 16 lowercase hex digits, as load_hf_checkpoint writes it.
+  void read_model_hash(int line, std::string_view hash) {
+    constexpr std::string_view kPrefix = "fnv1a64:";
+    bool ok = hash.size() == kPrefix.size() + 16 && hash.starts_with(kPrefix);
+    for (size_t i = kPrefix.size(); ok && i < hash.size(); ++i) {
+      ok = std::isdigit(static_cast<unsigned char>(hash[i])) || (hash[i] >= 'a' && hash[i] <= 'f');
+    }
+    if (!ok) {
+      fail_at(line, "model_hash: expected fnv1a64:<16 lowercase hex digits>, got " + quoted(hash));
+    }
+    c_.model_hash = std::string(hash);
   }
 
   void read_faults(int line, std::string_view names) {
@@ -482,6 +507,13 @@ class Parser {
     for (const char* key : kConfigKeys) require(key, end);
     for (const char* key : kEngineKeys) require(key, end);
     require("property", end);
+    if (index_.key_line.count("model") != index_.key_line.count("model_hash")) {
+      const bool has_model = index_.key_line.count("model") > 0;
+      fail_at(index_.key_line.at(has_model ? "model" : "model_hash"),
+              has_model ? "model: expected a line \"model_hash fnv1a64:...\" too (the hash of "
+                          "the checkpoint's files)"
+                        : "model_hash: expected a line \"model <folder>\" too");
+    }
     const bool verdict_details =
         index_.key_line.count("where") > 0 || index_.key_line.count("summary") > 0;
     if (verdict_details && !c_.has_verdict) {
@@ -576,6 +608,11 @@ std::string print_case(const CaseFile& c) {
   if (!c.backend.empty()) out << "backend " << c.backend << "\n";
   if (!c.engine.empty()) out << "engine " << c.engine << "\n";
   out << "\n# model\n";
+  if (!c.model_path.empty()) {
+    out << "# a --model checkpoint: the config below is its config.json, weight_seed is unused\n";
+    out << "model " << c.model_path << "\n";
+    out << "model_hash " << c.model_hash << "\n";
+  }
   out << "family " << family_name(config.family) << "\n";
   out << "n_layers " << config.n_layers << "\n";
   out << "d_model " << config.d_model << "\n";

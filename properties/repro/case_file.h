@@ -38,6 +38,11 @@ struct CaseFile {
   std::string
       backend;         // the backend string it was seen on ("cpu", "plugin:x.so?..."); may be empty
   std::string engine;  // the engine's declared identity, "name version"; may be empty
+  // A --model case: the checkpoint folder and the hash of its files
+  // ("fnv1a64:<16 hex digits>"); both empty for seeded weights. The
+  // scenario's config is the checkpoint's; replay needs --model to run it.
+  std::string model_path;
+  std::string model_hash;
   std::vector<std::string> notes;  // free one-line remarks, kept in order
   bool has_verdict = false;
   RecordedVerdict verdict;  // meaningful when has_verdict

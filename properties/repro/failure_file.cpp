@@ -133,6 +133,10 @@ CaseFile failure_case(const Scenario& scenario, const Verdict& verdict, FaultSet
   c.faults = faults;
   c.backend = one_line(context.backend);
   c.engine = one_line(context.engine);
+  if (scenario.model) {
+    c.model_path = one_line(scenario.model->path);
+    c.model_hash = scenario.model->hash;
+  }
   if (!context.found_by.empty()) c.notes.push_back(one_line("found by " + context.found_by));
   if (!context.reproduce.empty()) {
     c.notes.push_back(one_line("reproduce: " + context.reproduce));
@@ -165,7 +169,8 @@ WrittenCase write_failure_case(const Scenario& scenario, const Verdict& verdict,
       // A case file never makes kvcheck load code: a plugin or a command
       // runs only when the user names it with --backend, so say how.
       const bool foreign = c.backend.rfind("plugin:", 0) == 0 || c.backend.rfind("exec:", 0) == 0;
-      const std::string backend = foreign ? " --backend " + shell_quote(c.backend) : "";
+      std::string backend = foreign ? " --backend " + shell_quote(c.backend) : "";
+      if (!c.model_path.empty()) backend += " --model " + shell_quote(c.model_path);
       report << "replay:    " << context.kvcheck_command << " replay" << backend << " "
              << written.path << "\n";
       report << "shrink:    " << context.kvcheck_command << " shrink" << backend << " "

@@ -219,8 +219,12 @@ void schedule_candidates(const Scenario& s, CandidateList& out) {
 
 void model_candidates(const Scenario& s, CandidateList& out) {
   const Config& config = s.config;
+  // A checkpoint's config is its files' (--model): only the engine options
+  // shrink (Scenario::validate drops any other candidate too).
+  const bool fixed_config = s.model != nullptr;
   const bool llama = config.family == Family::kLlama;
   const auto with = [&](auto edit) {
+    if (fixed_config) return;
     Scenario c = s;
     edit(c.config);
     out.add(std::move(c));

@@ -42,6 +42,51 @@ TEST(Generators, SharedKvHeadsEmphasisNeverGivesMha) {
   });
 }
 
+// --model: the checkpoint's config and weights in every scenario, tokens in
+// its vocabulary and sequences cut to its context, alone or in one shared
+// context, while the schedules still vary.
+TEST(Generators, CheckpointFixesTheModelAndFitsItsContext) {
+  auto model = std::make_shared<Checkpoint>();
+  model->path = "/checkpoints/tiny";
+  model->hash = "fnv1a64:0000000000000001";
+  model->config = llama_tiny();
+  model->config.vocab = 7;
+  model->config.max_pos = 5;
+  model->weights = init_weights(model->config, 9);
+  const rc::Gen<rcgen::ScenarioGenes> genes = rcgen::scenario_genes();
+  for (const bool shared : {false, true}) {
+    EngineTraits traits = EngineTraits::strict();
+    traits.limits.capacity_shared = shared;
+    int longer_than_context = 0, steps = 0;
+    for (uint64_t seed = 1; seed <= 300; ++seed) {
+      const rcgen::ScenarioGenes g = genes(rc::Random(seed), 100).value();
+      const Scenario s = rcgen::decode(g, traits, model);
+      ASSERT_EQ(s.validate(), "") << s.to_text();
+      ASSERT_EQ(s.model, model);
+      ASSERT_EQ(s.config, model->config);
+      ASSERT_LE(s.capacity, 5);
+      size_t fed = 0;
+      for (const auto& tokens : s.sequences) {
+        fed += tokens.size();
+        for (int32_t t : tokens) ASSERT_LT(t, 7);
+      }
+      if (shared) {
+        ASSERT_LE(fed, 5u) << s.to_text();
+      }
+      const Scenario unfit = rcgen::decode(g, traits);
+      for (const auto& tokens : unfit.sequences) longer_than_context += tokens.size() > 5;
+      steps += int(s.calls.size());
+    }
+    EXPECT_GT(longer_than_context, 50) << "the context limit was never exercised";
+    EXPECT_GT(steps, 300 * 2);
+  }
+  // A scenario whose config is not the checkpoint's does not validate.
+  Scenario s = rcgen::decode(genes(rc::Random(1), 50).value(), EngineTraits::strict(), model);
+  s.config.n_layers += 1;
+  EXPECT_NE(s.validate().find("differs from the config.json of the --model checkpoint"),
+            std::string::npos);
+}
+
 TEST(Generators, ShrunkGenesStayValid) {
   // Walks a few levels of the shrink tree of random genes: every shrink the
   // shrinker may try must decode to a valid scenario too.

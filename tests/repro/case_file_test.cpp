@@ -161,10 +161,18 @@ std::vector<Malformed> malformed_cases() {
        "reads version 1)"},
       {"unknown key", with_line("backend", "colour blue"),
        "line 7: unknown key \"colour\"; expected one of note, property, fault, backend, engine, "
-       "the "
-       "model "
-       "and engine fields (family ... kv_dtype), sequence, start, step, finish, reset, verdict, "
+       "model, model_hash, the model and engine fields (family ... kv_dtype), sequence, start, "
+       "step, finish, reset, verdict, "
        "where, summary (docs/CASE_FORMAT.md)"},
+      {"model without hash", with_line("backend", "model /tmp/my model"),
+       "line 7: model: expected a line \"model_hash fnv1a64:...\" too (the hash of the "
+       "checkpoint's files)"},
+      {"hash without model", with_line("backend", "model_hash fnv1a64:0123456789abcdef"),
+       "line 7: model_hash: expected a line \"model <folder>\" too"},
+      {"bad model hash", with_line("backend", "model_hash sha256:00"),
+       "line 7: model_hash: expected fnv1a64:<16 lowercase hex digits>, got \"sha256:00\""},
+      {"empty model", with_line("backend", "model"),
+       "line 7: model: expected the checkpoint folder's path"},
       {"unknown property", with_line("property", "property speed"),
        "line 5: property: unknown property \"speed\"; expected one of oracle, chunking, batch, "
        "reset, compaction, cache_state, gqa, determinism, capacity, cross_engine (or P1..P10)"},
@@ -263,6 +271,22 @@ std::vector<Malformed> malformed_cases() {
        }(),
        "line 1026: sequence: expected an integer in [0, 1023], got \"1024\""},
   };
+}
+
+// A --model case: the folder (spaces kept) and the hash round-trip; older
+// files without them still parse (ParsesItsOwnText).
+TEST(CaseFile, RecordsTheCheckpointOfAModelRun) {
+  CaseFile c = sample_case();
+  c.model_path = "/data/my checkpoints/gpt2";
+  c.model_hash = "fnv1a64:0123456789abcdef";
+  const std::string text = print_case(c);
+  EXPECT_NE(text.find("\nmodel /data/my checkpoints/gpt2\nmodel_hash fnv1a64:0123456789abcdef\n"),
+            std::string::npos)
+      << text;
+  const Result<CaseFile> parsed = parse_case(text);
+  ASSERT_TRUE(parsed.ok()) << parsed.error();
+  EXPECT_EQ(parsed.value(), c);
+  EXPECT_TRUE(parse_case(kSampleText).value().model_path.empty());
 }
 
 TEST(CaseFile, RefusesMalformedFilesWithLineAndExpectation) {

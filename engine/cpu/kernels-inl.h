@@ -299,12 +299,37 @@ void MatmulSimd(const float* HWY_RESTRICT x, size_t rows, const float* HWY_RESTR
 // ---------------------------------------------------------------------------
 // attend
 
+// Key or value rows in key order, as next() hands them out: one stride from
+// a start (contiguous storage), or block by block through a block table
+// (paged storage, block_rows rows per block). Only addresses differ, so both
+// give the same bits for the same rows.
+struct ContiguousRows {
+  const unsigned char* at;
+  size_t row_bytes;
+  HWY_INLINE const unsigned char* next() {
+    const unsigned char* row = at;
+    at += row_bytes;
+    return row;
+  }
+};
+
+struct BlockRows {
+  const void* const* blocks;  // [blocks] start of each block's rows
+  size_t block_rows, row_bytes;
+  size_t block = 0, offset = 0;
+  HWY_INLINE const unsigned char* next() {
+    const unsigned char* row =
+        static_cast<const unsigned char*>(blocks[block]) + offset * row_bytes;
+    if (++offset == block_rows) offset = 0, ++block;
+    return row;
+  }
+};
+
 // Scores of kHeads query heads against every key; each K row is loaded once
 // for the kHeads heads. scores: [kHeads][n_keys] (row stride n_keys).
-template <KvDtype kDtype, size_t kHeads>
-HWY_INLINE void AttendScores(const float* HWY_RESTRICT q, const unsigned char* HWY_RESTRICT k,
-                             size_t row_bytes, size_t n_keys, size_t dim, float scale,
-                             float* HWY_RESTRICT scores) {
+template <KvDtype kDtype, size_t kHeads, class Rows>
+HWY_INLINE void AttendScores(const float* HWY_RESTRICT q, Rows k, size_t n_keys, size_t dim,
+                             float scale, float* HWY_RESTRICT scores) {
   const DF df;
   const size_t lanes = hn::Lanes(df);
   const size_t dim_full = dim - dim % lanes;
@@ -314,7 +339,7 @@ HWY_INLINE void AttendScores(const float* HWY_RESTRICT q, const unsigned char* H
     q_tail[h] = LoadPadded(df, q + h * dim + dim_full, dim - dim_full);
   }
   for (size_t j = 0; j < n_keys; ++j) {
-    const void* k_row = k + j * row_bytes;
+    const void* k_row = k.next();
     VF acc[kHeads];
     KVCHECK_UNROLL_FULLY
     for (size_t h = 0; h < kHeads; ++h) acc[h] = hn::Zero(df);
@@ -369,10 +394,9 @@ HWY_INLINE float SoftmaxNumerators(float* HWY_RESTRICT p, size_t n_keys) {
 // (or, with kPadded, for the last dim - d0 < Lanes elements). Each lane keeps
 // an even-key and an odd-key chain, added at the end: a fixed structure that
 // depends only on n_keys.
-template <KvDtype kDtype, size_t kChunks, bool kPadded>
-HWY_INLINE void AttendValues(const float* HWY_RESTRICT p, const unsigned char* HWY_RESTRICT v,
-                             size_t row_bytes, size_t n_keys, size_t d0, size_t dim, float sum,
-                             float* HWY_RESTRICT out) {
+template <KvDtype kDtype, size_t kChunks, bool kPadded, class Rows>
+HWY_INLINE void AttendValues(const float* HWY_RESTRICT p, Rows v, size_t n_keys, size_t d0,
+                             size_t dim, float sum, float* HWY_RESTRICT out) {
   const DF df;
   const size_t lanes = hn::Lanes(df);
   const size_t tail_count = dim - d0;
@@ -391,8 +415,8 @@ HWY_INLINE void AttendValues(const float* HWY_RESTRICT p, const unsigned char* H
   for (; j + 2 <= n_keys; j += 2) {
     const VF p_even = hn::Set(df, p[j]);
     const VF p_odd = hn::Set(df, p[j + 1]);
-    const void* row_even = v + j * row_bytes;
-    const void* row_odd = v + (j + 1) * row_bytes;
+    const void* row_even = v.next();
+    const void* row_odd = v.next();
     KVCHECK_UNROLL_FULLY
     for (size_t c = 0; c < kChunks; ++c) {
       even[c] = hn::MulAdd(p_even, load(row_even, c), even[c]);
@@ -401,7 +425,7 @@ HWY_INLINE void AttendValues(const float* HWY_RESTRICT p, const unsigned char* H
   }
   if (j < n_keys) {
     const VF p_even = hn::Set(df, p[j]);
-    const void* row_even = v + j * row_bytes;
+    const void* row_even = v.next();
     KVCHECK_UNROLL_FULLY
     for (size_t c = 0; c < kChunks; ++c) even[c] = hn::MulAdd(p_even, load(row_even, c), even[c]);
   }
@@ -417,32 +441,29 @@ HWY_INLINE void AttendValues(const float* HWY_RESTRICT p, const unsigned char* H
   }
 }
 
-template <KvDtype kDtype>
-void AttendTyped(const float* HWY_RESTRICT q, size_t group, const void* k, const void* v,
-                 size_t kv_stride, size_t n_keys, size_t dim, float scale,
-                 float* HWY_RESTRICT scores, float* HWY_RESTRICT out) {
+// k_rows, v_rows: fresh cursors at key 0 (each pass copies them).
+template <KvDtype kDtype, class Rows>
+void AttendTyped(const float* HWY_RESTRICT q, size_t group, Rows k_rows, Rows v_rows, size_t n_keys,
+                 size_t dim, float scale, float* HWY_RESTRICT scores, float* HWY_RESTRICT out) {
   if (n_keys == 0) {
     std::fill(out, out + group * dim, 0.0f);
     return;
   }
-  const size_t row_bytes = kv_stride * static_cast<size_t>(kv_dtype_bytes(kDtype));
-  const auto* k_bytes = static_cast<const unsigned char*>(k);
-  const auto* v_bytes = static_cast<const unsigned char*>(v);
   for (size_t g = 0; g < group; g += 4) {
     const float* q_block = q + g * dim;
     float* s_block = scores + g * n_keys;
     switch (std::min<size_t>(4, group - g)) {
       case 4:
-        AttendScores<kDtype, 4>(q_block, k_bytes, row_bytes, n_keys, dim, scale, s_block);
+        AttendScores<kDtype, 4>(q_block, k_rows, n_keys, dim, scale, s_block);
         break;
       case 3:
-        AttendScores<kDtype, 3>(q_block, k_bytes, row_bytes, n_keys, dim, scale, s_block);
+        AttendScores<kDtype, 3>(q_block, k_rows, n_keys, dim, scale, s_block);
         break;
       case 2:
-        AttendScores<kDtype, 2>(q_block, k_bytes, row_bytes, n_keys, dim, scale, s_block);
+        AttendScores<kDtype, 2>(q_block, k_rows, n_keys, dim, scale, s_block);
         break;
       default:
-        AttendScores<kDtype, 1>(q_block, k_bytes, row_bytes, n_keys, dim, scale, s_block);
+        AttendScores<kDtype, 1>(q_block, k_rows, n_keys, dim, scale, s_block);
         break;
     }
   }
@@ -455,24 +476,37 @@ void AttendTyped(const float* HWY_RESTRICT q, size_t group, const void* k, const
     const float sum = SoftmaxNumerators(p, n_keys);
     size_t d = 0;
     for (; d + 4 * lanes <= dim_full; d += 4 * lanes) {
-      AttendValues<kDtype, 4, false>(p, v_bytes, row_bytes, n_keys, d, dim, sum, out_head);
+      AttendValues<kDtype, 4, false>(p, v_rows, n_keys, d, dim, sum, out_head);
     }
     switch ((dim_full - d) / lanes) {
       case 3:
-        AttendValues<kDtype, 3, false>(p, v_bytes, row_bytes, n_keys, d, dim, sum, out_head);
+        AttendValues<kDtype, 3, false>(p, v_rows, n_keys, d, dim, sum, out_head);
         break;
       case 2:
-        AttendValues<kDtype, 2, false>(p, v_bytes, row_bytes, n_keys, d, dim, sum, out_head);
+        AttendValues<kDtype, 2, false>(p, v_rows, n_keys, d, dim, sum, out_head);
         break;
       case 1:
-        AttendValues<kDtype, 1, false>(p, v_bytes, row_bytes, n_keys, d, dim, sum, out_head);
+        AttendValues<kDtype, 1, false>(p, v_rows, n_keys, d, dim, sum, out_head);
         break;
       default:
         break;
     }
     if (dim_full != dim) {
-      AttendValues<kDtype, 1, true>(p, v_bytes, row_bytes, n_keys, dim_full, dim, sum, out_head);
+      AttendValues<kDtype, 1, true>(p, v_rows, n_keys, dim_full, dim, sum, out_head);
     }
+  }
+}
+
+template <class Rows>
+void AttendRows(const float* q, size_t group, Rows k, Rows v, KvDtype dtype, size_t n_keys,
+                size_t dim, float scale, float* scores, float* out) {
+  switch (dtype) {
+    case KvDtype::kF32:
+      return AttendTyped<KvDtype::kF32>(q, group, k, v, n_keys, dim, scale, scores, out);
+    case KvDtype::kBF16:
+      return AttendTyped<KvDtype::kBF16>(q, group, k, v, n_keys, dim, scale, scores, out);
+    case KvDtype::kF16:
+      return AttendTyped<KvDtype::kF16>(q, group, k, v, n_keys, dim, scale, scores, out);
   }
 }
 
@@ -481,15 +515,20 @@ void AttendTyped(const float* HWY_RESTRICT q, size_t group, const void* k, const
 void AttendSimd(const float* q, size_t group, const void* k, const void* v, KvDtype dtype,
                 size_t kv_stride, size_t n_keys, size_t dim, float scale, float* scores,
                 float* out) {
-  switch (dtype) {
-    case KvDtype::kF32:
-      return AttendTyped<KvDtype::kF32>(q, group, k, v, kv_stride, n_keys, dim, scale, scores, out);
-    case KvDtype::kBF16:
-      return AttendTyped<KvDtype::kBF16>(q, group, k, v, kv_stride, n_keys, dim, scale, scores,
-                                         out);
-    case KvDtype::kF16:
-      return AttendTyped<KvDtype::kF16>(q, group, k, v, kv_stride, n_keys, dim, scale, scores, out);
-  }
+  const size_t row_bytes = kv_stride * static_cast<size_t>(kv_dtype_bytes(dtype));
+  AttendRows(q, group, ContiguousRows{static_cast<const unsigned char*>(k), row_bytes},
+             ContiguousRows{static_cast<const unsigned char*>(v), row_bytes}, dtype, n_keys, dim,
+             scale, scores, out);
+}
+
+// As AttendSimd, with key j in block j / block_rows of k_blocks / v_blocks.
+void AttendPagedSimd(const float* q, size_t group, const void* const* k_blocks,
+                     const void* const* v_blocks, size_t block_rows, KvDtype dtype,
+                     size_t kv_stride, size_t n_keys, size_t dim, float scale, float* scores,
+                     float* out) {
+  const size_t row_bytes = kv_stride * static_cast<size_t>(kv_dtype_bytes(dtype));
+  AttendRows(q, group, BlockRows{k_blocks, block_rows, row_bytes},
+             BlockRows{v_blocks, block_rows, row_bytes}, dtype, n_keys, dim, scale, scores, out);
 }
 
 // ---------------------------------------------------------------------------

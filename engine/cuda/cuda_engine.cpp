@@ -492,6 +492,11 @@ std::unique_ptr<Engine> make_cuda_engine(const Config& config, const Weights& we
   } else if (config.head_dim > cuda::kMaxAttentionHeadDim) {
     out << "head_dim: " << config.head_dim << " exceeds the CUDA engine's limit of "
         << cuda::kMaxAttentionHeadDim;
+  } else if (options.block_size != 0 || options.pool_blocks != 0) {
+    // docs/OPERATIONS.md: paged storage, fork and truncate are CPU-only so far;
+    // the CUDA backend's traits do not declare them.
+    out << "block_size: " << options.block_size
+        << ": the CUDA engine has contiguous storage only (block_size 0)";
   }
   if (!out.str().empty()) throw InputError(out.str());
   int devices = 0;

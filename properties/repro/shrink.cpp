@@ -36,10 +36,13 @@ void erase_tokens(Scenario& s, int sequence, int from, int count) {
 void drop_sequence(Scenario& s, int k) {
   std::vector<Call> calls;
   for (Call call : s.calls) {
-    if ((call.kind == Call::Kind::kStart || call.kind == Call::Kind::kFinish) &&
-        call.sequence == k) {
-      continue;
-    }
+    const bool own = call.kind == Call::Kind::kStart || call.kind == Call::Kind::kFinish ||
+                     call.kind == Call::Kind::kTruncate || call.kind == Call::Kind::kFork;
+    if (own && call.sequence == k) continue;
+    // A fork from the dropped sequence goes too; normalize then drops the
+    // child, which is never started.
+    if (call.kind == Call::Kind::kFork && call.parent == k) continue;
+    if (call.kind == Call::Kind::kFork && call.parent > k) --call.parent;
     std::erase_if(call.chunks, [k](const ChunkSpec& c) { return c.sequence == k; });
     if (call.kind == Call::Kind::kStep && call.chunks.empty()) continue;
     if (call.sequence > k) --call.sequence;
@@ -58,7 +61,8 @@ void normalize(Scenario& s) {
   std::vector<int> fed(s.sequences.size(), 0);
   std::vector<bool> started(s.sequences.size(), false);
   for (const Call& call : s.calls) {
-    if (call.kind == Call::Kind::kStart && size_t(call.sequence) < started.size()) {
+    const bool starts = call.kind == Call::Kind::kStart || call.kind == Call::Kind::kFork;
+    if (starts && size_t(call.sequence) < started.size()) {
       started[size_t(call.sequence)] = true;
     }
     for (const ChunkSpec& chunk : call.chunks) {
@@ -76,12 +80,20 @@ void normalize(Scenario& s) {
 // The most sequences running at once, and the longest fed sequence.
 std::pair<int, int> peak_rows_and_length(const Scenario& s) {
   int running = 0, peak = 0;
-  std::vector<int> fed(s.sequences.size(), 0);
+  std::vector<int> fed(s.sequences.size(), 0);  // [sequence] content length
   int longest = 0;
+  const auto valid = [&](int q) { return q >= 0 && size_t(q) < fed.size(); };
   for (const Call& call : s.calls) {
     switch (call.kind) {
       case Call::Kind::kStart:
         peak = std::max(peak, ++running);
+        break;
+      case Call::Kind::kFork:
+        peak = std::max(peak, ++running);
+        if (valid(call.sequence)) fed[size_t(call.sequence)] = call.count;
+        break;
+      case Call::Kind::kTruncate:
+        if (valid(call.sequence)) fed[size_t(call.sequence)] -= call.count;
         break;
       case Call::Kind::kFinish:
         --running;
@@ -174,6 +186,15 @@ void schedule_candidates(const Scenario& s, CandidateList& out) {
       }
       c.calls.erase(c.calls.begin() + std::ptrdiff_t(i));
       out.add(std::move(c));
+    }
+    if (call.kind == Call::Kind::kFork || call.kind == Call::Kind::kTruncate) {
+      // A shorter fork prefix or a shorter truncation.
+      for (int n : smaller_values(call.count, 0)) {
+        Scenario c = s;
+        c.calls[i].count = n;
+        out.add(std::move(c));
+      }
+      continue;
     }
     if (call.kind != Call::Kind::kStep) continue;
     for (size_t j = 0; j < call.chunks.size(); ++j) {
@@ -280,6 +301,18 @@ void model_candidates(const Scenario& s, CandidateList& out) {
     c.kv_dtype = KvDtype::kF32;
     out.add(std::move(c));
   }
+  // Contiguous storage, smaller blocks, the default pool.
+  for (int v : smaller_values(s.block_size, 0, {1, 2})) {
+    Scenario c = s;
+    c.block_size = v;
+    if (v == 0) c.pool_blocks = 0;
+    out.add(std::move(c));
+  }
+  if (s.pool_blocks > 0) {
+    Scenario c = s;
+    c.pool_blocks = 0;
+    out.add(std::move(c));
+  }
 }
 
 void token_candidates(const Scenario& s, CandidateList& out) {
@@ -312,7 +345,7 @@ void token_candidates(const Scenario& s, CandidateList& out) {
 int64_t shrink_complexity(const Scenario& s) {
   const Config& c = s.config;
   int64_t total = int64_t(c.d_model) + c.d_ff + c.head_dim + c.n_kv_heads + c.vocab + c.max_pos +
-                  s.capacity + s.max_rows + (c.qkv_bias ? 1 : 0) +
+                  s.capacity + s.max_rows + s.block_size + s.pool_blocks + (c.qkv_bias ? 1 : 0) +
                   (s.kv_dtype != KvDtype::kF32 ? 1 : 0);
   for (const auto& tokens : s.sequences) {
     total += int64_t(tokens.size());

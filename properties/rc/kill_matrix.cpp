@@ -30,7 +30,7 @@ const std::vector<CatalogueEntry>& fault_catalogue() {
       {Fault::kTruncateNoop, {P::kOracle, P::kRollback, P::kCacheState}, 8, 6},
       {Fault::kTruncateKeepsPosition, {P::kOracle, P::kRollback, P::kCacheState}, 8, 8},
       {Fault::kResetClearsLayer0Only, {P::kPoison}, 0, 7},
-      {Fault::kCowSkipped, {P::kSharing}, 12, 12},
+      {Fault::kCowSkipped, {P::kSharing}, 12, 10},
       {Fault::kForkSharesPartialBlock, {P::kPool}, 0, 7},
       {Fault::kFreedBlockStillReferenced, {P::kPool}, 0, 8},
       {Fault::kRefcountLeak, {P::kPool}, 0, 8},

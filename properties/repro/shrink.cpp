@@ -72,6 +72,25 @@ void normalize(Scenario& s) {
   for (size_t q = 0; q < s.sequences.size(); ++q) {
     if (s.sequences[q].size() > size_t(fed[q])) s.sequences[q].resize(size_t(fed[q]));
   }
+  // Forks and truncations clamped to what the sequence holds by then, so a
+  // shorter step keeps them valid; a truncation of nothing goes.
+  std::vector<int> held(s.sequences.size(), 0);  // [sequence] content length
+  const auto valid = [&](int q) { return q >= 0 && size_t(q) < held.size(); };
+  for (Call& call : s.calls) {
+    if (call.kind == Call::Kind::kStep) {
+      for (const ChunkSpec& chunk : call.chunks) {
+        if (valid(chunk.sequence)) held[size_t(chunk.sequence)] += chunk.length;
+      }
+    } else if (call.kind == Call::Kind::kFork && valid(call.parent) && valid(call.sequence)) {
+      call.count = std::clamp(call.count, 0, held[size_t(call.parent)]);
+      held[size_t(call.sequence)] = call.count;
+    } else if (call.kind == Call::Kind::kTruncate && valid(call.sequence)) {
+      call.count = std::clamp(call.count, 0, held[size_t(call.sequence)]);
+      held[size_t(call.sequence)] -= call.count;
+    }
+  }
+  std::erase_if(s.calls,
+                [](const Call& c) { return c.kind == Call::Kind::kTruncate && c.count == 0; });
   for (int k = static_cast<int>(s.sequences.size()) - 1; k >= 0; --k) {
     if (!started[size_t(k)]) drop_sequence(s, k);
   }

@@ -29,6 +29,7 @@
 #include <cstring>
 
 #include "engine/kv_dtype.h"
+#include "hwy/cache_control.h"
 #include "hwy/contrib/math/math-inl.h"
 #include "hwy/highway.h"
 
@@ -299,17 +300,18 @@ void MatmulSimd(const float* HWY_RESTRICT x, size_t rows, const float* HWY_RESTR
 // ---------------------------------------------------------------------------
 // attend
 
-// Key or value rows in key order, as next() hands them out: one stride from
-// a start (contiguous storage), or block by block through a block table
-// (paged storage, block_rows rows per block). Only addresses differ, so both
-// give the same bits for the same rows.
+// Key or value rows in key order, handed out in runs of rows that lie one
+// stride apart: one run from a start (contiguous storage), or one per block
+// of a block table (paged storage, block_rows rows per block). Only addresses
+// differ, so both give the same bits for the same rows.
 struct ContiguousRows {
   const unsigned char* at;
   size_t row_bytes;
-  HWY_INLINE const unsigned char* next() {
-    const unsigned char* row = at;
-    at += row_bytes;
-    return row;
+  // Up to `wanted` rows from the cursor: their start, and how many.
+  HWY_INLINE size_t run(const unsigned char*& start, size_t wanted) {
+    start = at;
+    at += wanted * row_bytes;
+    return wanted;
   }
 };
 
@@ -317,11 +319,18 @@ struct BlockRows {
   const void* const* blocks;  // [blocks] start of each block's rows
   size_t block_rows, row_bytes;
   size_t block = 0, offset = 0;
-  HWY_INLINE const unsigned char* next() {
-    const unsigned char* row =
-        static_cast<const unsigned char*>(blocks[block]) + offset * row_bytes;
-    if (++offset == block_rows) offset = 0, ++block;
-    return row;
+  HWY_INLINE size_t run(const unsigned char*& start, size_t wanted) {
+    start = static_cast<const unsigned char*>(blocks[block]) + offset * row_bytes;
+    const size_t n = std::min(block_rows - offset, wanted);
+    // The next block lies elsewhere (often in another page, where the
+    // hardware prefetcher stops): fetch all of it while this run is read.
+    if (n < wanted) {
+      const auto* next = static_cast<const unsigned char*>(blocks[block + 1]);
+      for (size_t line = 0; line < block_rows * row_bytes; line += 64) hwy::Prefetch(next + line);
+    }
+    offset += n;
+    if (offset == block_rows) offset = 0, ++block;
+    return n;
   }
 };
 
@@ -338,25 +347,29 @@ HWY_INLINE void AttendScores(const float* HWY_RESTRICT q, Rows k, size_t n_keys,
   for (size_t h = 0; h < kHeads; ++h) {
     q_tail[h] = LoadPadded(df, q + h * dim + dim_full, dim - dim_full);
   }
-  for (size_t j = 0; j < n_keys; ++j) {
-    const void* k_row = k.next();
-    VF acc[kHeads];
-    KVCHECK_UNROLL_FULLY
-    for (size_t h = 0; h < kHeads; ++h) acc[h] = hn::Zero(df);
-    for (size_t d = 0; d < dim_full; d += lanes) {
-      const VF kv = LoadKv<kDtype>(df, k_row, d);
+  for (size_t j = 0; j < n_keys;) {
+    const unsigned char* run_start;
+    const size_t run_end = j + k.run(run_start, n_keys - j);
+    for (; j < run_end; ++j, run_start += k.row_bytes) {
+      const void* k_row = run_start;
+      VF acc[kHeads];
       KVCHECK_UNROLL_FULLY
-      for (size_t h = 0; h < kHeads; ++h) {
-        acc[h] = hn::MulAdd(hn::LoadU(df, q + h * dim + d), kv, acc[h]);
+      for (size_t h = 0; h < kHeads; ++h) acc[h] = hn::Zero(df);
+      for (size_t d = 0; d < dim_full; d += lanes) {
+        const VF kv = LoadKv<kDtype>(df, k_row, d);
+        KVCHECK_UNROLL_FULLY
+        for (size_t h = 0; h < kHeads; ++h) {
+          acc[h] = hn::MulAdd(hn::LoadU(df, q + h * dim + d), kv, acc[h]);
+        }
       }
-    }
-    if (dim_full != dim) {
-      const VF kv = LoadKvPadded<kDtype>(df, k_row, dim_full, dim - dim_full);
+      if (dim_full != dim) {
+        const VF kv = LoadKvPadded<kDtype>(df, k_row, dim_full, dim - dim_full);
+        KVCHECK_UNROLL_FULLY
+        for (size_t h = 0; h < kHeads; ++h) acc[h] = hn::MulAdd(q_tail[h], kv, acc[h]);
+      }
       KVCHECK_UNROLL_FULLY
-      for (size_t h = 0; h < kHeads; ++h) acc[h] = hn::MulAdd(q_tail[h], kv, acc[h]);
+      for (size_t h = 0; h < kHeads; ++h) scores[h * n_keys + j] = SumLanes(df, acc[h]) * scale;
     }
-    KVCHECK_UNROLL_FULLY
-    for (size_t h = 0; h < kHeads; ++h) scores[h * n_keys + j] = SumLanes(df, acc[h]) * scale;
   }
 }
 
@@ -411,23 +424,29 @@ HWY_INLINE void AttendValues(const float* HWY_RESTRICT p, Rows v, size_t n_keys,
   VF odd[kChunks];
   KVCHECK_UNROLL_FULLY
   for (size_t c = 0; c < kChunks; ++c) even[c] = odd[c] = hn::Zero(df);
-  size_t j = 0;
-  for (; j + 2 <= n_keys; j += 2) {
-    const VF p_even = hn::Set(df, p[j]);
-    const VF p_odd = hn::Set(df, p[j + 1]);
-    const void* row_even = v.next();
-    const void* row_odd = v.next();
+  // Key j goes to the even chain when j is even, else to the odd one, in
+  // ascending order within each chain, however the runs fall.
+  const auto add = [&](VF* chain, size_t key, const void* row) HWY_ATTR {
+    const VF weight = hn::Set(df, p[key]);
     KVCHECK_UNROLL_FULLY
-    for (size_t c = 0; c < kChunks; ++c) {
-      even[c] = hn::MulAdd(p_even, load(row_even, c), even[c]);
-      odd[c] = hn::MulAdd(p_odd, load(row_odd, c), odd[c]);
+    for (size_t c = 0; c < kChunks; ++c) chain[c] = hn::MulAdd(weight, load(row, c), chain[c]);
+  };
+  for (size_t j = 0; j < n_keys;) {
+    const unsigned char* row;
+    const size_t run_end = j + v.run(row, n_keys - j);
+    if (j % 2 == 1 && j < run_end) add(odd, j++, row), row += v.row_bytes;
+    for (; j + 2 <= run_end; j += 2, row += 2 * v.row_bytes) {
+      const VF p_even = hn::Set(df, p[j]);
+      const VF p_odd = hn::Set(df, p[j + 1]);
+      const void* row_even = row;
+      const void* row_odd = row + v.row_bytes;
+      KVCHECK_UNROLL_FULLY
+      for (size_t c = 0; c < kChunks; ++c) {
+        even[c] = hn::MulAdd(p_even, load(row_even, c), even[c]);
+        odd[c] = hn::MulAdd(p_odd, load(row_odd, c), odd[c]);
+      }
     }
-  }
-  if (j < n_keys) {
-    const VF p_even = hn::Set(df, p[j]);
-    const void* row_even = v.next();
-    KVCHECK_UNROLL_FULLY
-    for (size_t c = 0; c < kChunks; ++c) even[c] = hn::MulAdd(p_even, load(row_even, c), even[c]);
+    if (j < run_end) add(even, j++, row);
   }
   const VF sum_v = hn::Set(df, sum);
   KVCHECK_UNROLL_FULLY

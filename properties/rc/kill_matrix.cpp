@@ -109,7 +109,7 @@ std::string KillMatrix::table() const {
   std::ostringstream out;
   char line[256];
   const bool per_property = !rows.empty() && !rows.front().cells.empty();
-  std::snprintf(line, sizeof(line), "%-26s", "fault \\ property");
+  std::snprintf(line, sizeof(line), "%-29s", "fault \\ property");
   out << line;
   if (per_property) {
     for (int p = 0; p < kPropertyCount; ++p) {
@@ -119,7 +119,7 @@ std::string KillMatrix::table() const {
   }
   out << "   any  size target    x  logits-min  s(any)  killed first by\n";
   for (const KillMatrixRow& row : rows) {
-    std::snprintf(line, sizeof(line), "%-26s", row.name.c_str());
+    std::snprintf(line, sizeof(line), "%-29s", row.name.c_str());
     out << line;
     if (!row.ran) {
       out << "  not run: time limit\n";

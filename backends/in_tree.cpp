@@ -26,12 +26,17 @@ EngineTraits cpu_engine_traits(KernelPath kernels) {
   EngineTraits t;
   t.identity = {kernels == KernelPath::kOptimized ? "kvcheck-cpu" : "kvcheck-cpu-reference", "1"};
   t.operations.fault_switches = true;
+  t.limits.max_rows = 4096;  // make_cpu_engine's own bound
+  return t;
+}
+
+EngineTraits cpu_engine_traits_with_operations(KernelPath kernels) {
+  EngineTraits t = cpu_engine_traits(kernels);
   t.operations.fork = true;
   t.operations.truncate = true;
   t.operations.paged = true;
   t.operations.pool_report = true;
   t.operations.storage_check = true;
-  t.limits.max_rows = 4096;  // make_cpu_engine's own bound
   return t;
 }
 
@@ -60,7 +65,7 @@ Backend cpu_backend(const BackendSpec& spec, KernelPath kernels) {
                      ": a pool needs paged=B (block size 1..32)");
   }
   Backend b;
-  b.traits = cpu_engine_traits(kernels);
+  b.traits = cpu_engine_traits_with_operations(kernels);
   b.make_factory = [kernels, paged, pool](FaultSet faults) {
     return cpu_engine_factory(faults, kernels, paged, pool);
   };

@@ -21,7 +21,12 @@ std::vector<std::string> default_backend_names();
 EngineFactory cpu_engine_factory(FaultSet faults = {}, KernelPath kernels = KernelPath::kOptimized,
                                  int paged = 0, int pool = 0);
 
-// What the in-tree CPU engine declares (both kernel paths).
+// What the in-tree CPU engine declares (both kernel paths) over a transport
+// that carries the core calls only (the C plugin ABI v1, engine protocol v1):
+// no fork, truncate, paged storage, pool report or storage check.
 EngineTraits cpu_engine_traits(KernelPath kernels = KernelPath::kOptimized);
+// In process (the `cpu` and `cpu-reference` backends): everything it offers,
+// the operations of docs/OPERATIONS.md included.
+EngineTraits cpu_engine_traits_with_operations(KernelPath kernels = KernelPath::kOptimized);
 
 }  // namespace kvcheck

@@ -454,6 +454,18 @@ rc::Gen<Scenario> scenario(Emphasis emphasis, const EngineTraits& traits) {
                       [traits](const ScenarioGenes& g) { return decode(g, traits); });
 }
 
+Coverage& Coverage::operator|=(const Coverage& o) {
+  for (auto member :
+       {&Coverage::gpt2, &Coverage::mha, &Coverage::gqa, &Coverage::mqa, &Coverage::batched_step,
+        &Coverage::mixed_step, &Coverage::one_token_chunk, &Coverage::reset, &Coverage::finish,
+        &Coverage::reused_row, &Coverage::at_capacity, &Coverage::reduced_dtype, &Coverage::paged,
+        &Coverage::fork, &Coverage::fork_mid_block, &Coverage::fork_at_boundary,
+        &Coverage::truncate, &Coverage::truncate_to_zero, &Coverage::truncate_across_blocks}) {
+    this->*member = this->*member || o.*member;
+  }
+  return *this;
+}
+
 Coverage coverage(const Scenario& s) {
   Coverage cov;
   const Config& c = s.config;

@@ -127,6 +127,9 @@ struct Coverage {
   bool paged = false;          // block_size > 0
   bool fork = false, fork_mid_block = false, fork_at_boundary = false;
   bool truncate = false, truncate_to_zero = false, truncate_across_blocks = false;
+
+  // Every tag either side has (coverage over many scenarios).
+  Coverage& operator|=(const Coverage& other);
 };
 Coverage coverage(const Scenario& scenario);
 

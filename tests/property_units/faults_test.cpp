@@ -80,13 +80,14 @@ TEST(Faults, EachListedPropertyFailsAtTheRightPlaceAndTheCorrectEnginePasses) {
       SCOPED_TRACE(std::string(fault_name(c.fault)) + " " +
                    std::string(property_label(e.property)));
       for (KernelPath path : {KernelPath::kReference, KernelPath::kOptimized}) {
-        const Verdict correct =
-            check_property(e.property, scenario,
-                           EngineUnderTest(cpu_engine_factory({}, path), cpu_engine_traits(path)));
-        EXPECT_TRUE(correct.passed) << describe(correct);
-        const Verdict v = check_property(
+        const Verdict correct = check_property(
             e.property, scenario,
-            EngineUnderTest(cpu_engine_factory(FaultSet(c.fault), path), cpu_engine_traits(path)));
+            EngineUnderTest(cpu_engine_factory({}, path), cpu_engine_traits_with_operations(path)));
+        EXPECT_TRUE(correct.passed) << describe(correct);
+        const Verdict v =
+            check_property(e.property, scenario,
+                           EngineUnderTest(cpu_engine_factory(FaultSet(c.fault), path),
+                                           cpu_engine_traits_with_operations(path)));
         ASSERT_FALSE(v.passed) << describe(v);
         EXPECT_EQ(v.where.call, e.call) << describe(v);
         EXPECT_EQ(v.where.sequence, e.sequence) << describe(v);
@@ -136,9 +137,9 @@ TEST(Faults, EveryFaultIsKilledOnTheRichScenario) {
         if (fault_needs(fault) == "truncate" || fault_needs(fault) == "paged") continue;
         bool killed = false;
         for (int p = 0; p < kPropertyCount && !killed; ++p) {
-          killed = !check_property(
-                        static_cast<Property>(p), scenario,
-                        EngineUnderTest(cpu_engine_factory(FaultSet(fault)), cpu_engine_traits()))
+          killed = !check_property(static_cast<Property>(p), scenario,
+                                   EngineUnderTest(cpu_engine_factory(FaultSet(fault)),
+                                                   cpu_engine_traits_with_operations()))
                         .passed;
         }
         EXPECT_TRUE(killed) << fault_name(fault) << " survives " << family_name(family) << " "

@@ -29,9 +29,10 @@ TEST(Properties, CorrectEnginePassesEveryPropertyOnTheRichScenario) {
         // P10 compares each kernel path with the other.
         const KernelPath other =
             path == KernelPath::kReference ? KernelPath::kOptimized : KernelPath::kReference;
-        EngineUnderTest subject(cpu_engine_factory(FaultSet(), path), cpu_engine_traits(path));
+        EngineUnderTest subject(cpu_engine_factory(FaultSet(), path),
+                                cpu_engine_traits_with_operations(path));
         subject.reference = std::make_shared<const EngineUnderTest>(
-            cpu_engine_factory(FaultSet(), other), cpu_engine_traits(other));
+            cpu_engine_factory(FaultSet(), other), cpu_engine_traits_with_operations(other));
         for (int i = 0; i < kPropertyCount; ++i) {
           const Property p = static_cast<Property>(i);
           const Verdict v = check_property(p, scenario, subject);
@@ -61,7 +62,7 @@ TEST(Properties, EveryPropertyPassesOnTheOperationsScenario) {
       for (KvDtype dtype : {KvDtype::kF32, KvDtype::kBF16}) {
         const Scenario scenario = operations_scenario(family, block, dtype);
         ASSERT_EQ(scenario.validate(), "");
-        const EngineUnderTest subject(cpu_engine_factory(), cpu_engine_traits());
+        const EngineUnderTest subject(cpu_engine_factory(), cpu_engine_traits_with_operations());
         for (int i = 0; i < kPropertyCount; ++i) {
           const Property p = static_cast<Property>(i);
           const Verdict v = check_property(p, scenario, subject);

@@ -25,10 +25,10 @@ int check_case(const std::string& path, const CaseFile& c) {
   for (const kvcheck::KernelPath kernels :
        {kvcheck::KernelPath::kOptimized, kvcheck::KernelPath::kReference}) {
     const char* path_name = kernels == kvcheck::KernelPath::kOptimized ? "cpu" : "cpu-reference";
-    const Verdict v =
-        kvcheck::check_property(c.property, c.scenario,
-                                kvcheck::EngineUnderTest(kvcheck::cpu_engine_factory({}, kernels),
-                                                         kvcheck::cpu_engine_traits(kernels)));
+    const Verdict v = kvcheck::check_property(
+        c.property, c.scenario,
+        kvcheck::EngineUnderTest(kvcheck::cpu_engine_factory({}, kernels),
+                                 kvcheck::cpu_engine_traits_with_operations(kernels)));
     if (!v.passed) {
       std::printf("FAIL %s: %s fails on the correct engine (%s):\n%s\n%s\n", path.c_str(),
                   property.c_str(), path_name, v.summary.c_str(), v.detail.c_str());
@@ -44,10 +44,10 @@ int check_case(const std::string& path, const CaseFile& c) {
     }
   }
   if (c.faults.any()) {
-    const Verdict v =
-        kvcheck::check_property(c.property, c.scenario,
-                                kvcheck::EngineUnderTest(kvcheck::cpu_engine_factory(c.faults),
-                                                         kvcheck::cpu_engine_traits()));
+    const Verdict v = kvcheck::check_property(
+        c.property, c.scenario,
+        kvcheck::EngineUnderTest(kvcheck::cpu_engine_factory(c.faults),
+                                 kvcheck::cpu_engine_traits_with_operations()));
     if (v.passed) {
       std::printf(
           "FAIL %s: %s no longer fails with %s on: the case cannot catch that fault any "

@@ -12,7 +12,7 @@ namespace kvcheck::test {
 std::optional<CaseFile> bloated_case(const FaultTarget& target, int min_size, uint64_t seed,
                                      int tries) {
   const FaultSet faults(target.fault);
-  const EngineUnderTest factory(cpu_engine_factory(faults), cpu_engine_traits());
+  const EngineUnderTest factory(cpu_engine_factory(faults), cpu_engine_traits_with_operations());
   const rc::Gen<Scenario> scenarios =
       rcgen::scenario(rcgen::emphasis_for(target.property), factory.traits);
   constexpr int kFullSize = 100;

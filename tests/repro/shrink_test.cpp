@@ -95,7 +95,8 @@ TEST(Shrink, ReachesTwiceTheShrinkTargetOnEveryFault) {
     const std::string name(fault_name(target.fault));
     const std::optional<CaseFile> bloated = bloated_case(target, 100);
     ASSERT_TRUE(bloated) << name << ": no bloated failing case";
-    const EngineUnderTest factory(cpu_engine_factory(FaultSet(target.fault)), cpu_engine_traits());
+    const EngineUnderTest factory(cpu_engine_factory(FaultSet(target.fault)),
+                                  cpu_engine_traits_with_operations());
     const std::optional<ShrinkResult> r =
         shrink_failure(bloated->scenario, target.property, factory);
     ASSERT_TRUE(r) << name;

@@ -1,5 +1,7 @@
 #include "backends/in_tree.h"
 
+#include <cstdlib>
+
 #include "engine/cpu/cpu_engine.h"
 #include "model/status.h"
 #ifdef KVCHECK_HAVE_CUDA
@@ -8,12 +10,14 @@
 
 namespace kvcheck {
 
-EngineFactory cpu_engine_factory(FaultSet faults, KernelPath kernels) {
-  return [faults, kernels](const Config& config, const Weights& weights,
-                           const EngineOptions& options) {
+EngineFactory cpu_engine_factory(FaultSet faults, KernelPath kernels, int paged, int pool) {
+  return [faults, kernels, paged, pool](const Config& config, const Weights& weights,
+                                        const EngineOptions& options) {
     EngineOptions with = options;
     with.faults = faults;
     with.kernels = kernels;
+    // cpu?paged=B: scenarios that leave storage contiguous get blocks of B.
+    if (with.block_size == 0 && paged > 0) with.block_size = paged, with.pool_blocks = pool;
     return make_cpu_engine(config, weights, with);
   };
 }
@@ -22,18 +26,50 @@ EngineTraits cpu_engine_traits(KernelPath kernels) {
   EngineTraits t;
   t.identity = {kernels == KernelPath::kOptimized ? "kvcheck-cpu" : "kvcheck-cpu-reference", "1"};
   t.operations.fault_switches = true;
-  t.operations.storage_map = true;
   t.limits.max_rows = 4096;  // make_cpu_engine's own bound
+  return t;
+}
+
+EngineTraits cpu_engine_traits_with_operations(KernelPath kernels) {
+  EngineTraits t = cpu_engine_traits(kernels);
+  t.operations.fork = true;
+  t.operations.truncate = true;
+  t.operations.paged = true;
+  t.operations.pool_report = true;
+  t.operations.storage_check = true;
+  t.operations.storage_map = true;
   return t;
 }
 
 namespace {
 
+// A paged=/pool= option value: an integer in [lo, hi], else exit 2 naming it.
+int int_option(const BackendSpec& spec, const char* key, int lo, int hi) {
+  const auto it = spec.options.find(key);
+  if (it == spec.options.end()) return 0;
+  char* end = nullptr;
+  const long value = std::strtol(it->second.c_str(), &end, 10);
+  if (it->second.empty() || *end != '\0' || value < lo || value > hi) {
+    throw InputError("--backend " + spec.name + "?" + key + "=" + it->second +
+                     ": expected an integer in [" + std::to_string(lo) + ", " + std::to_string(hi) +
+                     "]");
+  }
+  return static_cast<int>(value);
+}
+
 Backend cpu_backend(const BackendSpec& spec, KernelPath kernels) {
-  reject_unknown_options(spec, {});
+  reject_unknown_options(spec, {"paged", "pool"});
+  const int paged = int_option(spec, "paged", 1, 32);
+  const int pool = int_option(spec, "pool", 1, 1 << 20);
+  if (pool > 0 && paged == 0) {
+    throw InputError("--backend " + spec.name + "?pool=" + std::to_string(pool) +
+                     ": a pool needs paged=B (block size 1..32)");
+  }
   Backend b;
-  b.traits = cpu_engine_traits(kernels);
-  b.make_factory = [kernels](FaultSet faults) { return cpu_engine_factory(faults, kernels); };
+  b.traits = cpu_engine_traits_with_operations(kernels);
+  b.make_factory = [kernels, paged, pool](FaultSet faults) {
+    return cpu_engine_factory(faults, kernels, paged, pool);
+  };
   return b;
 }
 

@@ -16,9 +16,17 @@ std::vector<std::string> default_backend_names();
 // The CPU engine with these faults and this kernel path (threads = 1). Unit
 // tests and benchmarks of the engine itself use it directly; drivers go
 // through the registry.
-EngineFactory cpu_engine_factory(FaultSet faults = {}, KernelPath kernels = KernelPath::kOptimized);
+// paged > 0 (block size) stores a scenario that leaves block_size 0 in a pool
+// of `pool` blocks (0: the default size) instead: cpu?paged=B&pool=N.
+EngineFactory cpu_engine_factory(FaultSet faults = {}, KernelPath kernels = KernelPath::kOptimized,
+                                 int paged = 0, int pool = 0);
 
-// What the in-tree CPU engine declares (both kernel paths).
+// What the in-tree CPU engine declares (both kernel paths) over a transport
+// that carries the core calls only (the C plugin ABI v1, engine protocol v1):
+// no fork, truncate, paged storage, pool report, storage check or storage map.
 EngineTraits cpu_engine_traits(KernelPath kernels = KernelPath::kOptimized);
+// In process (the `cpu` and `cpu-reference` backends): everything it offers,
+// the operations of docs/OPERATIONS.md included.
+EngineTraits cpu_engine_traits_with_operations(KernelPath kernels = KernelPath::kOptimized);
 
 }  // namespace kvcheck

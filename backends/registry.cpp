@@ -60,7 +60,8 @@ void apply_generic_options(BackendSpec& spec, EngineTraits& traits) {
     }
     for (Invariance* i : {&traits.invariance.chunking, &traits.invariance.batch,
                           &traits.invariance.reset, &traits.invariance.compaction,
-                          &traits.invariance.gqa_twin, &traits.invariance.determinism}) {
+                          &traits.invariance.gqa_twin, &traits.invariance.determinism,
+                          &traits.invariance.sharing, &traits.invariance.rollback}) {
       *i = Invariance::kBounded;
     }
   }

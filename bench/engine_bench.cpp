@@ -4,7 +4,9 @@
 //  - decode step time against the memory roofline (weights + KV bytes over a
 //    streaming-read probe measured in the same run);
 //  - prefill throughput against an FMA-peak probe measured in the same run;
-//  - the engine with every fault compiled in but off vs a build without them.
+//  - the engine with every fault compiled in but off vs a build without them;
+//  - paged vs contiguous decode attention on the kernel, and a paged fork of a
+//    prompt's cache vs its prefill (docs/OPERATIONS.md).
 // docs/PERFORMANCE.md records the figures and the command.
 #include <benchmark/benchmark.h>
 
@@ -16,6 +18,7 @@
 
 #include "bench/probes.h"
 #include "engine/cpu/cpu_engine.h"
+#include "engine/cpu/kernels.h"
 #include "model/rng.h"
 
 namespace {
@@ -251,6 +254,101 @@ void BM_Prefill(benchmark::State& state) {
   state.counters["of_peak"] = gflops / probe_gflops();
 }
 BENCHMARK(BM_Prefill)->Arg(128)->Arg(512)->Unit(benchmark::kMillisecond)->Iterations(3);
+
+// Decode attention at context `ctx` on the kernel itself (a whole decode step
+// is dominated by the weights and would hide a slower attention): the 12
+// heads of one layer over contiguous rows, and over paged blocks of 16 slots
+// scattered through a pool in shuffled order, the two taking turns in every
+// iteration so that both see the same machine state, each timed by this
+// thread's CPU clock (the machine is shared).
+void BM_PagedVsContiguousAttention(benchmark::State& state) {
+  const size_t ctx = size_t(state.range(0)), B = 16, D = 64, heads = 12;
+  const size_t n_blocks = (ctx + B - 1) / B;
+  SplitMix64 rng(3);
+  std::vector<float> contiguous_k(heads * ctx * D),
+      contiguous_v(contiguous_k.size());  // [h][ctx][D]
+  for (float& x : contiguous_k) x = float(rng.below(2000)) / 1000.0f - 1.0f;
+  for (float& x : contiguous_v) x = float(rng.below(2000)) / 1000.0f - 1.0f;
+  // The pool: [block][h][B][D]; logical block b of every head lives in pool block order[b].
+  std::vector<size_t> order(n_blocks);
+  for (size_t b = 0; b < n_blocks; ++b) order[b] = b;
+  for (size_t b = n_blocks; b > 1; --b) std::swap(order[b - 1], order[size_t(rng.below(b))]);
+  std::vector<float> pool_k(n_blocks * heads * B * D), pool_v(pool_k.size());  // [block][h][B][D]
+  for (size_t h = 0; h < heads; ++h) {
+    for (size_t j = 0; j < ctx; ++j) {
+      const size_t at = ((order[j / B] * heads + h) * B + j % B) * D;
+      std::copy_n(contiguous_k.data() + (h * ctx + j) * D, D, pool_k.data() + at);
+      std::copy_n(contiguous_v.data() + (h * ctx + j) * D, D, pool_v.data() + at);
+    }
+  }
+  std::vector<const void*> k_blocks(heads * n_blocks), v_blocks(heads * n_blocks);  // [h][block]
+  for (size_t h = 0; h < heads; ++h) {
+    for (size_t b = 0; b < n_blocks; ++b) {
+      k_blocks[h * n_blocks + b] = pool_k.data() + (order[b] * heads + h) * B * D;
+      v_blocks[h * n_blocks + b] = pool_v.data() + (order[b] * heads + h) * B * D;
+    }
+  }
+  std::vector<float> q(heads * D, 0.01f), out(heads * D), paged_out(heads * D);  // [h][D]
+  std::vector<float> scores(ctx);                                                // [ctx]
+  const float scale = 0.125f;
+  double contiguous_s = 0, paged_s = 0;
+  for (auto _ : state) {
+    double t0 = bench::thread_cpu_seconds();
+    for (size_t h = 0; h < heads; ++h) {
+      cpu::attend(cpu::KernelPath::kSimd, q.data() + h * D, 1, contiguous_k.data() + h * ctx * D,
+                  contiguous_v.data() + h * ctx * D, KvDtype::kF32, D, ctx, D, scale, scores.data(),
+                  out.data() + h * D);
+    }
+    contiguous_s += bench::thread_cpu_seconds() - t0;
+    t0 = bench::thread_cpu_seconds();
+    for (size_t h = 0; h < heads; ++h) {
+      cpu::attend_paged(cpu::KernelPath::kSimd, q.data() + h * D, 1, &k_blocks[h * n_blocks],
+                        &v_blocks[h * n_blocks], B, KvDtype::kF32, D, ctx, D, scale, scores.data(),
+                        paged_out.data() + h * D);
+    }
+    paged_s += bench::thread_cpu_seconds() - t0;
+    benchmark::DoNotOptimize(out.data());
+    benchmark::DoNotOptimize(paged_out.data());
+  }
+  if (out != paged_out) state.SkipWithError("paged attention differs from contiguous");
+  const double n = double(state.iterations());
+  state.counters["contiguous_us"] = contiguous_s / n * 1e6;
+  state.counters["paged_us"] = paged_s / n * 1e6;
+  state.counters["paged/contiguous"] = paged_s / contiguous_s;
+}
+BENCHMARK(BM_PagedVsContiguousAttention)->Arg(2048)->Unit(benchmark::kMicrosecond)->Iterations(400);
+
+// A fork of a prompt's whole cache in paged storage (blocks of 16 shared, no
+// copy) against the prefill that built it: what reusing a cached prefix costs
+// next to computing it. Not a prefix-cache hit (there is no prefix cache yet,
+// docs/OPERATIONS.md): the fork is the sharing a hit would use.
+void BM_ForkVsPrefill(benchmark::State& state) {
+  const int n = int(state.range(0)), vocab = 4096;
+  const Config c = gpt2_small(vocab);
+  EngineOptions o;
+  o.capacity = n;
+  o.max_rows = 2;
+  o.block_size = 16;
+  auto engine = make_cpu_engine(c, weights_for(vocab), o);
+  const auto tokens = prompt(n, vocab);
+  std::vector<float> logits;
+  double prefill_s = 0, fork_s = 0;
+  for (auto _ : state) {
+    engine->reset();
+    const SequenceId s = engine->start();
+    auto t0 = std::chrono::steady_clock::now();
+    feed(*engine, s, tokens, logits);
+    prefill_s += seconds_since(t0);
+    t0 = std::chrono::steady_clock::now();
+    const SequenceId child = engine->fork(s, n);
+    fork_s += seconds_since(t0);
+    benchmark::DoNotOptimize(child);
+  }
+  state.counters["prefill_ms"] = prefill_s / double(state.iterations()) * 1e3;
+  state.counters["fork_us"] = fork_s / double(state.iterations()) * 1e6;
+  state.counters["fork/prefill"] = fork_s / prefill_s;
+}
+BENCHMARK(BM_ForkVsPrefill)->Arg(512)->Unit(benchmark::kMillisecond)->Iterations(3);
 
 }  // namespace
 

@@ -1,7 +1,8 @@
 # Harness throughput (cases/s per property, time to kill every fault) on the
 # optimized CPU engine; docs/PERFORMANCE.md, "Harness throughput".
 add_executable(harness_bench ${CMAKE_CURRENT_LIST_DIR}/harness_bench.cpp)
-target_link_libraries(harness_bench PRIVATE kvcheck_rc kvcheck_backends benchmark::benchmark)
+target_link_libraries(harness_bench PRIVATE kvcheck_rc kvcheck_backends kvcheck_bench_probes
+                      benchmark::benchmark)
 # P1 through the C plugin ABI loads the CPU engine plugin built with the
 # tests; its engine symbols resolve from this binary.
 set_target_properties(harness_bench PROPERTIES ENABLE_EXPORTS ON)

@@ -39,6 +39,7 @@
 
 #include "backends/in_tree.h"
 #include "backends/registry.h"
+#include "bench/probes.h"
 #include "properties/property.h"
 #include "properties/rc/generators.h"
 #include "properties/rc/hunt.h"
@@ -133,12 +134,6 @@ EngineUnderTest oracle_path(int64_t path) {
   }
 }
 
-double thread_cpu_seconds() {
-  timespec t{};
-  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
-  return double(t.tv_sec) + 1e-9 * double(t.tv_nsec);
-}
-
 // The three paths take turns on every scenario, each timed by this thread's
 // CPU clock, so load from other processes and drift during the run fall on
 // all three alike. Counters: cases/s per path and the ratios to direct.
@@ -151,9 +146,9 @@ void BM_OracleByPath(benchmark::State& state) {
     for (const Scenario& s : set) {
       for (int k = 0; k < 3; ++k) {
         const int path = int((cases + k) % 3);  // rotate who goes first
-        const double begin = thread_cpu_seconds();
+        const double begin = bench::thread_cpu_seconds();
         const Verdict v = check_property(Property::kOracle, s, paths[path]);
-        seconds[path] += thread_cpu_seconds() - begin;
+        seconds[path] += bench::thread_cpu_seconds() - begin;
         failed += !v.passed;
       }
       ++cases;

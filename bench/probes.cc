@@ -62,6 +62,7 @@ HWY_AFTER_NAMESPACE();
 
 #if HWY_ONCE
 #include <chrono>
+#include <ctime>
 
 #include "bench/probes.h"
 #include "hwy/aligned_allocator.h"
@@ -116,6 +117,12 @@ double fma_peak_gflops(int trials) {
     if (double g = flops * 1e-9 / seconds_since(begin); g > best) best = g;
   }
   return best;
+}
+
+double thread_cpu_seconds() {
+  timespec t{};
+  clock_gettime(CLOCK_THREAD_CPUTIME_ID, &t);
+  return double(t.tv_sec) + 1e-9 * double(t.tv_nsec);
 }
 
 }  // namespace kvcheck::bench

@@ -27,4 +27,8 @@ double stream_read_gbps(int trials = 5);
 // Best of `trials` runs of fma_chains: the single-thread f32 FMA peak, GFLOP/s.
 double fma_peak_gflops(int trials = 5);
 
+// This thread's CPU time in seconds: comparisons taking turns on a loaded
+// machine see only their own work, not the time other processes ran.
+double thread_cpu_seconds();
+
 }  // namespace kvcheck::bench

@@ -27,4 +27,25 @@ float CacheSnapshot::v_at(int pos, int kv_head, int d) const {
   return widen(v, dtype, (size_t(pos) * n_kv_heads + kv_head) * head_dim + d);
 }
 
+SequenceId Engine::fork(SequenceId, int) {
+  throw EngineError(EngineError::Kind::kBadBatch,
+                    "fork: not supported by " + name() + " (traits.operations.fork is false)");
+}
+
+void Engine::truncate(SequenceId, int) {
+  throw EngineError(EngineError::Kind::kBadBatch, "truncate: not supported by " + name() +
+                                                      " (traits.operations.truncate is false)");
+}
+
+PoolReport Engine::pool() const {
+  throw EngineError(EngineError::Kind::kBadBatch, "pool: not supported by " + name() +
+                                                      " (traits.operations.pool_report is false)");
+}
+
+std::string Engine::unheld_storage_check() const {
+  throw EngineError(EngineError::Kind::kBadBatch,
+                    "unheld_storage_check: not supported by " + name() +
+                        " (traits.operations.storage_check is false)");
+}
+
 }  // namespace kvcheck

@@ -9,6 +9,7 @@
 #include <span>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "engine/faults.h"
@@ -39,6 +40,10 @@ struct EngineOptions {
   KernelPath kernels = KernelPath::kOptimized;
   int threads = 1;  // split output elements, never a reduction
   FaultSet faults;  // all off by default
+  // Paged storage (docs/OPERATIONS.md): 0 keeps each sequence in its own
+  // contiguous row; B in [1, 32] stores K/V in a pool of blocks of B slots.
+  int block_size = 0;
+  int pool_blocks = 0;  // blocks in the pool; 0: max_rows * ceil(capacity / B)
 };
 
 // Misuse the engine refuses. The engine stays usable and no sequence's state
@@ -80,6 +85,16 @@ struct MemoryReport {
   uint64_t metadata_bytes = 0;  // sequence and row tables
 };
 
+// The paged pool as the engine keeps it. A block is free (on the free list),
+// used (held by at least one block table) or cached (held by no table, kept
+// for prefix reuse); free + used + cached == total.
+struct PoolReport {
+  int block_size = 0;  // slots per block; 0: contiguous storage (no pool)
+  int total = 0, free = 0, used = 0, cached = 0;
+  std::vector<int> refcounts;  // [block] the engine's reference count
+  std::vector<std::pair<SequenceId, std::vector<int>>> tables;  // per sequence: [block index]
+};
+
 class Engine {
  public:
   virtual ~Engine() = default;
@@ -101,6 +116,26 @@ class Engine {
 
   // Drops every sequence.
   virtual void reset() = 0;
+
+  // Optional operations, declared through OperationTraits (fork, truncate,
+  // pool_report, storage_check); the defaults throw EngineError kBadBatch
+  // naming the call, so an engine without them still compiles and says so.
+  // docs/OPERATIONS.md gives their semantics and oracle.
+
+  // A new running sequence whose cache starts as `parent`'s first n tokens
+  // (0 <= n <= length(parent)). Throws kRows when no row is free.
+  virtual SequenceId fork(SequenceId parent, int n);
+
+  // Forgets the last n tokens of `sequence` (0 <= n <= its length); it goes
+  // on as if they had never been fed.
+  virtual void truncate(SequenceId sequence, int n);
+
+  // Paged storage: the pool's block counts, reference counts and tables.
+  virtual PoolReport pool() const;
+
+  // Debug read of raw storage: empty when every slot no sequence holds is
+  // poisoned (NaN), else where the first one that is not lies.
+  virtual std::string unheld_storage_check() const;
 
   virtual int length(SequenceId sequence) const = 0;
   virtual CacheSnapshot cache(SequenceId sequence, int layer) const = 0;

@@ -7,6 +7,7 @@ namespace {
 struct FaultInfo {
   std::string_view name;
   std::string_view summary;
+  std::string_view needs = "";  // the operation it lives in (fault_needs)
 };
 
 constexpr std::array<FaultInfo, kFaultCount> kFaults = {{
@@ -27,6 +28,21 @@ constexpr std::array<FaultInfo, kFaultCount> kFaults = {{
     {"rope_reapplied", "RoPE re-applied to cached keys (llama.cpp #3825)"},
     {"kv_swapped", "K and V swapped on write"},
     {"capacity_wraps", "capacity overflow wraps (guidance PR #1047, mlx-engine #177)"},
+    {"truncate_noop", "a cache trim that is a no-op (mlx-lm #1109)", "truncate"},
+    {"truncate_keeps_position",
+     "a trim rewinds the slots but not the position counter (mlx-lm #1109, rollback)", "truncate"},
+    {"reset_clears_layer0_only",
+     "reset re-poisons layer 0 only (issue 14: nothing checked re-poisoning)", "storage_check"},
+    {"cow_skipped", "write into a shared block without copying (SGLang #34683, warm-hit drift)",
+     "paged"},
+    {"fork_shares_partial_block",
+     "fork shares the partially filled last block and appends into it (vLLM #38715 class)",
+     "paged"},
+    {"freed_block_still_referenced", "a block freed while still referenced (vLLM #37076)", "paged"},
+    {"refcount_leak", "reference counts leak, blocks never freed (TensorRT-LLM PR #12510)",
+     "paged"},
+    {"block_aliasing", "two blocks alias one storage block (vLLM #41657: 2 x 16 == 1 x 32)",
+     "paged"},
 }};
 
 }  // namespace
@@ -36,6 +52,10 @@ std::string_view fault_name(Fault f) {
 }
 std::string_view fault_summary(Fault f) {
   return kFaults[static_cast<size_t>(f)].summary;
+}
+
+std::string_view fault_needs(Fault f) {
+  return kFaults[static_cast<size_t>(f)].needs;
 }
 
 std::optional<Fault> parse_fault(std::string_view name) {

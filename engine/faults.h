@@ -30,6 +30,15 @@ enum class Fault : uint8_t {
   kRopeReapplied,          // cached keys are rotated again on every later step
   kKvSwapped,              // K is written to V's storage and V to K's
   kCapacityWraps,          // past capacity, slots wrap to 0 instead of failing
+  // The operations of docs/OPERATIONS.md (fork, truncate, paged storage).
+  kTruncateNoop,               // truncate changes nothing
+  kTruncateKeepsPosition,      // truncate rewinds the slots but not the position counter
+  kResetClearsLayer0Only,      // reset re-poisons layer 0 only; other layers keep old K/V
+  kCowSkipped,                 // a write into a shared block goes in place, no copy
+  kForkSharesPartialBlock,     // fork hands the partial last block over without a reference
+  kFreedBlockStillReferenced,  // finish frees its blocks even where a fork still holds them
+  kRefcountLeak,               // finish never drops the references of shared blocks
+  kBlockAliasing,              // blocks 2i and 2i+1 share one block of storage
   kCount
 };
 
@@ -40,6 +49,10 @@ std::string_view fault_name(Fault f);
 std::optional<Fault> parse_fault(std::string_view name);
 // One line: what the fault does and the public bug it models.
 std::string_view fault_summary(Fault f);
+// The operation the fault lives in, as named in OperationTraits ("truncate",
+// "paged": paged storage with fork, "storage_check"), or "" for the core
+// calls. An engine without it cannot show the fault (kill matrix: skipped).
+std::string_view fault_needs(Fault f);
 
 // Room for 128 switches: the operation issues add about 20 to today's 15.
 class FaultSet {

@@ -18,19 +18,35 @@ BasicSequenceTable<kFaults>::BasicSequenceTable(const Config& config, const Engi
       faults_(options.faults),
       row_owner_(size_t(options.max_rows), kNoSequence),
       row_fill_(size_t(options.max_rows), 0),
-      row_position_(size_t(options.max_rows), 0) {}
+      row_position_(size_t(options.max_rows), 0),
+      block_size_(options.block_size) {
+  if (block_size_ > 0) {
+    // Every live sequence at its capacity fits: a correct engine never runs dry.
+    pool_blocks_ = options.pool_blocks > 0
+                       ? options.pool_blocks
+                       : max_rows_ * ((capacity_ + block_size_ - 1) / block_size_);
+    refcount_.assign(size_t(pool_blocks_), 0);
+    for (int b = pool_blocks_ - 1; b >= 0; --b) free_.push_back(b);
+  }
+}
 
 template <bool kFaults>
-SequenceId BasicSequenceTable<kFaults>::start() {
+int BasicSequenceTable<kFaults>::take_row(const char* call) {
   const auto free_row = std::find(row_owner_.begin(), row_owner_.end(), kNoSequence);
   if (free_row == row_owner_.end()) {
-    throw EngineError(EngineError::Kind::kRows, "start: all " + std::to_string(max_rows_) +
+    throw EngineError(EngineError::Kind::kRows, std::string(call) + ": all " +
+                                                    std::to_string(max_rows_) +
                                                     " rows are taken by running sequences "
                                                     "(max_rows)");
   }
-  const int row = static_cast<int>(free_row - row_owner_.begin());
+  *free_row = next_id_;
+  return static_cast<int>(free_row - row_owner_.begin());
+}
+
+template <bool kFaults>
+SequenceId BasicSequenceTable<kFaults>::start() {
+  const int row = take_row("start");
   const SequenceId id = next_id_++;
-  *free_row = id;
   SequenceState s;
   s.row = row;
   if (has(Fault::kResetKeepsKv)) s.slot_base = row_fill_[size_t(row)];
@@ -187,15 +203,260 @@ CacheSnapshot BasicSequenceTable<kFaults>::snapshot_shell(SequenceId id, int lay
 
 template <bool kFaults>
 uint64_t BasicSequenceTable<kFaults>::metadata_bytes() const {
-  return sequences_.size() * (sizeof(SequenceId) + sizeof(SequenceState)) +
-         row_owner_.size() * (sizeof(SequenceId) + 2 * sizeof(int));
+  uint64_t blocks = 0;
+  for (const auto& [id, s] : sequences_) blocks += s.blocks.size() * sizeof(int);
+  return sequences_.size() * (sizeof(SequenceId) + sizeof(SequenceState)) + blocks +
+         row_owner_.size() * (sizeof(SequenceId) + 2 * sizeof(int)) +
+         (refcount_.size() + free_.size()) * sizeof(int);
 }
 
 template <bool kFaults>
-std::vector<std::vector<SequenceId>> BasicSequenceTable<kFaults>::storage_holders() const {
-  std::vector<std::vector<SequenceId>> holders(row_owner_.size());  // [storage row]
-  for (const auto& [id, state] : sequences_) holders[size_t(storage_row(state.row))].push_back(id);
-  return holders;
+SequenceId BasicSequenceTable<kFaults>::fork(SequenceId parent_id, int n, const CopySlots& copy) {
+  const SequenceState& parent = lookup(parent_id, "fork");
+  if (n < 0 || n > parent.length) {
+    throw EngineError(EngineError::Kind::kBadBatch,
+                      "fork: n " + std::to_string(n) + " is outside [0, " +
+                          std::to_string(parent.length) + "] (the length of sequence " +
+                          std::to_string(parent_id) + ")");
+  }
+  const int row = take_row("fork");
+  const SequenceId id = next_id_++;
+  SequenceState child;
+  child.row = row;
+  child.length = n;
+  child.chunks = n > 0 ? 1 : 0;
+  child.slot_base = parent.slot_base;
+  child.position_base = parent.position_base;
+  const int end = std::min(parent.slot_base + n, capacity_);
+  if (paged()) {
+    const int shared = std::min(blocks_for(end), static_cast<int>(parent.blocks.size()));
+    for (int i = 0; i < shared; ++i) {
+      const int block = parent.blocks[size_t(i)];
+      child.blocks.push_back(block);
+      const bool partial_last = i == shared - 1 && end % block_size_ != 0;
+      if (!(partial_last && has(Fault::kForkSharesPartialBlock))) ++refcount_[size_t(block)];
+    }
+  } else {
+    copy(storage_row(parent.row), storage_row(row), end);
+  }
+  row_fill_[size_t(row)] = end;
+  row_position_[size_t(row)] = child.position_base + n;
+  sequences_[id] = std::move(child);
+  return id;
+}
+
+template <bool kFaults>
+void BasicSequenceTable<kFaults>::truncate(SequenceId id, int n, const PoisonSlots& poison) {
+  const SequenceState& found = lookup(id, "truncate");
+  if (n < 0 || n > found.length) {
+    throw EngineError(EngineError::Kind::kBadBatch,
+                      "truncate: n " + std::to_string(n) + " is outside [0, " +
+                          std::to_string(found.length) + "] (the length of sequence " +
+                          std::to_string(id) + ")");
+  }
+  if (has(Fault::kTruncateNoop)) return;
+  SequenceState& s = sequences_.at(id);
+  const int old_end = std::min(s.slot_base + s.length, capacity_);
+  s.length -= n;
+  if (has(Fault::kTruncateKeepsPosition)) s.position_base += n;
+  const int new_end = std::min(s.slot_base + s.length, capacity_);
+  row_fill_[size_t(s.row)] = new_end;
+  row_position_[size_t(s.row)] = s.position_base + s.length;
+  if (!paged()) {
+    poison(storage_row(s.row), new_end, old_end);
+    return;
+  }
+  const size_t keep = size_t(blocks_for(new_end));
+  while (s.blocks.size() > keep) {
+    const int block = s.blocks.back();
+    s.blocks.pop_back();
+    release(block, poison);
+  }
+  // The kept last block: what no holder uses any more is poisoned now.
+  if (!s.blocks.empty()) {
+    const int block = s.blocks.back();
+    poison(storage_block(block), held_slots(block), block_size_);
+  }
+}
+
+template <bool kFaults>
+int BasicSequenceTable<kFaults>::allocate_block() {
+  const int block = free_.back();
+  free_.pop_back();
+  refcount_[size_t(block)] = 1;
+  return block;
+}
+
+template <bool kFaults>
+void BasicSequenceTable<kFaults>::release(int block, const PoisonSlots& poison) {
+  int& count = refcount_[size_t(block)];
+  if (count <= 0) return;  // already free (only a faulty engine gets here)
+  if (--count == 0) {
+    free_.push_back(block);
+    poison(storage_block(block), 0, block_size_);
+  } else {
+    poison(storage_block(block), held_slots(block), block_size_);
+  }
+}
+
+template <bool kFaults>
+void BasicSequenceTable<kFaults>::drop_blocks(SequenceState& s, const PoisonSlots& poison,
+                                              bool finishing) {
+  const std::vector<int> blocks = std::move(s.blocks);
+  s.blocks.clear();
+  for (const int block : blocks) {
+    int& count = refcount_[size_t(block)];
+    if (finishing && has(Fault::kRefcountLeak) && count > 1) continue;
+    if (finishing && has(Fault::kFreedBlockStillReferenced) && count > 1) {
+      count = 0;
+      free_.push_back(block);
+      poison(storage_block(block), 0, block_size_);
+      continue;
+    }
+    release(block, poison);
+  }
+}
+
+template <bool kFaults>
+void BasicSequenceTable<kFaults>::prepare_step(std::span<const BatchEntry> batch,
+                                               const CopySlots& copy, const PoisonSlots& poison) {
+  if (!paged()) return;
+  // What each entry needs, counted before anything changes.
+  const auto cow_block = [&](const SequenceState& s) -> int {
+    const int first = s.slot_base + s.length;
+    const size_t index = size_t(first / block_size_);
+    if (first >= capacity_ || index >= s.blocks.size()) return -1;
+    const int block = s.blocks[index];
+    return refcount_[size_t(block)] > 1 && !has(Fault::kCowSkipped) ? block : -1;
+  };
+  const auto blocks_needed = [&](const SequenceState& s, int n) {
+    const int end = std::min(s.slot_base + s.length + n, capacity_);
+    return std::max(0, blocks_for(end) - static_cast<int>(s.blocks.size()));
+  };
+  // Entries copy in batch order, each dropping a reference to the shared
+  // block: the last writer of a block shared within the batch copies nothing.
+  size_t needed = 0;
+  std::map<int, int> references;  // [shared block] references left while counting
+  for (const BatchEntry& e : batch) {
+    const SequenceState& s = sequences_.at(e.sequence);
+    needed += size_t(blocks_needed(s, static_cast<int>(e.tokens.size())));
+    if (const int shared = cow_block(s); shared >= 0) {
+      auto [it, fresh] = references.try_emplace(shared, refcount_[size_t(shared)]);
+      if (it->second > 1) ++needed;
+      --it->second;
+    }
+  }
+  if (needed > free_.size()) {
+    throw EngineError(EngineError::Kind::kCapacity,
+                      "step: the pool has " + std::to_string(free_.size()) + " free blocks of " +
+                          std::to_string(pool_blocks_) + "; this step needs " +
+                          std::to_string(needed));
+  }
+  for (const BatchEntry& e : batch) {
+    SequenceState& s = sequences_.at(e.sequence);
+    if (const int shared = cow_block(s); shared >= 0) {
+      const int own = allocate_block();
+      copy(storage_block(shared), storage_block(own), (s.slot_base + s.length) % block_size_);
+      s.blocks[size_t((s.slot_base + s.length) / block_size_)] = own;
+      release(shared, poison);  // others still hold it; what only this one used is poisoned
+    }
+    for (int k = blocks_needed(s, static_cast<int>(e.tokens.size())); k > 0; --k) {
+      s.blocks.push_back(allocate_block());
+    }
+  }
+}
+
+template <bool kFaults>
+void BasicSequenceTable<kFaults>::finish_paged(SequenceId id, const PoisonSlots& poison) {
+  SequenceState s = lookup(id, "finish");
+  sequences_.erase(id);
+  drop_blocks(s, poison, true);
+  row_owner_[size_t(s.row)] = kNoSequence;
+  row_fill_[size_t(s.row)] = 0;
+  row_position_[size_t(s.row)] = 0;
+}
+
+template <bool kFaults>
+void BasicSequenceTable<kFaults>::reset_paged(const PoisonSlots& poison) {
+  std::map<SequenceId, SequenceState> dropped;
+  dropped.swap(sequences_);
+  for (auto& [id, s] : dropped) drop_blocks(s, poison, false);
+  std::fill(row_owner_.begin(), row_owner_.end(), kNoSequence);
+  for (int r = 0; r < max_rows_; ++r) {
+    if (!has(Fault::kResetKeepsKv)) row_fill_[size_t(r)] = 0;
+    if (!has(Fault::kResetKeepsPosition)) row_position_[size_t(r)] = 0;
+  }
+}
+
+template <bool kFaults>
+const std::vector<int>& BasicSequenceTable<kFaults>::blocks_of_row(int row) const {
+  static const std::vector<int> kNone;
+  const SequenceId owner = row_owner_[size_t(row)];
+  if (owner == kNoSequence) return kNone;
+  const auto it = sequences_.find(owner);
+  return it == sequences_.end() ? kNone : it->second.blocks;
+}
+
+template <bool kFaults>
+std::pair<int, int> BasicSequenceTable<kFaults>::locate(int row, int slot, int missing) const {
+  const std::vector<int>& blocks = blocks_of_row(row);
+  const size_t index = size_t(slot / block_size_);
+  if (index >= blocks.size()) return {missing, slot % block_size_};
+  return {storage_block(blocks[index]), slot % block_size_};
+}
+
+template <bool kFaults>
+int BasicSequenceTable<kFaults>::held_slots(int unit) const {
+  int held = 0;
+  for (const auto& [id, s] : sequences_) {
+    const int end = std::min(s.slot_base + s.length, capacity_);
+    if (!paged()) {
+      if (s.row == unit) held = std::max(held, end);
+      continue;
+    }
+    for (size_t i = 0; i < s.blocks.size(); ++i) {
+      if (s.blocks[i] != unit) continue;
+      held = std::max(held, std::clamp(end - int(i) * block_size_, 0, block_size_));
+    }
+  }
+  return held;
+}
+
+template <bool kFaults>
+PoolReport BasicSequenceTable<kFaults>::pool_report() const {
+  PoolReport r;
+  if (!paged()) return r;
+  r.block_size = block_size_;
+  r.total = pool_blocks_;
+  r.refcounts = refcount_;
+  r.free = static_cast<int>(free_.size());
+  for (const int count : refcount_) r.used += count > 0;
+  for (const auto& [id, s] : sequences_) r.tables.push_back({id, s.blocks});
+  return r;
+}
+
+template <bool kFaults>
+void BasicSequenceTable<kFaults>::storage_holding(int units,
+                                                  std::vector<std::vector<SequenceId>>& holders,
+                                                  std::vector<int>& held) const {
+  holders.assign(size_t(units), {});
+  held.assign(size_t(units), 0);
+  const auto hold = [&](int unit, SequenceId id, int slots) {
+    if (unit < 0 || unit >= units) return;
+    std::vector<SequenceId>& h = holders[size_t(unit)];
+    if (h.empty() || h.back() != id) h.push_back(id);
+    held[size_t(unit)] = std::max(held[size_t(unit)], slots);
+  };
+  for (const auto& [id, s] : sequences_) {
+    const int end = std::min(s.slot_base + s.length, capacity_);
+    if (!paged()) {
+      hold(storage_row(s.row), id, end);
+      continue;
+    }
+    for (size_t i = 0; i < s.blocks.size(); ++i) {
+      hold(storage_block(s.blocks[i]), id, std::clamp(end - int(i) * block_size_, 0, block_size_));
+    }
+  }
 }
 
 template class BasicSequenceTable<true>;

@@ -10,6 +10,7 @@
 #include <functional>
 #include <map>
 #include <span>
+#include <utility>
 #include <vector>
 
 #include "engine/engine.h"
@@ -19,11 +20,12 @@ namespace kvcheck {
 // Per-sequence bookkeeping. `slot_base` and `position_base` are 0 in a correct
 // engine; only the reset faults make a new sequence inherit a row's leftovers.
 struct SequenceState {
-  int row = 0;            // index into the row table
-  int length = 0;         // tokens fed = the next absolute position
-  int chunks = 0;         // steps that fed this sequence
-  int slot_base = 0;      // first slot of this sequence's own data in its row
-  int position_base = 0;  // added to its positions
+  int row = 0;              // index into the row table
+  int length = 0;           // tokens fed = the next absolute position
+  int chunks = 0;           // steps that fed this sequence
+  int slot_base = 0;        // first slot of this sequence's own data in its row
+  int position_base = 0;    // added to its positions
+  std::vector<int> blocks;  // paged: [logical block] pool block holding slots b*B..b*B+B-1
 };
 
 // Where one fed token goes, as the engine computes it (faults included).
@@ -42,6 +44,10 @@ class BasicSequenceTable {
  public:
   using CopyRow = std::function<void(int from_storage_row, int to_storage_row)>;
   using ClearRow = std::function<void(int storage_row)>;
+  // Storage-level moves of the operations. A "unit" is a row in contiguous
+  // mode and a pool block in paged mode; slots are within the unit.
+  using CopySlots = std::function<void(int from_unit, int to_unit, int n_slots)>;
+  using PoisonSlots = std::function<void(int unit, int first_slot, int end_slot)>;
 
   BasicSequenceTable(const Config& config, const EngineOptions& options);
 
@@ -83,6 +89,47 @@ class BasicSequenceTable {
   // Drops every sequence; `clear` empties the rows a correct reset empties.
   void reset(const ClearRow& clear);
 
+  // ---- Operations of docs/OPERATIONS.md -------------------------------
+  bool paged() const { return block_size_ > 0; }
+  int block_size() const { return block_size_; }
+  int pool_blocks() const { return pool_blocks_; }
+
+  // A new sequence in the lowest free row holding `parent`'s first n
+  // tokens: copied (contiguous) or shared block by block (paged).
+  SequenceId fork(SequenceId parent, int n, const CopySlots& copy);
+
+  // Forgets the last n tokens; the freed tail is poisoned at once.
+  void truncate(SequenceId id, int n, const PoisonSlots& poison);
+
+  // Paged: before a step's writes, gives every fed sequence blocks of its
+  // own for the slots it will write (copy on write of a shared partial
+  // block, new blocks from the free list). Throws kCapacity, changing
+  // nothing, when the pool cannot supply them. No-op when contiguous.
+  void prepare_step(std::span<const BatchEntry> batch, const CopySlots& copy,
+                    const PoisonSlots& poison);
+
+  // Paged: finish and reset without row compaction; blocks whose last
+  // reference goes are poisoned through `poison`.
+  void finish_paged(SequenceId id, const PoisonSlots& poison);
+  void reset_paged(const PoisonSlots& poison);
+
+  // Paged: the storage block and slot of `slot` of the sequence in `row`;
+  // slots past its table resolve to `missing` (a block the engine keeps
+  // poisoned, or a write sink) so a faulty plan stays memory-safe.
+  std::pair<int, int> locate(int row, int slot, int missing) const;
+  // Paged: the block table of the sequence in `row` ([logical block]).
+  const std::vector<int>& blocks_of_row(int row) const;
+  int storage_block(int block) const { return has(Fault::kBlockAliasing) ? block & ~1 : block; }
+
+  PoolReport pool_report() const;
+
+  // Slots no sequence holds, per unit: units() units of `unit_slots()`
+  // slots; held_slots(u) is the count of leading slots some sequence holds
+  // (the rest must be poisoned).
+  int units() const { return paged() ? pool_blocks_ : max_rows_; }
+  int unit_slots() const { return paged() ? block_size_ : capacity_; }
+  int held_slots(int unit) const;
+
   // An empty snapshot of `id` in `layer`, sized for every slot its queries
   // can see (its own, plus any prefix a faulty reset left in the row); the
   // engine copies the stored K/V into it. Throws for an unknown sequence or
@@ -91,8 +138,12 @@ class BasicSequenceTable {
 
   uint64_t metadata_bytes() const;
 
-  // [storage row] the running sequences whose table points at it, by id.
-  std::vector<std::vector<SequenceId>> storage_holders() const;
+  // Who holds each of `units` storage units (rows, or pool blocks when
+  // paged; units past the table's own hold nothing) and how many leading
+  // slots of it their lengths cover, faults included: the storage map's
+  // holders and held_slots.
+  void storage_holding(int units, std::vector<std::vector<SequenceId>>& holders,
+                       std::vector<int>& held) const;
 
  private:
   static constexpr SequenceId kNoSequence = -1;
@@ -106,6 +157,19 @@ class BasicSequenceTable {
   std::vector<int> row_fill_;          // [row] slots holding data
   std::vector<int> row_position_;      // [row] position counter of the row's last sequence
   SequenceId next_id_ = 0;
+
+  // Paged pool (empty when contiguous).
+  int block_size_ = 0, pool_blocks_ = 0;
+  std::vector<int> refcount_;  // [block] references held by block tables
+  std::vector<int> free_;      // free blocks, the next to hand out last
+
+  int take_row(const char* call);
+  int blocks_for(int slots) const { return (slots + block_size_ - 1) / block_size_; }
+  int allocate_block();
+  // Drops one reference; a block no table holds goes back, poisoned, and a
+  // still-held one has its slots beyond every holder's use poisoned.
+  void release(int block, const PoisonSlots& poison);
+  void drop_blocks(SequenceState& s, const PoisonSlots& poison, bool finishing);
 };
 
 using SequenceTable = BasicSequenceTable<true>;

@@ -38,6 +38,13 @@ bool accepts_family(const ShapeLimits& limits, Family family) {
   return std::find(limits.families.begin(), limits.families.end(), family) != limits.families.end();
 }
 
+bool declares(const OperationTraits& op, std::string_view needs) {
+  if (needs == "truncate") return op.truncate;
+  if (needs == "paged") return op.paged && op.fork;
+  if (needs == "storage_check") return op.storage_check && op.reset;
+  return needs.empty();
+}
+
 bool accepts_kv_dtype(const ShapeLimits& limits, KvDtype dtype) {
   return std::find(limits.kv_dtypes.begin(), limits.kv_dtypes.end(), dtype) !=
          limits.kv_dtypes.end();

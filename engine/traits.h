@@ -11,6 +11,7 @@
 
 #include <cstdint>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "engine/kv_dtype.h"
@@ -33,6 +34,12 @@ struct OperationTraits {
   bool capacity_refusal = true;     // EngineError kCapacity past capacity, state intact (P9)
   bool fault_switches = false;      // EngineOptions::faults are honoured (kill matrix)
   bool storage_map = false;         // Engine::storage_map(): the report's cache timeline
+  // The operations of docs/OPERATIONS.md; off unless declared.
+  bool fork = false;           // Engine::fork (P11 isolation)
+  bool truncate = false;       // Engine::truncate (P12 rollback)
+  bool paged = false;          // EngineOptions::block_size > 0 honoured
+  bool pool_report = false;    // Engine::pool() (P13 pool accounting)
+  bool storage_check = false;  // Engine::unheld_storage_check() (P13 re-poisoning)
 };
 
 // Limits as constraints: a scenario outside them is not applicable.
@@ -60,6 +67,8 @@ struct InvarianceTraits {
   Invariance compaction = Invariance::kBitwise;   // P5: survivors of finishes
   Invariance gqa_twin = Invariance::kBitwise;     // P7: GQA vs its MHA twin
   Invariance determinism = Invariance::kBitwise;  // P8: the same scenario twice
+  Invariance sharing = Invariance::kBitwise;      // P11: a forked lineage vs never shared
+  Invariance rollback = Invariance::kBitwise;     // P12: truncate-then-refeed vs never fed
 };
 
 // The per-kernel error model the tolerance derives its bound from
@@ -98,6 +107,8 @@ struct EngineTraits {
 const char* precision_name(Precision p);
 const char* invariance_name(Invariance i);
 bool accepts_family(const ShapeLimits& limits, Family family);
+// Whether the operations include `needs` (fault_needs' names; "" is the core).
+bool declares(const OperationTraits& operations, std::string_view needs);
 bool accepts_kv_dtype(const ShapeLimits& limits, KvDtype dtype);
 
 }  // namespace kvcheck

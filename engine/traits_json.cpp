@@ -101,7 +101,12 @@ const std::vector<Section>& sections() {
                   bool_field("cache_snapshot", &OperationTraits::cache_snapshot),
                   bool_field("capacity_refusal", &OperationTraits::capacity_refusal),
                   bool_field("fault_switches", &OperationTraits::fault_switches),
-                  bool_field("storage_map", &OperationTraits::storage_map)}});
+                  bool_field("storage_map", &OperationTraits::storage_map),
+                  bool_field("fork", &OperationTraits::fork),
+                  bool_field("truncate", &OperationTraits::truncate),
+                  bool_field("paged", &OperationTraits::paged),
+                  bool_field("pool_report", &OperationTraits::pool_report),
+                  bool_field("storage_check", &OperationTraits::storage_check)}});
     Field shared{"capacity_shared",
                  [](const EngineTraits& t) { return json(t.limits.capacity_shared); },
                  [](const json& v, EngineTraits& t) -> std::string {
@@ -130,7 +135,9 @@ const std::vector<Section>& sections() {
                   invariance_field("reset", &InvarianceTraits::reset),
                   invariance_field("compaction", &InvarianceTraits::compaction),
                   invariance_field("gqa_twin", &InvarianceTraits::gqa_twin),
-                  invariance_field("determinism", &InvarianceTraits::determinism)}});
+                  invariance_field("determinism", &InvarianceTraits::determinism),
+                  invariance_field("sharing", &InvarianceTraits::sharing),
+                  invariance_field("rollback", &InvarianceTraits::rollback)}});
     auto precision = [](const char* key, Precision ArithmeticTraits::*member) {
       return Field{
           key,

@@ -57,7 +57,8 @@ constexpr int kGpt2 = 0, kLlama = 1;
 
 // Each seed exercises one thing a KV cache does; together they cover prefill,
 // decode, chunked prefill, ragged batches, finish with compaction, reset, row
-// reuse, GQA/MQA, reduced-precision KV and a schedule that ends at capacity.
+// reuse, GQA/MQA, reduced-precision KV, a schedule that ends at capacity, and
+// fork and truncate over paged storage.
 std::vector<ScheduleSeed> schedule_seeds() {
   using kvcheck::Property;
   std::vector<ScheduleSeed> seeds;
@@ -116,6 +117,16 @@ std::vector<ScheduleSeed> schedule_seeds() {
          Call::finish(0), Call::start(2), Call::step({{2, 2}, {1, 1}}), Call::step({{2, 1}}),
          Call::reset()},
         Property::kDeterminism);
+  }
+  {
+    // docs/OPERATIONS.md: a fork mid-block of paged storage, writes on both
+    // sides of it, a truncation across blocks, a refeed.
+    ProgramHeader h = header(kGpt2, 1, 1, 1);
+    h.block_size = 2;
+    add("fork_and_truncate_paged", h,
+        {Call::start(0), Call::step({{0, 3}}), Call::fork(1, 0, 3), Call::step({{1, 2}, {0, 1}}),
+         Call::truncate(0, 3), Call::step({{0, 2}}), Call::finish(1)},
+        Property::kSharing);
   }
   return seeds;
 }

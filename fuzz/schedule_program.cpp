@@ -10,7 +10,15 @@
 namespace kvcheck::fuzz {
 namespace {
 
-enum Op : int { kOpStep = 0, kOpStart = 1, kOpFinish = 2, kOpReset = 3, kOpLast = kOpReset };
+enum Op : int {
+  kOpStep = 0,
+  kOpStart = 1,
+  kOpFinish = 2,
+  kOpReset = 3,
+  kOpFork = 4,
+  kOpTruncate = 5,
+  kOpLast = kOpTruncate
+};
 
 struct FieldRange {
   int ProgramHeader::*field;
@@ -35,6 +43,7 @@ constexpr std::array kHeaderFields = {
     FieldRange{&ProgramHeader::max_pos_slack, 0, kMaxSlack},
     FieldRange{&ProgramHeader::spare_rows, 0, kMaxSpareRows},
     FieldRange{&ProgramHeader::kv_dtype, 0, 2},
+    FieldRange{&ProgramHeader::block_size, 0, kMaxBlockSize},
 };
 
 // What the schedule has done so far; decides which operations can apply.
@@ -42,6 +51,16 @@ class ScheduleState {
  public:
   int sequence_count() const { return static_cast<int>(fed_.size()); }
   bool can_start() const { return sequence_count() < kMaxSequences && running_ < kMaxRunning; }
+  int held(int s) const { return held_[size_t(s)]; }  // content length
+  int longest_held() const { return longest_held_; }
+  // Running sequences holding a token (what a truncation can shorten).
+  std::vector<int> truncatable() const {
+    std::vector<int> out;
+    for (int s : running()) {
+      if (held(s) > 0) out.push_back(s);
+    }
+    return out;
+  }
   int tokens_left(int s) const { return kMaxTokens - fed_[size_t(s)]; }
   bool is_running(int s) const {
     return s >= 0 && s < sequence_count() && running_flags_[size_t(s)];
@@ -67,12 +86,21 @@ class ScheduleState {
   void apply(const Call& call) {
     switch (call.kind) {
       case Call::Kind::kStart:
+      case Call::Kind::kFork:
         fed_.push_back(0);
+        held_.push_back(call.kind == Call::Kind::kFork ? call.count : 0);
         running_flags_.push_back(true);
         ++running_;
         break;
+      case Call::Kind::kTruncate:
+        held_[size_t(call.sequence)] -= call.count;
+        break;
       case Call::Kind::kStep:
-        for (const ChunkSpec& chunk : call.chunks) fed_[size_t(chunk.sequence)] += chunk.length;
+        for (const ChunkSpec& chunk : call.chunks) {
+          fed_[size_t(chunk.sequence)] += chunk.length;
+          held_[size_t(chunk.sequence)] += chunk.length;
+          longest_held_ = std::max(longest_held_, held_[size_t(chunk.sequence)]);
+        }
         break;
       case Call::Kind::kFinish:
         running_flags_[size_t(call.sequence)] = false;
@@ -86,9 +114,11 @@ class ScheduleState {
   }
 
  private:
-  std::vector<int> fed_;             // [sequence]
+  std::vector<int> fed_;             // [sequence] stream tokens fed
+  std::vector<int> held_;            // [sequence] content length
   std::vector<bool> running_flags_;  // [sequence]
   int running_ = 0;
+  int longest_held_ = 0;
 };
 
 int longest_chunk(int tokens_left) {
@@ -169,6 +199,16 @@ ScheduleProgram decode(std::span<const uint8_t> bytes) {
       const std::vector<int> running = state.running();
       if (running.empty()) continue;
       call = Call::finish(running[size_t(read(0, static_cast<int>(running.size()) - 1))]);
+    } else if (op == kOpFork) {
+      const std::vector<int> running = state.running();
+      if (running.empty() || !state.can_start()) continue;
+      const int parent = running[size_t(read(0, static_cast<int>(running.size()) - 1))];
+      call = Call::fork(state.sequence_count(), parent, read(0, state.held(parent)));
+    } else if (op == kOpTruncate) {
+      const std::vector<int> candidates = state.truncatable();
+      if (candidates.empty()) continue;
+      const int s = candidates[size_t(read(0, static_cast<int>(candidates.size()) - 1))];
+      call = Call::truncate(s, read(1, state.held(s)));
     } else {
       call = Call::reset();
     }
@@ -229,6 +269,27 @@ std::vector<uint8_t> encode(const ScheduleProgram& program) {
       case Call::Kind::kReset:
         writer.value(kOpReset, 0, kOpLast);
         break;
+      case Call::Kind::kFork: {
+        const std::vector<int> running = state.running();
+        const int pick = index_of(running, call.parent);
+        if (pick < 0 || !state.can_start()) continue;
+        writer.value(kOpFork, 0, kOpLast);
+        writer.value(pick, 0, static_cast<int>(running.size()) - 1);
+        call.sequence = state.sequence_count();
+        call.count = std::clamp(call.count, 0, state.held(call.parent));
+        writer.value(call.count, 0, state.held(call.parent));
+        break;
+      }
+      case Call::Kind::kTruncate: {
+        const std::vector<int> candidates = state.truncatable();
+        const int pick = index_of(candidates, call.sequence);
+        if (pick < 0) continue;
+        writer.value(kOpTruncate, 0, kOpLast);
+        writer.value(pick, 0, static_cast<int>(candidates.size()) - 1);
+        call.count = std::clamp(call.count, 1, state.held(call.sequence));
+        writer.value(call.count, 1, state.held(call.sequence));
+        break;
+      }
     }
     state.apply(call);
     ++calls;
@@ -261,11 +322,14 @@ Scenario to_scenario(const ScheduleProgram& program) {
   // The program came from decode() or was made valid by encode(); rereading
   // it through the bytes makes sure either way.
   const ScheduleProgram valid = decode(encode(program));
-  std::vector<int> fed;
+  ScheduleState state;
   int running = 0, peak_running = 0;
+  std::vector<int> fed;  // [sequence] stream tokens
   for (const Call& call : valid.calls) {
+    state.apply(call);
     switch (call.kind) {
       case Call::Kind::kStart:
+      case Call::Kind::kFork:
         fed.push_back(0);
         peak_running = std::max(peak_running, ++running);
         break;
@@ -278,6 +342,8 @@ Scenario to_scenario(const ScheduleProgram& program) {
       case Call::Kind::kReset:
         running = 0;
         break;
+      case Call::Kind::kTruncate:
+        break;
     }
   }
   scenario.calls = valid.calls;
@@ -289,8 +355,8 @@ Scenario to_scenario(const ScheduleProgram& program) {
     }
     scenario.sequences.push_back(std::move(tokens));
   }
-  const int longest = fed.empty() ? 0 : *std::max_element(fed.begin(), fed.end());
-  scenario.capacity = std::max(1, longest + b.capacity_slack);
+  scenario.capacity = std::max(1, state.longest_held() + b.capacity_slack);
+  scenario.block_size = b.block_size;
   config.max_pos = scenario.capacity + b.max_pos_slack;
   scenario.max_rows = std::max(1, peak_running + b.spare_rows);
   return scenario;
@@ -300,7 +366,9 @@ void mutate_program(ScheduleProgram& program, uint64_t random_state) {
   Random random(random_state);
   std::vector<Call>& calls = program.calls;
   int starts = 0;
-  for (const Call& call : calls) starts += call.kind == Call::Kind::kStart;
+  for (const Call& call : calls) {
+    starts += call.kind == Call::Kind::kStart || call.kind == Call::Kind::kFork;
+  }
   const auto any_sequence = [&] { return random.below(starts + 1); };
   const auto any_position = [&] { return calls.begin() + random.below(int(calls.size()) + 1); };
   const auto indices_of = [&](Call::Kind kind) {
@@ -332,7 +400,7 @@ void mutate_program(ScheduleProgram& program, uint64_t random_state) {
   switch (static_cast<Edit>(random.below(kEditCount))) {
     case kInsertCall: {
       Call call;
-      switch (random.below(4)) {
+      switch (random.below(6)) {
         case 0:
           call = Call::step({{any_sequence(), random.between(1, kMaxChunk)}});
           break;
@@ -341,6 +409,12 @@ void mutate_program(ScheduleProgram& program, uint64_t random_state) {
           break;
         case 2:
           call = Call::finish(any_sequence());
+          break;
+        case 3:
+          call = Call::fork(starts, any_sequence(), random.between(0, kMaxTokens));
+          break;
+        case 4:
+          call = Call::truncate(any_sequence(), random.between(1, kMaxTokens));
           break;
         default:
           call = Call::reset();

@@ -5,10 +5,10 @@
 // so every value comes from the end of the input and an exhausted input reads
 // as the smallest value. The input is a fixed header (the model and the
 // scenario's knobs) followed by operations, one per call: step, start, finish,
-// reset. Each operation is interpreted against the schedule's state so that
-// any bytes decode to a Scenario that validates: a step picks among the
-// running sequences that still have room, a finish among the running ones, and
-// an operation that cannot apply decodes to nothing.
+// reset, fork, truncate (docs/OPERATIONS.md). Each operation is interpreted against the schedule's
+// state so that any bytes decode to a Scenario that validates: a step picks among the running
+// sequences that still have room, a finish among the running ones, and an operation that cannot
+// apply decodes to nothing.
 //
 // A ScheduleProgram is that decoded form: a Scenario without its token values
 // (they come from a seed). encode() is the inverse of decode() on what decode
@@ -45,7 +45,8 @@ inline constexpr int kMaxSequences = 3;
 inline constexpr int kMaxRunning = 3;
 inline constexpr int kMaxTokens = 12;  // fed to one sequence
 inline constexpr int kMaxChunk = 6;
-inline constexpr int kMaxCalls = 12;  // steps, starts, finishes and resets
+inline constexpr int kMaxCalls = 12;     // steps, starts, finishes, resets, forks, truncations
+inline constexpr int kMaxBlockSize = 8;  // 0: contiguous storage
 
 // The header: every knob of the model and the scenario that is not a call.
 // Values are stored as read, before clamping, so that they encode back to the
@@ -66,7 +67,8 @@ struct ProgramHeader {
   int capacity_slack = 0;
   int max_pos_slack = 0;
   int spare_rows = 0;
-  int kv_dtype = 0;  // F32, BF16, F16
+  int kv_dtype = 0;    // F32, BF16, F16
+  int block_size = 0;  // 0 contiguous, else paged blocks of this many slots
 
   bool operator==(const ProgramHeader&) const = default;
 };

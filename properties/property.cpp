@@ -33,6 +33,10 @@ constexpr std::array<PropertyInfo, kPropertyCount> kInfo = {{
     {"determinism", "P8"},
     {"capacity", "P9"},
     {"cross_engine", "P10"},
+    {"sharing", "P11"},
+    {"rollback", "P12"},
+    {"pool", "P13"},
+    {"poison", "P14"},
 }};
 
 // Salts that keep the derived random choices of different properties apart.
@@ -237,6 +241,10 @@ Invariance invariance_for_traits(const EngineTraits& traits, Property property) 
       return i.gqa_twin;
     case Property::kDeterminism:
       return i.determinism;
+    case Property::kSharing:
+      return i.sharing;
+    case Property::kRollback:
+      return i.rollback;
     default:
       return Invariance::kBitwise;
   }
@@ -285,6 +293,10 @@ bool same_logits(Verdict& verdict, const Context& context, int sequence,
                  const std::vector<float>& got, const std::string& got_name) {
   const Invariance invariance = invariance_for(context, verdict.property);
   const bool bitwise = invariance == Invariance::kBitwise;
+  // The bound is derived from the stream's tokens, which are a forked or
+  // truncated sequence's content only where it is plain; P1, P11 and P12
+  // check those within their own bounds.
+  if (!bitwise && !context.plan.plain[size_t(sequence)]) return true;
   const std::optional<size_t> at =
       first_difference(context, invariance, context.scenario.sequences[size_t(sequence)], expected,
                        got, &verdict.worst_ratio);
@@ -341,38 +353,46 @@ Verdict check_oracle(const Context& context) {
     const int T = context.plan.fed[s];
     if (T == 0) continue;
     any = true;
-    const std::span<const int32_t> tokens = fed_tokens(context, static_cast<int>(s));
-    const std::shared_ptr<const SequenceReference> cached = reference_for(context, tokens);
-    const oracle::Output& reference = cached->oracle;
-    const ErrorBounds& bounds = cached->bounds;
-    const std::vector<float>& logits = run.logits[s];  // [T][V]
+    const std::vector<float>& logits = run.logits[s];  // [stream index][V]
     Finding sequence_worst;
     bool sequence_non_finite = false, sequence_over = false;
-    for (size_t i = 0; i < size_t(T) * V; ++i) {
-      const double engine = logits[i], exact = reference.logits[i], bound = bounds.logits[i];
-      const double ratio = std::abs(engine - exact) / bound;
-      const bool non_finite = !std::isfinite(engine);
-      // A NaN ratio (a broken bound) must fail, never pass silently.
-      const bool over = !(ratio <= 1.0);
-      if (!non_finite && !over && ratio <= sequence_worst.ratio) continue;
-      const int position = static_cast<int>(i / V);
-      Finding f{context.plan.call_of_position[s][size_t(position)],
-                static_cast<int>(s),
-                position,
-                static_cast<int>(i % V),
-                engine,
-                exact,
-                bound,
-                non_finite || std::isnan(ratio) ? INFINITY : ratio,
-                non_finite};
-      if (non_finite && !sequence_non_finite) {
-        sequence_non_finite = true;
-        if (earlier(first_non_finite, f)) first_non_finite = f;
-      } else if (!non_finite && over && !sequence_over) {
-        sequence_over = true;
-        if (earlier(first_over, f)) first_over = f;
+    // Each token fed is checked against the oracle of what the sequence held
+    // then: its segment's content (a fork child's starts with the parent's
+    // prefix; a truncation opens a new segment). docs/OPERATIONS.md.
+    for (const Segment& segment : context.plan.segments[s]) {
+      if (segment.fed.empty()) continue;
+      const std::shared_ptr<const SequenceReference> cached =
+          reference_for(context, segment.tokens);
+      const oracle::Output& reference = cached->oracle;
+      const ErrorBounds& bounds = cached->bounds;
+      for (const auto& [k, position] : segment.fed) {
+        for (size_t j = 0; j < V; ++j) {
+          const size_t i = size_t(k) * V + j, at = size_t(position) * V + j;
+          const double engine = logits[i], exact = reference.logits[at], bound = bounds.logits[at];
+          const double ratio = std::abs(engine - exact) / bound;
+          const bool non_finite = !std::isfinite(engine);
+          // A NaN ratio (a broken bound) must fail, never pass silently.
+          const bool over = !(ratio <= 1.0);
+          if (!non_finite && !over && ratio <= sequence_worst.ratio) continue;
+          Finding f{context.plan.call_of_position[s][size_t(k)],
+                    static_cast<int>(s),
+                    position,
+                    static_cast<int>(j),
+                    engine,
+                    exact,
+                    bound,
+                    non_finite || std::isnan(ratio) ? INFINITY : ratio,
+                    non_finite};
+          if (non_finite && !sequence_non_finite) {
+            sequence_non_finite = true;
+            if (earlier(first_non_finite, f)) first_non_finite = f;
+          } else if (!non_finite && over && !sequence_over) {
+            sequence_over = true;
+            if (earlier(first_over, f)) first_over = f;
+          }
+          if (f.ratio > sequence_worst.ratio || sequence_worst.sequence < 0) sequence_worst = f;
+        }
       }
-      if (f.ratio > sequence_worst.ratio || sequence_worst.sequence < 0) sequence_worst = f;
     }
     per_sequence << "  s" << s << ": " << T << " positions, worst error/bound "
                  << format_double(sequence_worst.ratio) << " at position "
@@ -428,7 +448,7 @@ Verdict check_chunking(const Context& context) {
   int checked = 0;
   for (size_t s = 0; s < context.scenario.sequences.size(); ++s) {
     const int T = context.plan.fed[s];
-    if (T < 2) continue;  // one token has one chunking
+    if (T < 2 || !context.plan.plain[s]) continue;  // one token has one chunking
     ++checked;
     const int sequence = static_cast<int>(s);
     const std::vector<int>& own = context.plan.chunks[s];
@@ -455,7 +475,9 @@ Verdict check_chunking(const Context& context) {
       }
     }
   }
-  if (checked == 0) return not_applicable(Property::kChunking, "no sequence has 2 tokens fed");
+  if (checked == 0) {
+    return not_applicable(Property::kChunking, "no plain sequence has 2 tokens fed");
+  }
   pass(verdict, std::to_string(checked) + " sequences under 3 other chunkings");
   return verdict;
 }
@@ -467,7 +489,7 @@ Verdict check_chunking(const Context& context) {
 bool scenario_matches_solo(Verdict& verdict, const Context& context, const RunResult& run,
                            const std::vector<bool>& selected, const std::string& why) {
   for (size_t s = 0; s < selected.size(); ++s) {
-    if (!selected[s] || context.plan.fed[s] == 0) continue;
+    if (!selected[s] || context.plan.fed[s] == 0 || !context.plan.plain[s]) continue;
     const int sequence = static_cast<int>(s);
     const SoloRun solo = run_solo(context, fed_tokens(context, sequence), context.plan.chunks[s]);
     if (solo.run.engine_failed) {
@@ -484,7 +506,9 @@ bool scenario_matches_solo(Verdict& verdict, const Context& context, const RunRe
 
 int count_fed(const Context& context, const std::vector<bool>& selected) {
   int n = 0;
-  for (size_t s = 0; s < selected.size(); ++s) n += selected[s] && context.plan.fed[s] > 0;
+  for (size_t s = 0; s < selected.size(); ++s) {
+    n += selected[s] && context.plan.fed[s] > 0 && context.plan.plain[s];
+  }
   return n;
 }
 
@@ -494,7 +518,7 @@ Verdict check_batch(const Context& context) {
   const int dummies = std::min(context.scenario.max_rows - 1, 2);
   std::vector<bool> shared = context.plan.shared_step;
   std::vector<bool> fed(n);
-  for (size_t s = 0; s < n; ++s) fed[s] = context.plan.fed[s] > 0;
+  for (size_t s = 0; s < n; ++s) fed[s] = context.plan.fed[s] > 0 && context.plan.plain[s];
   const int n_shared = count_fed(context, shared);
   const int n_placed = dummies > 0 ? count_fed(context, fed) : 0;
   if (n_shared == 0 && n_placed == 0) {
@@ -655,12 +679,15 @@ Verdict check_cache_state(const Context& context) {
   for (const Call& call : context.scenario.calls) any_step |= call.kind == Call::Kind::kStep;
   if (!any_step) return not_applicable(Property::kCacheState, "no step");
 
-  // A sequence that is never fed keeps the empty reference.
+  // Per sequence and segment, the oracle of what it held then; a segment
+  // with no tokens keeps the empty reference.
   const auto empty = std::make_shared<const SequenceReference>();
-  std::vector<std::shared_ptr<const SequenceReference>> references(n, empty);  // [sequence]
+  std::vector<std::vector<std::shared_ptr<const SequenceReference>>> references(n);  // [s][segment]
   for (size_t s = 0; s < n; ++s) {
-    if (context.plan.fed[s] == 0) continue;
-    references[s] = reference_for(context, fed_tokens(context, static_cast<int>(s)));
+    for (const Segment& segment : context.plan.segments[s]) {
+      references[s].push_back(segment.tokens.empty() ? empty
+                                                     : reference_for(context, segment.tokens));
+    }
   }
 
   double worst_ratio = 0;
@@ -669,8 +696,9 @@ Verdict check_cache_state(const Context& context) {
     for (size_t s = 0; s < n; ++s) {
       const int sequence = static_cast<int>(s);
       if (!runner.running(sequence)) continue;
-      const int length = runner.fed(sequence);
-      const SequenceReference& reference = *references[s];
+      const int length = runner.held(sequence);
+      const SequenceReference& reference =
+          *references[s][size_t(context.plan.segment_at(sequence, call))];
       const int T = reference.oracle.n_tokens;
       Location where;
       where.call = call;
@@ -864,7 +892,7 @@ Verdict check_capacity(const Context& context) {
   std::vector<Probe> probes;
   for (size_t s = 0; s < n; ++s) {
     const int sequence = static_cast<int>(s);
-    if (!runner.running(sequence)) continue;
+    if (!runner.running(sequence) || !context.plan.plain[s]) continue;
     const std::span<const int32_t> tokens = fed_tokens(context, sequence);
     probes.push_back({sequence, runner.id(sequence),
                       std::vector<int32_t>(tokens.begin(), tokens.end()), context.plan.chunks[s],
@@ -872,6 +900,12 @@ Verdict check_capacity(const Context& context) {
                       static_cast<int32_t>(rng.below(uint64_t(context.vocab)))});
   }
   if (probes.empty()) {
+    for (size_t s = 0; s < n; ++s) {
+      if (runner.running(static_cast<int>(s))) {
+        return not_applicable(Property::kCapacity,
+                              "only forked or truncated sequences run after the scenario");
+      }
+    }
     try {
       probes.push_back({-1,
                         engine.start(),
@@ -1053,6 +1087,196 @@ Verdict check_cross_engine(const Context& context) {
   return verdict;
 }
 
+// ---- P11, P12: replays that never shared and never rolled back ----------
+
+// Each selected sequence's logits, where its final content still holds the
+// token it was fed, against a solo run of that content on a fresh engine fed
+// in the same chunks (the parent's cut at n for a fork's prefix, the chunks
+// left after a truncation): never shared (P11) and never fed what was
+// forgotten (P12). The oracle of both is the content alone.
+Verdict check_replay(const Context& context, Property property) {
+  Verdict verdict = start_verdict(property);
+  const SchedulePlan& plan = context.plan;
+  const size_t n = context.scenario.sequences.size();
+  const size_t V = size_t(context.vocab);
+  const bool sharing = property == Property::kSharing;
+  std::vector<size_t> selected;
+  for (size_t s = 0; s < n; ++s) {
+    const bool involved = sharing ? plan.forked[s] || plan.forked_from[s] >= 0 : plan.truncated[s];
+    const bool fed_kept = std::any_of(plan.content_stream[s].begin(), plan.content_stream[s].end(),
+                                      [](int k) { return k >= 0; });
+    if (involved && fed_kept) selected.push_back(s);
+  }
+  if (selected.empty()) {
+    return not_applicable(property, sharing ? "no fed sequence forks or is forked"
+                                            : "no truncated sequence keeps a token it was fed");
+  }
+  const RunResult run = run_scenario(context.scenario, context.weights, context.factory);
+  if (run.engine_failed) return engine_refused(property, run, "the scenario");
+  const Invariance invariance = invariance_for(context, property);
+  for (const size_t s : selected) {
+    const std::vector<int32_t>& content = plan.content[s];
+    const SoloRun solo = run_solo(context, content, plan.content_chunks[s]);
+    if (solo.run.engine_failed) {
+      return engine_refused(property, solo.run, "the replay of s" + std::to_string(s));
+    }
+    // The scenario's logits at the positions it fed itself; the inherited
+    // prefix has none and takes the replay's.
+    std::vector<float> got = solo.logits;  // [position][V]
+    for (size_t p = 0; p < content.size(); ++p) {
+      const int k = plan.content_stream[s][p];
+      if (k < 0) continue;
+      std::copy_n(run.logits[s].begin() + std::ptrdiff_t(size_t(k) * V), V,
+                  got.begin() + std::ptrdiff_t(p * V));
+    }
+    const std::optional<size_t> at =
+        first_difference(context, invariance, content, solo.logits, got, &verdict.worst_ratio);
+    if (!at) continue;
+    Location where;
+    where.sequence = static_cast<int>(s);
+    where.position = static_cast<int>(*at / V);
+    const int k = plan.content_stream[s][size_t(where.position)];
+    where.call = plan.call_of_position[s][size_t(k)];
+    const std::string replay = sharing ? "a replay that never shared storage"
+                                       : "a replay that never fed the forgotten tokens";
+    std::ostringstream detail;
+    detail << "s" << s << " position " << where.position << " vocab " << *at % V << " (fed by call "
+           << where.call << ")\n  " << replay << " (chunks "
+           << describe_chunks(plan.content_chunks[s]) << "): " << float_with_bits(solo.logits[*at])
+           << "\n  the scenario: " << float_with_bits(got[*at]) << "\n";
+    if (plan.forked_from[s] >= 0)
+      detail << "  s" << s << " was forked from s" << plan.forked_from[s] << "\n";
+    if (invariance == Invariance::kBounded) detail << "  (compared within 2B)\n";
+    fail(verdict, where,
+         "s" + std::to_string(s) + " position " + std::to_string(where.position) +
+             ": logits differ from " + replay,
+         detail.str());
+    return verdict;
+  }
+  pass(verdict, std::to_string(selected.size()) + " sequences equal their replays");
+  return verdict;
+}
+
+// ---- P13 --------------------------------------------------------------
+
+// What is wrong with the pool after a call, or "".
+std::string pool_problem(const PoolReport& r, const Scenario& scenario,
+                         const ScenarioRunner& runner, bool last_call) {
+  const auto text = [](auto... parts) {
+    std::ostringstream out;
+    (out << ... << parts);
+    return out.str();
+  };
+  if (r.block_size != scenario.block_size) {
+    return text("the pool reports block size ", r.block_size, ", the scenario asks for ",
+                scenario.block_size);
+  }
+  if (r.free + r.used + r.cached != r.total || r.free < 0 || r.used < 0 || r.cached < 0) {
+    return text("free ", r.free, " + used ", r.used, " + cached ", r.cached, " != total ", r.total);
+  }
+  if (static_cast<int>(r.refcounts.size()) != r.total) {
+    return text(r.refcounts.size(), " reference counts for ", r.total, " blocks");
+  }
+  std::vector<int> holders(size_t(r.total), 0);  // [block] tables holding it
+  for (const auto& [id, blocks] : r.tables) {
+    for (const int b : blocks) {
+      if (b < 0 || b >= r.total) return text("sequence ", id, "'s table holds block ", b);
+      ++holders[size_t(b)];
+    }
+  }
+  int held_blocks = 0;
+  for (int b = 0; b < r.total; ++b) {
+    if (r.refcounts[size_t(b)] != holders[size_t(b)]) {
+      return text("block ", b, ": reference count ", r.refcounts[size_t(b)], ", held by ",
+                  holders[size_t(b)], " block tables");
+    }
+    held_blocks += holders[size_t(b)] > 0;
+  }
+  if (r.used != held_blocks) {
+    return text("used ", r.used, " blocks, but the tables hold ", held_blocks);
+  }
+  int running = 0;
+  for (size_t s = 0; s < scenario.sequences.size(); ++s) {
+    const int sequence = static_cast<int>(s);
+    if (!runner.running(sequence)) continue;
+    ++running;
+    const int need = (runner.held(sequence) + r.block_size - 1) / r.block_size;
+    const auto table = std::find_if(r.tables.begin(), r.tables.end(),
+                                    [&](const auto& t) { return t.first == runner.id(sequence); });
+    if (table == r.tables.end()) return text("s", s, " has no block table");
+    if (static_cast<int>(table->second.size()) != need) {
+      return text("s", s, " holds ", runner.held(sequence), " tokens in ", table->second.size(),
+                  " blocks; ", need, " blocks of ", r.block_size, " hold them");
+    }
+  }
+  if (static_cast<int>(r.tables.size()) != running) {
+    return text(r.tables.size(), " block tables for ", running, " running sequences");
+  }
+  if (last_call && running == 0 && r.used != 0) {
+    return text("every sequence has ended, yet ", r.used, " blocks are used");
+  }
+  return "";
+}
+
+Verdict check_pool(const Context& context) {
+  Verdict verdict = start_verdict(Property::kPool);
+  const Scenario& scenario = context.scenario;
+  if (scenario.block_size == 0) {
+    return not_applicable(Property::kPool, "the scenario stores contiguously (block_size 0)");
+  }
+  const int last = static_cast<int>(scenario.calls.size()) - 1;
+  const CallHook hook = [&](int call, const ScenarioRunner& runner) {
+    const std::string problem =
+        pool_problem(runner.engine().pool(), scenario, runner, call == last);
+    if (problem.empty()) return true;
+    Location where;
+    where.call = call;
+    fail(verdict, where, "after call " + std::to_string(call) + ": " + problem,
+         "pool accounting (docs/OPERATIONS.md): free + used + cached == total, each block's "
+         "reference count == the block tables holding it, each table ceil(length / B) blocks, "
+         "nothing used once every sequence has ended\n");
+    return false;
+  };
+  ScenarioRunner runner(scenario, scenario.config, context.weights, context.factory);
+  const RunResult run = runner.run(hook);
+  if (!verdict.passed) return verdict;
+  if (run.engine_failed) return engine_refused(Property::kPool, run, "the scenario");
+  pass(verdict, "the pool added up after " + std::to_string(scenario.calls.size()) + " calls");
+  return verdict;
+}
+
+// ---- P14 --------------------------------------------------------------
+
+Verdict check_poison(const Context& context) {
+  Verdict verdict = start_verdict(Property::kPoison);
+  const Scenario& scenario = context.scenario;
+  const bool releases =
+      std::any_of(scenario.calls.begin(), scenario.calls.end(), [](const Call& c) {
+        return c.kind == Call::Kind::kFinish || c.kind == Call::Kind::kReset ||
+               c.kind == Call::Kind::kFork || c.kind == Call::Kind::kTruncate;
+      });
+  if (!releases) {
+    return not_applicable(Property::kPoison, "no finish, reset, fork or truncation moves storage");
+  }
+  const CallHook hook = [&](int call, const ScenarioRunner& runner) {
+    const std::string problem = runner.engine().unheld_storage_check();
+    if (problem.empty()) return true;
+    Location where;
+    where.call = call;
+    fail(verdict, where, "after call " + std::to_string(call) + ": " + problem,
+         "storage that no sequence holds must be poisoned again (NaN) when it is freed "
+         "(finish, reset, a block's last reference, a truncated tail), so that a later read "
+         "past a length shows (docs/OPERATIONS.md)\n");
+    return false;
+  };
+  ScenarioRunner runner(scenario, scenario.config, context.weights, context.factory);
+  const RunResult run = runner.run(hook);
+  if (!verdict.passed) return verdict;
+  if (run.engine_failed) return engine_refused(Property::kPoison, run, "the scenario");
+  pass(verdict, "unheld storage poisoned after every call");
+  return verdict;
+}
+
 // What a property needs beyond the scenario's own calls, or nullptr.
 const char* operation_needed(const EngineTraits& traits, Property property) {
   const OperationTraits& op = traits.operations;
@@ -1065,6 +1289,14 @@ const char* operation_needed(const EngineTraits& traits, Property property) {
       return op.cache_snapshot ? nullptr : "cache snapshots";
     case Property::kCapacity:
       return op.capacity_refusal ? nullptr : "a capacity refusal";
+    case Property::kSharing:
+      return op.fork ? nullptr : "fork";
+    case Property::kRollback:
+      return op.truncate ? nullptr : "truncate";
+    case Property::kPool:
+      return op.paged && op.pool_report ? nullptr : "a pool report of paged storage";
+    case Property::kPoison:
+      return op.storage_check ? nullptr : "a check of unheld storage";
     default:
       return nullptr;
   }
@@ -1121,6 +1353,7 @@ std::string traits_exclude(const EngineTraits& traits, const Scenario& scenario)
     return why;
   }
   const OperationTraits& op = traits.operations;
+  if (scenario.block_size > 0 && !op.paged) return "paged storage";
   std::vector<int> fed(scenario.sequences.size(), 0);  // [sequence]
   std::vector<bool> running(scenario.sequences.size(), false);
   for (const Call& call : scenario.calls) {
@@ -1135,6 +1368,15 @@ std::string traits_exclude(const EngineTraits& traits, const Scenario& scenario)
       case Call::Kind::kReset:
         if (!op.reset) return "reset";
         std::fill(running.begin(), running.end(), false);
+        break;
+      case Call::Kind::kFork:
+        if (!op.fork) return "fork";
+        running[size_t(call.sequence)] = true;
+        fed[size_t(call.sequence)] = call.count;
+        break;
+      case Call::Kind::kTruncate:
+        if (!op.truncate) return "truncate";
+        fed[size_t(call.sequence)] -= call.count;
         break;
       case Call::Kind::kStep: {
         if (call.chunks.size() > 1 && !op.multi_sequence_step) {
@@ -1214,6 +1456,13 @@ Verdict check_property(Property property, const Scenario& scenario,
         return check_capacity(context);
       case Property::kCrossEngine:
         return check_cross_engine(context);
+      case Property::kSharing:
+      case Property::kRollback:
+        return check_replay(context, property);
+      case Property::kPool:
+        return check_pool(context);
+      case Property::kPoison:
+        return check_poison(context);
       case Property::kCount:
         break;
     }
@@ -1246,8 +1495,9 @@ Verdict check_all(const Scenario& scenario, const EngineUnderTest& subject) {
   // P6 first: it compares the cache itself after every call, so it sees a
   // fault before any logit does and names the layer and slots.
   static constexpr Property kOrder[] = {
-      Property::kCacheState, Property::kOracle,     Property::kChunking, Property::kBatch,
-      Property::kReset,      Property::kCompaction, Property::kGqa,      Property::kDeterminism,
+      Property::kCacheState, Property::kPool,       Property::kPoison, Property::kOracle,
+      Property::kChunking,   Property::kBatch,      Property::kReset,  Property::kCompaction,
+      Property::kSharing,    Property::kRollback,   Property::kGqa,    Property::kDeterminism,
       Property::kCapacity,   Property::kCrossEngine};
   static_assert(std::size(kOrder) == size_t(kPropertyCount));
   Verdict last;

@@ -27,6 +27,10 @@ enum class Property : uint8_t {
   kDeterminism,  // P8 the same scenario twice gives the same bits
   kCapacity,     // P9 past capacity: the documented error, others intact
   kCrossEngine,  // P10 the same scenario on a reference engine: logits within B + B
+  kSharing,      // P11 forks' lineages == their never-shared replays (isolation both ways)
+  kRollback,     // P12 truncated sequences == their never-fed replays
+  kPool,         // P13 paged pool accounting after every call
+  kPoison,       // P14 storage no sequence holds is poisoned (NaN) after every call
   kCount
 };
 constexpr int kPropertyCount = static_cast<int>(Property::kCount);

@@ -2,6 +2,7 @@
 
 #include "model/status.h"
 
+#include <algorithm>
 #include <bit>
 #include <cstdio>
 #include <cstring>
@@ -19,37 +20,109 @@ SchedulePlan plan_schedule(const Scenario& scenario) {
   plan.start_call.assign(n, -1);
   plan.end_call.assign(n, -1);
   plan.shared_step.assign(n, false);
+  plan.plain.assign(n, true);
+  plan.forked_from.assign(n, -1);
+  plan.forked.assign(n, false);
+  plan.truncated.assign(n, false);
+  plan.segments.assign(n, {});
+  plan.content.assign(n, {});
+  plan.content_stream.assign(n, {});
+  plan.content_chunks.assign(n, {});
   std::vector<bool> running(n, false);  // [sequence]
+  const auto open = [&](size_t s, int call) { plan.segments[s].push_back({call, {}, {}}); };
+  const auto close = [&](size_t s) {
+    if (!plan.segments[s].empty()) plan.segments[s].back().tokens = plan.content[s];
+  };
   for (size_t c = 0; c < scenario.calls.size(); ++c) {
     const Call& call = scenario.calls[c];
     const int ci = static_cast<int>(c);
+    const size_t q = size_t(call.sequence);
     switch (call.kind) {
       case Call::Kind::kStart:
-        plan.start_call[size_t(call.sequence)] = ci;
-        running[size_t(call.sequence)] = true;
+        plan.start_call[q] = ci;
+        running[q] = true;
+        open(q, ci);
         break;
       case Call::Kind::kStep:
         for (const ChunkSpec& chunk : call.chunks) {
           const size_t s = size_t(chunk.sequence);
           plan.chunks[s].push_back(chunk.length);
+          plan.content_chunks[s].push_back(chunk.length);
+          for (int i = 0; i < chunk.length; ++i) {
+            const int k = plan.fed[s] + i;
+            plan.segments[s].back().fed.push_back({k, int(plan.content[s].size())});
+            plan.content[s].push_back(scenario.sequences[s][size_t(k)]);
+            plan.content_stream[s].push_back(k);
+          }
           plan.fed[s] += chunk.length;
           plan.call_of_position[s].resize(size_t(plan.fed[s]), ci);
+          plan.max_content = std::max(plan.max_content, int(plan.content[s].size()));
           if (call.chunks.size() > 1) plan.shared_step[s] = true;
         }
         break;
       case Call::Kind::kFinish:
-        plan.end_call[size_t(call.sequence)] = ci;
-        running[size_t(call.sequence)] = false;
+        plan.end_call[q] = ci;
+        running[q] = false;
+        close(q);
         break;
       case Call::Kind::kReset:
         for (size_t s = 0; s < n; ++s) {
-          if (running[s]) plan.end_call[s] = ci;
+          if (running[s]) plan.end_call[s] = ci, close(s);
           running[s] = false;
         }
         break;
+      case Call::Kind::kFork: {
+        const size_t p = size_t(call.parent);
+        plan.start_call[q] = ci;
+        running[q] = true;
+        plan.plain[q] = false;
+        plan.forked_from[q] = call.parent;
+        plan.forked[p] = true;
+        const size_t keep = size_t(call.count);
+        plan.content[q].assign(plan.content[p].begin(),
+                               plan.content[p].begin() + std::ptrdiff_t(keep));
+        plan.content_stream[q].assign(keep, -1);
+        // The parent's chunks, cut at n: how the inherited prefix was fed.
+        int left = call.count;
+        for (int length : plan.content_chunks[p]) {
+          if (left == 0) break;
+          plan.content_chunks[q].push_back(std::min(length, left));
+          left -= plan.content_chunks[q].back();
+        }
+        open(q, ci);
+        break;
+      }
+      case Call::Kind::kTruncate: {
+        if (call.count == 0) break;
+        plan.plain[q] = false;
+        plan.truncated[q] = true;
+        close(q);
+        const size_t keep = plan.content[q].size() - size_t(call.count);
+        plan.content[q].resize(keep);
+        plan.content_stream[q].resize(keep);
+        std::vector<int>& chunks = plan.content_chunks[q];
+        for (int drop = call.count; drop > 0;) {
+          const int cut = std::min(drop, chunks.back());
+          chunks.back() -= cut;
+          drop -= cut;
+          if (chunks.back() == 0) chunks.pop_back();
+        }
+        open(q, ci);
+        break;
+      }
     }
   }
+  for (size_t s = 0; s < n; ++s) {
+    if (running[s]) close(s);
+  }
   return plan;
+}
+
+int SchedulePlan::segment_at(int sequence, int call) const {
+  const std::vector<Segment>& list = segments[size_t(sequence)];
+  int found = -1;
+  for (size_t i = 0; i < list.size() && list[i].begin_call <= call; ++i) found = int(i);
+  return found;
 }
 
 ScenarioRunner::ScenarioRunner(const Scenario& scenario, const Config& config,
@@ -60,6 +133,7 @@ ScenarioRunner::ScenarioRunner(const Scenario& scenario, const Config& config,
       ids_(scenario.sequences.size(), -1),
       running_(scenario.sequences.size(), false),
       fed_(scenario.sequences.size(), 0),
+      held_(scenario.sequences.size(), 0),
       logits_(scenario.sequences.size()) {}
 
 void ScenarioRunner::execute(const Call& call) {
@@ -85,9 +159,19 @@ void ScenarioRunner::execute(const Call& call) {
                           step_logits_.begin() + std::ptrdiff_t(at + count));
         at += count;
         fed_[s] += chunk.length;
+        held_[s] += chunk.length;
       }
       break;
     }
+    case Call::Kind::kFork:
+      ids_[size_t(call.sequence)] = engine_->fork(ids_[size_t(call.parent)], call.count);
+      running_[size_t(call.sequence)] = true;
+      held_[size_t(call.sequence)] = call.count;
+      break;
+    case Call::Kind::kTruncate:
+      engine_->truncate(ids_[size_t(call.sequence)], call.count);
+      held_[size_t(call.sequence)] -= call.count;
+      break;
     case Call::Kind::kFinish:
       engine_->finish(ids_[size_t(call.sequence)]);
       running_[size_t(call.sequence)] = false;
@@ -162,6 +246,8 @@ Scenario solo_scenario(const Scenario& base, std::span<const int32_t> tokens,
   solo.capacity = base.capacity;
   solo.max_rows = base.max_rows;
   solo.kv_dtype = base.kv_dtype;
+  solo.block_size = base.block_size;
+  solo.pool_blocks = base.pool_blocks;
   solo.sequences.emplace_back(tokens.begin(), tokens.end());
   SplitMix64 rng(dummy_seed);
   for (int d = 0; d < leading_dummies; ++d) {

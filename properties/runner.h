@@ -18,14 +18,39 @@
 
 namespace kvcheck {
 
-// What a valid scenario's schedule implies, computed without an engine.
+// What one sequence held between two truncations (or its start and its end):
+// the oracle of `tokens` is the reference of every token fed in the span
+// (docs/OPERATIONS.md).
+struct Segment {
+  int begin_call = -1;                   // the call that opened it (start, fork, truncate)
+  std::vector<int32_t> tokens;           // [position] content when it closed
+  std::vector<std::pair<int, int>> fed;  // [token fed in it] (stream index, position)
+};
+
+// What a valid scenario's schedule implies, computed without an engine. One
+// walk over the calls (plan_schedule) fills it; properties, the shrinker and
+// the generators' coverage read it instead of walking again.
 struct SchedulePlan {
-  std::vector<int> fed;                            // [sequence] tokens fed by the last call
+  std::vector<int> fed;                            // [sequence] stream tokens fed by the last call
   std::vector<std::vector<int>> chunks;            // [sequence][chunk] lengths, in feed order
-  std::vector<std::vector<int>> call_of_position;  // [sequence][position] call that fed it
+  std::vector<std::vector<int>> call_of_position;  // [sequence][stream index] call that fed it
   std::vector<int> start_call;                     // [sequence] call that started it, or -1
   std::vector<int> end_call;  // [sequence] call that finished or reset it, or -1 (still running)
   std::vector<bool> shared_step;  // [sequence] fed in a step together with another sequence
+  // The operations: a plain sequence is never forked into and never
+  // truncated, so its content is its stream (P2..P5, P9 solo runs need it).
+  std::vector<bool> plain;                       // [sequence]
+  std::vector<int> forked_from;                  // [sequence] parent, or -1
+  std::vector<bool> forked;                      // [sequence] some fork took from it
+  std::vector<bool> truncated;                   // [sequence] lost tokens to a truncation
+  std::vector<std::vector<Segment>> segments;    // [sequence][segment] in call order
+  std::vector<std::vector<int32_t>> content;     // [sequence][position] what it held last
+  std::vector<std::vector<int>> content_stream;  // [sequence][position] stream index, -1 inherited
+  std::vector<std::vector<int>> content_chunks;  // [sequence][chunk] how its content was fed
+  int max_content = 0;                           // the longest content at any time
+
+  // The segment of `sequence` in force after call `call` (-1 before it starts).
+  int segment_at(int sequence, int call) const;
 };
 
 // The scenario must validate.
@@ -65,6 +90,7 @@ class ScenarioRunner {
   bool running(int sequence) const { return running_[size_t(sequence)]; }
   SequenceId id(int sequence) const { return ids_[size_t(sequence)]; }
   int fed(int sequence) const { return fed_[size_t(sequence)]; }
+  int held(int sequence) const { return held_[size_t(sequence)]; }  // content length
   const std::vector<float>& logits(int sequence) const { return logits_[size_t(sequence)]; }
   // Hands the collected logits over; the runner keeps the engine.
   std::vector<std::vector<float>> take_logits() { return std::move(logits_); }
@@ -78,13 +104,16 @@ class ScenarioRunner {
   int vocab_;
   std::vector<SequenceId> ids_;             // [sequence]
   std::vector<bool> running_;               // [sequence]
-  std::vector<int> fed_;                    // [sequence]
+  std::vector<int> fed_;                    // [sequence] stream tokens fed
+  std::vector<int> held_;                   // [sequence] content length
   std::vector<std::vector<float>> logits_;  // [sequence][position][V]
   std::vector<BatchEntry> batch_;           // [chunk] of the current step
   std::vector<float> step_logits_;          // [tokens in step][V]
 };
 
 // The scenario on a fresh engine built from its own config and weights.
+// Logits are filed per sequence in feed order (stream index), whatever
+// truncations did to its content.
 RunResult run_scenario(const Scenario& scenario, const Weights& weights,
                        const EngineFactory& factory, const CallHook& hook = {});
 

@@ -25,6 +25,8 @@ EngineOptions Scenario::engine_options() const {
   options.capacity = capacity;
   options.max_rows = max_rows;
   options.kv_dtype = kv_dtype;
+  options.block_size = block_size;
+  options.pool_blocks = pool_blocks;
   return options;
 }
 
@@ -52,6 +54,15 @@ std::string Scenario::validate() const {
     out << "max_rows: " << max_rows << " is out of range [1, " << kMaxRows << "]";
     return out.str();
   }
+  if (block_size < 0 || block_size > 32) {
+    out << "block_size: " << block_size << " is out of range [0 (contiguous), 32]";
+    return out.str();
+  }
+  if (pool_blocks < 0 || pool_blocks > (1 << 20) || (pool_blocks > 0 && block_size == 0)) {
+    out << "pool_blocks: " << pool_blocks
+        << " is out of range [0, 2^20] (and needs block_size > 0)";
+    return out.str();
+  }
   for (size_t s = 0; s < sequences.size(); ++s) {
     for (size_t i = 0; i < sequences[s].size(); ++i) {
       const int32_t token = sequences[s][i];
@@ -66,7 +77,8 @@ std::string Scenario::validate() const {
   enum class State : uint8_t { kNotStarted, kRunning, kDropped };
   const int n_sequences = static_cast<int>(sequences.size());
   std::vector<State> state(sequences.size(), State::kNotStarted);  // [sequence]
-  std::vector<int> fed(sequences.size(), 0);                       // [sequence]
+  std::vector<int> fed(sequences.size(), 0);                       // [sequence] stream
+  std::vector<int> held(sequences.size(), 0);                      // [sequence] content
   int running = 0;
   const auto in_range = [&](int s) { return s >= 0 && s < n_sequences; };
   for (size_t c = 0; c < calls.size(); ++c) {
@@ -124,12 +136,13 @@ std::string Scenario::validate() const {
                 << " but it has only " << sequences[size_t(s)].size();
             return out.str();
           }
-          if (end > capacity) {
-            out << "step feeds sequence " << s << " up to position " << end - 1
-                << ", past the capacity of " << capacity;
+          if (held[size_t(s)] + chunk.length > capacity) {
+            out << "step feeds sequence " << s << " up to position "
+                << held[size_t(s)] + chunk.length - 1 << ", past the capacity of " << capacity;
             return out.str();
           }
           fed[size_t(s)] = end;
+          held[size_t(s)] += chunk.length;
         }
         break;
       }
@@ -146,6 +159,41 @@ std::string Scenario::validate() const {
           if (s == State::kRunning) s = State::kDropped;
         }
         running = 0;
+        break;
+      case Call::Kind::kFork:
+        if (!in_range(call.sequence) || state[size_t(call.sequence)] != State::kNotStarted) {
+          out << "fork into sequence " << call.sequence
+              << ", which does not exist or was already started";
+          return out.str();
+        }
+        if (!in_range(call.parent) || state[size_t(call.parent)] != State::kRunning) {
+          out << "fork from sequence " << call.parent << " which is not running";
+          return out.str();
+        }
+        if (call.count < 0 || call.count > held[size_t(call.parent)]) {
+          out << "fork of " << call.count << " tokens from sequence " << call.parent
+              << ", which holds " << held[size_t(call.parent)];
+          return out.str();
+        }
+        if (running == max_rows) {
+          out << "fork into sequence " << call.sequence << " exceeds max_rows " << max_rows;
+          return out.str();
+        }
+        state[size_t(call.sequence)] = State::kRunning;
+        held[size_t(call.sequence)] = call.count;
+        ++running;
+        break;
+      case Call::Kind::kTruncate:
+        if (!in_range(call.sequence) || state[size_t(call.sequence)] != State::kRunning) {
+          out << "truncate of sequence " << call.sequence << " which is not running";
+          return out.str();
+        }
+        if (call.count < 0 || call.count > held[size_t(call.sequence)]) {
+          out << "truncate of " << call.count << " tokens from sequence " << call.sequence
+              << ", which holds " << held[size_t(call.sequence)];
+          return out.str();
+        }
+        held[size_t(call.sequence)] -= call.count;
         break;
       default:
         out << "unknown call kind " << static_cast<int>(call.kind);
@@ -184,7 +232,10 @@ std::string Scenario::to_text() const {
       << " qkv_bias=" << (config.qkv_bias ? "true" : "false") << "\n";
   if (model) out << "model " << model->path << " (" << model->hash << ")\n";
   out << "weight_seed " << weight_seed << " capacity " << capacity << " max_rows " << max_rows
-      << " kv_dtype " << kv_dtype_name(kv_dtype) << "\n";
+      << " kv_dtype " << kv_dtype_name(kv_dtype);
+  // Only when set, so that contiguous scenarios keep their text (and digest).
+  if (block_size > 0) out << " block_size " << block_size << " pool_blocks " << pool_blocks;
+  out << "\n";
   for (size_t s = 0; s < sequences.size(); ++s) {
     out << "s" << s << " (" << sequences[s].size() << " tokens):";
     for (int32_t token : sequences[s]) out << " " << token;
@@ -208,6 +259,12 @@ std::string Scenario::to_text() const {
         break;
       case Call::Kind::kReset:
         out << "reset";
+        break;
+      case Call::Kind::kFork:
+        out << "fork s" << call.sequence << " s" << call.parent << " " << call.count;
+        break;
+      case Call::Kind::kTruncate:
+        out << "truncate s" << call.sequence << " " << call.count;
         break;
     }
     out << "\n";

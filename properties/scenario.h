@@ -1,7 +1,10 @@
 // A Scenario is everything needed to replay one check: the model (config and
 // weight seed), the engine options that shape the cache, the sequences with
 // every token fixed in advance (teacher forcing, so a near-tie argmax can never
-// fork engine and oracle), and the schedule of engine calls.
+// fork engine and oracle), and the schedule of engine calls. A sequence's
+// tokens are its feed stream: what its steps feed, in order; what it holds
+// (its content) follows from the calls: a fork child starts with its parent's
+// first n tokens, a truncation drops the last n (docs/OPERATIONS.md).
 #pragma once
 
 #include <cstdint>
@@ -24,15 +27,20 @@ struct ChunkSpec {
 };
 
 struct Call {
-  enum class Kind : uint8_t { kStart, kStep, kFinish, kReset };
+  enum class Kind : uint8_t { kStart, kStep, kFinish, kReset, kFork, kTruncate };
   Kind kind = Kind::kStep;
-  int sequence = 0;               // kStart, kFinish: index into Scenario::sequences
+  int sequence = 0;               // kStart, kFinish, kTruncate; kFork: the child
   std::vector<ChunkSpec> chunks;  // kStep: the batch, in order
+  int parent = 0;                 // kFork: the sequence forked from
+  int count = 0;                  // kFork: parent tokens the child starts with;
+                                  // kTruncate: tokens forgotten
 
   static Call start(int s) { return {Kind::kStart, s, {}}; }
   static Call step(std::vector<ChunkSpec> c) { return {Kind::kStep, 0, std::move(c)}; }
   static Call finish(int s) { return {Kind::kFinish, s, {}}; }
   static Call reset() { return {Kind::kReset, 0, {}}; }
+  static Call fork(int child, int parent, int n) { return {Kind::kFork, child, {}, parent, n}; }
+  static Call truncate(int s, int n) { return {Kind::kTruncate, s, {}, 0, n}; }
 
   bool operator==(const Call&) const = default;
 };
@@ -43,6 +51,8 @@ struct Scenario {
   int capacity = 64;  // positions per sequence
   int max_rows = 4;   // sequences alive at once
   KvDtype kv_dtype = KvDtype::kF32;
+  int block_size = 0;   // 0: contiguous storage; 1..32: paged, blocks of this many slots
+  int pool_blocks = 0;  // paged: blocks in the pool; 0: the engine's default (never runs dry)
   std::vector<std::vector<int32_t>> sequences;  // [sequence][token], fed in order
   std::vector<Call> calls;
   // A user's checkpoint (--model): its weights replace init_weights(config,
@@ -55,12 +65,15 @@ struct Scenario {
   EngineOptions engine_options() const;
 
   // Shrinking measure: layers + query heads + sequences + tokens fed + calls
-  // (steps, finishes, resets; a start counts through its sequence).
+  // (steps, finishes, resets, forks, truncations; a start counts through its
+  // sequence).
   int size() const;
 
-  // Empty when the scenario is well formed: every sequence starts once before
-  // it is fed, is fed only while running, never past its tokens or the
-  // capacity, at most max_rows run at once, and the config validates.
+  // Empty when the scenario is well formed: every sequence starts (or is
+  // forked) once before it is fed, is fed, forked from or truncated only
+  // while running, never past its tokens or the capacity, a fork takes at
+  // most its parent's length and a truncation at most the sequence's, at
+  // most max_rows run at once, and the config validates.
   // Otherwise one message naming the call and what is wrong.
   std::string validate() const;
 

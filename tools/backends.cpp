@@ -53,7 +53,10 @@ std::string traits_summary(const EngineTraits& t, const std::string& indent) {
              {yes_no(op.multi_sequence_step, "multi-sequence steps"), yes_no(op.finish, "finish"),
               yes_no(op.reset, "reset"), yes_no(op.cache_snapshot, "cache snapshots"),
               yes_no(op.capacity_refusal, "capacity refusal"),
-              yes_no(op.fault_switches, "fault switches"), yes_no(op.storage_map, "storage map")})
+              yes_no(op.fault_switches, "fault switches"), yes_no(op.storage_map, "storage map"),
+              yes_no(op.fork, "fork"), yes_no(op.truncate, "truncate"),
+              yes_no(op.paged, "paged storage"), yes_no(op.pool_report, "pool report"),
+              yes_no(op.storage_check, "storage check")})
       << "\n";
   const ShapeLimits& l = t.limits;
   std::vector<std::string> families, dtypes;

@@ -17,12 +17,10 @@ std::optional<TimelineFrame> frame_of(const ScenarioRunner& runner, size_t n_seq
   if (!map) return std::nullopt;
   TimelineFrame frame;
   frame.label = std::move(label);
-  frame.lengths.assign(n_sequences, 0);
   frame.holders.assign(size_t(map->units), {});
   for (size_t s = 0; s < n_sequences; ++s) {
     const int sequence = int(s);
     if (!runner.running(sequence)) continue;
-    frame.lengths[s] = runner.fed(sequence);
     for (int u = 0; u < map->units; ++u) {
       for (SequenceId id : map->holders[size_t(u)]) {
         if (id == runner.id(sequence)) frame.holders[size_t(u)].push_back(sequence);

@@ -19,7 +19,6 @@ struct TimelineFrame {
   std::string label;                      // "after call 2: step s0:3 s1:1"
   StorageMap map;                         // holders are engine ids
   std::vector<std::vector<int>> holders;  // [unit] scenario sequence indices holding it
-  std::vector<int> lengths;               // [sequence] tokens fed so far (0: not running)
   std::vector<uint8_t> wrote;             // [unit][slot] 1: the call changed the slot
 };
 

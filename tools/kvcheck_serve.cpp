@@ -78,7 +78,6 @@ class Server {
   json hello(const json& r) {
     EngineTraits traits = cpu_engine_traits(kernels_);
     traits.operations.fault_switches = false;  // the protocol carries no fault switches
-    traits.operations.storage_map = false;     // nor a storage map
     traits.identity.name += "-serve";
     // The highest version both speak.
     version_ = r.value("protocol", 1) >= 2 && max_version_ >= 2 ? 2 : 1;

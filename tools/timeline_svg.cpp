@@ -18,7 +18,8 @@ std::string sequence_colour(int sequence) {
 
 constexpr const char* kPoisoned = "#eeeeee";
 constexpr const char* kMixedColour = "#ff9800";
-constexpr const char* kShared = "#d32f2f";
+constexpr const char* kShared = "#d32f2f";       // rows are never shared: a fault
+constexpr const char* kSharedBlock = "#7b1fa2";  // blocks are, by forks (copy on write)
 constexpr const char* kStale = "#616161";
 
 // The colour of one slot and what it means, for the cell and its tooltip.
@@ -28,8 +29,15 @@ std::pair<std::string, std::string> slot_look(const TimelineFrame& f, int unit, 
   if (state == SlotState::kMixed)
     return {kMixedColour, "partly poisoned: some layers or heads written"};
   const std::vector<int>& holders = f.holders[size_t(unit)];
-  if (holders.size() > 1) return {kShared, "data, in storage that several sequences hold"};
-  if (holders.size() == 1 && slot < f.lengths[size_t(holders[0])]) {
+  const bool held = slot < f.map.held_slots[size_t(unit)];
+  if (held && holders.size() > 1) {
+    return f.map.unit == "block"
+               ? std::pair<std::string, std::string>{kSharedBlock,
+                                                     "data of a block several sequences share"}
+               : std::pair<std::string, std::string>{kShared,
+                                                     "data in a row several sequences hold"};
+  }
+  if (held && holders.size() == 1) {
     return {sequence_colour(holders[0]), "data of s" + std::to_string(holders[0])};
   }
   return {kStale, "stale data: no running sequence holds this slot"};
@@ -79,7 +87,8 @@ std::string timeline_frame_svg(const TimelineFrame& f) {
 std::string timeline_legend_svg() {
   const std::pair<std::string, const char*> items[] = {
       {sequence_colour(0), "data of s0 (each sequence its colour)"},
-      {kShared, "storage held by several sequences"},
+      {kShared, "a row several sequences hold"},
+      {kSharedBlock, "a block forks share"},
       {kStale, "stale data nobody holds"},
       {kMixedColour, "partly poisoned"},
       {kPoisoned, "poisoned"},

@@ -78,6 +78,11 @@ std::string call_text(const Call& call) {
       }
       return text;
     }
+    case Call::Kind::kFork:
+      return "fork s" + std::to_string(call.sequence) + " s" + std::to_string(call.parent) + " " +
+             std::to_string(call.count);
+    case Call::Kind::kTruncate:
+      return "truncate s" + std::to_string(call.sequence) + " " + std::to_string(call.count);
   }
   return "?";
 }

@@ -32,9 +32,11 @@ class CpuEngine final : public Engine {
         path_(options.kernels == KernelPath::kReference ? cpu::KernelPath::kScalar
                                                         : cpu::KernelPath::kSimd),
         weights_(cpu::pack_weights(config, weights)),
-        cache_(config.n_layers, options.max_rows, options.capacity, config.n_kv_heads,
-               config.head_dim, options.kv_dtype),
         table_(config, options),
+        // Paged: one row per pool block plus the poison and sink blocks.
+        cache_(config.n_layers, table_.paged() ? table_.pool_blocks() + 2 : options.max_rows,
+               table_.paged() ? options.block_size : options.capacity, config.n_kv_heads,
+               config.head_dim, options.kv_dtype),
         pool_(options.threads) {
     const int half = config.head_dim / 2;
     for (int i = 0; i < half; ++i) {
@@ -52,6 +54,7 @@ class CpuEngine final : public Engine {
 
   void step(std::span<const BatchEntry> batch, std::vector<float>& logits) override {
     table_.check_batch(batch);
+    table_.prepare_step(batch, copy_slots(), poison_slots());
     const std::vector<TokenPlan> plan = table_.make_plan(batch);
     const size_t n = plan.size();
     logits.assign(n * size_t(config_.vocab), 0.0f);
@@ -66,13 +69,46 @@ class CpuEngine final : public Engine {
   }
 
   void finish(SequenceId id) override {
+    if (table_.paged()) return table_.finish_paged(id, poison_slots());
     table_.finish(
         id, [&](int from, int to) { cache_.copy_row(from, to); },
         [&](int row) { cache_.clear_row(row); });
   }
 
   void reset() override {
-    table_.reset([&](int row) { cache_.clear_row(row); });
+    const int layers = has(Fault::kResetClearsLayer0Only) ? 1 : config_.n_layers;
+    if (table_.paged()) return table_.reset_paged(poison_slots(layers));
+    table_.reset([&, layers](int row) { cache_.clear_row(row, layers); });
+  }
+
+  SequenceId fork(SequenceId parent, int n) override {
+    return table_.fork(parent, n, copy_slots());
+  }
+
+  void truncate(SequenceId id, int n) override { table_.truncate(id, n, poison_slots()); }
+
+  PoolReport pool() const override { return table_.pool_report(); }
+
+  std::string unheld_storage_check() const override {
+    for (int unit = 0; unit < table_.units(); ++unit) {
+      const int storage = table_.paged() ? table_.storage_block(unit) : unit;
+      for (int slot = table_.held_slots(unit); slot < table_.unit_slots(); ++slot) {
+        for (int l = 0; l < config_.n_layers; ++l) {
+          for (int g = 0; g < config_.n_kv_heads; ++g) {
+            for (int d = 0; d < config_.head_dim; ++d) {
+              for (const bool key : {true, false}) {
+                if (cache_.poisoned(key, l, storage, g, slot, d)) continue;
+                return std::string(table_.paged() ? "block " : "row ") + std::to_string(unit) +
+                       " slot " + std::to_string(slot) + " layer " + std::to_string(l) +
+                       " kv head " + std::to_string(g) + " dim " + std::to_string(d) + " " +
+                       (key ? "K" : "V") + ": held by no sequence, yet not poisoned";
+              }
+            }
+          }
+        }
+      }
+    }
+    return "";
   }
 
   int length(SequenceId id) const override { return table_.lookup(id, "length").length; }
@@ -84,10 +120,12 @@ class CpuEngine final : public Engine {
     const size_t head_bytes = size_t(config_.head_dim) * elem;
     const int sl = storage_layer(layer), row = storage_row(s.row);
     for (int pos = 0; pos < snap.length; ++pos) {
+      // Paged: read through the block table, as attention does.
+      const auto [unit, slot] = locate(row, pos, poison_block());
       for (int g = 0; g < config_.n_kv_heads; ++g) {
         const size_t dst = (size_t(pos) * config_.n_kv_heads + g) * head_bytes;
-        std::memcpy(snap.k.data() + dst, cache_.k(sl, row, g, pos), head_bytes);
-        std::memcpy(snap.v.data() + dst, cache_.v(sl, row, g, pos), head_bytes);
+        std::memcpy(snap.k.data() + dst, cache_.k(sl, unit, g, slot), head_bytes);
+        std::memcpy(snap.v.data() + dst, cache_.v(sl, unit, g, slot), head_bytes);
       }
     }
     return snap;
@@ -97,7 +135,8 @@ class CpuEngine final : public Engine {
     StorageMap map =
         scan_storage(cache_.k_bytes(), cache_.v_bytes(), config_.n_layers, cache_.rows(),
                      config_.n_kv_heads, cache_.capacity(), config_.head_dim, options_.kv_dtype);
-    map.holders = table_.storage_holders();
+    map.unit = table_.paged() ? "block" : "row";
+    table_.storage_holding(map.units, map.holders, map.held_slots);
     return map;
   }
 
@@ -117,6 +156,24 @@ class CpuEngine final : public Engine {
   int storage_row(int row) const { return table_.storage_row(row); }
   int storage_layer(int layer) const { return table_.storage_layer(layer); }
   TokenPlan at_layer(TokenPlan t, int layer) const { return table_.at_layer(t, layer); }
+
+  // Paged storage keeps two blocks past the pool: one never written (reads
+  // past a block table see NaN) and one that absorbs writes past it.
+  int poison_block() const { return table_.pool_blocks(); }
+  int sink_block() const { return table_.pool_blocks() + 1; }
+  // Storage row and slot of slot `slot` of the sequence in `row`.
+  std::pair<int, int> locate(int row, int slot, int missing) const {
+    if (!table_.paged()) return {row, slot};
+    return table_.locate(row, slot, missing);
+  }
+  Table::CopySlots copy_slots() {
+    return [this](int from, int to, int n) { cache_.copy_slots(from, to, n); };
+  }
+  Table::PoisonSlots poison_slots(int layers = -1) {
+    return [this, layers](int unit, int first, int end) {
+      cache_.poison_slots(unit, first, end, layers);
+    };
+  }
 
   void grow_scratch(size_t n) {
     const size_t E = size_t(config_.d_model), Q = size_t(config_.q_width()),
@@ -178,8 +235,9 @@ class CpuEngine final : public Engine {
     std::vector<float> key(size_t(D), 0.0f);
     for (int slot = s.slot_base; slot < s.slot_base + s.length && slot < options_.capacity;
          ++slot) {
+      const auto [unit, at] = locate(storage_row(s.row), slot, sink_block());
       for (int g = 0; g < config_.n_kv_heads; ++g) {
-        uint8_t* stored = cache_.k(storage_layer(layer), storage_row(s.row), g, slot);
+        uint8_t* stored = cache_.k(storage_layer(layer), unit, g, at);
         load_kv(stored, key.data());
         rope(key.data(), s.position_base + slot - s.slot_base);
         cpu::kv_store(key.data(), options_.kv_dtype, stored, size_t(D));
@@ -228,11 +286,12 @@ class CpuEngine final : public Engine {
         for (int g = 0; g < config_.n_kv_heads; ++g) rope(k + size_t(g) * D, p.position);
       }
       const bool swap = has(Fault::kKvSwapped);
+      const auto [unit, slot] = locate(p.row, p.slot, sink_block());
       for (int g = 0; g < config_.n_kv_heads; ++g) {
-        cpu::kv_store(swap ? v + g * D : k + g * D, options_.kv_dtype,
-                      cache_.k(sl, p.row, g, p.slot), D);
-        cpu::kv_store(swap ? k + g * D : v + g * D, options_.kv_dtype,
-                      cache_.v(sl, p.row, g, p.slot), D);
+        cpu::kv_store(swap ? v + g * D : k + g * D, options_.kv_dtype, cache_.k(sl, unit, g, slot),
+                      D);
+        cpu::kv_store(swap ? k + g * D : v + g * D, options_.kv_dtype, cache_.v(sl, unit, g, slot),
+                      D);
       }
     }
     attend_all(layer, plan);
@@ -296,20 +355,28 @@ class CpuEngine final : public Engine {
       const TokenPlan p = at_layer(plan[t], layer);
       const float* q = qkv_.data() + t * QKV;
       float* out = att_.data() + t * Q;
-      if (has(Fault::kTiledKvHeads)) {
-        for (int h = 0; h < config_.n_heads; ++h) {
-          const int g = h % config_.n_kv_heads;
-          cpu::attend(path_, q + size_t(h) * D, 1, cache_.k(sl, p.row, g, 0),
+      const bool tiled = has(Fault::kTiledKvHeads);
+      for (int h = 0; h < (tiled ? config_.n_heads : config_.n_kv_heads); ++h) {
+        const int g = tiled ? h % config_.n_kv_heads : h;
+        const size_t first_head = tiled ? size_t(h) : size_t(g) * size_t(group);
+        const size_t heads = tiled ? 1 : size_t(group);
+        if (!table_.paged()) {
+          cpu::attend(path_, q + first_head * D, heads, cache_.k(sl, p.row, g, 0),
                       cache_.v(sl, p.row, g, 0), options_.kv_dtype, D, size_t(p.n_keys), D, scale,
-                      scores, out + size_t(h) * D);
+                      scores, out + first_head * D);
+          continue;
         }
-        continue;
-      }
-      for (int g = 0; g < config_.n_kv_heads; ++g) {
-        const size_t first_head = size_t(g) * size_t(group);
-        cpu::attend(path_, q + first_head * D, size_t(group), cache_.k(sl, p.row, g, 0),
-                    cache_.v(sl, p.row, g, 0), options_.kv_dtype, D, size_t(p.n_keys), D, scale,
-                    scores, out + first_head * D);
+        const size_t B = size_t(table_.block_size());
+        const size_t n_blocks = (size_t(p.n_keys) + B - 1) / B;
+        std::vector<const void*> k_blocks(n_blocks), v_blocks(n_blocks);  // [block] starts
+        for (size_t b = 0; b < n_blocks; ++b) {
+          const int unit = locate(p.row, int(b * B), poison_block()).first;
+          k_blocks[b] = cache_.k(sl, unit, g, 0);
+          v_blocks[b] = cache_.v(sl, unit, g, 0);
+        }
+        cpu::attend_paged(path_, q + first_head * D, heads, k_blocks.data(), v_blocks.data(), B,
+                          options_.kv_dtype, D, size_t(p.n_keys), D, scale, scores,
+                          out + first_head * D);
       }
     }
   }
@@ -318,8 +385,8 @@ class CpuEngine final : public Engine {
   EngineOptions options_;
   cpu::KernelPath path_;
   PackedWeights weights_;
-  KvCache cache_;
   Table table_;
+  KvCache cache_;
   std::vector<double> inv_freq_;  // [D/2] theta^(-2i/D)
   cpu::ThreadPool pool_;
 
@@ -355,6 +422,12 @@ std::unique_ptr<Engine> KVCHECK_CPU_ENGINE_FACTORY(const Config& config, const W
     out << "max_rows: " << options.max_rows << " is out of range [1, 4096]";
   } else if (options.threads < 1 || options.threads > 256) {
     out << "threads: " << options.threads << " is out of range [1, 256]";
+  } else if (options.block_size < 0 || options.block_size > 32) {
+    out << "block_size: " << options.block_size << " is out of range [0 (contiguous), 32]";
+  } else if (options.pool_blocks < 0 || options.pool_blocks > (1 << 20) ||
+             (options.pool_blocks > 0 && options.block_size == 0)) {
+    out << "pool_blocks: " << options.pool_blocks
+        << " is out of range [0, 2^20] (and needs block_size > 0)";
   }
 #ifdef KVCHECK_NO_FAULTS
   if (options.faults.any()) out << "faults: this engine was built without fault switches";

@@ -29,6 +29,7 @@
 #include <cstring>
 
 #include "engine/kv_dtype.h"
+#include "hwy/cache_control.h"
 #include "hwy/contrib/math/math-inl.h"
 #include "hwy/highway.h"
 
@@ -299,12 +300,45 @@ void MatmulSimd(const float* HWY_RESTRICT x, size_t rows, const float* HWY_RESTR
 // ---------------------------------------------------------------------------
 // attend
 
+// Key or value rows in key order, handed out in runs of rows that lie one
+// stride apart: one run from a start (contiguous storage), or one per block
+// of a block table (paged storage, block_rows rows per block). Only addresses
+// differ, so both give the same bits for the same rows.
+struct ContiguousRows {
+  const unsigned char* at;
+  size_t row_bytes;
+  // Up to `wanted` rows from the cursor: their start, and how many.
+  HWY_INLINE size_t run(const unsigned char*& start, size_t wanted) {
+    start = at;
+    at += wanted * row_bytes;
+    return wanted;
+  }
+};
+
+struct BlockRows {
+  const void* const* blocks;  // [blocks] start of each block's rows
+  size_t block_rows, row_bytes;
+  size_t block = 0, offset = 0;
+  HWY_INLINE size_t run(const unsigned char*& start, size_t wanted) {
+    start = static_cast<const unsigned char*>(blocks[block]) + offset * row_bytes;
+    const size_t n = std::min(block_rows - offset, wanted);
+    // The next block lies elsewhere (often in another page, where the
+    // hardware prefetcher stops): fetch all of it while this run is read.
+    if (n < wanted) {
+      const auto* next = static_cast<const unsigned char*>(blocks[block + 1]);
+      for (size_t line = 0; line < block_rows * row_bytes; line += 64) hwy::Prefetch(next + line);
+    }
+    offset += n;
+    if (offset == block_rows) offset = 0, ++block;
+    return n;
+  }
+};
+
 // Scores of kHeads query heads against every key; each K row is loaded once
 // for the kHeads heads. scores: [kHeads][n_keys] (row stride n_keys).
-template <KvDtype kDtype, size_t kHeads>
-HWY_INLINE void AttendScores(const float* HWY_RESTRICT q, const unsigned char* HWY_RESTRICT k,
-                             size_t row_bytes, size_t n_keys, size_t dim, float scale,
-                             float* HWY_RESTRICT scores) {
+template <KvDtype kDtype, size_t kHeads, class Rows>
+HWY_INLINE void AttendScores(const float* HWY_RESTRICT q, Rows k, size_t n_keys, size_t dim,
+                             float scale, float* HWY_RESTRICT scores) {
   const DF df;
   const size_t lanes = hn::Lanes(df);
   const size_t dim_full = dim - dim % lanes;
@@ -313,25 +347,29 @@ HWY_INLINE void AttendScores(const float* HWY_RESTRICT q, const unsigned char* H
   for (size_t h = 0; h < kHeads; ++h) {
     q_tail[h] = LoadPadded(df, q + h * dim + dim_full, dim - dim_full);
   }
-  for (size_t j = 0; j < n_keys; ++j) {
-    const void* k_row = k + j * row_bytes;
-    VF acc[kHeads];
-    KVCHECK_UNROLL_FULLY
-    for (size_t h = 0; h < kHeads; ++h) acc[h] = hn::Zero(df);
-    for (size_t d = 0; d < dim_full; d += lanes) {
-      const VF kv = LoadKv<kDtype>(df, k_row, d);
+  for (size_t j = 0; j < n_keys;) {
+    const unsigned char* run_start;
+    const size_t run_end = j + k.run(run_start, n_keys - j);
+    for (; j < run_end; ++j, run_start += k.row_bytes) {
+      const void* k_row = run_start;
+      VF acc[kHeads];
       KVCHECK_UNROLL_FULLY
-      for (size_t h = 0; h < kHeads; ++h) {
-        acc[h] = hn::MulAdd(hn::LoadU(df, q + h * dim + d), kv, acc[h]);
+      for (size_t h = 0; h < kHeads; ++h) acc[h] = hn::Zero(df);
+      for (size_t d = 0; d < dim_full; d += lanes) {
+        const VF kv = LoadKv<kDtype>(df, k_row, d);
+        KVCHECK_UNROLL_FULLY
+        for (size_t h = 0; h < kHeads; ++h) {
+          acc[h] = hn::MulAdd(hn::LoadU(df, q + h * dim + d), kv, acc[h]);
+        }
       }
-    }
-    if (dim_full != dim) {
-      const VF kv = LoadKvPadded<kDtype>(df, k_row, dim_full, dim - dim_full);
+      if (dim_full != dim) {
+        const VF kv = LoadKvPadded<kDtype>(df, k_row, dim_full, dim - dim_full);
+        KVCHECK_UNROLL_FULLY
+        for (size_t h = 0; h < kHeads; ++h) acc[h] = hn::MulAdd(q_tail[h], kv, acc[h]);
+      }
       KVCHECK_UNROLL_FULLY
-      for (size_t h = 0; h < kHeads; ++h) acc[h] = hn::MulAdd(q_tail[h], kv, acc[h]);
+      for (size_t h = 0; h < kHeads; ++h) scores[h * n_keys + j] = SumLanes(df, acc[h]) * scale;
     }
-    KVCHECK_UNROLL_FULLY
-    for (size_t h = 0; h < kHeads; ++h) scores[h * n_keys + j] = SumLanes(df, acc[h]) * scale;
   }
 }
 
@@ -369,10 +407,9 @@ HWY_INLINE float SoftmaxNumerators(float* HWY_RESTRICT p, size_t n_keys) {
 // (or, with kPadded, for the last dim - d0 < Lanes elements). Each lane keeps
 // an even-key and an odd-key chain, added at the end: a fixed structure that
 // depends only on n_keys.
-template <KvDtype kDtype, size_t kChunks, bool kPadded>
-HWY_INLINE void AttendValues(const float* HWY_RESTRICT p, const unsigned char* HWY_RESTRICT v,
-                             size_t row_bytes, size_t n_keys, size_t d0, size_t dim, float sum,
-                             float* HWY_RESTRICT out) {
+template <KvDtype kDtype, size_t kChunks, bool kPadded, class Rows>
+HWY_INLINE void AttendValues(const float* HWY_RESTRICT p, Rows v, size_t n_keys, size_t d0,
+                             size_t dim, float sum, float* HWY_RESTRICT out) {
   const DF df;
   const size_t lanes = hn::Lanes(df);
   const size_t tail_count = dim - d0;
@@ -387,23 +424,29 @@ HWY_INLINE void AttendValues(const float* HWY_RESTRICT p, const unsigned char* H
   VF odd[kChunks];
   KVCHECK_UNROLL_FULLY
   for (size_t c = 0; c < kChunks; ++c) even[c] = odd[c] = hn::Zero(df);
-  size_t j = 0;
-  for (; j + 2 <= n_keys; j += 2) {
-    const VF p_even = hn::Set(df, p[j]);
-    const VF p_odd = hn::Set(df, p[j + 1]);
-    const void* row_even = v + j * row_bytes;
-    const void* row_odd = v + (j + 1) * row_bytes;
+  // Key j goes to the even chain when j is even, else to the odd one, in
+  // ascending order within each chain, however the runs fall.
+  const auto add = [&](VF* chain, size_t key, const void* row) HWY_ATTR {
+    const VF weight = hn::Set(df, p[key]);
     KVCHECK_UNROLL_FULLY
-    for (size_t c = 0; c < kChunks; ++c) {
-      even[c] = hn::MulAdd(p_even, load(row_even, c), even[c]);
-      odd[c] = hn::MulAdd(p_odd, load(row_odd, c), odd[c]);
+    for (size_t c = 0; c < kChunks; ++c) chain[c] = hn::MulAdd(weight, load(row, c), chain[c]);
+  };
+  for (size_t j = 0; j < n_keys;) {
+    const unsigned char* row;
+    const size_t run_end = j + v.run(row, n_keys - j);
+    if (j % 2 == 1 && j < run_end) add(odd, j++, row), row += v.row_bytes;
+    for (; j + 2 <= run_end; j += 2, row += 2 * v.row_bytes) {
+      const VF p_even = hn::Set(df, p[j]);
+      const VF p_odd = hn::Set(df, p[j + 1]);
+      const void* row_even = row;
+      const void* row_odd = row + v.row_bytes;
+      KVCHECK_UNROLL_FULLY
+      for (size_t c = 0; c < kChunks; ++c) {
+        even[c] = hn::MulAdd(p_even, load(row_even, c), even[c]);
+        odd[c] = hn::MulAdd(p_odd, load(row_odd, c), odd[c]);
+      }
     }
-  }
-  if (j < n_keys) {
-    const VF p_even = hn::Set(df, p[j]);
-    const void* row_even = v + j * row_bytes;
-    KVCHECK_UNROLL_FULLY
-    for (size_t c = 0; c < kChunks; ++c) even[c] = hn::MulAdd(p_even, load(row_even, c), even[c]);
+    if (j < run_end) add(even, j++, row);
   }
   const VF sum_v = hn::Set(df, sum);
   KVCHECK_UNROLL_FULLY
@@ -417,32 +460,29 @@ HWY_INLINE void AttendValues(const float* HWY_RESTRICT p, const unsigned char* H
   }
 }
 
-template <KvDtype kDtype>
-void AttendTyped(const float* HWY_RESTRICT q, size_t group, const void* k, const void* v,
-                 size_t kv_stride, size_t n_keys, size_t dim, float scale,
-                 float* HWY_RESTRICT scores, float* HWY_RESTRICT out) {
+// k_rows, v_rows: fresh cursors at key 0 (each pass copies them).
+template <KvDtype kDtype, class Rows>
+void AttendTyped(const float* HWY_RESTRICT q, size_t group, Rows k_rows, Rows v_rows, size_t n_keys,
+                 size_t dim, float scale, float* HWY_RESTRICT scores, float* HWY_RESTRICT out) {
   if (n_keys == 0) {
     std::fill(out, out + group * dim, 0.0f);
     return;
   }
-  const size_t row_bytes = kv_stride * static_cast<size_t>(kv_dtype_bytes(kDtype));
-  const auto* k_bytes = static_cast<const unsigned char*>(k);
-  const auto* v_bytes = static_cast<const unsigned char*>(v);
   for (size_t g = 0; g < group; g += 4) {
     const float* q_block = q + g * dim;
     float* s_block = scores + g * n_keys;
     switch (std::min<size_t>(4, group - g)) {
       case 4:
-        AttendScores<kDtype, 4>(q_block, k_bytes, row_bytes, n_keys, dim, scale, s_block);
+        AttendScores<kDtype, 4>(q_block, k_rows, n_keys, dim, scale, s_block);
         break;
       case 3:
-        AttendScores<kDtype, 3>(q_block, k_bytes, row_bytes, n_keys, dim, scale, s_block);
+        AttendScores<kDtype, 3>(q_block, k_rows, n_keys, dim, scale, s_block);
         break;
       case 2:
-        AttendScores<kDtype, 2>(q_block, k_bytes, row_bytes, n_keys, dim, scale, s_block);
+        AttendScores<kDtype, 2>(q_block, k_rows, n_keys, dim, scale, s_block);
         break;
       default:
-        AttendScores<kDtype, 1>(q_block, k_bytes, row_bytes, n_keys, dim, scale, s_block);
+        AttendScores<kDtype, 1>(q_block, k_rows, n_keys, dim, scale, s_block);
         break;
     }
   }
@@ -455,24 +495,37 @@ void AttendTyped(const float* HWY_RESTRICT q, size_t group, const void* k, const
     const float sum = SoftmaxNumerators(p, n_keys);
     size_t d = 0;
     for (; d + 4 * lanes <= dim_full; d += 4 * lanes) {
-      AttendValues<kDtype, 4, false>(p, v_bytes, row_bytes, n_keys, d, dim, sum, out_head);
+      AttendValues<kDtype, 4, false>(p, v_rows, n_keys, d, dim, sum, out_head);
     }
     switch ((dim_full - d) / lanes) {
       case 3:
-        AttendValues<kDtype, 3, false>(p, v_bytes, row_bytes, n_keys, d, dim, sum, out_head);
+        AttendValues<kDtype, 3, false>(p, v_rows, n_keys, d, dim, sum, out_head);
         break;
       case 2:
-        AttendValues<kDtype, 2, false>(p, v_bytes, row_bytes, n_keys, d, dim, sum, out_head);
+        AttendValues<kDtype, 2, false>(p, v_rows, n_keys, d, dim, sum, out_head);
         break;
       case 1:
-        AttendValues<kDtype, 1, false>(p, v_bytes, row_bytes, n_keys, d, dim, sum, out_head);
+        AttendValues<kDtype, 1, false>(p, v_rows, n_keys, d, dim, sum, out_head);
         break;
       default:
         break;
     }
     if (dim_full != dim) {
-      AttendValues<kDtype, 1, true>(p, v_bytes, row_bytes, n_keys, dim_full, dim, sum, out_head);
+      AttendValues<kDtype, 1, true>(p, v_rows, n_keys, dim_full, dim, sum, out_head);
     }
+  }
+}
+
+template <class Rows>
+void AttendRows(const float* q, size_t group, Rows k, Rows v, KvDtype dtype, size_t n_keys,
+                size_t dim, float scale, float* scores, float* out) {
+  switch (dtype) {
+    case KvDtype::kF32:
+      return AttendTyped<KvDtype::kF32>(q, group, k, v, n_keys, dim, scale, scores, out);
+    case KvDtype::kBF16:
+      return AttendTyped<KvDtype::kBF16>(q, group, k, v, n_keys, dim, scale, scores, out);
+    case KvDtype::kF16:
+      return AttendTyped<KvDtype::kF16>(q, group, k, v, n_keys, dim, scale, scores, out);
   }
 }
 
@@ -481,15 +534,20 @@ void AttendTyped(const float* HWY_RESTRICT q, size_t group, const void* k, const
 void AttendSimd(const float* q, size_t group, const void* k, const void* v, KvDtype dtype,
                 size_t kv_stride, size_t n_keys, size_t dim, float scale, float* scores,
                 float* out) {
-  switch (dtype) {
-    case KvDtype::kF32:
-      return AttendTyped<KvDtype::kF32>(q, group, k, v, kv_stride, n_keys, dim, scale, scores, out);
-    case KvDtype::kBF16:
-      return AttendTyped<KvDtype::kBF16>(q, group, k, v, kv_stride, n_keys, dim, scale, scores,
-                                         out);
-    case KvDtype::kF16:
-      return AttendTyped<KvDtype::kF16>(q, group, k, v, kv_stride, n_keys, dim, scale, scores, out);
-  }
+  const size_t row_bytes = kv_stride * static_cast<size_t>(kv_dtype_bytes(dtype));
+  AttendRows(q, group, ContiguousRows{static_cast<const unsigned char*>(k), row_bytes},
+             ContiguousRows{static_cast<const unsigned char*>(v), row_bytes}, dtype, n_keys, dim,
+             scale, scores, out);
+}
+
+// As AttendSimd, with key j in block j / block_rows of k_blocks / v_blocks.
+void AttendPagedSimd(const float* q, size_t group, const void* const* k_blocks,
+                     const void* const* v_blocks, size_t block_rows, KvDtype dtype,
+                     size_t kv_stride, size_t n_keys, size_t dim, float scale, float* scores,
+                     float* out) {
+  const size_t row_bytes = kv_stride * static_cast<size_t>(kv_dtype_bytes(dtype));
+  AttendRows(q, group, BlockRows{k_blocks, block_rows, row_bytes},
+             BlockRows{v_blocks, block_rows, row_bytes}, dtype, n_keys, dim, scale, scores, out);
 }
 
 // ---------------------------------------------------------------------------

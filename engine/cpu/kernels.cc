@@ -16,6 +16,7 @@ namespace kvcheck::cpu {
 
 HWY_EXPORT(MatmulSimd);
 HWY_EXPORT(AttendSimd);
+HWY_EXPORT(AttendPagedSimd);
 HWY_EXPORT(LayerNormSimd);
 HWY_EXPORT(RmsNormSimd);
 HWY_EXPORT(GeluTanhSimd);
@@ -40,6 +41,17 @@ void attend(KernelPath path, const float* q, size_t group, const void* k, const 
   }
   HWY_DYNAMIC_DISPATCH(AttendSimd)
   (q, group, k, v, dtype, kv_stride, n_keys, dim, scale, scores, out);
+}
+
+void attend_paged(KernelPath path, const float* q, size_t group, const void* const* k_blocks,
+                  const void* const* v_blocks, size_t block_rows, KvDtype dtype, size_t kv_stride,
+                  size_t n_keys, size_t dim, float scale, float* scores, float* out) {
+  if (path == KernelPath::kScalar) {
+    return scalar::attend_paged(q, group, k_blocks, v_blocks, block_rows, dtype, kv_stride, n_keys,
+                                dim, scale, scores, out);
+  }
+  HWY_DYNAMIC_DISPATCH(AttendPagedSimd)
+  (q, group, k_blocks, v_blocks, block_rows, dtype, kv_stride, n_keys, dim, scale, scores, out);
 }
 
 void layer_norm(KernelPath path, const float* x, const float* gain, const float* bias, size_t width,

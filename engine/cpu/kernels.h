@@ -49,6 +49,14 @@ void attend(KernelPath path, const float* q, size_t group, const void* k, const 
             KvDtype dtype, size_t kv_stride, size_t n_keys, size_t dim, float scale, float* scores,
             float* out);
 
+// attend() over paged storage: key j's row is row j % block_rows of block
+// j / block_rows.  k_blocks, v_blocks: [ceil(n_keys / block_rows)] block
+// starts, each [block_rows][dim] rows of `dtype` with row stride kv_stride.
+// The same bits as attend() over the same rows laid out contiguously.
+void attend_paged(KernelPath path, const float* q, size_t group, const void* const* k_blocks,
+                  const void* const* v_blocks, size_t block_rows, KvDtype dtype, size_t kv_stride,
+                  size_t n_keys, size_t dim, float scale, float* scores, float* out);
+
 // LayerNorm (biased variance, two-pass) and RMSNorm over one row of `width`.
 //   x, y: [width];  gain, bias: [width] (bias may be nullptr). y may alias x.
 void layer_norm(KernelPath path, const float* x, const float* gain, const float* bias, size_t width,
@@ -85,6 +93,9 @@ void matmul(const float* x, size_t rows, const float* w, const float* bias, size
             size_t o_begin, size_t o_end, float* y);
 void attend(const float* q, size_t group, const void* k, const void* v, KvDtype dtype,
             size_t kv_stride, size_t n_keys, size_t dim, float scale, float* scores, float* out);
+void attend_paged(const float* q, size_t group, const void* const* k_blocks,
+                  const void* const* v_blocks, size_t block_rows, KvDtype dtype, size_t kv_stride,
+                  size_t n_keys, size_t dim, float scale, float* scores, float* out);
 void layer_norm(const float* x, const float* gain, const float* bias, size_t width, float eps,
                 float* y);
 void rms_norm(const float* x, const float* gain, size_t width, float eps, float* y);

@@ -48,9 +48,18 @@ void matmul(const float* x, size_t rows, const float* w, const float* bias, size
 
 void attend(const float* q, size_t group, const void* k, const void* v, KvDtype dtype,
             size_t kv_stride, size_t n_keys, size_t dim, float scale, float* scores, float* out) {
-  const size_t elem_bytes = static_cast<size_t>(kv_dtype_bytes(dtype));
-  const auto* k_bytes = static_cast<const unsigned char*>(k);
-  const auto* v_bytes = static_cast<const unsigned char*>(v);
+  // Contiguous storage is one block holding every key.
+  attend_paged(q, group, &k, &v, std::max<size_t>(n_keys, 1), dtype, kv_stride, n_keys, dim, scale,
+               scores, out);
+}
+
+void attend_paged(const float* q, size_t group, const void* const* k_blocks,
+                  const void* const* v_blocks, size_t block_rows, KvDtype dtype, size_t kv_stride,
+                  size_t n_keys, size_t dim, float scale, float* scores, float* out) {
+  const size_t row_bytes = kv_stride * static_cast<size_t>(kv_dtype_bytes(dtype));
+  const auto row = [&](const void* const* blocks, size_t j) {
+    return static_cast<const unsigned char*>(blocks[j / block_rows]) + (j % block_rows) * row_bytes;
+  };
   for (size_t g = 0; g < group; ++g) {
     const float* q_head = q + g * dim;
     float* p = scores + g * n_keys;
@@ -60,7 +69,7 @@ void attend(const float* q, size_t group, const void* k, const void* v, KvDtype 
       continue;
     }
     for (size_t j = 0; j < n_keys; ++j) {
-      const void* k_row = k_bytes + j * kv_stride * elem_bytes;
+      const void* k_row = row(k_blocks, j);
       float dot = 0.0f;
       for (size_t d = 0; d < dim; ++d) dot += q_head[d] * load_kv(k_row, dtype, d);
       p[j] = dot * scale;
@@ -75,7 +84,7 @@ void attend(const float* q, size_t group, const void* k, const void* v, KvDtype 
     }
     std::fill(out_head, out_head + dim, 0.0f);
     for (size_t j = 0; j < n_keys; ++j) {
-      const void* v_row = v_bytes + j * kv_stride * elem_bytes;
+      const void* v_row = row(v_blocks, j);
       for (size_t d = 0; d < dim; ++d) out_head[d] += p[j] * load_kv(v_row, dtype, d);
     }
     for (size_t d = 0; d < dim; ++d) out_head[d] /= sum;

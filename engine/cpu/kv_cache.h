@@ -1,7 +1,8 @@
 // The CPU engine's KV storage: one K and one V block per layer, each row a
 // sequence's own slots. Slot s of a row holds the key/value at that row's
 // s-th cached position. Heads are outermost within a row so that a decode
-// over one KV head streams contiguous memory.
+// over one KV head streams contiguous memory. Paged storage uses the same
+// layout with a row per pool block and capacity = the block size.
 #pragma once
 
 #include <cstdint>
@@ -35,10 +36,21 @@ class KvCache {
     return v_.data() + offset(layer, row, kv_head, slot);
   }
 
-  // Marks every slot of a row unwritten (NaN when poisoning is compiled in).
-  void clear_row(int row);
+  // Marks every slot of a row unwritten (NaN when poisoning is compiled in)
+  // in layers 0..layers-1 (all by default; fewer only for a fault).
+  void clear_row(int row, int layers = -1);
+  // Slots [first, end) of a row, in layers 0..layers-1 (all when -1).
+  void poison_slots(int row, int first, int end, int layers = -1);
   // Copies every layer's K/V of row `from` into row `to`.
   void copy_row(int from, int to);
+  // Copies slots [0, n) of every layer and head from row `from` to row `to`.
+  void copy_slots(int from, int to, int n);
+  // True when the element at (layer, row, kv_head, slot, d) of K or V is the
+  // poison (NaN) a clear writes.
+  bool poisoned(bool key, int layer, int row, int kv_head, int slot, int d) const;
+  int n_layers() const { return n_layers_; }
+  int n_kv_heads() const { return n_kv_heads_; }
+  int head_dim() const { return head_dim_; }
 
   // The whole storage, [layer][row][kv_head][slot][dim] of dtype.
   std::span<const uint8_t> k_bytes() const { return k_; }

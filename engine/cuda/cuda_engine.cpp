@@ -200,7 +200,7 @@ class CudaEngine final : public Engine {
     KVCHECK_CUDA_CHECK(cudaMemcpy(v.data(), v_cache_.get(), v.size(), cudaMemcpyDeviceToHost));
     StorageMap map = scan_storage(k, v, config_.n_layers, options_.max_rows, config_.n_kv_heads,
                                   options_.capacity, config_.head_dim, options_.kv_dtype);
-    map.holders = table_.storage_holders();
+    table_.storage_holding(map.units, map.holders, map.held_slots);
     return map;
   }
 
@@ -505,6 +505,11 @@ std::unique_ptr<Engine> make_cuda_engine(const Config& config, const Weights& we
   } else if (config.head_dim > cuda::kMaxAttentionHeadDim) {
     out << "head_dim: " << config.head_dim << " exceeds the CUDA engine's limit of "
         << cuda::kMaxAttentionHeadDim;
+  } else if (options.block_size != 0 || options.pool_blocks != 0) {
+    // docs/OPERATIONS.md: paged storage, fork and truncate are CPU-only so far;
+    // the CUDA backend's traits do not declare them.
+    out << "block_size: " << options.block_size
+        << ": the CUDA engine has contiguous storage only (block_size 0)";
   }
   if (!out.str().empty()) throw InputError(out.str());
   int devices = 0;

@@ -145,6 +145,17 @@ rc::Gen<SequenceGenes> sequence_genes() {
   });
 }
 
+rc::Gen<OpGenes> op_genes() {
+  return rc::gen::build<OpGenes>(
+      rc::gen::set(&OpGenes::after_step, between(0, 12)),
+      rc::gen::set(&OpGenes::truncate, rarely_true(1, 1)),
+      rc::gen::set(&OpGenes::target, between(0, kMaxSequences - 1)),
+      rc::gen::set(&OpGenes::amount, between(0, kMaxPrompt)),
+      rc::gen::set(&OpGenes::snap, weighted_choice<int>({{3, 0}, {2, 1}, {1, 2}})),
+      rc::gen::set(&OpGenes::child_tokens, between(0, 8)),
+      rc::gen::set(&OpGenes::child_finishes, rarely_true(2, 1)));
+}
+
 }  // namespace
 
 rc::Gen<ScenarioGenes> scenario_genes(Emphasis emphasis) {
@@ -171,7 +182,15 @@ rc::Gen<ScenarioGenes> scenario_genes(Emphasis emphasis) {
       rc::gen::set(
           &ScenarioGenes::kv_dtype,
           weighted_choice<KvDtype>({{8, KvDtype::kF32}, {1, KvDtype::kBF16}, {1, KvDtype::kF16}})),
-      rc::gen::set(&ScenarioGenes::token_seed, rc::gen::inRange<uint64_t>(0, 1000)));
+      rc::gen::set(&ScenarioGenes::token_seed, rc::gen::inRange<uint64_t>(0, 1000)),
+      rc::gen::set(&ScenarioGenes::ops,
+                   vector_of<OpGenes>(weighted_choice<int>({{3, 0}, {2, 1}, {2, 2}, {1, 4}}), 0,
+                                      op_genes())),
+      // Contiguous first (the shrink target), then the edges 1 and 16, any B.
+      rc::gen::set(&ScenarioGenes::block_size, weighted_gen<int>({{2, rc::gen::just(0)},
+                                                                  {1, rc::gen::just(1)},
+                                                                  {1, rc::gen::just(16)},
+                                                                  {2, between(1, 32)}})));
 }
 
 namespace {
@@ -330,6 +349,55 @@ Scenario decode(const ScenarioGenes& genes, const EngineTraits& traits,
   size_t next_mask = 0;
   int running_now = 0, running_peak = 0;
   const int last_epoch = plans.back().epoch;
+  // The operations: what each sequence holds now, and the block size they
+  // snap to (4 when contiguous, so that snapping still means something).
+  s.block_size = ops.paged ? std::clamp(genes.block_size, 0, 32) : 0;
+  const int snap_block = s.block_size > 0 ? s.block_size : 4;
+  std::vector<int> held(plans.size(), 0);  // [sequence] content length
+  int max_content = 0, steps_so_far = 0, forks = 0;
+  const auto apply_ops = [&](std::vector<int>& running) {
+    for (const OpGenes& op : genes.ops) {
+      if (op.after_step != steps_so_far || running.empty()) continue;
+      const int target = running[size_t(std::max(0, op.target)) % running.size()];
+      const int length = held[size_t(target)];
+      const int amount = std::max(0, op.amount) % (length + 1);
+      if (op.truncate) {
+        if (!ops.truncate || length == 0) continue;
+        const int to_boundary =
+            length % snap_block != 0 ? length % snap_block : std::min(length, snap_block);
+        const int n = op.snap == 2 ? length : op.snap == 1 ? to_boundary : amount;
+        s.calls.push_back(Call::truncate(target, n));
+        held[size_t(target)] -= n;
+        continue;
+      }
+      if (!ops.fork || forks == 4 || running_now >= limits.max_rows) continue;
+      const int n = op.snap == 2   ? length
+                    : op.snap == 1 ? length / snap_block * snap_block
+                                   : amount;
+      const int child = static_cast<int>(plans.size());
+      Plan plan;
+      const int tokens = std::clamp(op.child_tokens, 0, 8);
+      if (tokens > 0) plan.chunks.push_back(std::clamp(tokens / 2, 1, limits.max_step_tokens));
+      for (int fed = plan.chunks.empty() ? 0 : plan.chunks[0]; fed < tokens; ++fed) {
+        plan.chunks.push_back(1);
+      }
+      plan.finishes = op.child_finishes && traits.operations.finish;
+      plan.epoch = -1;  // started by its fork, never by an epoch
+      plans.push_back(plan);
+      std::vector<int32_t> child_tokens(static_cast<size_t>(tokens));  // [token]
+      for (int t = 0; t < tokens; ++t) {
+        child_tokens[size_t(t)] = int32_t(
+            mix(mix(genes.token_seed * 64 + uint64_t(child)) + uint64_t(t)) % uint64_t(c.vocab));
+      }
+      s.sequences.push_back(std::move(child_tokens));
+      held.push_back(n);
+      s.calls.push_back(Call::fork(child, target, n));
+      running.push_back(child);
+      running_peak = std::max(running_peak, ++running_now);
+      max_content = std::max(max_content, n + tokens);
+      ++forks;
+    }
+  };
   for (int epoch = 0; epoch <= last_epoch; ++epoch) {
     std::vector<int> pending;
     for (size_t i = 0; i < plans.size(); ++i) {
@@ -382,6 +450,10 @@ Scenario decode(const ScenarioGenes& genes, const EngineTraits& traits,
         step_tokens += p.chunks[p.next];
         batch.push_back({chosen[k], p.chunks[p.next++]});
       }
+      for (const ChunkSpec& chunk : batch) {
+        held[size_t(chunk.sequence)] += chunk.length;
+        max_content = std::max(max_content, held[size_t(chunk.sequence)]);
+      }
       s.calls.push_back(Call::step(std::move(batch)));
       for (int i : chosen) {
         const Plan& p = plans[size_t(i)];
@@ -391,12 +463,14 @@ Scenario decode(const ScenarioGenes& genes, const EngineTraits& traits,
           --running_now;
         }
       }
+      ++steps_so_far;
+      apply_ops(running);
     }
   }
 
   // One shared context must hold every sequence at once (a conservative
   // bound: all of them, not only those alive together).
-  int needed = longest;
+  int needed = std::max(longest, max_content);
   if (limits.capacity_shared) {
     needed = 0;
     for (const std::vector<int32_t>& tokens : s.sequences) needed += int(tokens.size());
@@ -416,6 +490,18 @@ rc::Gen<Scenario> scenario(Emphasis emphasis, const EngineTraits& traits,
                            std::shared_ptr<const Checkpoint> model) {
   return rc::gen::map(scenario_genes(emphasis),
                       [traits, model](const ScenarioGenes& g) { return decode(g, traits, model); });
+}
+
+Coverage& Coverage::operator|=(const Coverage& o) {
+  for (auto member :
+       {&Coverage::gpt2, &Coverage::mha, &Coverage::gqa, &Coverage::mqa, &Coverage::batched_step,
+        &Coverage::mixed_step, &Coverage::one_token_chunk, &Coverage::reset, &Coverage::finish,
+        &Coverage::reused_row, &Coverage::at_capacity, &Coverage::reduced_dtype, &Coverage::paged,
+        &Coverage::fork, &Coverage::fork_mid_block, &Coverage::fork_at_boundary,
+        &Coverage::truncate, &Coverage::truncate_to_zero, &Coverage::truncate_across_blocks}) {
+    this->*member = this->*member || o.*member;
+  }
+  return *this;
 }
 
 Coverage coverage(const Scenario& s) {
@@ -461,8 +547,28 @@ Coverage coverage(const Scenario& s) {
         cov.reset = true;
         finished_since_reset = false;
         break;
+      case Call::Kind::kFork: {
+        const int n = call.count, block = s.block_size > 0 ? s.block_size : 1;
+        cov.fork = true;
+        cov.fork_mid_block = cov.fork_mid_block || (s.block_size > 0 && n % block != 0);
+        cov.fork_at_boundary = cov.fork_at_boundary || (s.block_size > 0 && n % block == 0);
+        fed[size_t(call.sequence)] = n;
+        break;
+      }
+      case Call::Kind::kTruncate: {
+        const size_t i = size_t(call.sequence);
+        const int before = fed[i], after = fed[i] - call.count;
+        cov.truncate = true;
+        cov.truncate_to_zero = cov.truncate_to_zero || (after == 0 && before > 0);
+        cov.truncate_across_blocks =
+            cov.truncate_across_blocks ||
+            (s.block_size > 0 && before / s.block_size != after / s.block_size);
+        fed[i] = after;
+        break;
+      }
     }
   }
+  cov.paged = s.block_size > 0;
   return cov;
 }
 

@@ -65,6 +65,20 @@ struct SequenceGenes {
   bool operator==(const SequenceGenes&) const = default;
 };
 
+// One fork or truncation (docs/OPERATIONS.md), applied right after step
+// `after_step` (counted over the whole schedule) to a running sequence.
+struct OpGenes {
+  int after_step = 0;
+  bool truncate = false;  // else a fork
+  int target = 0;         // index among the running sequences
+  int amount = 0;         // fork: prefix length; truncate: tokens forgotten (mod length + 1)
+  int snap = 0;           // 0: amount as drawn, 1: to a block boundary, 2: all of it
+  int child_tokens = 1;   // fork: tokens the child is fed afterwards
+  bool child_finishes = false;
+
+  bool operator==(const OpGenes&) const = default;
+};
+
 struct ScenarioGenes {
   ModelGenes model;
   std::vector<SequenceGenes> sequences;  // at least one; beyond kMaxSequences ignored
@@ -75,6 +89,8 @@ struct ScenarioGenes {
   int spare_rows = 0;      // max_rows = most sequences running at once + spare
   KvDtype kv_dtype = KvDtype::kF32;
   uint64_t token_seed = 0;
+  std::vector<OpGenes> ops;  // only what the traits declare (fork, truncate) is drawn
+  int block_size = 0;        // 0: contiguous; 1..32: paged (engines that declare it)
 
   bool operator==(const ScenarioGenes&) const = default;
 };
@@ -115,6 +131,12 @@ struct Coverage {
   bool reused_row = false;     // a start after a finish, with no reset between
   bool at_capacity = false;    // a sequence fills the capacity exactly
   bool reduced_dtype = false;  // bf16 or f16 KV
+  bool paged = false;          // block_size > 0
+  bool fork = false, fork_mid_block = false, fork_at_boundary = false;
+  bool truncate = false, truncate_to_zero = false, truncate_across_blocks = false;
+
+  // Every tag either side has (coverage over many scenarios).
+  Coverage& operator|=(const Coverage& other);
 };
 Coverage coverage(const Scenario& scenario);
 

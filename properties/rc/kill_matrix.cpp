@@ -25,6 +25,16 @@ const std::vector<CatalogueEntry>& fault_catalogue() {
       {Fault::kRopeReapplied, {P::kOracle, P::kChunking, P::kCacheState}, 8, 7},
       {Fault::kKvSwapped, {P::kOracle, P::kCacheState}, 5, 5},
       {Fault::kCapacityWraps, {P::kCapacity}, 7, 2},
+      // The operations; logits minimum 0: the fault never changes a logit
+      // on its own (it shows in the pool or in unheld storage).
+      {Fault::kTruncateNoop, {P::kOracle, P::kRollback, P::kCacheState}, 8, 6},
+      {Fault::kTruncateKeepsPosition, {P::kOracle, P::kRollback, P::kCacheState}, 8, 8},
+      {Fault::kResetClearsLayer0Only, {P::kPoison}, 0, 7},
+      {Fault::kCowSkipped, {P::kSharing}, 12, 10},
+      {Fault::kForkSharesPartialBlock, {P::kPool}, 0, 7},
+      {Fault::kFreedBlockStillReferenced, {P::kPool}, 0, 8},
+      {Fault::kRefcountLeak, {P::kPool}, 0, 8},
+      {Fault::kBlockAliasing, {P::kOracle, P::kCacheState}, 6, 6},
   };
   return entries;
 }
@@ -50,9 +60,9 @@ KillMatrix run_kill_matrix(const std::function<EngineUnderTest(FaultSet)>& subje
   };
   KillMatrix m;
   m.catalogue_applies = options.catalogue_applies;
-  m.rows.push_back({"(correct engine)", std::nullopt, {}, {}});
+  m.rows.push_back({"(correct engine)", std::nullopt, {}, {}, true, {}});
   for (const CatalogueEntry& e : fault_catalogue()) {
-    m.rows.push_back({std::string(fault_name(e.fault)), e.fault, {}, {}});
+    m.rows.push_back({std::string(fault_name(e.fault)), e.fault, {}, {}, true, {}});
   }
   for (KillMatrixRow& row : m.rows) {
     if (out_of_time()) {
@@ -60,6 +70,10 @@ KillMatrix run_kill_matrix(const std::function<EngineUnderTest(FaultSet)>& subje
       continue;
     }
     const EngineUnderTest subject = subject_for(row.fault ? FaultSet(*row.fault) : FaultSet());
+    if (row.fault && !declares(subject.traits.operations, fault_needs(*row.fault))) {
+      row.skipped = "the backend lacks " + std::string(fault_needs(*row.fault));
+      continue;
+    }
     HuntOptions hunt_options;
     hunt_options.traits = subject.traits;
     hunt_options.seed = options.seed;
@@ -95,7 +109,7 @@ std::string KillMatrix::table() const {
   std::ostringstream out;
   char line[256];
   const bool per_property = !rows.empty() && !rows.front().cells.empty();
-  std::snprintf(line, sizeof(line), "%-26s", "fault \\ property");
+  std::snprintf(line, sizeof(line), "%-29s", "fault \\ property");
   out << line;
   if (per_property) {
     for (int p = 0; p < kPropertyCount; ++p) {
@@ -105,10 +119,14 @@ std::string KillMatrix::table() const {
   }
   out << "   any  size target    x  logits-min  s(any)  killed first by\n";
   for (const KillMatrixRow& row : rows) {
-    std::snprintf(line, sizeof(line), "%-26s", row.name.c_str());
+    std::snprintf(line, sizeof(line), "%-29s", row.name.c_str());
     out << line;
     if (!row.ran) {
       out << "  not run: time limit\n";
+      continue;
+    }
+    if (!row.skipped.empty()) {
+      out << "  not applicable: " << row.skipped << "\n";
       continue;
     }
     for (const HuntResult& r : row.cells) {
@@ -141,7 +159,7 @@ std::string KillMatrix::table() const {
 std::string KillMatrix::counterexamples() const {
   std::ostringstream out;
   for (const KillMatrixRow& row : rows) {
-    if (!row.fault || !row.ran) continue;
+    if (!row.fault || !row.ran || !row.skipped.empty()) continue;
     const HuntResult* best = row.smallest();
     const CatalogueEntry& entry = fault_catalogue()[size_t(*row.fault)];
     out << "\n== " << row.name << " (shrink target " << entry.shrink_target << ", logits minimum "
@@ -176,6 +194,7 @@ std::vector<std::string> KillMatrix::problems() const {
       out.push_back(row.name + ": not run within the time limit");
       continue;
     }
+    if (!row.skipped.empty()) continue;  // the fault's operation is not declared
     const CatalogueEntry& entry = fault_catalogue()[i - 1];
     const HuntResult* best = row.smallest();
     if (best == nullptr) {

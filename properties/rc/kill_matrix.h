@@ -50,6 +50,7 @@ struct KillMatrixRow {
   std::vector<HuntResult> cells;  // [property]; empty when !per_property
   HuntResult any;                 // check_all: every property per case
   bool ran = true;                // false when the time limit stopped it
+  std::string skipped;            // why a fault was not run: its operation is not declared
 
   // The smallest shrunk counterexample over every column, or nullptr.
   const HuntResult* smallest() const;

@@ -260,7 +260,7 @@ class Parser {
       const std::optional<Property> p = parse_property(name);
       if (!p) {
         fail_at(line, "property: unknown property " + quoted(name) + "; expected one of " +
-                          property_choices() + " (or P1..P10)");
+                          property_choices() + " (or P1..P" + std::to_string(kPropertyCount) + ")");
       }
       c_.property = *p;
     } else if (key == "fault") {
@@ -308,6 +308,25 @@ class Parser {
     } else if (key == "reset") {
       expect_end(line, key, rest);
       add_call(line, Call::reset());
+    } else if (key == "fork") {
+      // fork sCHILD sPARENT N: the child starts with the parent's first N tokens.
+      const int child = parse_sequence_ref(line, "fork child", next_word(rest));
+      const int parent = parse_sequence_ref(line, "fork parent", next_word(rest));
+      const int n = parse_int(line, "fork length", next_word(rest));
+      expect_end(line, key, rest);
+      add_call(line, Call::fork(child, parent, n));
+    } else if (key == "truncate") {
+      // truncate sN COUNT: the sequence forgets its last COUNT tokens.
+      const int sequence = parse_sequence_ref(line, "truncate", next_word(rest));
+      const int n = parse_int(line, "truncate count", next_word(rest));
+      expect_end(line, key, rest);
+      add_call(line, Call::truncate(sequence, n));
+    } else if (key == "block_size" || key == "pool_blocks") {
+      once(line, key);
+      const std::string_view value = next_word(rest);
+      expect_end(line, key, rest);
+      (key == "block_size" ? c_.scenario.block_size : c_.scenario.pool_blocks) =
+          parse_int(line, key, value, 0, key == "block_size" ? 32 : (1 << 20));
     } else if (key == "step") {
       read_step(line, rest);
     } else if (key == "verdict") {
@@ -334,9 +353,9 @@ class Parser {
       fail_at(line,
               "unknown key " + quoted(key) +
                   "; expected one of note, property, fault, backend, engine, model, model_hash, "
-                  "the model and engine "
-                  "fields (family ... kv_dtype), sequence, start, step, finish, reset, "
-                  "verdict, where, summary (docs/CASE_FORMAT.md)");
+                  "the model and engine fields (family ... kv_dtype, block_size, pool_blocks), "
+                  "sequence, start, step, finish, reset, fork, truncate, verdict, where, summary "
+                  "(docs/CASE_FORMAT.md)");
     }
   }
 
@@ -630,6 +649,9 @@ std::string print_case(const CaseFile& c) {
   out << "capacity " << s.capacity << "\n";
   out << "max_rows " << s.max_rows << "\n";
   out << "kv_dtype " << kv_dtype_name(s.kv_dtype) << "\n";
+  // Optional: absent means contiguous storage (files before paging stay valid).
+  if (s.block_size > 0) out << "block_size " << s.block_size << "\n";
+  if (s.pool_blocks > 0) out << "pool_blocks " << s.pool_blocks << "\n";
   out << "\n# sequences: token ids in feed order\n";
   for (size_t i = 0; i < s.sequences.size(); ++i) {
     out << "sequence s" << i << ":";
@@ -653,6 +675,12 @@ std::string print_case(const CaseFile& c) {
         for (const ChunkSpec& chunk : call.chunks) {
           out << " s" << chunk.sequence << ":" << chunk.length;
         }
+        break;
+      case Call::Kind::kFork:
+        out << "fork s" << call.sequence << " s" << call.parent << " " << call.count;
+        break;
+      case Call::Kind::kTruncate:
+        out << "truncate s" << call.sequence << " " << call.count;
         break;
     }
     out << "\n";

@@ -36,10 +36,13 @@ void erase_tokens(Scenario& s, int sequence, int from, int count) {
 void drop_sequence(Scenario& s, int k) {
   std::vector<Call> calls;
   for (Call call : s.calls) {
-    if ((call.kind == Call::Kind::kStart || call.kind == Call::Kind::kFinish) &&
-        call.sequence == k) {
-      continue;
-    }
+    const bool own = call.kind == Call::Kind::kStart || call.kind == Call::Kind::kFinish ||
+                     call.kind == Call::Kind::kTruncate || call.kind == Call::Kind::kFork;
+    if (own && call.sequence == k) continue;
+    // A fork from the dropped sequence goes too; normalize then drops the
+    // child, which is never started.
+    if (call.kind == Call::Kind::kFork && call.parent == k) continue;
+    if (call.kind == Call::Kind::kFork && call.parent > k) --call.parent;
     std::erase_if(call.chunks, [k](const ChunkSpec& c) { return c.sequence == k; });
     if (call.kind == Call::Kind::kStep && call.chunks.empty()) continue;
     if (call.sequence > k) --call.sequence;
@@ -58,7 +61,8 @@ void normalize(Scenario& s) {
   std::vector<int> fed(s.sequences.size(), 0);
   std::vector<bool> started(s.sequences.size(), false);
   for (const Call& call : s.calls) {
-    if (call.kind == Call::Kind::kStart && size_t(call.sequence) < started.size()) {
+    const bool starts = call.kind == Call::Kind::kStart || call.kind == Call::Kind::kFork;
+    if (starts && size_t(call.sequence) < started.size()) {
       started[size_t(call.sequence)] = true;
     }
     for (const ChunkSpec& chunk : call.chunks) {
@@ -68,6 +72,25 @@ void normalize(Scenario& s) {
   for (size_t q = 0; q < s.sequences.size(); ++q) {
     if (s.sequences[q].size() > size_t(fed[q])) s.sequences[q].resize(size_t(fed[q]));
   }
+  // Forks and truncations clamped to what the sequence holds by then, so a
+  // shorter step keeps them valid; a truncation of nothing goes.
+  std::vector<int> held(s.sequences.size(), 0);  // [sequence] content length
+  const auto valid = [&](int q) { return q >= 0 && size_t(q) < held.size(); };
+  for (Call& call : s.calls) {
+    if (call.kind == Call::Kind::kStep) {
+      for (const ChunkSpec& chunk : call.chunks) {
+        if (valid(chunk.sequence)) held[size_t(chunk.sequence)] += chunk.length;
+      }
+    } else if (call.kind == Call::Kind::kFork && valid(call.parent) && valid(call.sequence)) {
+      call.count = std::clamp(call.count, 0, held[size_t(call.parent)]);
+      held[size_t(call.sequence)] = call.count;
+    } else if (call.kind == Call::Kind::kTruncate && valid(call.sequence)) {
+      call.count = std::clamp(call.count, 0, held[size_t(call.sequence)]);
+      held[size_t(call.sequence)] -= call.count;
+    }
+  }
+  std::erase_if(s.calls,
+                [](const Call& c) { return c.kind == Call::Kind::kTruncate && c.count == 0; });
   for (int k = static_cast<int>(s.sequences.size()) - 1; k >= 0; --k) {
     if (!started[size_t(k)]) drop_sequence(s, k);
   }
@@ -76,12 +99,20 @@ void normalize(Scenario& s) {
 // The most sequences running at once, and the longest fed sequence.
 std::pair<int, int> peak_rows_and_length(const Scenario& s) {
   int running = 0, peak = 0;
-  std::vector<int> fed(s.sequences.size(), 0);
+  std::vector<int> fed(s.sequences.size(), 0);  // [sequence] content length
   int longest = 0;
+  const auto valid = [&](int q) { return q >= 0 && size_t(q) < fed.size(); };
   for (const Call& call : s.calls) {
     switch (call.kind) {
       case Call::Kind::kStart:
         peak = std::max(peak, ++running);
+        break;
+      case Call::Kind::kFork:
+        peak = std::max(peak, ++running);
+        if (valid(call.sequence)) fed[size_t(call.sequence)] = call.count;
+        break;
+      case Call::Kind::kTruncate:
+        if (valid(call.sequence)) fed[size_t(call.sequence)] -= call.count;
         break;
       case Call::Kind::kFinish:
         --running;
@@ -174,6 +205,15 @@ void schedule_candidates(const Scenario& s, CandidateList& out) {
       }
       c.calls.erase(c.calls.begin() + std::ptrdiff_t(i));
       out.add(std::move(c));
+    }
+    if (call.kind == Call::Kind::kFork || call.kind == Call::Kind::kTruncate) {
+      // A shorter fork prefix or a shorter truncation.
+      for (int n : smaller_values(call.count, 0)) {
+        Scenario c = s;
+        c.calls[i].count = n;
+        out.add(std::move(c));
+      }
+      continue;
     }
     if (call.kind != Call::Kind::kStep) continue;
     for (size_t j = 0; j < call.chunks.size(); ++j) {
@@ -284,6 +324,18 @@ void model_candidates(const Scenario& s, CandidateList& out) {
     c.kv_dtype = KvDtype::kF32;
     out.add(std::move(c));
   }
+  // Contiguous storage, smaller blocks, the default pool.
+  for (int v : smaller_values(s.block_size, 0, {1, 2})) {
+    Scenario c = s;
+    c.block_size = v;
+    if (v == 0) c.pool_blocks = 0;
+    out.add(std::move(c));
+  }
+  if (s.pool_blocks > 0) {
+    Scenario c = s;
+    c.pool_blocks = 0;
+    out.add(std::move(c));
+  }
 }
 
 void token_candidates(const Scenario& s, CandidateList& out) {
@@ -316,7 +368,7 @@ void token_candidates(const Scenario& s, CandidateList& out) {
 int64_t shrink_complexity(const Scenario& s) {
   const Config& c = s.config;
   int64_t total = int64_t(c.d_model) + c.d_ff + c.head_dim + c.n_kv_heads + c.vocab + c.max_pos +
-                  s.capacity + s.max_rows + (c.qkv_bias ? 1 : 0) +
+                  s.capacity + s.max_rows + s.block_size + s.pool_blocks + (c.qkv_bias ? 1 : 0) +
                   (s.kv_dtype != KvDtype::kF32 ? 1 : 0);
   for (const auto& tokens : s.sequences) {
     total += int64_t(tokens.size());

@@ -92,7 +92,6 @@ const char* traits_json(const char* options, kvcheck_error* error) {
     EngineTraits t = cpu_engine_traits();
     t.identity.name = "kvcheck-cpu-plugin";
     t.operations.fault_switches = false;  // the ABI carries none
-    t.operations.storage_map = false;     // nor a storage map
     return traits_to_json(t).dump();
   }();
   return json.c_str();

@@ -43,7 +43,9 @@ TEST(CpuPlugin, ResolvesWithTheInTreeTraitsButFaultSwitches) {
 
 TEST(CpuPlugin, EveryPropertyGivesTheInTreeVerdict) {
   const EngineUnderTest plugin = backend_registry().resolve(kCpuPlugin).under_test();
-  const EngineUnderTest cpu = backend_registry().resolve("cpu").under_test();
+  // The in-tree engine as the ABI carries it: the core calls only (no fork,
+  // truncate or paged storage; docs/OPERATIONS.md).
+  const EngineUnderTest cpu(cpu_engine_factory(), cpu_engine_traits());
   int applicable = 0;
   for (const Scenario& s : hand_made_scenarios()) {
     ASSERT_EQ(s.validate(), "");
@@ -58,8 +60,9 @@ TEST(CpuPlugin, EveryPropertyGivesTheInTreeVerdict) {
       applicable += a.applicable && a.passed;
     }
   }
-  // P10 has no reference here; every other property checks something.
-  EXPECT_GE(applicable, 5 * (kPropertyCount - 1) - 5);
+  // P10 has no reference here and P11-P14 need operations the ABI does not
+  // carry; every other property checks something.
+  EXPECT_GE(applicable, 5 * (kPropertyCount - 5) - 5);
 }
 
 TEST(CpuPlugin, LogitsAreBitwiseTheInTreeOnes) {

@@ -23,8 +23,12 @@ TEST(Registry, AnUnknownBackendListsTheRegisteredOnes) {
 
 TEST(Registry, BadOptionsAreInputErrorsNamingThem) {
   EXPECT_EQ(resolve_error("cpu?colour=red"),
-            "--backend cpu: unknown option \"colour\" (known: none; every backend also takes "
-            "invariance=bounded and profile=restricted)");
+            "--backend cpu: unknown option \"colour\" (known: paged, pool; every backend also "
+            "takes invariance=bounded and profile=restricted)");
+  EXPECT_EQ(resolve_error("cpu?paged=33"),
+            "--backend cpu?paged=33: expected an integer in [1, 32]");
+  EXPECT_EQ(resolve_error("cpu?pool=8"),
+            "--backend cpu?pool=8: a pool needs paged=B (block size 1..32)");
   EXPECT_EQ(resolve_error("cpu?invariance=sometimes"),
             "--backend cpu: invariance=sometimes (only invariance=bounded weakens a declaration)");
   EXPECT_EQ(resolve_error("cpu?profile=fast"),
@@ -36,19 +40,20 @@ TEST(Registry, BadOptionsAreInputErrorsNamingThem) {
 
 TEST(Registry, WeakeningsLowerOnlyWhatTheySay) {
   const Backend plain = backend_registry().resolve("cpu");
-  EXPECT_EQ(traits_to_json(plain.traits), traits_to_json(cpu_engine_traits()));
+  EXPECT_EQ(traits_to_json(plain.traits), traits_to_json(cpu_engine_traits_with_operations()));
   EXPECT_FALSE(plain.weakened);
 
   const Backend bounded = backend_registry().resolve("cpu?invariance=bounded");
   EXPECT_TRUE(bounded.weakened);
   EXPECT_EQ(bounded.spec, "cpu?invariance=bounded");
-  EngineTraits expected = cpu_engine_traits();
+  EngineTraits expected = cpu_engine_traits_with_operations();
   expected.invariance = {Invariance::kBounded, Invariance::kBounded, Invariance::kBounded,
-                         Invariance::kBounded, Invariance::kBounded, Invariance::kBounded};
+                         Invariance::kBounded, Invariance::kBounded, Invariance::kBounded,
+                         Invariance::kBounded, Invariance::kBounded};
   EXPECT_EQ(traits_to_json(bounded.traits), traits_to_json(expected));
 
   const Backend restricted = backend_registry().resolve("cpu-reference?profile=restricted");
-  expected = cpu_engine_traits(KernelPath::kReference);
+  expected = cpu_engine_traits_with_operations(KernelPath::kReference);
   expected.operations.cache_snapshot = false;
   expected.operations.capacity_refusal = false;
   expected.limits.capacity_shared = true;

@@ -16,6 +16,23 @@ Op finish(int s) {
 Op reset() {
   return {Op::kReset};
 }
+Op fork(int parent, int n) {
+  return {Op::kFork, {}, parent, n};
+}
+Op truncate(int sequence, int n) {
+  return {Op::kTruncate, {}, sequence, n};
+}
+Op observe() {
+  return {Op::kObserve};
+}
+
+bool MinimalCase::cpu_only() const {
+  if (block_size > 0) return true;
+  for (const Op& op : ops) {
+    if (op.kind == Op::kFork || op.kind == Op::kTruncate || op.kind == Op::kObserve) return true;
+  }
+  return false;
+}
 
 Outcome run_minimal_case(const MinimalCase& m, FaultSet faults, const MakeEngine& make_engine) {
   Config c = m.family == Family::kGpt2 ? gpt2_tiny() : llama_tiny();
@@ -24,6 +41,7 @@ Outcome run_minimal_case(const MinimalCase& m, FaultSet faults, const MakeEngine
   o.capacity = m.capacity;
   o.max_rows = 4;
   o.faults = faults;
+  o.block_size = m.block_size;
   auto engine = make_engine(c, init_weights(c, 77), o);
   std::vector<SequenceId> ids;
   std::vector<std::vector<int32_t>> tokens;
@@ -55,6 +73,24 @@ Outcome run_minimal_case(const MinimalCase& m, FaultSet faults, const MakeEngine
         case Op::kReset:
           engine->reset();
           break;
+        case Op::kFork:
+          ids.push_back(engine->fork(ids[size_t(op.sequence)], op.count));
+          tokens.push_back(random_tokens(ids.size(), 16, c.vocab));
+          fed.push_back(0);
+          break;
+        case Op::kTruncate:
+          engine->truncate(ids[size_t(op.sequence)], op.count);
+          break;
+        case Op::kObserve: {
+          const PoolReport pool = engine->pool();
+          int references = 0;
+          for (int r : pool.refcounts) references += r;
+          all.push_back(float(pool.free));
+          all.push_back(float(pool.used));
+          all.push_back(float(references));
+          all.push_back(engine->unheld_storage_check().empty() ? 1.0f : 0.0f);
+          break;
+        }
       }
     }
   } catch (const EngineError& e) {
@@ -117,6 +153,61 @@ const std::vector<MinimalCase>& minimal_cases() {
       {Fault::kRopeReapplied, F::kLlama, 1, 1, 1, 4, {start(), step({{0, 2}}), step({{0, 1}})}},
       {Fault::kKvSwapped, F::kGpt2, 1, 1, 1, 4, {start(), step({{0, 1}})}},
       {Fault::kCapacityWraps, F::kGpt2, 1, 1, 1, 1, {start(), step({{0, 1}}), step({{0, 1}})}},
+      // The operations (docs/FAULTS.md derives each).
+      {Fault::kTruncateNoop,
+       F::kGpt2,
+       1,
+       1,
+       1,
+       4,
+       {start(), step({{0, 1}}), truncate(0, 1), step({{0, 1}})}},
+      {Fault::kTruncateKeepsPosition,
+       F::kGpt2,
+       1,
+       1,
+       1,
+       4,
+       {start(), step({{0, 1}}), truncate(0, 1), step({{0, 1}})}},
+      {Fault::kResetClearsLayer0Only,
+       F::kGpt2,
+       2,
+       1,
+       1,
+       4,
+       {start(), step({{0, 1}}), reset(), observe()}},
+      {Fault::kCowSkipped,
+       F::kGpt2,
+       1,
+       1,
+       1,
+       4,
+       {start(), step({{0, 2}}), fork(0, 1), step({{1, 1}}), step({{0, 1}})},
+       2},
+      {Fault::kForkSharesPartialBlock,
+       F::kGpt2,
+       1,
+       1,
+       1,
+       4,
+       {start(), step({{0, 1}}), fork(0, 1), observe()},
+       2},
+      {Fault::kFreedBlockStillReferenced,
+       F::kGpt2,
+       1,
+       1,
+       1,
+       4,
+       {start(), step({{0, 1}}), fork(0, 1), finish(0), observe()},
+       2},
+      {Fault::kRefcountLeak,
+       F::kGpt2,
+       1,
+       1,
+       1,
+       4,
+       {start(), step({{0, 1}}), fork(0, 1), finish(0), observe()},
+       2},
+      {Fault::kBlockAliasing, F::kGpt2, 1, 1, 1, 4, {start(), step({{0, 2}})}, 1},
   };
   return cases;
 }

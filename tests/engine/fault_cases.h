@@ -15,21 +15,33 @@
 namespace kvcheck::test {
 
 struct Op {
-  enum Kind { kStart, kStep, kFinish, kReset } kind;
+  // kFork starts a new sequence (the next index) from `sequence`'s first
+  // `count` tokens; kObserve appends the pool's free, used and reference
+  // count total and 1 (0) when unheld storage is (not) all poisoned to the
+  // outcome, for faults that show in the pool or storage, not in logits.
+  enum Kind { kStart, kStep, kFinish, kReset, kFork, kTruncate, kObserve } kind;
   std::vector<std::pair<int, int>> entries = {};  // kStep: (sequence index, tokens)
-  int sequence = 0;                               // kFinish
+  int sequence = 0;                               // kFinish, kFork (parent), kTruncate
+  int count = 0;                                  // kFork, kTruncate
 };
 
 Op start();
 Op step(std::vector<std::pair<int, int>> entries);
 Op finish(int sequence);
 Op reset();
+Op fork(int parent, int n);
+Op truncate(int sequence, int n);
+Op observe();
 
 struct MinimalCase {
   Fault fault;
   Family family;
   int n_layers, n_heads, n_kv_heads, capacity;
   std::vector<Op> ops;
+  int block_size = 0;  // paged storage when > 0
+
+  // Uses what only the CPU engine offers (docs/OPERATIONS.md).
+  bool cpu_only() const;
 };
 
 // One minimal case per fault, in the order of engine/faults.h.

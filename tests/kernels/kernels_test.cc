@@ -443,6 +443,55 @@ TEST(Attend, HeadResultIndependentOfGroupStrideAndAlignment) {
   });
 }
 
+// Paged storage: the same rows scattered over blocks of any size (in
+// shuffled order, odd sizes that split the even/odd value pairs) give the
+// same bits as contiguous rows, on every path, target and dtype.
+TEST(Attend, PagedRowsGiveTheContiguousBits) {
+  for_each_simd_target([](const std::string&) {
+    Rng rng(kSeed + 9);
+    for (KvDtype dtype : {KvDtype::kF32, KvDtype::kBF16}) {
+      for (size_t dim : {8, 17, 64}) {
+        for (size_t n_keys : {1, 5, 33, 128}) {
+          const size_t group = 2, stride = dim;
+          const KvRows k = random_kv(rng, dtype, n_keys, dim, stride);
+          const KvRows v = random_kv(rng, dtype, n_keys, dim, stride);
+          const auto q = random_vector(rng, group * dim, -3.0f, 3.0f);
+          const float scale = 1.0f / std::sqrt(static_cast<float>(dim));
+          const size_t elem = static_cast<size_t>(kv_dtype_bytes(dtype)), row = stride * elem;
+          for (size_t block : {1, 2, 3, 16, 32}) {
+            const size_t n_blocks = (n_keys + block - 1) / block;
+            // Blocks in reverse order in one pool: [n_blocks][block][stride].
+            std::vector<unsigned char> k_pool(n_blocks * block * row), v_pool(k_pool.size());
+            std::vector<const void*> k_blocks(n_blocks), v_blocks(n_blocks);  // [block] starts
+            for (size_t b = 0; b < n_blocks; ++b) {
+              k_blocks[b] = k_pool.data() + (n_blocks - 1 - b) * block * row;
+              v_blocks[b] = v_pool.data() + (n_blocks - 1 - b) * block * row;
+            }
+            for (size_t j = 0; j < n_keys; ++j) {
+              const size_t at = (n_blocks - 1 - j / block) * block * row + (j % block) * row;
+              std::memcpy(k_pool.data() + at, static_cast<const unsigned char*>(k.data()) + j * row,
+                          row);
+              std::memcpy(v_pool.data() + at, static_cast<const unsigned char*>(v.data()) + j * row,
+                          row);
+            }
+            for (KernelPath path : {KernelPath::kScalar, KernelPath::kSimd}) {
+              std::vector<float> scores(attend_scratch_floats(group, n_keys));
+              std::vector<float> contiguous(group * dim), paged(group * dim);
+              attend(path, q.data(), group, k.data(), v.data(), dtype, stride, n_keys, dim, scale,
+                     scores.data(), contiguous.data());
+              attend_paged(path, q.data(), group, k_blocks.data(), v_blocks.data(), block, dtype,
+                           stride, n_keys, dim, scale, scores.data(), paged.data());
+              ASSERT_TRUE(same_bits(paged.data(), contiguous.data(), group * dim))
+                  << kv_dtype_name(dtype) << " dim=" << dim << " keys=" << n_keys
+                  << " block=" << block;
+            }
+          }
+        }
+      }
+    }
+  });
+}
+
 // With one key the softmax weight is exactly 1, so the output is the stored
 // value row widened: checks widening of every bf16 and f16 bit pattern,
 // subnormals, infinities and NaN included, against the scalar widening.

@@ -12,6 +12,7 @@
 #include <optional>
 #include <utility>
 
+#include "backends/in_tree.h"
 #include "conformance/rc_driver.h"
 #include "conformance/suite.h"
 #include "properties/property.h"
@@ -113,24 +114,31 @@ TEST(Generators, EveryCoverageTagOccurs) {
   const rc::Gen<Scenario> scenarios = rcgen::scenario();
   rcgen::Coverage seen;
   for (uint64_t seed = 1; seed <= 400; ++seed) {
-    const rcgen::Coverage c = rcgen::coverage(scenarios(rc::Random(seed), int(seed % 101)).value());
-    seen.gpt2 |= c.gpt2;
-    seen.mha |= c.mha;
-    seen.gqa |= c.gqa;
-    seen.mqa |= c.mqa;
-    seen.batched_step |= c.batched_step;
-    seen.mixed_step |= c.mixed_step;
-    seen.one_token_chunk |= c.one_token_chunk;
-    seen.reset |= c.reset;
-    seen.finish |= c.finish;
-    seen.reused_row |= c.reused_row;
-    seen.at_capacity |= c.at_capacity;
-    seen.reduced_dtype |= c.reduced_dtype;
+    seen |= rcgen::coverage(scenarios(rc::Random(seed), int(seed % 101)).value());
   }
   EXPECT_TRUE(seen.gpt2 && seen.mha && seen.gqa && seen.mqa);
   EXPECT_TRUE(seen.batched_step && seen.mixed_step && seen.one_token_chunk);
   EXPECT_TRUE(seen.reset && seen.finish && seen.reused_row);
   EXPECT_TRUE(seen.at_capacity && seen.reduced_dtype);
+}
+
+TEST(Generators, EveryOperationCoverageTagOccursWhenTheEngineDeclaresThem) {
+  const rc::Gen<Scenario> scenarios =
+      rcgen::scenario(rcgen::Emphasis::kAny, cpu_engine_traits_with_operations());
+  rcgen::Coverage seen;
+  for (uint64_t seed = 1; seed <= 400; ++seed) {
+    const Scenario s = scenarios(rc::Random(seed), int(seed % 101)).value();
+    ASSERT_EQ(s.validate(), "") << s.to_text();
+    seen |= rcgen::coverage(s);
+  }
+  EXPECT_TRUE(seen.paged && seen.fork && seen.fork_mid_block && seen.fork_at_boundary);
+  EXPECT_TRUE(seen.truncate && seen.truncate_to_zero && seen.truncate_across_blocks);
+  // Without the operations declared, none is drawn.
+  const rc::Gen<Scenario> strict = rcgen::scenario();
+  for (uint64_t seed = 1; seed <= 100; ++seed) {
+    const rcgen::Coverage c = rcgen::coverage(strict(rc::Random(seed), int(seed % 101)).value());
+    EXPECT_FALSE(c.paged || c.fork || c.truncate) << seed;
+  }
 }
 
 }  // namespace

@@ -5,8 +5,8 @@
 #include <atomic>
 #include <cmath>
 
-#include "engine/cpu/cpu_engine.h"
 #include "backends/in_tree.h"
+#include "engine/cpu/cpu_engine.h"
 #include "properties/runner.h"
 #include "tests/property_units/test_scenarios.h"
 
@@ -53,6 +53,17 @@ const std::vector<FaultCase>& fault_cases() {
        {{P::kOracle, 2, 0, 2}, {P::kChunking, 2, 0, 2}, {P::kCacheState, 2, 0, 1, 0, 0, 1, 1}}},
       {Fault::kKvSwapped, {{P::kOracle, 1, 0, 0}, {P::kCacheState, 1, 0, 0, 0, 0, 0, 0}}},
       {Fault::kCapacityWraps, {{P::kCapacity, 2, 0, 1}}},
+      {Fault::kTruncateNoop,
+       {{P::kOracle, 3, 0, 0}, {P::kRollback, 3, 0, 0}, {P::kCacheState, 2, 0, 0, 0}}},
+      {Fault::kTruncateKeepsPosition,
+       {{P::kOracle, 3, 0, 0}, {P::kRollback, 3, 0, 0}, {P::kCacheState, 3, 0, 0, 0, 0, 0, 0}}},
+      {Fault::kResetClearsLayer0Only, {{P::kPoison, 2, -1, -1}}},
+      {Fault::kCowSkipped,
+       {{P::kOracle, 4, 0, 2}, {P::kSharing, 4, 0, 2}, {P::kCacheState, 3, 0, 1, 0, 0, 1, 1}}},
+      {Fault::kForkSharesPartialBlock, {{P::kPool, 2, -1, -1}}},
+      {Fault::kFreedBlockStillReferenced, {{P::kPool, 3, -1, -1}}},
+      {Fault::kRefcountLeak, {{P::kPool, 3, -1, -1}}},
+      {Fault::kBlockAliasing, {{P::kOracle, 1, 0, 0}, {P::kCacheState, 1, 0, 0, 0, 0, 0, 0}}},
   };
   return cases;
 }
@@ -69,10 +80,14 @@ TEST(Faults, EachListedPropertyFailsAtTheRightPlaceAndTheCorrectEnginePasses) {
       SCOPED_TRACE(std::string(fault_name(c.fault)) + " " +
                    std::string(property_label(e.property)));
       for (KernelPath path : {KernelPath::kReference, KernelPath::kOptimized}) {
-        const Verdict correct = check_property(e.property, scenario, cpu_engine_factory({}, path));
+        const Verdict correct = check_property(
+            e.property, scenario,
+            EngineUnderTest(cpu_engine_factory({}, path), cpu_engine_traits_with_operations(path)));
         EXPECT_TRUE(correct.passed) << describe(correct);
         const Verdict v =
-            check_property(e.property, scenario, cpu_engine_factory(FaultSet(c.fault), path));
+            check_property(e.property, scenario,
+                           EngineUnderTest(cpu_engine_factory(FaultSet(c.fault), path),
+                                           cpu_engine_traits_with_operations(path)));
         ASSERT_FALSE(v.passed) << describe(v);
         EXPECT_EQ(v.where.call, e.call) << describe(v);
         EXPECT_EQ(v.where.sequence, e.sequence) << describe(v);
@@ -118,10 +133,13 @@ TEST(Faults, EveryFaultIsKilledOnTheRichScenario) {
       for (int f = 0; f < kFaultCount; ++f) {
         const Fault fault = static_cast<Fault>(f);
         if (fault == Fault::kRopeReapplied && family == Family::kGpt2) continue;
+        // The rich scenario has no fork, truncation or paged storage.
+        if (fault_needs(fault) == "truncate" || fault_needs(fault) == "paged") continue;
         bool killed = false;
         for (int p = 0; p < kPropertyCount && !killed; ++p) {
           killed = !check_property(static_cast<Property>(p), scenario,
-                                   cpu_engine_factory(FaultSet(fault)))
+                                   EngineUnderTest(cpu_engine_factory(FaultSet(fault)),
+                                                   cpu_engine_traits_with_operations()))
                         .passed;
         }
         EXPECT_TRUE(killed) << fault_name(fault) << " survives " << family_name(family) << " "

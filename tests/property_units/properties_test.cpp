@@ -29,9 +29,10 @@ TEST(Properties, CorrectEnginePassesEveryPropertyOnTheRichScenario) {
         // P10 compares each kernel path with the other.
         const KernelPath other =
             path == KernelPath::kReference ? KernelPath::kOptimized : KernelPath::kReference;
-        EngineUnderTest subject(cpu_engine_factory(FaultSet(), path), cpu_engine_traits(path));
+        EngineUnderTest subject(cpu_engine_factory(FaultSet(), path),
+                                cpu_engine_traits_with_operations(path));
         subject.reference = std::make_shared<const EngineUnderTest>(
-            cpu_engine_factory(FaultSet(), other), cpu_engine_traits(other));
+            cpu_engine_factory(FaultSet(), other), cpu_engine_traits_with_operations(other));
         for (int i = 0; i < kPropertyCount; ++i) {
           const Property p = static_cast<Property>(i);
           const Verdict v = check_property(p, scenario, subject);
@@ -41,12 +42,43 @@ TEST(Properties, CorrectEnginePassesEveryPropertyOnTheRichScenario) {
                        (path == KernelPath::kReference ? " reference" : " optimized"));
           EXPECT_TRUE(v.passed) << describe(v);
           EXPECT_EQ(v.property, p);
-          EXPECT_EQ(v.applicable, !(p == Property::kGqa && mha)) << describe(v);
+          // The rich scenario has no fork, truncation or paged storage.
+          const bool operation =
+              p == Property::kSharing || p == Property::kRollback || p == Property::kPool;
+          EXPECT_EQ(v.applicable, !(p == Property::kGqa && mha) && !operation) << describe(v);
           if (p == Property::kOracle || p == Property::kCacheState || p == Property::kCrossEngine) {
             EXPECT_GT(v.worst_ratio, 0.0);
             EXPECT_LT(v.worst_ratio, 1.0);
           }
         }
+      }
+    }
+  }
+}
+
+TEST(Properties, EveryPropertyPassesOnTheOperationsScenario) {
+  for (Family family : {Family::kGpt2, Family::kLlama}) {
+    for (int block : {0, 1, 3, 4}) {
+      for (KvDtype dtype : {KvDtype::kF32, KvDtype::kBF16}) {
+        const Scenario scenario = operations_scenario(family, block, dtype);
+        ASSERT_EQ(scenario.validate(), "");
+        const EngineUnderTest subject(cpu_engine_factory(), cpu_engine_traits_with_operations());
+        for (int i = 0; i < kPropertyCount; ++i) {
+          const Property p = static_cast<Property>(i);
+          const Verdict v = check_property(p, scenario, subject);
+          SCOPED_TRACE(std::string(family_name(family)) + " block " + std::to_string(block) + " " +
+                       kv_dtype_name(dtype));
+          EXPECT_TRUE(v.passed) << describe(v);
+          // MHA (no P7), no reference (no P10), and only forked or
+          // truncated sequences run across the finish (P5 takes plain ones).
+          const bool expected = p != Property::kGqa && p != Property::kCrossEngine &&
+                                p != Property::kCompaction && !(p == Property::kPool && block == 0);
+          EXPECT_EQ(v.applicable, expected) << describe(v);
+        }
+        // Without the operations declared, the scenario is not applicable.
+        const Verdict strict = check_property(Property::kOracle, scenario, cpu_engine_factory());
+        EXPECT_FALSE(strict.applicable);
+        EXPECT_NE(strict.summary.find("lacks"), std::string::npos) << strict.summary;
       }
     }
   }

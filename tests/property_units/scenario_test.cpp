@@ -13,15 +13,29 @@ namespace {
 TEST(Scenario, SizeMatchesTheFaultCatalogue) {
   // docs/FAULTS.md's "size" column; capacity_wraps' second p(1) is P9's probe,
   // not part of the scenario, so its scenario is one token and one call smaller.
-  const std::pair<Fault, int> sizes[] = {
-      {Fault::kSharedLayerCache, 8},      {Fault::kSharedRows, 9},
-      {Fault::kDecodePositionZero, 7},    {Fault::kChunkPositionRestart, 8},
-      {Fault::kPositionLagAfterFirst, 7}, {Fault::kPositionBumpPerLayer, 6},
-      {Fault::kTiledKvHeads, 8},          {Fault::kResetKeepsKv, 9},
-      {Fault::kResetKeepsPosition, 9},    {Fault::kMaskTopLeft, 7},
-      {Fault::kAppendOverwrites, 7},      {Fault::kCompactionTableOnly, 10},
-      {Fault::kRopeReapplied, 8},         {Fault::kKvSwapped, 5},
-      {Fault::kCapacityWraps, 5}};
+  const std::pair<Fault, int> sizes[] = {{Fault::kSharedLayerCache, 8},
+                                         {Fault::kSharedRows, 9},
+                                         {Fault::kDecodePositionZero, 7},
+                                         {Fault::kChunkPositionRestart, 8},
+                                         {Fault::kPositionLagAfterFirst, 7},
+                                         {Fault::kPositionBumpPerLayer, 6},
+                                         {Fault::kTiledKvHeads, 8},
+                                         {Fault::kResetKeepsKv, 9},
+                                         {Fault::kResetKeepsPosition, 9},
+                                         {Fault::kMaskTopLeft, 7},
+                                         {Fault::kAppendOverwrites, 7},
+                                         {Fault::kCompactionTableOnly, 10},
+                                         {Fault::kRopeReapplied, 8},
+                                         {Fault::kKvSwapped, 5},
+                                         {Fault::kCapacityWraps, 5},
+                                         {Fault::kTruncateNoop, 8},
+                                         {Fault::kTruncateKeepsPosition, 8},
+                                         {Fault::kResetClearsLayer0Only, 7},
+                                         {Fault::kCowSkipped, 12},
+                                         {Fault::kForkSharesPartialBlock, 7},
+                                         {Fault::kFreedBlockStillReferenced, 8},
+                                         {Fault::kRefcountLeak, 8},
+                                         {Fault::kBlockAliasing, 6}};
   for (const auto& [fault, size] : sizes) {
     EXPECT_EQ(minimal_fault_scenario(fault).size(), size) << fault_name(fault);
   }

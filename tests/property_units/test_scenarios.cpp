@@ -51,6 +51,36 @@ Scenario rich_scenario(Family family, int n_heads, int n_kv_heads, KvDtype dtype
   return s;
 }
 
+Scenario operations_scenario(Family family, int block_size, KvDtype dtype) {
+  Scenario s;
+  s.config = small_config(family, 2, 2, 2);
+  s.weight_seed = 13;
+  s.capacity = 12;
+  s.max_rows = 3;
+  s.kv_dtype = dtype;
+  s.block_size = block_size;
+  // s0 is fed 5, 2, 1, 1; s1 is forked from s0 at 5 (mid-block for most
+  // B), fed 2 and 1, truncated to 0 and fed 2; s2 is forked from s0 at its
+  // whole length after s0 lost 6 tokens across blocks, and fed 2; s0
+  // finishes under s2; s3 starts after the reset.
+  s.sequences = token_table(21, {9, 5, 2, 4}, s.config.vocab);
+  s.calls = {S(0),
+             P({{0, 5}}),
+             P({{0, 2}}),
+             Fk(1, 0, 5),
+             P({{1, 2}, {0, 1}}),
+             T(0, 6),
+             Fk(2, 0, 2),
+             P({{0, 1}, {2, 2}, {1, 1}}),
+             F(0),
+             T(1, 8),
+             P({{1, 2}}),
+             R(),
+             S(3),
+             P({{3, 4}})};
+  return s;
+}
+
 Scenario minimal_fault_scenario(Fault fault) {
   Scenario s;
   const auto model = [&](Family family, int layers, int heads, int kv_heads) {
@@ -103,11 +133,38 @@ Scenario minimal_fault_scenario(Fault fault) {
       s.capacity = 1;
       s.calls = {S(0), P({{0, 1}})};
       break;
+    case Fault::kTruncateNoop:
+    case Fault::kTruncateKeepsPosition:
+      s.calls = {S(0), P({{0, 1}}), T(0, 1), P({{0, 1}})};
+      break;
+    case Fault::kResetClearsLayer0Only:
+      model(Family::kGpt2, 2, 1, 1);
+      s.calls = {S(0), P({{0, 1}}), R()};
+      break;
+    case Fault::kCowSkipped:
+      s.block_size = 2;
+      s.calls = {S(0), P({{0, 2}}), Fk(1, 0, 1), P({{1, 1}}), P({{0, 1}})};
+      break;
+    case Fault::kForkSharesPartialBlock:
+      s.block_size = 2;
+      s.calls = {S(0), P({{0, 1}}), Fk(1, 0, 1)};
+      break;
+    case Fault::kFreedBlockStillReferenced:
+    case Fault::kRefcountLeak:
+      s.block_size = 2;
+      s.calls = {S(0), P({{0, 1}}), Fk(1, 0, 1), F(0)};
+      break;
+    case Fault::kBlockAliasing:
+      s.block_size = 1;
+      s.calls = {S(0), P({{0, 2}})};
+      break;
     case Fault::kCount:
       break;
   }
   int n_sequences = 0;
-  for (const Call& c : s.calls) n_sequences += c.kind == Call::Kind::kStart;
+  for (const Call& c : s.calls) {
+    n_sequences += c.kind == Call::Kind::kStart || c.kind == Call::Kind::kFork;
+  }
   std::vector<int> lengths(size_t(n_sequences), 0);
   for (const Call& c : s.calls) {
     for (const ChunkSpec& chunk : c.chunks) lengths[size_t(chunk.sequence)] += chunk.length;

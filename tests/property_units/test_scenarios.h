@@ -12,6 +12,7 @@
 namespace kvcheck::test {
 
 // One layer of notation: S(i) start, P({{s, n}, ...}) step, F(i) finish, R() reset.
+// (Fk and T below: the operations.)
 inline Call S(int s) {
   return Call::start(s);
 }
@@ -23,6 +24,13 @@ inline Call F(int s) {
 }
 inline Call R() {
   return Call::reset();
+}
+// Fk(child, parent, n) fork, T(s, n) truncate (docs/OPERATIONS.md).
+inline Call Fk(int child, int parent, int n) {
+  return Call::fork(child, parent, n);
+}
+inline Call T(int s, int n) {
+  return Call::truncate(s, n);
 }
 
 // A small model of the family; heads over kv_heads, head_dim 8.
@@ -36,6 +44,10 @@ std::vector<std::vector<int32_t>> token_table(uint64_t seed, const std::vector<i
 // sequence (compaction), a row reuse, a reset and a fresh start after it,
 // chunk ends at capacity.
 Scenario rich_scenario(Family family, int n_heads, int n_kv_heads, KvDtype dtype);
+
+// Forks mid-block and at the end, truncations across blocks and to 0,
+// refeeds, a finish of a parent under its fork and a reset (MHA, 2 layers).
+Scenario operations_scenario(Family family, int block_size, KvDtype dtype);
 
 // The smallest scenario of docs/FAULTS.md for a fault.
 Scenario minimal_fault_scenario(Fault fault);

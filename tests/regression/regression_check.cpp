@@ -7,9 +7,9 @@
 #include <cstdio>
 #include <string>
 
+#include "backends/in_tree.h"
 #include "properties/property.h"
 #include "properties/repro/case_file.h"
-#include "backends/in_tree.h"
 #include "properties/runner.h"
 
 namespace {
@@ -25,8 +25,10 @@ int check_case(const std::string& path, const CaseFile& c) {
   for (const kvcheck::KernelPath kernels :
        {kvcheck::KernelPath::kOptimized, kvcheck::KernelPath::kReference}) {
     const char* path_name = kernels == kvcheck::KernelPath::kOptimized ? "cpu" : "cpu-reference";
-    const Verdict v =
-        kvcheck::check_property(c.property, c.scenario, kvcheck::cpu_engine_factory({}, kernels));
+    const Verdict v = kvcheck::check_property(
+        c.property, c.scenario,
+        kvcheck::EngineUnderTest(kvcheck::cpu_engine_factory({}, kernels),
+                                 kvcheck::cpu_engine_traits_with_operations(kernels)));
     if (!v.passed) {
       std::printf("FAIL %s: %s fails on the correct engine (%s):\n%s\n%s\n", path.c_str(),
                   property.c_str(), path_name, v.summary.c_str(), v.detail.c_str());
@@ -42,8 +44,10 @@ int check_case(const std::string& path, const CaseFile& c) {
     }
   }
   if (c.faults.any()) {
-    const Verdict v =
-        kvcheck::check_property(c.property, c.scenario, kvcheck::cpu_engine_factory(c.faults));
+    const Verdict v = kvcheck::check_property(
+        c.property, c.scenario,
+        kvcheck::EngineUnderTest(kvcheck::cpu_engine_factory(c.faults),
+                                 kvcheck::cpu_engine_traits_with_operations()));
     if (v.passed) {
       std::printf(
           "FAIL %s: %s no longer fails with %s on: the case cannot catch that fault any "

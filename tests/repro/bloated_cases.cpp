@@ -2,9 +2,9 @@
 
 #include <rapidcheck.h>
 
+#include "backends/in_tree.h"
 #include "properties/rc/generators.h"
 #include "properties/rc/hunt.h"
-#include "backends/in_tree.h"
 #include "properties/runner.h"
 
 namespace kvcheck::test {
@@ -12,8 +12,9 @@ namespace kvcheck::test {
 std::optional<CaseFile> bloated_case(const FaultTarget& target, int min_size, uint64_t seed,
                                      int tries) {
   const FaultSet faults(target.fault);
-  const EngineFactory factory = cpu_engine_factory(faults);
-  const rc::Gen<Scenario> scenarios = rcgen::scenario(rcgen::emphasis_for(target.property));
+  const EngineUnderTest factory(cpu_engine_factory(faults), cpu_engine_traits_with_operations());
+  const rc::Gen<Scenario> scenarios =
+      rcgen::scenario(rcgen::emphasis_for(target.property), factory.traits);
   constexpr int kFullSize = 100;
   for (int i = 0; i < tries; ++i) {
     const Scenario s = scenarios(rc::Random(seed + uint64_t(i)), kFullSize).value();

@@ -161,9 +161,9 @@ std::vector<Malformed> malformed_cases() {
        "reads version 1)"},
       {"unknown key", with_line("backend", "colour blue"),
        "line 7: unknown key \"colour\"; expected one of note, property, fault, backend, engine, "
-       "model, model_hash, the model and engine fields (family ... kv_dtype), sequence, start, "
-       "step, finish, reset, verdict, "
-       "where, summary (docs/CASE_FORMAT.md)"},
+       "model, model_hash, the model and engine fields (family ... kv_dtype, block_size, "
+       "pool_blocks), sequence, start, step, finish, reset, fork, truncate, verdict, where, "
+       "summary (docs/CASE_FORMAT.md)"},
       {"model without hash", with_line("backend", "model /tmp/my model"),
        "line 7: model: expected a line \"model_hash fnv1a64:...\" too (the hash of the "
        "checkpoint's files)"},
@@ -175,13 +175,16 @@ std::vector<Malformed> malformed_cases() {
        "line 7: model: expected the checkpoint folder's path"},
       {"unknown property", with_line("property", "property speed"),
        "line 5: property: unknown property \"speed\"; expected one of oracle, chunking, batch, "
-       "reset, compaction, cache_state, gqa, determinism, capacity, cross_engine (or P1..P10)"},
+       "reset, compaction, cache_state, gqa, determinism, capacity, cross_engine, sharing, "
+       "rollback, pool, poison (or P1..P14)"},
       {"unknown fault", with_line("fault", "fault kv_swapped,bitflip"),
        "line 6: fault: unknown fault \"bitflip\"; expected none or one of shared_layer_cache, "
        "shared_rows, decode_position_zero, chunk_position_restart, position_lag_after_first, "
        "position_bump_per_layer, tiled_kv_heads, reset_keeps_kv, reset_keeps_position, "
        "mask_top_left, append_overwrites, compaction_table_only, rope_reapplied, kv_swapped, "
-       "capacity_wraps"},
+       "capacity_wraps, truncate_noop, truncate_keeps_position, reset_clears_layer0_only, "
+       "cow_skipped, fork_shares_partial_block, freed_block_still_referenced, refcount_leak, "
+       "block_aliasing"},
       {"trailing comma in faults", with_line("fault", "fault kv_swapped,"),
        "line 6: fault: expected a fault name after the last comma"},
       {"empty backend", with_line("backend", "backend  "),

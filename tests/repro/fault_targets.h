@@ -38,6 +38,14 @@ inline const std::vector<FaultTarget>& fault_targets() {
         P::kChunking,    // rope_reapplied
         P::kCacheState,  // kv_swapped
         P::kCapacity,    // capacity_wraps
+        P::kOracle,      // truncate_noop
+        P::kOracle,      // truncate_keeps_position
+        P::kPoison,      // reset_clears_layer0_only
+        P::kSharing,     // cow_skipped
+        P::kPool,        // fork_shares_partial_block
+        P::kPool,        // freed_block_still_referenced
+        P::kPool,        // refcount_leak
+        P::kOracle,      // block_aliasing
     };
     std::vector<FaultTarget> out;
     for (const rcgen::CatalogueEntry& e : rcgen::fault_catalogue()) {

@@ -5,9 +5,9 @@
 
 #include <rapidcheck.h>
 
+#include "backends/in_tree.h"
 #include "properties/rc/generators.h"
 #include "properties/repro/shrink.h"
-#include "backends/in_tree.h"
 #include "properties/runner.h"
 #include "tests/repro/bloated_cases.h"
 
@@ -95,7 +95,8 @@ TEST(Shrink, ReachesTwiceTheShrinkTargetOnEveryFault) {
     const std::string name(fault_name(target.fault));
     const std::optional<CaseFile> bloated = bloated_case(target, 100);
     ASSERT_TRUE(bloated) << name << ": no bloated failing case";
-    const EngineFactory factory = cpu_engine_factory(FaultSet(target.fault));
+    const EngineUnderTest factory(cpu_engine_factory(FaultSet(target.fault)),
+                                  cpu_engine_traits_with_operations());
     const std::optional<ShrinkResult> r =
         shrink_failure(bloated->scenario, target.property, factory);
     ASSERT_TRUE(r) << name;

@@ -217,11 +217,11 @@ void BM_OracleThroughExec(benchmark::State& state) {
     for (const Scenario& s : set) {
       for (size_t k = 0; k < paths.size(); ++k) {
         const size_t path = (size_t(cases) + k) % paths.size();  // rotate who goes first
-        const double child_begin = children_cpu_seconds(), cpu_begin = thread_cpu_seconds();
+        const double child_begin = children_cpu_seconds(), cpu_begin = bench::thread_cpu_seconds();
         const double begin = wall_seconds();
         const Verdict v = check_property(Property::kOracle, s, paths[path].second);
         seconds[path] += wall_seconds() - begin;
-        cpu[path] += thread_cpu_seconds() - cpu_begin;
+        cpu[path] += bench::thread_cpu_seconds() - cpu_begin;
         cpu[path] += children_cpu_seconds() - child_begin;
         failed[path] += !v.passed;
         applicable[path] += v.applicable;

@@ -17,6 +17,7 @@ import html.parser
 import json
 import os
 import re
+import shutil
 import subprocess
 import sys
 
@@ -119,7 +120,8 @@ def check_campaign(tag, binary, workdir, extra):
 
 def main():
     binary, workdir = sys.argv[1], sys.argv[2]
-    os.makedirs(workdir, exist_ok=True)
+    shutil.rmtree(workdir, ignore_errors=True)  # a rerun must not see the last run's case files
+    os.makedirs(workdir)
     failed, folder = check_campaign("fault", binary, workdir,
                                     ["--fault", "shared_rows", "--cases", "20", "--time", "60"])
     check(len(failed) >= 1, "fault: shared_rows caused no failure")

@@ -100,11 +100,10 @@ const char* traits_json(const char* options, kvcheck_error* error) {
 // The weights from the tensors kvcheck passes, matched by canonical name,
 // in a buffer kept per thread: the engine packs them at create and keeps no
 // reference. A new model empties the last model's tensors but keeps their
-// memory, so that refilling costs no allocation, page faults or unmapping
-// (a campaign changes the model on almost every case; freeing and
-// reallocating here cost the plugin path 15 % of its P1 rate). Emptied, not
-// left: the table does not walk tensors the config lacks (llama's biases),
-// and stale ones would be packed.
+// memory, so that refilling allocates only when a tensor grows (a campaign
+// changes the model on almost every case). Emptied, not left: the table does
+// not walk tensors the config lacks (llama's biases), and stale ones would be
+// packed.
 const Weights& weights_from(const Config& config, const kvcheck_create_args& args) {
   thread_local Weights weights;
   thread_local std::optional<Config> model;

@@ -211,14 +211,21 @@ uint64_t BasicSequenceTable<kFaults>::metadata_bytes() const {
 }
 
 template <bool kFaults>
-SequenceId BasicSequenceTable<kFaults>::fork(SequenceId parent_id, int n, const CopySlots& copy) {
-  const SequenceState& parent = lookup(parent_id, "fork");
-  if (n < 0 || n > parent.length) {
+const SequenceState& BasicSequenceTable<kFaults>::lookup_count(SequenceId id, int n,
+                                                               const char* call) const {
+  const SequenceState& s = lookup(id, call);
+  if (n < 0 || n > s.length) {
     throw EngineError(EngineError::Kind::kBadBatch,
-                      "fork: n " + std::to_string(n) + " is outside [0, " +
-                          std::to_string(parent.length) + "] (the length of sequence " +
-                          std::to_string(parent_id) + ")");
+                      std::string(call) + ": n " + std::to_string(n) + " is outside [0, " +
+                          std::to_string(s.length) + "] (the length of sequence " +
+                          std::to_string(id) + ")");
   }
+  return s;
+}
+
+template <bool kFaults>
+SequenceId BasicSequenceTable<kFaults>::fork(SequenceId parent_id, int n, const CopySlots& copy) {
+  const SequenceState& parent = lookup_count(parent_id, n, "fork");
   const int row = take_row("fork");
   const SequenceId id = next_id_++;
   SequenceState child;
@@ -247,13 +254,7 @@ SequenceId BasicSequenceTable<kFaults>::fork(SequenceId parent_id, int n, const 
 
 template <bool kFaults>
 void BasicSequenceTable<kFaults>::truncate(SequenceId id, int n, const PoisonSlots& poison) {
-  const SequenceState& found = lookup(id, "truncate");
-  if (n < 0 || n > found.length) {
-    throw EngineError(EngineError::Kind::kBadBatch,
-                      "truncate: n " + std::to_string(n) + " is outside [0, " +
-                          std::to_string(found.length) + "] (the length of sequence " +
-                          std::to_string(id) + ")");
-  }
+  lookup_count(id, n, "truncate");
   if (has(Fault::kTruncateNoop)) return;
   SequenceState& s = sequences_.at(id);
   const int old_end = std::min(s.slot_base + s.length, capacity_);

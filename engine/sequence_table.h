@@ -67,6 +67,8 @@ class BasicSequenceTable {
 
   // Throws kUnknownSequence, naming `call`.
   const SequenceState& lookup(SequenceId id, const char* call) const;
+  // lookup, and kBadBatch unless 0 <= n <= its length (fork, truncate).
+  const SequenceState& lookup_count(SequenceId id, int n, const char* call) const;
 
   // Every check of a step, before anything changes: unknown or repeated
   // sequences, empty chunks, tokens outside [0, vocab), capacity.

@@ -4,6 +4,7 @@
 #include <array>
 #include <cmath>
 #include <cstdio>
+#include <functional>
 #include <memory>
 #include <sstream>
 
@@ -145,8 +146,7 @@ std::shared_ptr<const SequenceReference> reference_for(const Context& context,
   // is within this larger bound too.
   return cache.get(context.scenario.config, context.scenario.weight_seed,
                    context.scenario.model.get(), context.scenario.kv_dtype,
-                   context.subject.traits.arithmetic.rope_angles_in_float, context.weights,
-                   tokens);
+                   context.subject.traits.arithmetic.rope_angles_in_float, context.weights, tokens);
 }
 
 std::string describe_chunks(const std::vector<int>& chunks) {
@@ -1218,37 +1218,50 @@ std::string pool_problem(const PoolReport& r, const Scenario& scenario,
   return "";
 }
 
-Verdict check_pool(const Context& context) {
-  Verdict verdict = start_verdict(Property::kPool);
+// Runs the scenario once and asks `problem_after` after every call; the
+// first problem fails `property` with `rule` as the detail.
+Verdict check_after_every_call(
+    Property property, const Context& context,
+    const std::function<std::string(int call, const ScenarioRunner&)>& problem_after,
+    const std::string& rule, const std::string& passed) {
+  Verdict verdict = start_verdict(property);
   const Scenario& scenario = context.scenario;
-  if (scenario.block_size == 0) {
-    return not_applicable(Property::kPool, "the scenario stores contiguously (block_size 0)");
-  }
-  const int last = static_cast<int>(scenario.calls.size()) - 1;
   const CallHook hook = [&](int call, const ScenarioRunner& runner) {
-    const std::string problem =
-        pool_problem(runner.engine().pool(), scenario, runner, call == last);
+    const std::string problem = problem_after(call, runner);
     if (problem.empty()) return true;
     Location where;
     where.call = call;
-    fail(verdict, where, "after call " + std::to_string(call) + ": " + problem,
-         "pool accounting (docs/OPERATIONS.md): free + used + cached == total, each block's "
-         "reference count == the block tables holding it, each table ceil(length / B) blocks, "
-         "nothing used once every sequence has ended\n");
+    fail(verdict, where, "after call " + std::to_string(call) + ": " + problem, rule);
     return false;
   };
   ScenarioRunner runner(scenario, scenario.config, context.weights, context.factory);
   const RunResult run = runner.run(hook);
   if (!verdict.passed) return verdict;
-  if (run.engine_failed) return engine_refused(Property::kPool, run, "the scenario");
-  pass(verdict, "the pool added up after " + std::to_string(scenario.calls.size()) + " calls");
+  if (run.engine_failed) return engine_refused(property, run, "the scenario");
+  pass(verdict, passed);
   return verdict;
+}
+
+Verdict check_pool(const Context& context) {
+  const Scenario& scenario = context.scenario;
+  if (scenario.block_size == 0) {
+    return not_applicable(Property::kPool, "the scenario stores contiguously (block_size 0)");
+  }
+  const int last = static_cast<int>(scenario.calls.size()) - 1;
+  return check_after_every_call(
+      Property::kPool, context,
+      [&](int call, const ScenarioRunner& runner) {
+        return pool_problem(runner.engine().pool(), scenario, runner, call == last);
+      },
+      "pool accounting (docs/OPERATIONS.md): free + used + cached == total, each block's "
+      "reference count == the block tables holding it, each table ceil(length / B) blocks, "
+      "nothing used once every sequence has ended\n",
+      "the pool added up after " + std::to_string(scenario.calls.size()) + " calls");
 }
 
 // ---- P14 --------------------------------------------------------------
 
 Verdict check_poison(const Context& context) {
-  Verdict verdict = start_verdict(Property::kPoison);
   const Scenario& scenario = context.scenario;
   const bool releases =
       std::any_of(scenario.calls.begin(), scenario.calls.end(), [](const Call& c) {
@@ -1258,23 +1271,13 @@ Verdict check_poison(const Context& context) {
   if (!releases) {
     return not_applicable(Property::kPoison, "no finish, reset, fork or truncation moves storage");
   }
-  const CallHook hook = [&](int call, const ScenarioRunner& runner) {
-    const std::string problem = runner.engine().unheld_storage_check();
-    if (problem.empty()) return true;
-    Location where;
-    where.call = call;
-    fail(verdict, where, "after call " + std::to_string(call) + ": " + problem,
-         "storage that no sequence holds must be poisoned again (NaN) when it is freed "
-         "(finish, reset, a block's last reference, a truncated tail), so that a later read "
-         "past a length shows (docs/OPERATIONS.md)\n");
-    return false;
-  };
-  ScenarioRunner runner(scenario, scenario.config, context.weights, context.factory);
-  const RunResult run = runner.run(hook);
-  if (!verdict.passed) return verdict;
-  if (run.engine_failed) return engine_refused(Property::kPoison, run, "the scenario");
-  pass(verdict, "unheld storage poisoned after every call");
-  return verdict;
+  return check_after_every_call(
+      Property::kPoison, context,
+      [](int, const ScenarioRunner& runner) { return runner.engine().unheld_storage_check(); },
+      "storage that no sequence holds must be poisoned again (NaN) when it is freed "
+      "(finish, reset, a block's last reference, a truncated tail), so that a later read "
+      "past a length shows (docs/OPERATIONS.md)\n",
+      "unheld storage poisoned after every call");
 }
 
 // What a property needs beyond the scenario's own calls, or nullptr.

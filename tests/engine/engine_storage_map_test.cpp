@@ -87,5 +87,65 @@ TEST(StorageMap, ShowsTheFaultsItIsDrawnFor) {
   EXPECT_TRUE(map->holders[1].empty());
 }
 
+// Paged storage is drawn by block: a fork shares its parent's full blocks
+// (two holders), and the slot the child writes next lands in a block of its own.
+// The blocks b holds alone after a fork of a's 4 tokens (B = 2) and one
+// more token fed to b.
+int blocks_of_its_own_after_fork(FaultSet faults) {
+  const Config c = llama_tiny();
+  const Weights w = init_weights(c, 3);
+  EngineOptions o = two_rows(KvDtype::kF32, faults);
+  o.block_size = 2;
+  o.pool_blocks = 6;
+  auto engine = make_cpu_engine(c, w, o);
+  const SequenceId a = engine->start();
+  feed(*engine, a, random_tokens(1, 3, c.vocab), {3});
+  const SequenceId b = engine->fork(a, 3);
+  feed(*engine, b, random_tokens(2, 1, c.vocab), {1});
+  const std::optional<StorageMap> map = engine->storage_map();
+  int own = 0;
+  for (int u = 0; u < map->units; ++u) own += map->holders[size_t(u)] == std::vector<SequenceId>{b};
+  return own;
+}
+
+// Copy on write of the shared partial block gives b a block of its own; the
+// fault that skips the copy leaves b none, and the map shows it.
+TEST(StorageMap, PagedMapShowsASkippedCopyOnWrite) {
+  EXPECT_EQ(blocks_of_its_own_after_fork({}), 1);
+  EXPECT_EQ(blocks_of_its_own_after_fork(FaultSet(Fault::kCowSkipped)), 0);
+}
+
+TEST(StorageMap, PagedBlocksShowSharingByForks) {
+  const Config c = llama_tiny();
+  const Weights w = init_weights(c, 3);
+  EngineOptions o = two_rows(KvDtype::kF32);
+  o.block_size = 2;
+  o.pool_blocks = 6;
+  auto engine = make_cpu_engine(c, w, o);
+  const SequenceId a = engine->start();
+  feed(*engine, a, random_tokens(1, 4, c.vocab), {4});
+  const SequenceId b = engine->fork(a, 4);
+  std::optional<StorageMap> map = engine->storage_map();
+  ASSERT_TRUE(map);
+  EXPECT_EQ(map->unit, "block");
+  EXPECT_EQ(map->slots_per_unit, 2);
+  int shared = 0;
+  for (int u = 0; u < map->units; ++u) shared += map->holders[size_t(u)].size() == 2;
+  EXPECT_EQ(shared, 2);  // both of a's full blocks
+
+  feed(*engine, b, random_tokens(2, 1, c.vocab), {1});
+  map = engine->storage_map();
+  int own_b = 0;
+  for (int u = 0; u < map->units; ++u) {
+    const auto& h = map->holders[size_t(u)];
+    if (h == std::vector<SequenceId>{b}) {
+      ++own_b;
+      EXPECT_EQ(map->held_slots[size_t(u)], 1);
+      EXPECT_EQ(row_text(*map, u), "WP");
+    }
+  }
+  EXPECT_EQ(own_b, 1);
+}
+
 }  // namespace
 }  // namespace kvcheck::test

@@ -4,6 +4,7 @@
 
 #include <cstring>
 #include <memory>
+#include <optional>
 
 #include "engine/traits_json.h"
 #include "kvcheck/engine_plugin.h"
@@ -240,7 +241,13 @@ Backend plugin_backend(const BackendSpec& spec) {
             t.data = view.data->data();
             tensors.push_back(t);
           }
-          const std::string config_json = config_to_json(config).dump();
+          // A case creates several engines of one model: serialize it once.
+          thread_local std::optional<Config> json_of;
+          thread_local std::string config_json;
+          if (!json_of || !(*json_of == config)) {
+            config_json = config_to_json(config).dump();
+            json_of = config;
+          }
           kvcheck_create_args args{};
           args.struct_size = sizeof(args);
           args.config_json = config_json.c_str();

@@ -10,8 +10,8 @@
 #include <cstdio>
 #include <cstring>
 #include <map>
-#include <optional>
 #include <memory>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -103,23 +103,47 @@ const char* traits_json(const char* options, kvcheck_error* error) {
 // memory, so that refilling allocates only when a tensor grows (a campaign
 // changes the model on almost every case). Emptied, not left: the table does
 // not walk tensors the config lacks (llama's biases), and stale ones would be
-// packed.
+// packed. Layers a smaller model does not use wait in `spare_layers` rather
+// than being freed: freeing them trimmed the heap and the next larger model
+// faulted the pages back in, a third of this shim's cost (perf, harness_bench).
 const Weights& weights_from(const Config& config, const kvcheck_create_args& args) {
   thread_local Weights weights;
+  thread_local std::vector<LayerWeights> spare_layers;  // [layer] unused, memory kept
   thread_local std::optional<Config> model;
+  thread_local std::vector<TensorRef> table;  // [tensor] of `model`, into `weights`
   if (!model || !(*model == config)) {
-    if (model) {
-      for (const TensorRef& ref : tensor_table(*model, weights)) ref.data->clear();
-    }
+    for (const TensorRef& ref : table) ref.data->clear();
     model = config;
+    while (weights.layers.size() > size_t(config.n_layers)) {
+      spare_layers.push_back(std::move(weights.layers.back()));
+      weights.layers.pop_back();
+    }
+    while (weights.layers.size() < size_t(config.n_layers) && !spare_layers.empty()) {
+      weights.layers.push_back(std::move(spare_layers.back()));
+      spare_layers.pop_back();
+    }
+    table = tensor_table(config, weights);
   }
+  // kvcheck passes the tensors in tensor_table's order: match by position,
+  // by name only when a name differs there.
   thread_local std::map<std::string, const kvcheck_tensor*> by_name;
   by_name.clear();
-  for (int64_t i = 0; i < args.n_tensors; ++i) by_name[args.tensors[i].name] = &args.tensors[i];
-  for (const TensorRef& ref : tensor_table(config, weights)) {
-    const auto it = by_name.find(ref.name);
-    if (it == by_name.end()) throw InputError("missing tensor " + ref.name);
-    std::memcpy(ref.data->data(), it->second->data, ref.data->size() * sizeof(float));
+  size_t index = 0;
+  for (const TensorRef& ref : table) {
+    const kvcheck_tensor* tensor = nullptr;
+    if (index < size_t(args.n_tensors) && ref.name == args.tensors[index].name) {
+      tensor = &args.tensors[index];
+    } else {
+      if (by_name.empty()) {
+        for (int64_t i = 0; i < args.n_tensors; ++i)
+          by_name[args.tensors[i].name] = &args.tensors[i];
+      }
+      const auto it = by_name.find(ref.name);
+      if (it == by_name.end()) throw InputError("missing tensor " + ref.name);
+      tensor = it->second;
+    }
+    ++index;
+    std::memcpy(ref.data->data(), tensor->data, ref.data->size() * sizeof(float));
   }
   return weights;
 }
@@ -128,7 +152,13 @@ kvcheck_engine* create(const kvcheck_create_args* args, kvcheck_error* error) {
   auto handle = std::make_unique<kvcheck_engine>();
   const int32_t code = guarded(error, [&] {
     handle->finish_fails = finish_fails(args->options, error);
-    Result<Config> config = config_from_json(nlohmann::json::parse(args->config_json));
+    // kvcheck sends the same model for several engines in a row: parse once.
+    thread_local std::string parsed_json;
+    thread_local Result<Config> config = Result<Config>::failure("no model yet");
+    if (parsed_json.empty() || parsed_json != args->config_json) {
+      config = config_from_json(nlohmann::json::parse(args->config_json));
+      parsed_json = config.ok() ? args->config_json : "";
+    }
     if (!config.ok()) throw InputError(config.error());
     Result<KvDtype> dtype = parse_kv_dtype(args->kv_dtype);
     if (!dtype.ok()) throw InputError(dtype.error());

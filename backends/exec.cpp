@@ -12,6 +12,7 @@
 #include "backends/exec_wire.h"
 #include "engine/traits_json.h"
 #include "model/status.h"
+#include "model/weights.h"
 
 namespace kvcheck {
 
@@ -20,6 +21,14 @@ namespace {
 using nlohmann::json;
 
 constexpr double kDefaultTimeoutSeconds = 30;
+
+// A reply of kind "unsupported" or "input": the child does not offer the
+// operation (or does not know the op). For an operation its traits declare
+// that is a contradiction, which the probe at resolve turns into exit 2.
+class NotOffered : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
 
 // The child and what it has loaded, shared by the backend and every engine
 // made from it. A fault kills the child; the next create starts a new one
@@ -201,6 +210,8 @@ class Session {
   [[noreturn]] static void throw_error(const std::string& call, const wire::WireError& error) {
     const std::string what = "exec " + call + ": " + error.message;
     if (const auto k = wire::parse_kind(error.kind)) throw EngineError(*k, what);
+    if (error.kind == "unsupported" || error.kind == "input")
+      throw NotOffered(what + " (" + error.kind + ")");
     throw std::runtime_error(what + " (" + error.kind + ")");
   }
 
@@ -299,6 +310,22 @@ class ExecEngine final : public Engine {
     live_.clear();
   }
 
+  // Forks can be refused (rows), so they wait for the reply. Protocol 2:
+  // kvcheck names the child, as for start.
+  SequenceId fork(SequenceId parent, int n) override {
+    json request = {{"op", "fork"}, {"engine", id_}, {"parent", parent}, {"n", n}};
+    if (session_->version() < 2) return session_->field(call(request).control, "sequence", "fork");
+    const SequenceId id = session_->new_id();
+    request["sequence"] = id;
+    call(request);
+    live_.insert(id);
+    return id;
+  }
+
+  void truncate(SequenceId sequence, int n) override {
+    call({{"op", "truncate"}, {"engine", id_}, {"sequence", sequence}, {"n", n}});
+  }
+
   int length(SequenceId sequence) const override {
     const Reply reply = call({{"op", "length"}, {"engine", id_}, {"sequence", sequence}});
     const int64_t n = session_->field(reply.control, "length", "length");
@@ -368,6 +395,51 @@ double exec_timeout_seconds(const BackendSpec& spec) {
 
 namespace {
 
+// A child that declares fork or truncate must answer them: checked once, at
+// resolve, so that a contradiction exits 2 with the child's refusal (as a
+// plugin's declared but NULL function does) instead of failing every case
+// that draws the operation. The probe creates an engine on a tiny model the
+// traits accept and asks it to fork and truncate a sequence it never
+// started: a child that offers the operation refuses with unknown_sequence
+// (or any kind but these two), one that lacks it with unsupported or input.
+// It starts nothing and feeds no step, so it costs no forward pass and leaves
+// alone the starts and steps a test child counts. Any other failure here is
+// left to the properties, which report it with a case file.
+void probe_declared_operations(const std::string& spec, const std::shared_ptr<Session>& session,
+                               const EngineTraits& traits) {
+  const OperationTraits& ops = traits.operations;
+  if (!ops.fork && !ops.truncate) return;
+  constexpr SequenceId kNeverStarted = 987654321;
+  EngineOptions options;
+  options.capacity = 4;
+  options.max_rows = 2;
+  options.kv_dtype = traits.limits.kv_dtypes.empty() ? KvDtype::kF32 : traits.limits.kv_dtypes[0];
+  for (const Config& config : {llama_tiny(), gpt2_tiny()}) {
+    if (!traits.refuses(config, options.kv_dtype, options.capacity, options.max_rows).empty())
+      continue;
+    std::unique_ptr<ExecEngine> engine;
+    try {
+      engine =
+          std::make_unique<ExecEngine>(session, config, init_weights(config, 1), options, "probe");
+    } catch (const std::exception&) {
+      return;  // not about the operations: the properties will see it
+    }
+    for (const std::string op : {"fork", "truncate"}) {
+      try {
+        if (op == "fork" && ops.fork) engine->fork(kNeverStarted, 0);
+        if (op == "truncate" && ops.truncate) engine->truncate(kNeverStarted, 0);
+      } catch (const NotOffered& e) {
+        throw InputError("--backend " + spec + ": traits.operations." + op +
+                         " is true, but the child refused " + op + ": " + e.what());
+      } catch (const std::exception&) {
+        // The refusal a child that offers it owes, or a dead child (the
+        // properties report that).
+      }
+    }
+    return;
+  }
+}
+
 Backend exec_backend(const BackendSpec& spec) {
   reject_unknown_options(spec, {"timeout"});
   const std::string command = spec.name.substr(std::strlen("exec:"));
@@ -393,6 +465,15 @@ Backend exec_backend(const BackendSpec& spec) {
                      ": traits.operations.storage_map is true, but the protocol has no storage "
                      "introspection message");
   }
+  const OperationTraits& ops = traits.value().operations;
+  for (const auto& [key, declared] : {std::pair<const char*, bool>{"paged", ops.paged},
+                                      {"pool_report", ops.pool_report},
+                                      {"storage_check", ops.storage_check}}) {
+    if (declared)
+      throw InputError("--backend " + spec.name + ": traits.operations." + key +
+                       " is true, but the protocol does not carry it (docs/ENGINE_PROTOCOL.md)");
+  }
+  probe_declared_operations(spec.name, session, traits.value());
   Backend b;
   b.traits = traits.value();
   const std::string name = b.traits.identity.name;

@@ -2,6 +2,7 @@
 
 #include <dlfcn.h>
 
+#include <algorithm>
 #include <cstring>
 #include <memory>
 
@@ -18,7 +19,9 @@ namespace {
 // may outlive any one backend object, and unloading buys nothing here.
 struct Library {
   std::string path;
-  const kvcheck_plugin_v1* table = nullptr;
+  // The plugin's table, copied up to its struct_size and zero past it: the
+  // functions a shorter (older) table lacks read as NULL, never past its end.
+  kvcheck_plugin_v1 table{};
 };
 
 EngineError::Kind kind_of(int32_t code) {
@@ -132,10 +135,25 @@ class PluginEngine final : public Engine {
     return snap;
   }
 
+  // Declared only where the functions are present (check_declared_operations).
+  SequenceId fork(SequenceId parent, int n) override {
+    if (table().fork == nullptr) return Engine::fork(parent, n);
+    kvcheck_error e{};
+    int64_t child = 0;
+    check("fork", table().fork(handle_, parent, int32_t(n), &child, &e), e);
+    return child;
+  }
+
+  void truncate(SequenceId sequence, int n) override {
+    if (table().truncate == nullptr) return Engine::truncate(sequence, n);
+    kvcheck_error e{};
+    check("truncate", table().truncate(handle_, sequence, int32_t(n), &e), e);
+  }
+
   MemoryReport memory() const override { return {}; }
 
  private:
-  const kvcheck_plugin_v1& table() const { return *library_->table; }
+  const kvcheck_plugin_v1& table() const { return library_->table; }
 
   std::shared_ptr<const Library> library_;
   kvcheck_engine* handle_;
@@ -158,8 +176,7 @@ std::shared_ptr<const Library> open_library(const std::string& path) {
   }
   auto library = std::make_shared<Library>();
   library->path = path;
-  library->table = entry();
-  const kvcheck_plugin_v1* t = library->table;
+  const kvcheck_plugin_v1* t = entry();
   if (t == nullptr)
     throw InputError("--backend plugin:" + path + ": " KVCHECK_PLUGIN_ENTRY "() returned NULL");
   if (t->abi_version != KVCHECK_PLUGIN_ABI_VERSION) {
@@ -167,11 +184,13 @@ std::shared_ptr<const Library> open_library(const std::string& path) {
                      std::to_string(t->abi_version) + ", this kvcheck speaks " +
                      std::to_string(KVCHECK_PLUGIN_ABI_VERSION));
   }
-  if (t->struct_size < sizeof(kvcheck_plugin_v1)) {
+  if (t->struct_size < KVCHECK_PLUGIN_CORE_SIZE) {
     throw InputError("--backend plugin:" + path + ": struct_size " +
                      std::to_string(t->struct_size) + " is smaller than version 1's " +
-                     std::to_string(sizeof(kvcheck_plugin_v1)));
+                     std::to_string(KVCHECK_PLUGIN_CORE_SIZE));
   }
+  std::memcpy(&library->table, t, std::min<size_t>(t->struct_size, sizeof(kvcheck_plugin_v1)));
+  t = &library->table;
   const std::pair<const char*, bool> required[] = {{"traits_json", t->traits_json != nullptr},
                                                    {"create", t->create != nullptr},
                                                    {"destroy", t->destroy != nullptr},
@@ -192,11 +211,19 @@ void check_declared_operations(const std::string& path, const kvcheck_plugin_v1&
   const std::pair<const char*, bool> declared[] = {
       {"finish", traits.operations.finish && t.finish == nullptr},
       {"reset", traits.operations.reset && t.reset == nullptr},
-      {"cache_snapshot", traits.operations.cache_snapshot && t.cache == nullptr}};
+      {"cache_snapshot", traits.operations.cache_snapshot && t.cache == nullptr},
+      {"fork", traits.operations.fork && t.fork == nullptr},
+      {"truncate", traits.operations.truncate && t.truncate == nullptr}};
   for (const auto& [name, contradiction] : declared) {
     if (contradiction) {
-      throw InputError("--backend plugin:" + path + ": traits.operations." + name +
-                       " is true but its function is NULL");
+      const bool past_end =
+          t.struct_size < KVCHECK_PLUGIN_OPERATIONS_SIZE &&
+          (std::string_view(name) == "fork" || std::string_view(name) == "truncate");
+      throw InputError(
+          "--backend plugin:" + path + ": traits.operations." + name +
+          " is true but its function is NULL" +
+          (past_end ? " (or past the table's struct_size " + std::to_string(t.struct_size) + ")"
+                    : std::string()));
     }
   }
 }
@@ -207,11 +234,19 @@ Backend plugin_backend(const BackendSpec& spec) {
     throw InputError("--backend plugin: needs a path, e.g. plugin:./libmy_engine.so");
   std::shared_ptr<const Library> library = open_library(path);
   kvcheck_error e{};
-  const char* json = library->table->traits_json(spec.options_text.c_str(), &e);
+  const char* json = library->table.traits_json(spec.options_text.c_str(), &e);
   if (json == nullptr) throw InputError("--backend plugin:" + path + ": traits: " + message_of(e));
   Result<EngineTraits> traits = traits_from_json_text(json);
   if (!traits.ok()) throw InputError("--backend plugin:" + path + ": " + traits.error());
-  check_declared_operations(path, *library->table, traits.value());
+  check_declared_operations(path, library->table, traits.value());
+  const OperationTraits& ops = traits.value().operations;
+  for (const auto& [key, declared] : {std::pair<const char*, bool>{"paged", ops.paged},
+                                      {"pool_report", ops.pool_report},
+                                      {"storage_check", ops.storage_check}}) {
+    if (declared)
+      throw InputError("--backend plugin:" + path + ": traits.operations." + key +
+                       " is true, but the plugin ABI does not carry it (docs/ENGINES.md)");
+  }
   if (traits.value().operations.storage_map) {
     throw InputError("--backend plugin:" + path +
                      ": traits.operations.storage_map is true, but the plugin ABI v1 has no "
@@ -251,7 +286,7 @@ Backend plugin_backend(const BackendSpec& spec) {
           args.kv_dtype = kv_dtype_name(engine_options.kv_dtype);
           args.options = options.c_str();
           kvcheck_error error{};
-          kvcheck_engine* handle = library->table->create(&args, &error);
+          kvcheck_engine* handle = library->table.create(&args, &error);
           if (handle == nullptr) {
             throw_plugin_error("create",
                                error.code == KVCHECK_OK ? KVCHECK_ERR_INTERNAL : error.code, error);

@@ -231,6 +231,13 @@ void add_exec_reply_files(Files& files) {
     errors += frame(std::string(R"({"error":{"kind":")") + kind + R"(","message":"seed"}})");
   }
   seed("errors", 1, 16, errors);
+  // The optional operations' replies: fork (protocol 1 names the child,
+  // protocol 2 echoes it or answers {}), truncate, and their refusals.
+  seed("operations", 0, 0,
+       frame(R"({"sequence":4})") + frame(R"({"sequence":5})") + frame("{}") + frame("{}") +
+           frame(R"({"error":{"kind":"rows","message":"all 2 rows are taken"}})") +
+           frame(R"({"error":{"kind":"bad_batch","message":"truncate of 9 tokens from 3"}})") +
+           frame(R"({"error":{"kind":"unsupported","message":"the engine has no fork"}})"));
 }
 
 std::vector<uint8_t> read_bytes(const fs::path& path) {

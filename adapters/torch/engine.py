@@ -52,6 +52,24 @@ class KVCache:
             self.v[layer] = torch.cat([self.v[layer], v], dim=2)
         return self.k[layer], self.v[layer]
 
+    def copy_prefix(self, other, n):
+        """This cache becomes a copy of other's first n positions (fork)."""
+        for layer in range(self.n_layers):
+            k, v = other.k[layer], other.v[layer]
+            keep = n > 0 and k is not None
+            self.k[layer] = k[:, :, :n].clone() if keep else None
+            self.v[layer] = v[:, :, :n].clone() if keep else None
+        self.pos = n
+
+    def drop_tail(self, n):
+        """Forgets the last n positions (truncate)."""
+        self.pos -= n
+        for layer in range(self.n_layers):
+            if self.k[layer] is not None:
+                keep = self.pos > 0
+                self.k[layer] = self.k[layer].narrow(2, 0, self.pos) if keep else None
+                self.v[layer] = self.v[layer].narrow(2, 0, self.pos) if keep else None
+
 
 class Model:
     """The weights under Hugging Face names, and the forward pass of one chunk."""
@@ -201,6 +219,23 @@ class Engine:
             out = [self.model.forward(tokens, self.cache_of(s)) for s, tokens in entries]
         return torch.cat(out, dim=0)  # [sum n][V]
 
+    def fork(self, parent, n):
+        """A new sequence whose cache is a copy of parent's first n tokens."""
+        source = self.cache_of(parent)
+        if not 0 <= n <= source.pos:
+            raise kv.EngineError("bad_batch", "fork of %d tokens from a sequence of %d"
+                                 % (n, source.pos))
+        child = self.start()
+        self.rows[self.row_of[child]].copy_prefix(source, n)
+        return child
+
+    def truncate(self, sequence, n):
+        cache = self.cache_of(sequence)
+        if not 0 <= n <= cache.pos:
+            raise kv.EngineError("bad_batch", "truncate of %d tokens from a sequence of %d"
+                                 % (n, cache.pos))
+        cache.drop_tail(n)
+
     def finish(self, sequence):
         self.cache_of(sequence)
         del self.row_of[sequence]
@@ -227,9 +262,11 @@ def traits(trap):
     bounded = "bounded"
     return {
         "identity": {"name": name, "version": "1"},
+        "operations": {"fork": True, "truncate": True},
         "limits": {"kv_dtypes": ["f32"]},
         "invariance": {k: bounded for k in
-                       ("chunking", "batch", "reset", "compaction", "gqa_twin", "determinism")},
+                       ("chunking", "batch", "reset", "compaction", "gqa_twin", "determinism",
+                        "sharing", "rollback")},
     }
 
 

@@ -39,7 +39,12 @@ INSTANTIATE_TEST_SUITE_P(
         BadPlugin{"missing_symbol", ": missing symbol kvcheck_plugin_entry_v1"},
         BadPlugin{"traits_invalid", ": traits: not valid JSON: {\"identity\""},
         BadPlugin{"traits_contradict", ": traits.limits.head_dim: minimum 64 is above maximum 32"},
-        BadPlugin{"declared_null", ": traits.operations.finish is true but its function is NULL"}),
+        BadPlugin{"declared_null", ": traits.operations.finish is true but its function is NULL"},
+        BadPlugin{"declared_fork_null",
+                  ": traits.operations.fork is true but its function is NULL"},
+        BadPlugin{"short_table_fork",
+                  ": traits.operations.fork is true but its function is NULL (or past the "
+                  "table's struct_size 80)"}),
     [](const testing::TestParamInfo<BadPlugin>& info) { return std::string(info.param.kind); });
 
 TEST(BadPlugins, AMissingFileSaysItCannotLoad) {

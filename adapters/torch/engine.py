@@ -16,6 +16,12 @@ string, so a case file names the trap and replay reproduces it):
   forget_reset       a reused row keeps its old cache (reset_kv_cache not called)
   repeat             K/V expanded with repeat instead of repeat_interleave
   restart_positions  positions restart at 0 for every chunk after the first
+  noop_truncate      truncate changes nothing, so rejected tokens stay (mlx-lm #1109:
+                     a trim of the cache that was a no-op)
+
+fork copies the parent's first n positions into the child's row (a slice,
+cloned); truncate narrows every layer's K/V to the new length and rewinds the
+position pointer (docs/OPERATIONS.md).
 """
 
 import argparse
@@ -28,7 +34,7 @@ import torch
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
 import kvcheck_adapter as kv  # noqa: E402
 
-TRAPS = ("forget_reset", "repeat", "restart_positions")
+TRAPS = ("forget_reset", "repeat", "restart_positions", "noop_truncate")
 
 
 class KVCache:
@@ -234,7 +240,8 @@ class Engine:
         if not 0 <= n <= cache.pos:
             raise kv.EngineError("bad_batch", "truncate of %d tokens from a sequence of %d"
                                  % (n, cache.pos))
-        cache.drop_tail(n)
+        if self.model.trap != "noop_truncate":
+            cache.drop_tail(n)
 
     def finish(self, sequence):
         self.cache_of(sequence)

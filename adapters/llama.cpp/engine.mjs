@@ -251,6 +251,14 @@ class Engine {
         if (typeof parent._copyStateFromOtherSequence !== "function")
             throw new EngineError("unsupported", "fork: node-llama-cpp has no sequence._copyStateFromOtherSequence (not 3.22.1?)");
         const child = this.context.getSequence({contextShift: {strategy: refuseContextShift}});
+        // A fork of 0 tokens holds nothing: a fresh sequence is exactly that.
+        // (node-llama-cpp's copy reports failure for a parent with no tokens,
+        // docs/LLAMA_CPP.md "Fork and truncate".)
+        if (n === 0) {
+            const id = newId();
+            this.sequences.set(id, child);
+            return id;
+        }
         const copied = await child._copyStateFromOtherSequence(parent, n);
         if (!copied || child.nextTokenIndex !== n) {
             const held = child.nextTokenIndex;

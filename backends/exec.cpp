@@ -57,6 +57,12 @@ class Session {
                     {"capacity", options.capacity},
                     {"max_rows", options.max_rows},
                     {"kv_dtype", kv_dtype_name(options.kv_dtype)}};
+    // Paged storage (operations.paged): sent only when asked for, so a
+    // child that never declared it never sees the keys.
+    if (options.block_size > 0) {
+      request["block_size"] = options.block_size;
+      request["pool_blocks"] = options.pool_blocks;
+    }
     if (version_ >= 2) request["engine"] = ++next_id_;
     const json reply = call_ok(request);
     ++model.users;
@@ -357,6 +363,22 @@ class ExecEngine final : public Engine {
     return snap;
   }
 
+  PoolReport pool() const override {
+    const Reply reply = call({{"op", "pool"}, {"engine", id_}});
+    PoolReport report;
+    if (const std::string why = wire::parse_pool_reply(reply.control, report); !why.empty())
+      session_->malformed("pool", why);
+    return report;
+  }
+
+  std::string unheld_storage_check() const override {
+    const Reply reply = call({{"op", "storage_check"}, {"engine", id_}});
+    const auto problem = reply.control.find("problem");
+    if (problem == reply.control.end() || !problem->is_string())
+      session_->malformed("storage_check", "\"problem\" must be a string");
+    return problem->get<std::string>();
+  }
+
   MemoryReport memory() const override { return {}; }
 
  private:
@@ -395,20 +417,23 @@ double exec_timeout_seconds(const BackendSpec& spec) {
 
 namespace {
 
-// A child that declares fork or truncate must answer them: checked once, at
+// A child that declares fork, truncate, pool_report or storage_check must
+// answer them: checked once, at
 // resolve, so that a contradiction exits 2 with the child's refusal (as a
 // plugin's declared but NULL function does) instead of failing every case
 // that draws the operation. The probe creates an engine on a tiny model the
 // traits accept and asks it to fork and truncate a sequence it never
-// started: a child that offers the operation refuses with unknown_sequence
-// (or any kind but these two), one that lacks it with unsupported or input.
+// started (and for its pool and storage check, which a contiguous engine
+// answers too): a child that offers the operation refuses with
+// unknown_sequence (or any kind but these two) or answers, one that lacks it
+// refuses with unsupported or input.
 // It starts nothing and feeds no step, so it costs no forward pass and leaves
 // alone the starts and steps a test child counts. Any other failure here is
 // left to the properties, which report it with a case file.
 void probe_declared_operations(const std::string& spec, const std::shared_ptr<Session>& session,
                                const EngineTraits& traits) {
   const OperationTraits& ops = traits.operations;
-  if (!ops.fork && !ops.truncate) return;
+  if (!ops.fork && !ops.truncate && !ops.pool_report && !ops.storage_check) return;
   constexpr SequenceId kNeverStarted = 987654321;
   EngineOptions options;
   options.capacity = 4;
@@ -424,13 +449,16 @@ void probe_declared_operations(const std::string& spec, const std::shared_ptr<Se
     } catch (const std::exception&) {
       return;  // not about the operations: the properties will see it
     }
-    for (const std::string op : {"fork", "truncate"}) {
+    for (const std::string op : {"fork", "truncate", "pool_report", "storage_check"}) {
       try {
         if (op == "fork" && ops.fork) engine->fork(kNeverStarted, 0);
         if (op == "truncate" && ops.truncate) engine->truncate(kNeverStarted, 0);
+        if (op == "pool_report" && ops.pool_report) engine->pool();
+        if (op == "storage_check" && ops.storage_check) engine->unheld_storage_check();
       } catch (const NotOffered& e) {
         throw InputError("--backend " + spec + ": traits.operations." + op +
-                         " is true, but the child refused " + op + ": " + e.what());
+                         " is true, but the child refused " + (op == "pool_report" ? "pool" : op) +
+                         ": " + e.what());
       } catch (const std::exception&) {
         // The refusal a child that offers it owes, or a dead child (the
         // properties report that).
@@ -464,14 +492,6 @@ Backend exec_backend(const BackendSpec& spec) {
     throw InputError("--backend " + spec.name +
                      ": traits.operations.storage_map is true, but the protocol has no storage "
                      "introspection message");
-  }
-  const OperationTraits& ops = traits.value().operations;
-  for (const auto& [key, declared] : {std::pair<const char*, bool>{"paged", ops.paged},
-                                      {"pool_report", ops.pool_report},
-                                      {"storage_check", ops.storage_check}}) {
-    if (declared)
-      throw InputError("--backend " + spec.name + ": traits.operations." + key +
-                       " is true, but the protocol does not carry it (docs/ENGINE_PROTOCOL.md)");
   }
   probe_declared_operations(spec.name, session, traits.value());
   Backend b;

@@ -20,6 +20,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "backends/exec_reply.h"
 #include "backends/exec_wire.h"
 #include "backends/in_tree.h"
 #include "engine/cpu/cpu_engine.h"
@@ -64,6 +65,8 @@ class Server {
       e.engine->truncate(e.sequence(id(request, "sequence")), int(id(request, "n")));
       return json::object();
     }
+    if (op == "pool") return pool(e);
+    if (op == "storage_check") return {{"problem", e.engine->unheld_storage_check()}};
     if (op == "length") return {{"length", e.engine->length(e.sequence(id(request, "sequence")))}};
     if (op == "cache") return cache(e, request, payloads);
     throw Refusal{"input", "unknown op \"" + op + "\""};
@@ -86,9 +89,11 @@ class Server {
   json hello(const json& r) {
     EngineTraits traits = cpu_engine_traits(kernels_);
     traits.operations.fault_switches = false;  // the protocol carries no fault switches
-    // The protocol carries fork and truncate (docs/ENGINE_PROTOCOL.md); the
-    // engine keeps them bitwise like everything else.
-    traits.operations.fork = traits.operations.truncate = true;
+    // The protocol carries the operations of docs/OPERATIONS.md
+    // (docs/ENGINE_PROTOCOL.md); the engine keeps them bitwise like
+    // everything else.
+    OperationTraits& ops = traits.operations;
+    ops.fork = ops.truncate = ops.paged = ops.pool_report = ops.storage_check = true;
     traits.identity.name += "-serve";
     // The highest version both speak.
     version_ = r.value("protocol", 1) >= 2 && max_version_ >= 2 ? 2 : 1;
@@ -125,6 +130,18 @@ class Server {
     return {{"sequence", client}};
   }
 
+  // Block tables name kvcheck's sequence ids in protocol 2.
+  json pool(Served& e) {
+    PoolReport report = e.engine->pool();
+    if (e.client_named) {
+      for (auto& [sequence, blocks] : report.tables) {
+        for (const auto& [client, own] : e.client_ids)
+          if (own == sequence) sequence = client;
+      }
+    }
+    return wire::encode_pool_reply(report);
+  }
+
   json create(const json& r) {
     const auto it = models_.find(id(r, "model"));
     if (it == models_.end()) throw Refusal{"input", "unknown model"};
@@ -133,6 +150,10 @@ class Server {
     options.max_rows = int(id(r, "max_rows"));
     options.kernels = kernels_;
     options.faults = faults_;
+    if (r.contains("block_size")) {
+      options.block_size = int(id(r, "block_size"));
+      options.pool_blocks = int(id(r, "pool_blocks"));
+    }
     Result<KvDtype> dtype = parse_kv_dtype(string_field(r, "kv_dtype"));
     if (!dtype.ok()) throw Refusal{"input", dtype.error()};
     options.kv_dtype = dtype.value();

@@ -237,23 +237,37 @@ TEST(ExecServe, ForkAndTruncateThroughExec) {
   }
 }
 
-// The faults that live in truncate, switched on in the child (the protocol
-// carries no fault switches): P12 catches each through the protocol with
-// the in-tree verdict, and the clean child passes the same scenario.
-TEST(ExecServe, TruncateFaultsAreCaughtThroughExec) {
-  for (const Fault f : {Fault::kTruncateNoop, Fault::kTruncateKeepsPosition}) {
+// Every fault that lives in an operation (fork, truncate, paged storage,
+// the storage check), switched on in the child (the protocol carries no
+// fault switches): on its minimal scenario every property gives the in-tree
+// verdict through the protocol, and at least one fails; the clean child
+// passes the same scenario.
+TEST(ExecServe, OperationFaultsAreCaughtThroughExec) {
+  const EngineUnderTest clean = backend_registry().resolve(kServe).under_test();
+  int faults = 0;
+  for (int i = 0; i < kFaultCount; ++i) {
+    const Fault f = Fault(i);
+    if (fault_needs(f).empty()) continue;
+    ++faults;
+    const std::string name(fault_name(f));
     const EngineUnderTest faulty =
-        backend_registry().resolve(kServe + " --fault " + std::string(fault_name(f))).under_test();
+        backend_registry().resolve(kServe + " --fault " + name).under_test();
+    const EngineUnderTest in_tree = backend_registry().resolve("cpu").under_test(FaultSet(f));
     const Scenario s = test::minimal_fault_scenario(f);
-    const Verdict v = check_property(Property::kRollback, s, faulty);
-    EXPECT_TRUE(v.applicable && !v.passed) << fault_name(f) << " survived: " << v.summary;
-    const Verdict in_tree = check_property(
-        Property::kRollback, s, backend_registry().resolve("cpu").under_test(FaultSet(f)));
-    EXPECT_EQ(v.summary, in_tree.summary) << fault_name(f);
-    EXPECT_TRUE(
-        check_property(Property::kRollback, s, backend_registry().resolve(kServe).under_test())
-            .passed);
+    int failed = 0;
+    for (int p = 0; p < kPropertyCount; ++p) {
+      const Verdict a = check_property(Property(p), s, faulty);
+      const Verdict b = check_property(Property(p), s, in_tree);
+      EXPECT_EQ(a.passed, b.passed)
+          << name << " " << property_name(Property(p)) << ": " << a.summary << " vs " << b.summary;
+      EXPECT_EQ(a.summary, b.summary) << name << " " << property_name(Property(p));
+      failed += a.applicable && !a.passed;
+      const Verdict c = check_property(Property(p), s, clean);
+      EXPECT_TRUE(c.passed) << name << " clean " << property_name(Property(p)) << ": " << c.summary;
+    }
+    EXPECT_GT(failed, 0) << name << " survived every property through the protocol";
   }
+  EXPECT_GE(faults, 8);
 }
 
 // A child whose traits declare fork but that answers it "unsupported" is

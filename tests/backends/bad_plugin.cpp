@@ -1,7 +1,9 @@
 // One plugin per way of getting the ABI wrong, chosen by a compile
 // definition (tests/backends/CMakeLists.txt builds each as its own module).
 // The loader must refuse every one with a message naming the problem,
-// before it calls create.
+// before it calls create. OLD_TABLE is the one right way among them: a table
+// of the first header's size that declares no fork, which must load with
+// fork absent although a fork function lies past its end.
 #include <cstddef>
 #include <cstdint>
 
@@ -56,7 +58,7 @@ constexpr uint32_t kAbi =
 constexpr uint32_t kSize =
 #ifdef BAD_STRUCT_SIZE
     offsetof(kvcheck_plugin_v1, reset);
-#elif defined(BAD_SHORT_TABLE_FORK)
+#elif defined(BAD_SHORT_TABLE_FORK) || defined(OLD_TABLE)
     // A table of the first header's size: its fork below lies past struct_size
     // and must not be read.
     KVCHECK_PLUGIN_CORE_SIZE;
@@ -72,7 +74,7 @@ const kvcheck_plugin_v1 kTable = {kAbi,    kSize,  traits_json, create, destroy,
 #endif
                                   nullptr,  // finish
                                   nullptr, length, nullptr,
-#ifdef BAD_SHORT_TABLE_FORK
+#if defined(BAD_SHORT_TABLE_FORK) || defined(OLD_TABLE)
                                   fork,
 #else
                                   nullptr,

@@ -47,6 +47,14 @@ INSTANTIATE_TEST_SUITE_P(
                   "table's struct_size 80)"}),
     [](const testing::TestParamInfo<BadPlugin>& info) { return std::string(info.param.kind); });
 
+// A table of the first header's size (no fork, no truncate) still loads;
+// what lies past its struct_size is never read.
+TEST(BadPlugins, AnOldTableLoadsWithoutTheAppendedOperations) {
+  const Backend b = backend_registry().resolve(std::string("plugin:") + KVCHECK_OLD_TABLE_PLUGIN);
+  EXPECT_FALSE(b.traits.operations.fork);
+  EXPECT_FALSE(b.traits.operations.truncate);
+}
+
 TEST(BadPlugins, AMissingFileSaysItCannotLoad) {
   const std::string error = resolve_error("plugin:/nonexistent/libnothing.so");
   EXPECT_NE(error.find("plugin:/nonexistent/libnothing.so: cannot load: "), std::string::npos)

@@ -3,9 +3,11 @@
 #include <dlfcn.h>
 
 #include <algorithm>
+#include <cstddef>
 #include <cstring>
 #include <memory>
 
+#include "backends/exec_reply.h"
 #include "engine/traits_json.h"
 #include "kvcheck/engine_plugin.h"
 #include "model/config_json.h"
@@ -150,6 +152,29 @@ class PluginEngine final : public Engine {
     check("truncate", table().truncate(handle_, sequence, int32_t(n), &e), e);
   }
 
+  // The same JSON as the engine protocol's pool reply, parsed by the same
+  // parser (backends/exec_reply.h).
+  PoolReport pool() const override {
+    if (table().pool_json == nullptr) return Engine::pool();
+    kvcheck_error e{};
+    const char* text = table().pool_json(handle_, &e);
+    if (text == nullptr) throw_plugin_error("pool_json", e.code, e);
+    const nlohmann::json json = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+    PoolReport report;
+    const std::string why =
+        json.is_discarded() ? std::string("not valid JSON") : wire::parse_pool_reply(json, report);
+    if (!why.empty()) throw std::runtime_error("plugin pool_json: " + why);
+    return report;
+  }
+
+  std::string unheld_storage_check() const override {
+    if (table().storage_check == nullptr) return Engine::unheld_storage_check();
+    kvcheck_error e{};
+    const char* text = table().storage_check(handle_, &e);
+    if (text == nullptr) throw_plugin_error("storage_check", e.code, e);
+    return text;
+  }
+
   MemoryReport memory() const override { return {}; }
 
  private:
@@ -208,23 +233,32 @@ std::shared_ptr<const Library> open_library(const std::string& path) {
 // contradiction, never a silent "not applicable".
 void check_declared_operations(const std::string& path, const kvcheck_plugin_v1& t,
                                const EngineTraits& traits) {
-  const std::pair<const char*, bool> declared[] = {
-      {"finish", traits.operations.finish && t.finish == nullptr},
-      {"reset", traits.operations.reset && t.reset == nullptr},
-      {"cache_snapshot", traits.operations.cache_snapshot && t.cache == nullptr},
-      {"fork", traits.operations.fork && t.fork == nullptr},
-      {"truncate", traits.operations.truncate && t.truncate == nullptr}};
-  for (const auto& [name, contradiction] : declared) {
-    if (contradiction) {
-      const bool past_end =
-          t.struct_size < KVCHECK_PLUGIN_OPERATIONS_SIZE &&
-          (std::string_view(name) == "fork" || std::string_view(name) == "truncate");
-      throw InputError(
-          "--backend plugin:" + path + ": traits.operations." + name +
-          " is true but its function is NULL" +
-          (past_end ? " (or past the table's struct_size " + std::to_string(t.struct_size) + ")"
-                    : std::string()));
-    }
+  const OperationTraits& ops = traits.operations;
+  // {trait, declared without a function, where the function sits in the table}
+  struct Declared {
+    const char* name;
+    bool contradiction;
+    size_t end;  // the table's bytes up to and including the function
+  };
+  const auto end_of = [](size_t offset) { return offset + sizeof(void*); };
+  const Declared declared[] = {
+      {"finish", ops.finish && t.finish == nullptr, 0},
+      {"reset", ops.reset && t.reset == nullptr, 0},
+      {"cache_snapshot", ops.cache_snapshot && t.cache == nullptr, 0},
+      {"fork", ops.fork && t.fork == nullptr, end_of(offsetof(kvcheck_plugin_v1, fork))},
+      {"truncate", ops.truncate && t.truncate == nullptr,
+       end_of(offsetof(kvcheck_plugin_v1, truncate))},
+      {"pool_report", ops.pool_report && t.pool_json == nullptr,
+       end_of(offsetof(kvcheck_plugin_v1, pool_json))},
+      {"storage_check", ops.storage_check && t.storage_check == nullptr,
+       end_of(offsetof(kvcheck_plugin_v1, storage_check))}};
+  for (const Declared& d : declared) {
+    if (!d.contradiction) continue;
+    throw InputError("--backend plugin:" + path + ": traits.operations." + d.name +
+                     " is true but its function is NULL" +
+                     (t.struct_size < d.end ? " (or past the table's struct_size " +
+                                                  std::to_string(t.struct_size) + ")"
+                                            : std::string()));
   }
 }
 
@@ -239,14 +273,6 @@ Backend plugin_backend(const BackendSpec& spec) {
   Result<EngineTraits> traits = traits_from_json_text(json);
   if (!traits.ok()) throw InputError("--backend plugin:" + path + ": " + traits.error());
   check_declared_operations(path, library->table, traits.value());
-  const OperationTraits& ops = traits.value().operations;
-  for (const auto& [key, declared] : {std::pair<const char*, bool>{"paged", ops.paged},
-                                      {"pool_report", ops.pool_report},
-                                      {"storage_check", ops.storage_check}}) {
-    if (declared)
-      throw InputError("--backend plugin:" + path + ": traits.operations." + key +
-                       " is true, but the plugin ABI does not carry it (docs/ENGINES.md)");
-  }
   if (traits.value().operations.storage_map) {
     throw InputError("--backend plugin:" + path +
                      ": traits.operations.storage_map is true, but the plugin ABI v1 has no "
@@ -285,6 +311,8 @@ Backend plugin_backend(const BackendSpec& spec) {
           args.max_rows = engine_options.max_rows;
           args.kv_dtype = kv_dtype_name(engine_options.kv_dtype);
           args.options = options.c_str();
+          args.block_size = engine_options.block_size;
+          args.pool_blocks = engine_options.pool_blocks;
           kvcheck_error error{};
           kvcheck_engine* handle = library->table.create(&args, &error);
           if (handle == nullptr) {

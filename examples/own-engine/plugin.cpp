@@ -135,7 +135,9 @@ const kvcheck_plugin_v1 kTable = {KVCHECK_PLUGIN_ABI_VERSION,
                                   length,
                                   cache,
                                   nullptr,   // fork: not offered (traits: false)
-                                  nullptr};  // truncate: not offered
+                                  nullptr,   // truncate
+                                  nullptr,   // pool_json
+                                  nullptr};  // storage_check
 
 }  // namespace
 

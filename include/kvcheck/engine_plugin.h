@@ -63,6 +63,11 @@ typedef struct kvcheck_create_args {
   int32_t max_rows;     /* sequences alive at once */
   const char* kv_dtype; /* "f32", "bf16", "f16" */
   const char* options;  /* the backend string's "key=value&..." after '?', or "" */
+  /* Appended (read them only when struct_size covers them): paged storage
+   * (traits "paged", docs/OPERATIONS.md). block_size 0 is contiguous rows;
+   * 1..32 a pool of pool_blocks blocks of that many slots (0: the default). */
+  int32_t block_size;
+  int32_t pool_blocks;
 } kvcheck_create_args;
 
 typedef struct kvcheck_batch_entry {
@@ -100,8 +105,8 @@ typedef struct kvcheck_plugin_v1 {
                    int64_t capacity, kvcheck_error* error);
 
   /* ---- appended: the operations of docs/OPERATIONS.md --------------------
-   * Read only when struct_size covers them (KVCHECK_PLUGIN_OPERATIONS_SIZE);
-   * NULL unless the traits declare the operation ("fork", "truncate"). */
+   * Read only when struct_size covers them; NULL unless the traits declare
+   * the operation ("fork", "truncate", "pool_report", "storage_check"). */
 
   /* A new running sequence whose cache starts as the parent's first n tokens
    * (0 <= n <= its length); writes its id to *child. KVCHECK_ERR_ROWS when
@@ -111,13 +116,21 @@ typedef struct kvcheck_plugin_v1 {
   /* Forgets the last n tokens of the sequence (0 <= n <= its length): it goes
    * on as if they had never been fed. */
   int32_t (*truncate)(kvcheck_engine* engine, int64_t sequence, int32_t n, kvcheck_error* error);
+  /* The paged pool (traits "pool_report") as JSON, in the form of the engine
+   * protocol's "pool" reply (docs/ENGINE_PROTOCOL.md): {"block_size", "total",
+   * "free", "used", "cached", "refcounts": [...], "tables": [{"sequence",
+   * "blocks": [...]}]}. Valid until the next call on this engine; NULL on
+   * error. */
+  const char* (*pool_json)(kvcheck_engine* engine, kvcheck_error* error);
+  /* Debug read of raw storage (traits "storage_check"): "" when every slot no
+   * sequence holds is poisoned (NaN), else where the first one that is not
+   * lies. Valid until the next call on this engine; NULL on error. */
+  const char* (*storage_check)(kvcheck_engine* engine, kvcheck_error* error);
 } kvcheck_plugin_v1;
 
 /* struct_size of a table that ends at `cache` (the first version of this
- * header) and of one that carries fork and truncate. kvcheck accepts both. */
+ * header); kvcheck accepts it and any longer one. */
 #define KVCHECK_PLUGIN_CORE_SIZE offsetof(kvcheck_plugin_v1, fork)
-#define KVCHECK_PLUGIN_OPERATIONS_SIZE \
-  (offsetof(kvcheck_plugin_v1, truncate) + sizeof(((kvcheck_plugin_v1*)0)->truncate))
 
 /* The one symbol a plugin exports, a function returning its table (static
  * storage). Not named kvcheck_plugin_v1: that name is the table's type. */

@@ -79,7 +79,9 @@ const kvcheck_plugin_v1 kTable = {kAbi,    kSize,  traits_json, create, destroy,
 #else
                                   nullptr,
 #endif
-                                  nullptr};
+                                  nullptr,   // truncate
+                                  nullptr,   // pool_json
+                                  nullptr};  // storage_check
 
 }  // namespace
 

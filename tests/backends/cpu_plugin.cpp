@@ -10,6 +10,7 @@
 // turns on the engine's fault switches (engine/faults.h), which the ABI does
 // not carry, so that a fault in fork or truncate can be shown caught through
 // the plugin path.
+#include <cstddef>
 #include <cstdio>
 #include <cstring>
 #include <map>
@@ -18,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "backends/exec_reply.h"
 #include "backends/in_tree.h"
 #include "engine/cpu/cpu_engine.h"
 #include "engine/traits_json.h"
@@ -34,6 +36,7 @@ struct kvcheck_engine {
   bool finish_fails = false;
   std::vector<BatchEntry> batch;  // [entry] of the current step
   std::vector<float> logits;      // [tokens][vocab] of the current step
+  std::string text;               // the last pool_json or storage_check answer
 };
 
 namespace {
@@ -116,8 +119,9 @@ const char* traits_json(const char* options, kvcheck_error* error) {
   static const std::string json = [] {
     EngineTraits t = cpu_engine_traits();
     t.identity.name = "kvcheck-cpu-plugin";
-    t.operations.fault_switches = false;               // the ABI carries none
-    t.operations.fork = t.operations.truncate = true;  // the appended functions
+    t.operations.fault_switches = false;  // the ABI carries none
+    OperationTraits& ops = t.operations;  // the appended functions
+    ops.fork = ops.truncate = ops.paged = ops.pool_report = ops.storage_check = true;
     return traits_to_json(t).dump();
   }();
   return json.c_str();
@@ -164,6 +168,10 @@ kvcheck_engine* create(const kvcheck_create_args* args, kvcheck_error* error) {
     options.max_rows = args->max_rows;
     options.kv_dtype = dtype.value();
     options.faults = parsed.faults;
+    if (args->struct_size >= offsetof(kvcheck_create_args, pool_blocks) + sizeof(int32_t)) {
+      options.block_size = args->block_size;
+      options.pool_blocks = args->pool_blocks;
+    }
     handle->engine = make_cpu_engine(config.value(), weights_from(config.value(), *args), options);
   });
   return code == KVCHECK_OK ? handle.release() : nullptr;
@@ -240,6 +248,18 @@ int32_t truncate(kvcheck_engine* engine, int64_t sequence, int32_t n, kvcheck_er
   return guarded(error, [&] { engine->engine->truncate(sequence, n); });
 }
 
+const char* pool_json(kvcheck_engine* engine, kvcheck_error* error) {
+  const int32_t code = guarded(
+      error, [&] { engine->text = wire::encode_pool_reply(engine->engine->pool()).dump(); });
+  return code == KVCHECK_OK ? engine->text.c_str() : nullptr;
+}
+
+const char* storage_check(kvcheck_engine* engine, kvcheck_error* error) {
+  const int32_t code =
+      guarded(error, [&] { engine->text = engine->engine->unheld_storage_check(); });
+  return code == KVCHECK_OK ? engine->text.c_str() : nullptr;
+}
+
 const kvcheck_plugin_v1 kTable = {KVCHECK_PLUGIN_ABI_VERSION,
                                   sizeof(kvcheck_plugin_v1),
                                   traits_json,
@@ -252,7 +272,9 @@ const kvcheck_plugin_v1 kTable = {KVCHECK_PLUGIN_ABI_VERSION,
                                   length,
                                   cache,
                                   fork,
-                                  truncate};
+                                  truncate,
+                                  pool_json,
+                                  storage_check};
 
 }  // namespace
 

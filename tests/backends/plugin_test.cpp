@@ -9,6 +9,7 @@
 #include "engine/traits_json.h"
 #include "model/weights.h"
 #include "properties/runner.h"
+#include "tests/backends/operation_faults.h"
 #include "tests/property_units/test_scenarios.h"
 
 namespace kvcheck {
@@ -24,17 +25,20 @@ std::vector<Scenario> hand_made_scenarios() {
       test::rich_scenario(Family::kGpt2, 2, 2, KvDtype::kF16),
   };
   out.push_back(test::minimal_fault_scenario(Fault::kMaskTopLeft));
-  // Forks mid-sequence and at the end, truncations to 0 and across refeeds
-  // (contiguous storage: the ABI carries no paged storage).
+  // Forks mid-sequence and at the end, truncations to 0 and across refeeds,
+  // in contiguous and in paged storage.
   out.push_back(test::operations_scenario(Family::kLlama, 0, KvDtype::kF32));
   out.push_back(test::operations_scenario(Family::kGpt2, 0, KvDtype::kBF16));
+  out.push_back(test::operations_scenario(Family::kLlama, 4, KvDtype::kF32));  // paged
   return out;
 }
 
-// The in-tree engine as the ABI carries it: the core calls, fork and truncate.
+// The in-tree engine as the ABI carries it: the core calls and the
+// operations of docs/OPERATIONS.md (no storage map, no fault switches).
 EngineTraits plugin_traits() {
   EngineTraits t = cpu_engine_traits();
-  t.operations.fork = t.operations.truncate = true;
+  OperationTraits& ops = t.operations;
+  ops.fork = ops.truncate = ops.paged = ops.pool_report = ops.storage_check = true;
   return t;
 }
 
@@ -55,7 +59,8 @@ TEST(CpuPlugin, ResolvesWithTheInTreeTraitsButFaultSwitches) {
 TEST(CpuPlugin, EveryPropertyGivesTheInTreeVerdict) {
   const EngineUnderTest plugin = backend_registry().resolve(kCpuPlugin).under_test();
   const EngineUnderTest cpu(cpu_engine_factory(), plugin_traits());
-  int applicable = 0, operations_checked = 0;
+  int applicable = 0;
+  int checked[kPropertyCount] = {};  // [property] scenarios it checked and passed
   for (const Scenario& s : hand_made_scenarios()) {
     ASSERT_EQ(s.validate(), "");
     for (int p = 0; p < kPropertyCount; ++p) {
@@ -67,35 +72,29 @@ TEST(CpuPlugin, EveryPropertyGivesTheInTreeVerdict) {
       EXPECT_EQ(a.worst_ratio, b.worst_ratio);
       EXPECT_EQ(a.summary, b.summary);
       applicable += a.applicable && a.passed;
-      if (Property(p) == Property::kSharing || Property(p) == Property::kRollback)
-        operations_checked += a.applicable && a.passed;
+      checked[p] += a.applicable && a.passed;
     }
   }
-  // P10 has no reference here and P13-P14 need paged storage, which the ABI
-  // does not carry; each other property checks something on most scenarios,
-  // and P11 and P12 both check the two operations scenarios.
-  EXPECT_GE(applicable, 7 * (kPropertyCount - 5) - 7);
-  EXPECT_EQ(operations_checked, 4);
+  // P10 has no reference here. P1-P9 check the eight scenarios but about one
+  // each that a scenario lacks (75 when written); P11 and P12 the three
+  // operations scenarios, P13 the paged one, P14 every scenario with a
+  // finish, reset, fork or truncation.
+  EXPECT_GE(applicable, 9 * 8 - 8 + 3 + 3 + 1 + 3);
+  EXPECT_EQ(checked[int(Property::kSharing)], 3);
+  EXPECT_EQ(checked[int(Property::kRollback)], 3);
+  EXPECT_EQ(checked[int(Property::kPool)], 1);
+  EXPECT_GE(checked[int(Property::kPoison)], 3);
 }
 
-// A fault that lives in truncate, switched on inside the plugin (the ABI
-// carries no fault switches): the rollback property catches it through the
-// plugin path as it does in-tree, with the same summary.
-TEST(CpuPlugin, TruncateFaultsAreCaughtThroughTheAbi) {
-  for (const Fault f : {Fault::kTruncateNoop, Fault::kTruncateKeepsPosition}) {
-    const std::string spec = kCpuPlugin + "?fault=" + std::string(fault_name(f));
-    const EngineUnderTest plugin = backend_registry().resolve(spec).under_test();
-    const EngineUnderTest cpu(cpu_engine_factory(FaultSet(f)), plugin_traits());
-    const Scenario s = test::minimal_fault_scenario(f);
-    const Verdict a = check_property(Property::kRollback, s, plugin);
-    const Verdict b = check_property(Property::kRollback, s, cpu);
-    EXPECT_TRUE(a.applicable) << fault_name(f) << ": " << a.summary;
-    EXPECT_FALSE(a.passed) << fault_name(f) << " survived the plugin path:\n" << s.to_text();
-    EXPECT_EQ(a.summary, b.summary) << fault_name(f);
-    // And without the fault, the same scenario passes through the plugin.
-    const EngineUnderTest clean = backend_registry().resolve(kCpuPlugin).under_test();
-    EXPECT_TRUE(check_property(Property::kRollback, s, clean).passed) << fault_name(f);
-  }
+// The faults that live in the operations, switched on inside the plugin
+// (the ABI carries no fault switches): each is caught through the plugin
+// path with the in-tree verdicts.
+TEST(CpuPlugin, OperationFaultsAreCaughtThroughTheAbi) {
+  test::expect_operation_faults_caught(
+      [](const std::string& fault) {
+        return backend_registry().resolve(kCpuPlugin + "?fault=" + fault).under_test();
+      },
+      backend_registry().resolve(kCpuPlugin).under_test());
 }
 
 // A fork through the ABI is a new sequence holding the parent's prefix: its

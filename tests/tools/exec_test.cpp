@@ -13,6 +13,7 @@
 #include "properties/property.h"
 #include "properties/runner.h"
 #include "properties/scenario.h"
+#include "tests/backends/operation_faults.h"
 #include "tests/property_units/test_scenarios.h"
 
 namespace kvcheck {
@@ -243,31 +244,11 @@ TEST(ExecServe, ForkAndTruncateThroughExec) {
 // verdict through the protocol, and at least one fails; the clean child
 // passes the same scenario.
 TEST(ExecServe, OperationFaultsAreCaughtThroughExec) {
-  const EngineUnderTest clean = backend_registry().resolve(kServe).under_test();
-  int faults = 0;
-  for (int i = 0; i < kFaultCount; ++i) {
-    const Fault f = Fault(i);
-    if (fault_needs(f).empty()) continue;
-    ++faults;
-    const std::string name(fault_name(f));
-    const EngineUnderTest faulty =
-        backend_registry().resolve(kServe + " --fault " + name).under_test();
-    const EngineUnderTest in_tree = backend_registry().resolve("cpu").under_test(FaultSet(f));
-    const Scenario s = test::minimal_fault_scenario(f);
-    int failed = 0;
-    for (int p = 0; p < kPropertyCount; ++p) {
-      const Verdict a = check_property(Property(p), s, faulty);
-      const Verdict b = check_property(Property(p), s, in_tree);
-      EXPECT_EQ(a.passed, b.passed)
-          << name << " " << property_name(Property(p)) << ": " << a.summary << " vs " << b.summary;
-      EXPECT_EQ(a.summary, b.summary) << name << " " << property_name(Property(p));
-      failed += a.applicable && !a.passed;
-      const Verdict c = check_property(Property(p), s, clean);
-      EXPECT_TRUE(c.passed) << name << " clean " << property_name(Property(p)) << ": " << c.summary;
-    }
-    EXPECT_GT(failed, 0) << name << " survived every property through the protocol";
-  }
-  EXPECT_GE(faults, 8);
+  test::expect_operation_faults_caught(
+      [](const std::string& fault) {
+        return backend_registry().resolve(kServe + " --fault " + fault).under_test();
+      },
+      backend_registry().resolve(kServe).under_test());
 }
 
 // A child whose traits declare fork but that answers it "unsupported" is

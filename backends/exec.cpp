@@ -418,18 +418,17 @@ double exec_timeout_seconds(const BackendSpec& spec) {
 namespace {
 
 // A child that declares fork, truncate, pool_report or storage_check must
-// answer them: checked once, at
-// resolve, so that a contradiction exits 2 with the child's refusal (as a
-// plugin's declared but NULL function does) instead of failing every case
-// that draws the operation. The probe creates an engine on a tiny model the
-// traits accept and asks it to fork and truncate a sequence it never
-// started (and for its pool and storage check, which a contiguous engine
-// answers too): a child that offers the operation refuses with
-// unknown_sequence (or any kind but these two) or answers, one that lacks it
-// refuses with unsupported or input.
-// It starts nothing and feeds no step, so it costs no forward pass and leaves
-// alone the starts and steps a test child counts. Any other failure here is
-// left to the properties, which report it with a case file.
+// answer them: checked once, at resolve, so that a contradiction exits 2 with
+// the child's refusal (as a plugin's declared but NULL function does) instead
+// of failing every case that draws the operation. The probe creates an
+// engine on a tiny model the traits accept, asks it to fork and truncate a
+// sequence it never started, and for its pool and storage check (which a
+// contiguous engine answers too): a child that offers the operation answers
+// or refuses with unknown_sequence (any kind but the two below), one that
+// lacks it refuses with unsupported or input. It starts nothing and feeds no
+// step, so it costs no forward pass and leaves alone the starts and steps a
+// test child counts. Any other failure here is left to the properties, which
+// report it with a case file.
 void probe_declared_operations(const std::string& spec, const std::shared_ptr<Session>& session,
                                const EngineTraits& traits) {
   const OperationTraits& ops = traits.operations;

@@ -12,6 +12,7 @@
 #include "backends/exec_wire.h"
 #include "engine/traits_json.h"
 #include "model/status.h"
+#include "model/weights.h"
 
 namespace kvcheck {
 
@@ -20,6 +21,14 @@ namespace {
 using nlohmann::json;
 
 constexpr double kDefaultTimeoutSeconds = 30;
+
+// A reply of kind "unsupported" or "input": the child does not offer the
+// operation (or does not know the op). For an operation its traits declare
+// that is a contradiction, which the probe at resolve turns into exit 2.
+class NotOffered : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
 
 // The child and what it has loaded, shared by the backend and every engine
 // made from it. A fault kills the child; the next create starts a new one
@@ -48,6 +57,12 @@ class Session {
                     {"capacity", options.capacity},
                     {"max_rows", options.max_rows},
                     {"kv_dtype", kv_dtype_name(options.kv_dtype)}};
+    // Paged storage (operations.paged): sent only when asked for, so a
+    // child that never declared it never sees the keys.
+    if (options.block_size > 0) {
+      request["block_size"] = options.block_size;
+      request["pool_blocks"] = options.pool_blocks;
+    }
     if (version_ >= 2) request["engine"] = ++next_id_;
     const json reply = call_ok(request);
     ++model.users;
@@ -201,6 +216,8 @@ class Session {
   [[noreturn]] static void throw_error(const std::string& call, const wire::WireError& error) {
     const std::string what = "exec " + call + ": " + error.message;
     if (const auto k = wire::parse_kind(error.kind)) throw EngineError(*k, what);
+    if (error.kind == "unsupported" || error.kind == "input")
+      throw NotOffered(what + " (" + error.kind + ")");
     throw std::runtime_error(what + " (" + error.kind + ")");
   }
 
@@ -299,6 +316,22 @@ class ExecEngine final : public Engine {
     live_.clear();
   }
 
+  // Forks can be refused (rows), so they wait for the reply. Protocol 2:
+  // kvcheck names the child, as for start.
+  SequenceId fork(SequenceId parent, int n) override {
+    json request = {{"op", "fork"}, {"engine", id_}, {"parent", parent}, {"n", n}};
+    if (session_->version() < 2) return session_->field(call(request).control, "sequence", "fork");
+    const SequenceId id = session_->new_id();
+    request["sequence"] = id;
+    call(request);
+    live_.insert(id);
+    return id;
+  }
+
+  void truncate(SequenceId sequence, int n) override {
+    call({{"op", "truncate"}, {"engine", id_}, {"sequence", sequence}, {"n", n}});
+  }
+
   int length(SequenceId sequence) const override {
     const Reply reply = call({{"op", "length"}, {"engine", id_}, {"sequence", sequence}});
     const int64_t n = session_->field(reply.control, "length", "length");
@@ -328,6 +361,22 @@ class ExecEngine final : public Engine {
     snap.k = reply.payloads[0];
     snap.v = reply.payloads[1];
     return snap;
+  }
+
+  PoolReport pool() const override {
+    const Reply reply = call({{"op", "pool"}, {"engine", id_}});
+    PoolReport report;
+    if (const std::string why = wire::parse_pool_reply(reply.control, report); !why.empty())
+      session_->malformed("pool", why);
+    return report;
+  }
+
+  std::string unheld_storage_check() const override {
+    const Reply reply = call({{"op", "storage_check"}, {"engine", id_}});
+    const auto problem = reply.control.find("problem");
+    if (problem == reply.control.end() || !problem->is_string())
+      session_->malformed("storage_check", "\"problem\" must be a string");
+    return problem->get<std::string>();
   }
 
   MemoryReport memory() const override { return {}; }
@@ -368,6 +417,56 @@ double exec_timeout_seconds(const BackendSpec& spec) {
 
 namespace {
 
+// A child that declares fork, truncate, pool_report or storage_check must
+// answer them: checked once, at resolve, so that a contradiction exits 2 with
+// the child's refusal (as a plugin's declared but NULL function does) instead
+// of failing every case that draws the operation. The probe creates an
+// engine on a tiny model the traits accept, asks it to fork and truncate a
+// sequence it never started, and for its pool and storage check (which a
+// contiguous engine answers too): a child that offers the operation answers
+// or refuses with unknown_sequence (any kind but the two below), one that
+// lacks it refuses with unsupported or input. It starts nothing and feeds no
+// step, so it costs no forward pass and leaves alone the starts and steps a
+// test child counts. Any other failure here is left to the properties, which
+// report it with a case file.
+void probe_declared_operations(const std::string& spec, const std::shared_ptr<Session>& session,
+                               const EngineTraits& traits) {
+  const OperationTraits& ops = traits.operations;
+  if (!ops.fork && !ops.truncate && !ops.pool_report && !ops.storage_check) return;
+  constexpr SequenceId kNeverStarted = 987654321;
+  EngineOptions options;
+  options.capacity = 4;
+  options.max_rows = 2;
+  options.kv_dtype = traits.limits.kv_dtypes.empty() ? KvDtype::kF32 : traits.limits.kv_dtypes[0];
+  for (const Config& config : {llama_tiny(), gpt2_tiny()}) {
+    if (!traits.refuses(config, options.kv_dtype, options.capacity, options.max_rows).empty())
+      continue;
+    std::unique_ptr<ExecEngine> engine;
+    try {
+      engine =
+          std::make_unique<ExecEngine>(session, config, init_weights(config, 1), options, "probe");
+    } catch (const std::exception&) {
+      return;  // not about the operations: the properties will see it
+    }
+    for (const std::string op : {"fork", "truncate", "pool_report", "storage_check"}) {
+      try {
+        if (op == "fork" && ops.fork) engine->fork(kNeverStarted, 0);
+        if (op == "truncate" && ops.truncate) engine->truncate(kNeverStarted, 0);
+        if (op == "pool_report" && ops.pool_report) engine->pool();
+        if (op == "storage_check" && ops.storage_check) engine->unheld_storage_check();
+      } catch (const NotOffered& e) {
+        throw InputError("--backend " + spec + ": traits.operations." + op +
+                         " is true, but the child refused " + (op == "pool_report" ? "pool" : op) +
+                         ": " + e.what());
+      } catch (const std::exception&) {
+        // The refusal a child that offers it owes, or a dead child (the
+        // properties report that).
+      }
+    }
+    return;
+  }
+}
+
 Backend exec_backend(const BackendSpec& spec) {
   reject_unknown_options(spec, {"timeout"});
   const std::string command = spec.name.substr(std::strlen("exec:"));
@@ -393,6 +492,7 @@ Backend exec_backend(const BackendSpec& spec) {
                      ": traits.operations.storage_map is true, but the protocol has no storage "
                      "introspection message");
   }
+  probe_declared_operations(spec.name, session, traits.value());
   Backend b;
   b.traits = traits.value();
   const std::string name = b.traits.identity.name;

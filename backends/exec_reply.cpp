@@ -1,5 +1,7 @@
 #include "backends/exec_reply.h"
 
+#include <climits>
+#include <cstdint>
 #include <string_view>
 
 namespace kvcheck::wire {
@@ -146,6 +148,78 @@ ReplyParse parse_reply(std::span<const uint8_t> bytes, const ReplyLimits& limits
   p.size = total;
   p.reply = std::move(reply);
   return p;
+}
+
+namespace {
+
+// An integer that fits an int; empty when it does.
+std::string int_problem(const json& value, const std::string& what) {
+  if (!value.is_number_integer() || value.get<int64_t>() < INT32_MIN ||
+      value.get<int64_t>() > INT32_MAX)
+    return what + " must be an integer, got " + quoted(value);
+  return "";
+}
+
+std::string int_array(const json& value, const std::string& what, std::vector<int>& out) {
+  if (!value.is_array()) return what + " must be an array of integers, got " + quoted(value);
+  out.clear();
+  out.reserve(value.size());
+  for (const json& x : value) {
+    if (std::string why = int_problem(x, "an element of " + what); !why.empty()) return why;
+    out.push_back(x.get<int>());
+  }
+  return "";
+}
+
+}  // namespace
+
+std::string parse_pool_reply(const json& control, PoolReport& out) {
+  out = PoolReport{};
+  const std::pair<const char*, int*> counts[] = {{"block_size", &out.block_size},
+                                                 {"total", &out.total},
+                                                 {"free", &out.free},
+                                                 {"used", &out.used},
+                                                 {"cached", &out.cached}};
+  for (const auto& [key, field] : counts) {
+    const auto it = control.find(key);
+    if (it == control.end()) return std::string("\"") + key + "\" is missing";
+    if (std::string why = int_problem(*it, std::string("\"") + key + "\""); !why.empty())
+      return why;
+    *field = it->get<int>();
+  }
+  const auto refcounts = control.find("refcounts");
+  if (refcounts == control.end()) return "\"refcounts\" is missing";
+  if (std::string why = int_array(*refcounts, "\"refcounts\"", out.refcounts); !why.empty())
+    return why;
+  const auto tables = control.find("tables");
+  if (tables == control.end() || !tables->is_array())
+    return "\"tables\" must be an array of {\"sequence\", \"blocks\"}, got " +
+           (tables == control.end() ? std::string("nothing") : quoted(*tables));
+  for (const json& t : *tables) {
+    const auto sequence = t.is_object() ? t.find("sequence") : t.end();
+    const auto blocks = t.is_object() ? t.find("blocks") : t.end();
+    if (!t.is_object() || sequence == t.end() || !sequence->is_number_integer() ||
+        blocks == t.end())
+      return "an element of \"tables\" must be {\"sequence\": integer, \"blocks\": [...]}, got " +
+             quoted(t);
+    std::vector<int> table;
+    if (std::string why = int_array(*blocks, "\"blocks\"", table); !why.empty()) return why;
+    out.tables.emplace_back(sequence->get<int64_t>(), std::move(table));
+  }
+  return "";
+}
+
+json encode_pool_reply(const PoolReport& pool) {
+  json tables = json::array();
+  for (const auto& [sequence, blocks] : pool.tables)
+    tables.push_back({{"sequence", sequence}, {"blocks", blocks}});
+  return {{"block_size", pool.block_size},
+          {"total", pool.total},
+          {"free", pool.free},
+          {"used", pool.used},
+          {"cached", pool.cached},
+          {"refcounts", pool.refcounts},
+          {"tables", std::move(tables)}};
 }
 
 std::string encode_reply(const Reply& reply) {

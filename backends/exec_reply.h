@@ -60,4 +60,13 @@ ReplyParse parse_reply(std::span<const uint8_t> bytes, const ReplyLimits& limits
 // The inverse, for the server side and for tests: the frames of a reply.
 std::string encode_reply(const Reply& reply);
 
+// The reply to "pool" (docs/ENGINE_PROTOCOL.md) as a PoolReport, or why it
+// is malformed (a field missing or of the wrong type). Only the form is
+// checked here: whether the counts add up is P13's verdict on the engine,
+// not a protocol violation.
+std::string parse_pool_reply(const nlohmann::json& control, PoolReport& out);
+
+// The inverse, for the server side and for tests.
+nlohmann::json encode_pool_reply(const PoolReport& pool);
+
 }  // namespace kvcheck::wire

@@ -2,10 +2,13 @@
 
 #include <dlfcn.h>
 
+#include <algorithm>
+#include <cstddef>
 #include <cstring>
 #include <memory>
 #include <optional>
 
+#include "backends/exec_reply.h"
 #include "engine/traits_json.h"
 #include "kvcheck/engine_plugin.h"
 #include "model/config_json.h"
@@ -19,7 +22,9 @@ namespace {
 // may outlive any one backend object, and unloading buys nothing here.
 struct Library {
   std::string path;
-  const kvcheck_plugin_v1* table = nullptr;
+  // The plugin's table, copied up to its struct_size and zero past it: the
+  // functions a shorter (older) table lacks read as NULL, never past its end.
+  kvcheck_plugin_v1 table{};
 };
 
 EngineError::Kind kind_of(int32_t code) {
@@ -133,10 +138,48 @@ class PluginEngine final : public Engine {
     return snap;
   }
 
+  // Declared only where the functions are present (check_declared_operations).
+  SequenceId fork(SequenceId parent, int n) override {
+    if (table().fork == nullptr) return Engine::fork(parent, n);
+    kvcheck_error e{};
+    int64_t child = 0;
+    check("fork", table().fork(handle_, parent, int32_t(n), &child, &e), e);
+    return child;
+  }
+
+  void truncate(SequenceId sequence, int n) override {
+    if (table().truncate == nullptr) return Engine::truncate(sequence, n);
+    kvcheck_error e{};
+    check("truncate", table().truncate(handle_, sequence, int32_t(n), &e), e);
+  }
+
+  // The same JSON as the engine protocol's pool reply, parsed by the same
+  // parser (backends/exec_reply.h).
+  PoolReport pool() const override {
+    if (table().pool_json == nullptr) return Engine::pool();
+    kvcheck_error e{};
+    const char* text = table().pool_json(handle_, &e);
+    if (text == nullptr) throw_plugin_error("pool_json", e.code, e);
+    const nlohmann::json json = nlohmann::json::parse(text, nullptr, /*allow_exceptions=*/false);
+    PoolReport report;
+    const std::string why =
+        json.is_discarded() ? std::string("not valid JSON") : wire::parse_pool_reply(json, report);
+    if (!why.empty()) throw std::runtime_error("plugin pool_json: " + why);
+    return report;
+  }
+
+  std::string unheld_storage_check() const override {
+    if (table().storage_check == nullptr) return Engine::unheld_storage_check();
+    kvcheck_error e{};
+    const char* text = table().storage_check(handle_, &e);
+    if (text == nullptr) throw_plugin_error("storage_check", e.code, e);
+    return text;
+  }
+
   MemoryReport memory() const override { return {}; }
 
  private:
-  const kvcheck_plugin_v1& table() const { return *library_->table; }
+  const kvcheck_plugin_v1& table() const { return library_->table; }
 
   std::shared_ptr<const Library> library_;
   kvcheck_engine* handle_;
@@ -159,8 +202,7 @@ std::shared_ptr<const Library> open_library(const std::string& path) {
   }
   auto library = std::make_shared<Library>();
   library->path = path;
-  library->table = entry();
-  const kvcheck_plugin_v1* t = library->table;
+  const kvcheck_plugin_v1* t = entry();
   if (t == nullptr)
     throw InputError("--backend plugin:" + path + ": " KVCHECK_PLUGIN_ENTRY "() returned NULL");
   if (t->abi_version != KVCHECK_PLUGIN_ABI_VERSION) {
@@ -168,11 +210,13 @@ std::shared_ptr<const Library> open_library(const std::string& path) {
                      std::to_string(t->abi_version) + ", this kvcheck speaks " +
                      std::to_string(KVCHECK_PLUGIN_ABI_VERSION));
   }
-  if (t->struct_size < sizeof(kvcheck_plugin_v1)) {
+  if (t->struct_size < KVCHECK_PLUGIN_CORE_SIZE) {
     throw InputError("--backend plugin:" + path + ": struct_size " +
                      std::to_string(t->struct_size) + " is smaller than version 1's " +
-                     std::to_string(sizeof(kvcheck_plugin_v1)));
+                     std::to_string(KVCHECK_PLUGIN_CORE_SIZE));
   }
+  std::memcpy(&library->table, t, std::min<size_t>(t->struct_size, sizeof(kvcheck_plugin_v1)));
+  t = &library->table;
   const std::pair<const char*, bool> required[] = {{"traits_json", t->traits_json != nullptr},
                                                    {"create", t->create != nullptr},
                                                    {"destroy", t->destroy != nullptr},
@@ -190,15 +234,32 @@ std::shared_ptr<const Library> open_library(const std::string& path) {
 // contradiction, never a silent "not applicable".
 void check_declared_operations(const std::string& path, const kvcheck_plugin_v1& t,
                                const EngineTraits& traits) {
-  const std::pair<const char*, bool> declared[] = {
-      {"finish", traits.operations.finish && t.finish == nullptr},
-      {"reset", traits.operations.reset && t.reset == nullptr},
-      {"cache_snapshot", traits.operations.cache_snapshot && t.cache == nullptr}};
-  for (const auto& [name, contradiction] : declared) {
-    if (contradiction) {
-      throw InputError("--backend plugin:" + path + ": traits.operations." + name +
-                       " is true but its function is NULL");
-    }
+  const OperationTraits& ops = traits.operations;
+  // {trait, declared without a function, where the function sits in the table}
+  struct Declared {
+    const char* name;
+    bool contradiction;
+    size_t end;  // the table's bytes up to and including the function
+  };
+  const auto end_of = [](size_t offset) { return offset + sizeof(void*); };
+  const Declared declared[] = {
+      {"finish", ops.finish && t.finish == nullptr, 0},
+      {"reset", ops.reset && t.reset == nullptr, 0},
+      {"cache_snapshot", ops.cache_snapshot && t.cache == nullptr, 0},
+      {"fork", ops.fork && t.fork == nullptr, end_of(offsetof(kvcheck_plugin_v1, fork))},
+      {"truncate", ops.truncate && t.truncate == nullptr,
+       end_of(offsetof(kvcheck_plugin_v1, truncate))},
+      {"pool_report", ops.pool_report && t.pool_json == nullptr,
+       end_of(offsetof(kvcheck_plugin_v1, pool_json))},
+      {"storage_check", ops.storage_check && t.storage_check == nullptr,
+       end_of(offsetof(kvcheck_plugin_v1, storage_check))}};
+  for (const Declared& d : declared) {
+    if (!d.contradiction) continue;
+    throw InputError("--backend plugin:" + path + ": traits.operations." + d.name +
+                     " is true but its function is NULL" +
+                     (t.struct_size < d.end ? " (or past the table's struct_size " +
+                                                  std::to_string(t.struct_size) + ")"
+                                            : std::string()));
   }
 }
 
@@ -208,11 +269,11 @@ Backend plugin_backend(const BackendSpec& spec) {
     throw InputError("--backend plugin: needs a path, e.g. plugin:./libmy_engine.so");
   std::shared_ptr<const Library> library = open_library(path);
   kvcheck_error e{};
-  const char* json = library->table->traits_json(spec.options_text.c_str(), &e);
+  const char* json = library->table.traits_json(spec.options_text.c_str(), &e);
   if (json == nullptr) throw InputError("--backend plugin:" + path + ": traits: " + message_of(e));
   Result<EngineTraits> traits = traits_from_json_text(json);
   if (!traits.ok()) throw InputError("--backend plugin:" + path + ": " + traits.error());
-  check_declared_operations(path, *library->table, traits.value());
+  check_declared_operations(path, library->table, traits.value());
   if (traits.value().operations.storage_map) {
     throw InputError("--backend plugin:" + path +
                      ": traits.operations.storage_map is true, but the plugin ABI v1 has no "
@@ -257,8 +318,10 @@ Backend plugin_backend(const BackendSpec& spec) {
           args.max_rows = engine_options.max_rows;
           args.kv_dtype = kv_dtype_name(engine_options.kv_dtype);
           args.options = options.c_str();
+          args.block_size = engine_options.block_size;
+          args.pool_blocks = engine_options.pool_blocks;
           kvcheck_error error{};
-          kvcheck_engine* handle = library->table->create(&args, &error);
+          kvcheck_engine* handle = library->table.create(&args, &error);
           if (handle == nullptr) {
             throw_plugin_error("create",
                                error.code == KVCHECK_OK ? KVCHECK_ERR_INTERNAL : error.code, error);

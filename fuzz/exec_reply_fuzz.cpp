@@ -3,7 +3,10 @@
 // must ask for more than it was given and no more than the request's limits
 // allow (so a client never buffers without bound); a reply it accepts must
 // respect the limits, re-encode to frames that parse back to the same reply,
-// and have no complete shorter prefix.
+// and have no complete shorter prefix. Every complete reply's control frame
+// also goes through the pool reply's parser (wire::parse_pool_reply): it must
+// not crash, must say why it refuses, and a report it accepts must survive
+// encode_pool_reply and parse back to the same report.
 //
 // Input: 1 byte max_payloads (mod 4), 4 bytes max_payload_bytes (little
 // endian, mod 2^20), then the child's stdout: any number of replies.
@@ -35,6 +38,22 @@ bool same(const wire::Reply& a, const wire::Reply& b) {
   return errors_match && a.control == b.control && a.payloads == b.payloads;
 }
 
+bool same_pool(const PoolReport& a, const PoolReport& b) {
+  return a.block_size == b.block_size && a.total == b.total && a.free == b.free &&
+         a.used == b.used && a.cached == b.cached && a.refcounts == b.refcounts &&
+         a.tables == b.tables;
+}
+
+void check_pool(const nlohmann::json& control) {
+  PoolReport pool;
+  const std::string why = wire::parse_pool_reply(control, pool);
+  if (!why.empty()) return;
+  PoolReport again;
+  if (!wire::parse_pool_reply(wire::encode_pool_reply(pool), again).empty())
+    fail("an encoded pool report does not parse");
+  if (!same_pool(pool, again)) fail("re-encoding changed the pool report");
+}
+
 void check_complete(std::span<const uint8_t> bytes, const ReplyParse& p,
                     const wire::ReplyLimits& limits) {
   const wire::Reply& r = p.reply;
@@ -53,6 +72,7 @@ void check_complete(std::span<const uint8_t> bytes, const ReplyParse& p,
   if (again.status != ReplyParse::Status::kComplete)
     fail("the re-encoded reply does not parse: " + again.error);
   if (again.size != encoded.size() || !same(again.reply, r)) fail("re-encoding changed the reply");
+  check_pool(r.control);
 }
 
 }  // namespace

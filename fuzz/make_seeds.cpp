@@ -231,6 +231,20 @@ void add_exec_reply_files(Files& files) {
     errors += frame(std::string(R"({"error":{"kind":")") + kind + R"(","message":"seed"}})");
   }
   seed("errors", 1, 16, errors);
+  // The optional operations' replies: fork (protocol 1 names the child,
+  // protocol 2 echoes it or answers {}), truncate, and their refusals.
+  seed("operations", 0, 0,
+       frame(R"({"sequence":4})") + frame(R"({"sequence":5})") + frame("{}") + frame("{}") +
+           frame(R"({"error":{"kind":"rows","message":"all 2 rows are taken"}})") +
+           frame(R"({"error":{"kind":"bad_batch","message":"truncate of 9 tokens from 3"}})") +
+           frame(R"({"error":{"kind":"unsupported","message":"the engine has no fork"}})"));
+  // The paged storage introspection: a pool report (2 blocks of 4 slots, one
+  // shared by two tables) and storage checks, clean and not.
+  seed("pool", 0, 0,
+       frame(R"({"block_size":4,"total":3,"free":1,"used":2,"cached":0,"refcounts":[2,1,0],)"
+             R"("tables":[{"sequence":1,"blocks":[0,1]},{"sequence":2,"blocks":[0]}]})") +
+           frame(R"({"problem":""})") +
+           frame(R"({"problem":"block 2 slot 1 layer 0 holds 0.5, not NaN"})"));
 }
 
 std::vector<uint8_t> read_bytes(const fs::path& path) {

@@ -8,6 +8,8 @@
 //  - a cache bug is the engine's: logits or cached K/V the oracle disagrees
 //    with (beyond the derived bound), a wrong length, a refusal that should
 //    have come and did not.
+// Where the traits declare fork or truncate, they are checked too, on an
+// engine of their own.
 // Exit 0 when clean, 1 when anything was found, 2 on bad input.
 #include <cmath>
 #include <cstdio>
@@ -413,7 +415,64 @@ class AdapterCheck {
       }
     }
     if (call_ok(m + ": destroy", {{"op", "destroy"}, {"engine", *engine}})) ok(m + ": destroy");
+    if (ops.fork || ops.truncate) operations_session(m, ops, config, weights, *model);
     if (call_ok(m + ": unload", {{"op", "unload"}, {"model", *model}})) ok(m + ": unload");
+  }
+
+  // fork and truncate (docs/OPERATIONS.md) on an engine of their own: a
+  // child's and a truncated sequence's next logits against the oracle on
+  // their content, lengths, and the refusals the operations owe.
+  void operations_session(const std::string& m, const OperationTraits& ops, const Config& config,
+                          const Weights& weights, int64_t model) {
+    const auto engine = make(m + ": create (operations)",
+                             {{"op", "create"},
+                              {"model", model},
+                              {"capacity", kCapacity},
+                              {"max_rows", kMaxRows},
+                              {"kv_dtype", "f32"}},
+                             "engine");
+    if (!engine) return;
+    const int V = config.vocab;
+    auto tok = [V](int i) { return int32_t((i * 5 + 1) % V); };
+    std::vector<int32_t> p = {tok(1), tok(2), tok(3)};
+    const auto parent = start(m + ": start (operations)", *engine);
+    if (!parent) return;
+    step(m + ": step (3 tokens)", config, weights, *engine, {{*parent, &p, 3}});
+    const int64_t unknown = *parent + 1000;
+    if (ops.fork) {
+      const auto child =
+          make(m + ": fork of 2 tokens",
+               {{"op", "fork"}, {"engine", *engine}, {"parent", *parent}, {"n", 2}}, "sequence");
+      if (child) {
+        ok(m + ": fork of 2 tokens: sequence " + std::to_string(*child));
+        length(m + ": length of the fork", *engine, *child, 2);
+        std::vector<int32_t> c = {p[0], p[1], tok(4)};
+        step(m + ": step of the fork", config, weights, *engine, {{*child, &c, 1}});
+        json full = {{"op", "fork"}, {"engine", *engine}, {"parent", *parent}, {"n", 1}};
+        if (version_ >= 2) full["sequence"] = ++next_id_;
+        expect_refusal(m + ": fork with every row taken", full, "rows");
+      }
+      json bad = {{"op", "fork"}, {"engine", *engine}, {"parent", unknown}, {"n", 0}};
+      if (version_ >= 2) bad["sequence"] = ++next_id_;
+      expect_refusal(m + ": fork of an unknown sequence", bad, "unknown_sequence");
+    }
+    if (ops.truncate) {
+      if (call_ok(m + ": truncate 1 token",
+                  {{"op", "truncate"}, {"engine", *engine}, {"sequence", *parent}, {"n", 1}}))
+        ok(m + ": truncate 1 token");
+      length(m + ": length after truncate", *engine, *parent, 2);
+      p.back() = tok(5);  // the forgotten token's position, fed anew
+      step(m + ": step after truncate", config, weights, *engine, {{*parent, &p, 1}});
+      expect_refusal(m + ": truncate of more than the length",
+                     {{"op", "truncate"}, {"engine", *engine}, {"sequence", *parent}, {"n", 4}},
+                     "bad_batch");
+      length(m + ": length after the refusal", *engine, *parent, 3);
+      expect_refusal(m + ": truncate of an unknown sequence",
+                     {{"op", "truncate"}, {"engine", *engine}, {"sequence", unknown}, {"n", 0}},
+                     "unknown_sequence");
+    }
+    if (call_ok(m + ": destroy (operations)", {{"op", "destroy"}, {"engine", *engine}}))
+      ok(m + ": destroy (operations)");
   }
 
   void op_unknown() { expect_refusal("an unknown op", {{"op", "kvcheck-no-such-op"}}, "input"); }

@@ -1,9 +1,11 @@
 // kvcheck-serve: the in-tree CPU engine behind the engine protocol
 // (docs/ENGINE_PROTOCOL.md), so that `--backend exec:kvcheck-serve` proves
 // the protocol on a bitwise-invariant engine and measures what it costs.
-//   kvcheck-serve [--reference] [--protocol 1|2]
+//   kvcheck-serve [--reference] [--protocol 1|2] [--fault NAME[,NAME]]
 //   (--reference: the scalar reference kernels; --protocol 1: offer only
-//   version 1, to test that kvcheck still speaks it)
+//   version 1, to test that kvcheck still speaks it; --fault: the engine's
+//   fault switches (engine/faults.h), which the protocol does not carry, so
+//   that a fault in fork or truncate can be shown caught through the protocol)
 #include <unistd.h>
 
 #include <algorithm>
@@ -18,6 +20,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "backends/exec_reply.h"
 #include "backends/exec_wire.h"
 #include "backends/in_tree.h"
 #include "engine/cpu/cpu_engine.h"
@@ -37,7 +40,8 @@ struct Refusal {
 
 class Server {
  public:
-  Server(KernelPath kernels, int max_version) : kernels_(kernels), max_version_(max_version) {}
+  Server(KernelPath kernels, int max_version, FaultSet faults)
+      : kernels_(kernels), max_version_(max_version), faults_(faults) {}
 
   // One request -> the reply's control JSON; logits or K/V go to `payloads`.
   json handle(const json& request, std::vector<std::string>& payloads) {
@@ -56,6 +60,13 @@ class Server {
       return json::object();
     }
     if (op == "reset") return e.engine->reset(), e.client_ids.clear(), json::object();
+    if (op == "fork") return fork(e, request);
+    if (op == "truncate") {
+      e.engine->truncate(e.sequence(id(request, "sequence")), int(id(request, "n")));
+      return json::object();
+    }
+    if (op == "pool") return pool(e);
+    if (op == "storage_check") return {{"problem", e.engine->unheld_storage_check()}};
     if (op == "length") return {{"length", e.engine->length(e.sequence(id(request, "sequence")))}};
     if (op == "cache") return cache(e, request, payloads);
     throw Refusal{"input", "unknown op \"" + op + "\""};
@@ -78,6 +89,11 @@ class Server {
   json hello(const json& r) {
     EngineTraits traits = cpu_engine_traits(kernels_);
     traits.operations.fault_switches = false;  // the protocol carries no fault switches
+    // The protocol carries the operations of docs/OPERATIONS.md
+    // (docs/ENGINE_PROTOCOL.md); the engine keeps them bitwise like
+    // everything else.
+    OperationTraits& ops = traits.operations;
+    ops.fork = ops.truncate = ops.paged = ops.pool_report = ops.storage_check = true;
     traits.identity.name += "-serve";
     // The highest version both speak.
     version_ = r.value("protocol", 1) >= 2 && max_version_ >= 2 ? 2 : 1;
@@ -105,6 +121,27 @@ class Server {
     return {{"sequence", client}};
   }
 
+  // Protocol 2: kvcheck names the child, as for start.
+  json fork(Served& e, const json& r) {
+    const SequenceId child = e.engine->fork(e.sequence(id(r, "parent")), int(id(r, "n")));
+    if (version_ < 2) return {{"sequence", child}};
+    const int64_t client = id(r, "sequence");
+    e.client_ids[client] = child;
+    return {{"sequence", client}};
+  }
+
+  // Block tables name kvcheck's sequence ids in protocol 2.
+  json pool(Served& e) {
+    PoolReport report = e.engine->pool();
+    if (e.client_named) {
+      for (auto& [sequence, blocks] : report.tables) {
+        for (const auto& [client, own] : e.client_ids)
+          if (own == sequence) sequence = client;
+      }
+    }
+    return wire::encode_pool_reply(report);
+  }
+
   json create(const json& r) {
     const auto it = models_.find(id(r, "model"));
     if (it == models_.end()) throw Refusal{"input", "unknown model"};
@@ -112,6 +149,11 @@ class Server {
     options.capacity = int(id(r, "capacity"));
     options.max_rows = int(id(r, "max_rows"));
     options.kernels = kernels_;
+    options.faults = faults_;
+    if (r.contains("block_size")) {
+      options.block_size = int(id(r, "block_size"));
+      options.pool_blocks = int(id(r, "pool_blocks"));
+    }
     Result<KvDtype> dtype = parse_kv_dtype(string_field(r, "kv_dtype"));
     if (!dtype.ok()) throw Refusal{"input", dtype.error()};
     options.kv_dtype = dtype.value();
@@ -180,6 +222,7 @@ class Server {
   std::map<int64_t, std::shared_ptr<ModelFile>> models_;
   std::map<int64_t, Served> engines_;
   int max_version_;            // --protocol: the highest version it offers
+  FaultSet faults_;            // --fault
   int version_ = 1;            // agreed in hello
   std::vector<float> logits_;  // [sum n][V] of the last step
 };
@@ -220,8 +263,8 @@ class Pipes {
   std::string out_;                                          // replies not yet written
 };
 
-int serve(KernelPath kernels, int max_version) {
-  Server server(kernels, max_version);
+int serve(KernelPath kernels, int max_version, FaultSet faults) {
+  Server server(kernels, max_version, faults);
   Pipes pipes;
   std::string text;
   for (;;) {
@@ -259,18 +302,27 @@ int serve(KernelPath kernels, int max_version) {
 int main(int argc, char** argv) {
   kvcheck::KernelPath kernels = kvcheck::KernelPath::kOptimized;
   int max_version = kvcheck::wire::kProtocolVersion;
+  kvcheck::FaultSet faults;
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--reference") == 0) {
       kernels = kvcheck::KernelPath::kReference;
     } else if (std::strcmp(argv[i], "--protocol") == 0 && i + 1 < argc &&
                (std::strcmp(argv[i + 1], "1") == 0 || std::strcmp(argv[i + 1], "2") == 0)) {
       max_version = std::atoi(argv[++i]);
+    } else if (std::strcmp(argv[i], "--fault") == 0 && i + 1 < argc) {
+      const kvcheck::Result<kvcheck::FaultSet> parsed = kvcheck::parse_fault_list(argv[++i]);
+      if (!parsed.ok()) {
+        std::fprintf(stderr, "kvcheck-serve: --fault: %s\n", parsed.error().c_str());
+        return 2;
+      }
+      faults = parsed.value();
     } else {
       std::fprintf(stderr,
-                   "kvcheck-serve: unknown argument \"%s\" (known: --reference, --protocol 1|2)\n",
+                   "kvcheck-serve: unknown argument \"%s\" (known: --reference, --protocol 1|2, "
+                   "--fault NAME[,NAME])\n",
                    argv[i]);
       return 2;
     }
   }
-  return kvcheck::serve(kernels, max_version);
+  return kvcheck::serve(kernels, max_version, faults);
 }

@@ -26,6 +26,11 @@
 //            removes the sequence's cells); reset: every sequence disposed
 //   step     each entry's controlledEvaluate issued before any is awaited, so
 //            node-llama-cpp's batch dispatcher decodes them in one llama_decode
+//   fork     a new context sequence copies the parent's cells (llama_memory_seq_cp,
+//            the whole range) and erases its own from n on (llama_memory_seq_rm):
+//            node-llama-cpp's private sequence._copyStateFromOtherSequence (3.22.1)
+//   truncate sequence.eraseContextTokenRanges of the last n tokens (llama_memory_seq_rm
+//            from position length - n to the end)
 //   cache    not offered: llama.cpp's sequence state is a private byte format
 // Refusals (capacity, rows, unknown sequence, bad batch, bad token) are
 // checked before llama.cpp sees the step, so a refused step changes nothing.
@@ -230,6 +235,53 @@ class Engine {
         return Buffer.from(out.buffer, out.byteOffset, out.byteLength);
     }
 
+    // A fresh context sequence holding the parent's first n tokens: llama.cpp
+    // copies the parent's cells into it (llama_memory_seq_cp; with a unified
+    // cache the cells are shared, not duplicated) and removes its cells from
+    // position n on (llama_memory_seq_rm). node-llama-cpp 3.22.1 does both in
+    // its private _copyStateFromOtherSequence, which also copies the token
+    // list that positions the next step.
+    async fork(parentId, n, newId) {
+        const parent = this.sequence(parentId);
+        const length = parent.nextTokenIndex;
+        if (!Number.isInteger(n) || n < 0 || n > length)
+            throw new EngineError("bad_batch", `fork of ${n} tokens from sequence ${parentId} of ${length}`);
+        if (this.sequences.size >= this.maxRows)
+            throw new EngineError("rows", `all ${this.maxRows} rows are taken`);
+        if (typeof parent._copyStateFromOtherSequence !== "function")
+            throw new EngineError("unsupported", "fork: node-llama-cpp has no sequence._copyStateFromOtherSequence (not 3.22.1?)");
+        const child = this.context.getSequence({contextShift: {strategy: refuseContextShift}});
+        // A fork of 0 tokens holds nothing: a fresh sequence is exactly that.
+        // (node-llama-cpp's copy reports failure for a parent with no tokens,
+        // docs/LLAMA_CPP.md "Fork and truncate".)
+        if (n === 0) {
+            const id = newId();
+            this.sequences.set(id, child);
+            return id;
+        }
+        const copied = await child._copyStateFromOtherSequence(parent, n);
+        if (!copied || child.nextTokenIndex !== n) {
+            const held = child.nextTokenIndex;
+            await child.dispose();
+            throw new Error(`fork: node-llama-cpp's copy left ${held} tokens where ${n} were asked (copy ${copied ? "succeeded" : "failed"})`);
+        }
+        const id = newId();
+        this.sequences.set(id, child);
+        return id;
+    }
+
+    // Forgets the last n tokens: llama_memory_seq_rm(seq, length - n, -1)
+    // through eraseContextTokenRanges, which also shortens the token list.
+    async truncate(id, n) {
+        const sequence = this.sequence(id);
+        const length = sequence.nextTokenIndex;
+        if (!Number.isInteger(n) || n < 0 || n > length)
+            throw new EngineError("bad_batch", `truncate of ${n} tokens from sequence ${id} of ${length}`);
+        if (n > 0) await sequence.eraseContextTokenRanges([{start: length - n, end: length}]);
+        if (sequence.nextTokenIndex !== length - n)
+            throw new Error(`truncate: node-llama-cpp left ${sequence.nextTokenIndex} tokens where ${length - n} were asked`);
+    }
+
     async finish(id) {
         const sequence = this.sequence(id);
         this.sequences.delete(id);
@@ -356,6 +408,11 @@ class Server {
                 const logits = await this.engine(r).step(r.entries);
                 return [{payloads: [logits.length]}, [logits]];
             }
+            case "fork":
+                return [{sequence: await this.engine(r).fork(r.parent, r.n, () => this.newId())}, []];
+            case "truncate":
+                await this.engine(r).truncate(r.sequence, r.n);
+                return [{}, []];
             case "finish":
                 await this.engine(r).finish(r.sequence);
                 return [{}, []];

@@ -12,8 +12,10 @@ export const kVersion = "node-llama-cpp 3.22.1";
 // shapes (chunking, batch, P4/P5/P9, whose solo reference runs without the
 // scenario's batch partners, and the GQA twin) differs in the last bits, at
 // position 0 already. The same scenario run twice gives the same bits.
+// P11 (sharing) and P12 (rollback) replay a lineage on a fresh context, fed
+// without the scenario's batch partners: the same shape dependence.
 const kShapeDependent = {chunking: "bounded", batch: "bounded", reset: "bounded", compaction: "bounded",
-                         gqa_twin: "bounded"};
+                         gqa_twin: "bounded", sharing: "bounded", rollback: "bounded"};
 const kMeasured = {
     "f32/off": {...kShapeDependent, determinism: "bitwise"},
     "f32/on": {...kShapeDependent, determinism: "bitwise"},
@@ -44,7 +46,7 @@ export function traitsFor(options) {
     return {
         identity: {name: `llama.cpp-kv-${options.kv}-fa-${options.flashAttention ? "on" : "off"}`, version: kVersion},
         operations: {multi_sequence_step: true, finish: true, reset: true, cache_snapshot: false,
-                     capacity_refusal: true, fault_switches: false},
+                     capacity_refusal: true, fault_switches: false, fork: true, truncate: true},
         limits: {
             families: options.gpt2 ? ["gpt2", "llama"] : ["llama"],
             // q8_0 has no kvcheck dtype: the scenario says f32, the identity says q8_0.

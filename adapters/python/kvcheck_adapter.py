@@ -7,6 +7,9 @@ server side, standard library only. An engine is any object with
     step(entries) -> logits                          entries: [(sequence, [token, ...]), ...]
                                                      logits: [sum n][V] float32
     finish(sequence), reset()                        optional (declare in traits)
+    fork(parent, n) -> int                           optional ("fork": a new sequence holding
+                                                     the parent's first n tokens)
+    truncate(sequence, n)                            optional ("truncate": forget the last n)
     length(sequence) -> int
     cache(sequence, layer) -> (k, v)                 each [length][KVH][D] float32
 
@@ -245,6 +248,15 @@ class _Server:
             self._optional(engine, "reset")()
             if self.version >= 2:
                 self.sequences[r["engine"]].clear()
+            return {}, []
+        if op == "fork":
+            child = int(self._optional(engine, "fork")(self._sequence(r, r["parent"]), r["n"]))
+            if self.version < 2:
+                return {"sequence": child}, []
+            self.sequences[r["engine"]][r["sequence"]] = child
+            return {"sequence": r["sequence"]}, []
+        if op == "truncate":
+            self._optional(engine, "truncate")(self._sequence(r, r["sequence"]), r["n"])
             return {}, []
         if op == "length":
             return {"length": int(engine.length(self._sequence(r, r["sequence"])))}, []

@@ -16,6 +16,12 @@ string, so a case file names the trap and replay reproduces it):
   forget_reset       a reused row keeps its old cache (reset_kv_cache not called)
   repeat             K/V expanded with repeat instead of repeat_interleave
   restart_positions  positions restart at 0 for every chunk after the first
+  noop_truncate      truncate changes nothing, so rejected tokens stay (mlx-lm #1109:
+                     a trim of the cache that was a no-op)
+
+fork copies the parent's first n positions into the child's row (a slice,
+cloned); truncate narrows every layer's K/V to the new length and rewinds the
+position pointer (docs/OPERATIONS.md).
 """
 
 import argparse
@@ -28,7 +34,7 @@ import torch
 sys.path.insert(0, os.path.join(os.path.dirname(os.path.abspath(__file__)), "..", "python"))
 import kvcheck_adapter as kv  # noqa: E402
 
-TRAPS = ("forget_reset", "repeat", "restart_positions")
+TRAPS = ("forget_reset", "repeat", "restart_positions", "noop_truncate")
 
 
 class KVCache:
@@ -51,6 +57,24 @@ class KVCache:
             self.k[layer] = torch.cat([self.k[layer], k], dim=2)
             self.v[layer] = torch.cat([self.v[layer], v], dim=2)
         return self.k[layer], self.v[layer]
+
+    def copy_prefix(self, other, n):
+        """This cache becomes a copy of other's first n positions (fork)."""
+        for layer in range(self.n_layers):
+            k, v = other.k[layer], other.v[layer]
+            keep = n > 0 and k is not None
+            self.k[layer] = k[:, :, :n].clone() if keep else None
+            self.v[layer] = v[:, :, :n].clone() if keep else None
+        self.pos = n
+
+    def drop_tail(self, n):
+        """Forgets the last n positions (truncate)."""
+        self.pos -= n
+        for layer in range(self.n_layers):
+            if self.k[layer] is not None:
+                keep = self.pos > 0
+                self.k[layer] = self.k[layer].narrow(2, 0, self.pos) if keep else None
+                self.v[layer] = self.v[layer].narrow(2, 0, self.pos) if keep else None
 
 
 class Model:
@@ -201,6 +225,24 @@ class Engine:
             out = [self.model.forward(tokens, self.cache_of(s)) for s, tokens in entries]
         return torch.cat(out, dim=0)  # [sum n][V]
 
+    def fork(self, parent, n):
+        """A new sequence whose cache is a copy of parent's first n tokens."""
+        source = self.cache_of(parent)
+        if not 0 <= n <= source.pos:
+            raise kv.EngineError("bad_batch", "fork of %d tokens from a sequence of %d"
+                                 % (n, source.pos))
+        child = self.start()
+        self.rows[self.row_of[child]].copy_prefix(source, n)
+        return child
+
+    def truncate(self, sequence, n):
+        cache = self.cache_of(sequence)
+        if not 0 <= n <= cache.pos:
+            raise kv.EngineError("bad_batch", "truncate of %d tokens from a sequence of %d"
+                                 % (n, cache.pos))
+        if self.model.trap != "noop_truncate":
+            cache.drop_tail(n)
+
     def finish(self, sequence):
         self.cache_of(sequence)
         del self.row_of[sequence]
@@ -227,9 +269,11 @@ def traits(trap):
     bounded = "bounded"
     return {
         "identity": {"name": name, "version": "1"},
+        "operations": {"fork": True, "truncate": True},
         "limits": {"kv_dtypes": ["f32"]},
         "invariance": {k: bounded for k in
-                       ("chunking", "batch", "reset", "compaction", "gqa_twin", "determinism")},
+                       ("chunking", "batch", "reset", "compaction", "gqa_twin", "determinism",
+                        "sharing", "rollback")},
     }
 
 

@@ -133,7 +133,11 @@ const kvcheck_plugin_v1 kTable = {KVCHECK_PLUGIN_ABI_VERSION,
                                   finish,
                                   reset,
                                   length,
-                                  cache};
+                                  cache,
+                                  nullptr,   // fork: not offered (traits: false)
+                                  nullptr,   // truncate
+                                  nullptr,   // pool_json
+                                  nullptr};  // storage_check
 
 }  // namespace
 

@@ -4,8 +4,10 @@
  * `--backend plugin:PATH.so[?key=value&...]`. The shared object exports one
  * function, kvcheck_plugin_entry_v1, returning a table of functions. The table
  * starts with its ABI version and its size in bytes: later versions append
- * functions, and kvcheck reads only what struct_size covers. An operation the
- * engine lacks is NULL and is declared absent in the traits.
+ * functions, and kvcheck reads only what struct_size covers (a plugin built
+ * against an older header has a smaller struct_size and its table ends
+ * earlier: the functions past its end are absent). An operation the engine
+ * lacks is NULL and is declared absent in the traits.
  *
  * Every function that can fail returns 0 on success or a KVCHECK_ERR_* code,
  * and writes a message into the caller's kvcheck_error. The capacity refusal
@@ -53,14 +55,19 @@ typedef struct kvcheck_tensor {
 } kvcheck_tensor;
 
 typedef struct kvcheck_create_args {
-  uint32_t struct_size;        /* sizeof(kvcheck_create_args) of the caller */
-  const char* config_json;     /* the model config (docs/CASE_FORMAT.md keys) */
+  uint32_t struct_size;    /* sizeof(kvcheck_create_args) of the caller */
+  const char* config_json; /* the model config (docs/CASE_FORMAT.md keys) */
   const kvcheck_tensor* tensors;
   int64_t n_tensors;
-  int32_t capacity;            /* positions per sequence (or in all, if shared) */
-  int32_t max_rows;            /* sequences alive at once */
-  const char* kv_dtype;        /* "f32", "bf16", "f16" */
-  const char* options;         /* the backend string's "key=value&..." after '?', or "" */
+  int32_t capacity;     /* positions per sequence (or in all, if shared) */
+  int32_t max_rows;     /* sequences alive at once */
+  const char* kv_dtype; /* "f32", "bf16", "f16" */
+  const char* options;  /* the backend string's "key=value&..." after '?', or "" */
+  /* Appended (read them only when struct_size covers them): paged storage
+   * (traits "paged", docs/OPERATIONS.md). block_size 0 is contiguous rows;
+   * 1..32 a pool of pool_blocks blocks of that many slots (0: the default). */
+  int32_t block_size;
+  int32_t pool_blocks;
 } kvcheck_create_args;
 
 typedef struct kvcheck_batch_entry {
@@ -96,7 +103,34 @@ typedef struct kvcheck_plugin_v1 {
    * each buffer. Or NULL when the engine offers no snapshots. */
   int32_t (*cache)(kvcheck_engine* engine, int64_t sequence, int32_t layer, float* k, float* v,
                    int64_t capacity, kvcheck_error* error);
+
+  /* ---- appended: the operations of docs/OPERATIONS.md --------------------
+   * Read only when struct_size covers them; NULL unless the traits declare
+   * the operation ("fork", "truncate", "pool_report", "storage_check"). */
+
+  /* A new running sequence whose cache starts as the parent's first n tokens
+   * (0 <= n <= its length); writes its id to *child. KVCHECK_ERR_ROWS when
+   * no row is free. Parent and child are independent afterwards. */
+  int32_t (*fork)(kvcheck_engine* engine, int64_t parent, int32_t n, int64_t* child,
+                  kvcheck_error* error);
+  /* Forgets the last n tokens of the sequence (0 <= n <= its length): it goes
+   * on as if they had never been fed. */
+  int32_t (*truncate)(kvcheck_engine* engine, int64_t sequence, int32_t n, kvcheck_error* error);
+  /* The paged pool (traits "pool_report") as JSON, in the form of the engine
+   * protocol's "pool" reply (docs/ENGINE_PROTOCOL.md): {"block_size", "total",
+   * "free", "used", "cached", "refcounts": [...], "tables": [{"sequence",
+   * "blocks": [...]}]}. Valid until the next call on this engine; NULL on
+   * error. */
+  const char* (*pool_json)(kvcheck_engine* engine, kvcheck_error* error);
+  /* Debug read of raw storage (traits "storage_check"): "" when every slot no
+   * sequence holds is poisoned (NaN), else where the first one that is not
+   * lies. Valid until the next call on this engine; NULL on error. */
+  const char* (*storage_check)(kvcheck_engine* engine, kvcheck_error* error);
 } kvcheck_plugin_v1;
+
+/* struct_size of a table that ends at `cache` (the first version of this
+ * header); kvcheck accepts it and any longer one. */
+#define KVCHECK_PLUGIN_CORE_SIZE offsetof(kvcheck_plugin_v1, fork)
 
 /* The one symbol a plugin exports, a function returning its table (static
  * storage). Not named kvcheck_plugin_v1: that name is the table's type. */

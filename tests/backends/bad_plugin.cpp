@@ -1,7 +1,9 @@
 // One plugin per way of getting the ABI wrong, chosen by a compile
 // definition (tests/backends/CMakeLists.txt builds each as its own module).
 // The loader must refuse every one with a message naming the problem,
-// before it calls create.
+// before it calls create. OLD_TABLE is the one right way among them: a table
+// of the first header's size that declares no fork, which must load with
+// fork absent although a fork function lies past its end.
 #include <cstddef>
 #include <cstdint>
 
@@ -24,6 +26,9 @@ int32_t start(kvcheck_engine*, int64_t*, kvcheck_error*) {
 int32_t length(kvcheck_engine*, int64_t, int32_t*, kvcheck_error*) {
   return KVCHECK_ERR_INTERNAL;
 }
+[[maybe_unused]] int32_t fork(kvcheck_engine*, int64_t, int32_t, int64_t*, kvcheck_error*) {
+  return KVCHECK_ERR_INTERNAL;
+}
 
 const char* traits_json(const char*, kvcheck_error*) {
 #if defined(BAD_TRAITS_INVALID)
@@ -34,6 +39,10 @@ const char* traits_json(const char*, kvcheck_error*) {
   // finish is declared (the default) but its function is NULL below.
   return R"({"identity": {"name": "bad"}, "operations": {"reset": false,
              "cache_snapshot": false}})";
+#elif defined(BAD_DECLARED_FORK_NULL) || defined(BAD_SHORT_TABLE_FORK)
+  // fork is declared but the table has no fork function (NULL below).
+  return R"({"identity": {"name": "bad"}, "operations": {"finish": false, "reset": false,
+             "cache_snapshot": false, "fork": true}})";
 #else
   return R"({"identity": {"name": "bad"}, "operations": {"finish": false, "reset": false,
              "cache_snapshot": false}})";
@@ -49,8 +58,12 @@ constexpr uint32_t kAbi =
 constexpr uint32_t kSize =
 #ifdef BAD_STRUCT_SIZE
     offsetof(kvcheck_plugin_v1, reset);
+#elif defined(BAD_SHORT_TABLE_FORK) || defined(OLD_TABLE)
+    // A table of the first header's size: its fork below lies past struct_size
+    // and must not be read.
+    KVCHECK_PLUGIN_CORE_SIZE;
 #else
-    sizeof(kvcheck_plugin_v1);
+        sizeof(kvcheck_plugin_v1);
 #endif
 
 const kvcheck_plugin_v1 kTable = {kAbi,    kSize,  traits_json, create, destroy, start,
@@ -60,7 +73,15 @@ const kvcheck_plugin_v1 kTable = {kAbi,    kSize,  traits_json, create, destroy,
                                   step,
 #endif
                                   nullptr,  // finish
-                                  nullptr, length, nullptr};
+                                  nullptr, length, nullptr,
+#if defined(BAD_SHORT_TABLE_FORK) || defined(OLD_TABLE)
+                                  fork,
+#else
+                                  nullptr,
+#endif
+                                  nullptr,   // truncate
+                                  nullptr,   // pool_json
+                                  nullptr};  // storage_check
 
 }  // namespace
 

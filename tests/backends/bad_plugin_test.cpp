@@ -39,8 +39,21 @@ INSTANTIATE_TEST_SUITE_P(
         BadPlugin{"missing_symbol", ": missing symbol kvcheck_plugin_entry_v1"},
         BadPlugin{"traits_invalid", ": traits: not valid JSON: {\"identity\""},
         BadPlugin{"traits_contradict", ": traits.limits.head_dim: minimum 64 is above maximum 32"},
-        BadPlugin{"declared_null", ": traits.operations.finish is true but its function is NULL"}),
+        BadPlugin{"declared_null", ": traits.operations.finish is true but its function is NULL"},
+        BadPlugin{"declared_fork_null",
+                  ": traits.operations.fork is true but its function is NULL"},
+        BadPlugin{"short_table_fork",
+                  ": traits.operations.fork is true but its function is NULL (or past the "
+                  "table's struct_size 80)"}),
     [](const testing::TestParamInfo<BadPlugin>& info) { return std::string(info.param.kind); });
+
+// A table of the first header's size (no fork, no truncate) still loads;
+// what lies past its struct_size is never read.
+TEST(BadPlugins, AnOldTableLoadsWithoutTheAppendedOperations) {
+  const Backend b = backend_registry().resolve(std::string("plugin:") + KVCHECK_OLD_TABLE_PLUGIN);
+  EXPECT_FALSE(b.traits.operations.fork);
+  EXPECT_FALSE(b.traits.operations.truncate);
+}
 
 TEST(BadPlugins, AMissingFileSaysItCannotLoad) {
   const std::string error = resolve_error("plugin:/nonexistent/libnothing.so");

@@ -5,8 +5,12 @@
 // with ENABLE_EXPORTS), so both paths run the very same machine code and
 // differ only by the ABI shim.
 //
-// Options: "finish=internal_error" makes finish() fail with
-// KVCHECK_ERR_INTERNAL (a plugin's own bug, not a refusal).
+// Options ("&"-separated): "finish=internal_error" makes finish() fail with
+// KVCHECK_ERR_INTERNAL (a plugin's own bug, not a refusal); "fault=NAME[,NAME]"
+// turns on the engine's fault switches (engine/faults.h), which the ABI does
+// not carry, so that a fault in fork or truncate can be shown caught through
+// the plugin path.
+#include <cstddef>
 #include <cstdio>
 #include <cstring>
 #include <map>
@@ -15,6 +19,7 @@
 #include <string>
 #include <vector>
 
+#include "backends/exec_reply.h"
 #include "backends/in_tree.h"
 #include "engine/cpu/cpu_engine.h"
 #include "engine/traits_json.h"
@@ -31,6 +36,7 @@ struct kvcheck_engine {
   bool finish_fails = false;
   std::vector<BatchEntry> batch;  // [entry] of the current step
   std::vector<float> logits;      // [tokens][vocab] of the current step
+  std::string text;               // the last pool_json or storage_check answer
 };
 
 namespace {
@@ -74,17 +80,39 @@ int32_t guarded(kvcheck_error* error, F&& body) {
   }
 }
 
-bool finish_fails(const char* options, kvcheck_error* error) {
-  const std::string o = options == nullptr ? "" : options;
-  if (o.empty()) return false;
-  if (o == "finish=internal_error") return true;
-  fail(error, KVCHECK_ERR_INPUT, "unknown option \"" + o + "\" (known: finish=internal_error)");
-  throw InputError(error->message);
+struct PluginOptions {
+  bool finish_fails = false;
+  FaultSet faults;
+};
+
+PluginOptions parse_options(const char* options, kvcheck_error* error) {
+  PluginOptions out;
+  std::string rest = options == nullptr ? "" : options;
+  while (!rest.empty()) {
+    const size_t amp = rest.find('&');
+    const std::string o = rest.substr(0, amp);
+    rest = amp == std::string::npos ? "" : rest.substr(amp + 1);
+    if (o == "finish=internal_error") {
+      out.finish_fails = true;
+    } else if (o.rfind("fault=", 0) == 0) {
+      const Result<FaultSet> faults = parse_fault_list(o.substr(6));
+      if (!faults.ok()) {
+        fail(error, KVCHECK_ERR_INPUT, "fault: " + faults.error());
+        throw InputError(error->message);
+      }
+      out.faults = faults.value();
+    } else {
+      fail(error, KVCHECK_ERR_INPUT,
+           "unknown option \"" + o + "\" (known: finish=internal_error, fault=NAME)");
+      throw InputError(error->message);
+    }
+  }
+  return out;
 }
 
 const char* traits_json(const char* options, kvcheck_error* error) {
   try {
-    finish_fails(options, error);
+    parse_options(options, error);
   } catch (const InputError&) {
     return nullptr;
   }
@@ -92,6 +120,8 @@ const char* traits_json(const char* options, kvcheck_error* error) {
     EngineTraits t = cpu_engine_traits();
     t.identity.name = "kvcheck-cpu-plugin";
     t.operations.fault_switches = false;  // the ABI carries none
+    OperationTraits& ops = t.operations;  // the appended functions
+    ops.fork = ops.truncate = ops.paged = ops.pool_report = ops.storage_check = true;
     return traits_to_json(t).dump();
   }();
   return json.c_str();
@@ -151,7 +181,8 @@ const Weights& weights_from(const Config& config, const kvcheck_create_args& arg
 kvcheck_engine* create(const kvcheck_create_args* args, kvcheck_error* error) {
   auto handle = std::make_unique<kvcheck_engine>();
   const int32_t code = guarded(error, [&] {
-    handle->finish_fails = finish_fails(args->options, error);
+    const PluginOptions parsed = parse_options(args->options, error);
+    handle->finish_fails = parsed.finish_fails;
     // kvcheck sends the same model for several engines in a row: parse once.
     thread_local std::string parsed_json;
     thread_local Result<Config> config = Result<Config>::failure("no model yet");
@@ -166,6 +197,11 @@ kvcheck_engine* create(const kvcheck_create_args* args, kvcheck_error* error) {
     options.capacity = args->capacity;
     options.max_rows = args->max_rows;
     options.kv_dtype = dtype.value();
+    options.faults = parsed.faults;
+    if (args->struct_size >= offsetof(kvcheck_create_args, pool_blocks) + sizeof(int32_t)) {
+      options.block_size = args->block_size;
+      options.pool_blocks = args->pool_blocks;
+    }
     handle->engine = make_cpu_engine(config.value(), weights_from(config.value(), *args), options);
   });
   return code == KVCHECK_OK ? handle.release() : nullptr;
@@ -233,6 +269,27 @@ int32_t cache(kvcheck_engine* engine, int64_t sequence, int32_t layer, float* k,
   });
 }
 
+int32_t fork(kvcheck_engine* engine, int64_t parent, int32_t n, int64_t* child,
+             kvcheck_error* error) {
+  return guarded(error, [&] { *child = engine->engine->fork(parent, n); });
+}
+
+int32_t truncate(kvcheck_engine* engine, int64_t sequence, int32_t n, kvcheck_error* error) {
+  return guarded(error, [&] { engine->engine->truncate(sequence, n); });
+}
+
+const char* pool_json(kvcheck_engine* engine, kvcheck_error* error) {
+  const int32_t code = guarded(
+      error, [&] { engine->text = wire::encode_pool_reply(engine->engine->pool()).dump(); });
+  return code == KVCHECK_OK ? engine->text.c_str() : nullptr;
+}
+
+const char* storage_check(kvcheck_engine* engine, kvcheck_error* error) {
+  const int32_t code =
+      guarded(error, [&] { engine->text = engine->engine->unheld_storage_check(); });
+  return code == KVCHECK_OK ? engine->text.c_str() : nullptr;
+}
+
 const kvcheck_plugin_v1 kTable = {KVCHECK_PLUGIN_ABI_VERSION,
                                   sizeof(kvcheck_plugin_v1),
                                   traits_json,
@@ -243,7 +300,11 @@ const kvcheck_plugin_v1 kTable = {KVCHECK_PLUGIN_ABI_VERSION,
                                   finish,
                                   reset,
                                   length,
-                                  cache};
+                                  cache,
+                                  fork,
+                                  truncate,
+                                  pool_json,
+                                  storage_check};
 
 }  // namespace
 

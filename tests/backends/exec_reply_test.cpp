@@ -131,5 +131,42 @@ TEST(ExecReply, EncodeIsTheInverse) {
   EXPECT_EQ(r.payloads, p.reply.payloads);
 }
 
+// The pool reply: its form is checked here, its arithmetic is P13's.
+TEST(ExecReply, PoolRepliesParseAndMalformedOnesSayWhy) {
+  PoolReport pool;
+  const nlohmann::json ok = nlohmann::json::parse(
+      R"({"block_size":4,"total":3,"free":1,"used":2,"cached":0,"refcounts":[2,1,0],)"
+      R"("tables":[{"sequence":7,"blocks":[0,1]},{"sequence":9,"blocks":[0]}]})");
+  ASSERT_EQ("", parse_pool_reply(ok, pool));
+  EXPECT_EQ(4, pool.block_size);
+  EXPECT_EQ(3, pool.total);
+  EXPECT_EQ((std::vector<int>{2, 1, 0}), pool.refcounts);
+  ASSERT_EQ(2u, pool.tables.size());
+  EXPECT_EQ(9, pool.tables[1].first);
+  EXPECT_EQ(std::vector<int>{0}, pool.tables[1].second);
+  PoolReport again;
+  ASSERT_EQ("", parse_pool_reply(encode_pool_reply(pool), again));
+  EXPECT_EQ(pool.tables, again.tables);
+  // Counts that do not add up are the engine's bug, not malformed.
+  nlohmann::json wrong = ok;
+  wrong["free"] = 5;
+  EXPECT_EQ("", parse_pool_reply(wrong, pool));
+  const std::pair<const char*, const char*> bad[] = {
+      {R"({"total":3})", "\"block_size\" is missing"},
+      {R"({"block_size":"4","total":3,"free":1,"used":2,"cached":0})",
+       "\"block_size\" must be an integer, got \"4\""},
+      {R"({"block_size":4,"total":3,"free":1,"used":2,"cached":0,"refcounts":[1,2.5],"tables":[]})",
+       "an element of \"refcounts\" must be an integer, got 2.5"},
+      {R"({"block_size":4,"total":3,"free":1,"used":2,"cached":0,"refcounts":[],"tables":[[1,[0]]]})",
+       "an element of \"tables\" must be {\"sequence\": integer"},
+      {R"({"block_size":4,"total":3,"free":1,"used":2,"cached":0,"refcounts":[],)"
+       R"("tables":[{"sequence":1,"blocks":[9999999999]}]})",
+       "an element of \"blocks\" must be an integer, got 9999999999"}};
+  for (const auto& [text, why] : bad) {
+    const std::string got = parse_pool_reply(nlohmann::json::parse(text), pool);
+    EXPECT_NE(got.find(why), std::string::npos) << text << "\n" << got;
+  }
+}
+
 }  // namespace
 }  // namespace kvcheck::wire

@@ -3,10 +3,11 @@
     check_adapter_test.py KVCHECK KVCHECK_SERVE protocol
         kvcheck-serve is clean (exit 0); a proxy that sends a wrong-shape
         logits payload, or omits a reply, is a protocol violation and no cache
-        bug (exit 1); a backend that is not exec: is bad input (exit 2).
+        bug (exit 1), and so is a proxy that refuses the fork its traits
+        declare; a backend that is not exec: is bad input (exit 2).
     check_adapter_test.py KVCHECK PYTHON_WITH_TORCH torch
-        adapters/torch/engine.py is clean; each of its three traps is a cache
-        bug and no protocol violation (exit 1).
+        adapters/torch/engine.py is clean; each of its traps is a cache bug and
+        no protocol violation (exit 1).
 """
 
 import os
@@ -44,12 +45,16 @@ def main():
               "step: no reply within 3000 ms")
         check(kvcheck, proxy % "garbage", 1, "1 protocol violations, 0 cache bugs",
               "malformed reply: a control frame of 2147483647 bytes")
+        check(kvcheck, proxy % "unsupported_fork", 1, "PROTOCOL VIOLATION  llama gqa: fork of 2 "
+              "tokens: a well-formed request got error unsupported: faulty_proxy: no fork")
         check(kvcheck, "cpu", 2, "check-adapter checks exec: backends only")
     elif mode == "torch":
         engine = "exec:%s %s/adapters/torch/engine.py" % (tool, ROOT)
         check(kvcheck, engine, 0, "0 protocol violations, 0 cache bugs")
         for trap in ("forget_reset", "repeat", "restart_positions"):
             check(kvcheck, engine + " --trap " + trap, 1, " 0 protocol violations", "CACHE BUG")
+        check(kvcheck, engine + " --trap noop_truncate", 1, " 0 protocol violations",
+              "CACHE BUG           llama gqa: length after truncate: length 3, 2 tokens fed")
     else:
         sys.exit("unknown mode %r" % mode)
 

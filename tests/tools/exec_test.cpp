@@ -11,7 +11,10 @@
 #include "backends/registry.h"
 #include "model/weights.h"
 #include "properties/property.h"
+#include "properties/runner.h"
 #include "properties/scenario.h"
+#include "tests/backends/operation_faults.h"
+#include "tests/property_units/test_scenarios.h"
 
 namespace kvcheck {
 namespace {
@@ -201,6 +204,69 @@ TEST(ExecFaults, RefusedStartSentAheadFailsTheNextCall) {
   EXPECT_NE(message.find("start (sent without waiting) was refused: rows: faulty_proxy refuses"),
             std::string::npos)
       << message;
+}
+
+// Fork and truncate over the protocol (both versions): the in-process
+// engine's bits, and the properties that need them (P11 sharing, P12
+// rollback) pass, with the oracle (P1) and the cache (P6) through them.
+TEST(ExecServe, ForkAndTruncateThroughExec) {
+  for (const std::string& backend : {kServe, kServe + " --protocol 1"}) {
+    const Backend b = backend_registry().resolve(backend);
+    ASSERT_TRUE(b.traits.operations.fork && b.traits.operations.truncate) << backend;
+    const EngineUnderTest subject = b.under_test();
+    for (const Family family : {Family::kLlama, Family::kGpt2}) {
+      const Scenario s = test::operations_scenario(family, 0, KvDtype::kF32);
+      ASSERT_EQ("", s.validate());
+      for (Property p :
+           {Property::kOracle, Property::kCacheState, Property::kSharing, Property::kRollback}) {
+        const Verdict v = check_property(p, s, subject);
+        EXPECT_TRUE(v.applicable && v.passed)
+            << backend << " " << property_name(p) << ": " << v.summary;
+      }
+      const Weights weights = init_weights(s.config, s.weight_seed);
+      const RunResult a = run_scenario(s, weights, subject.factory);
+      const RunResult c =
+          run_scenario(s, weights, backend_registry().resolve("cpu").under_test().factory);
+      ASSERT_FALSE(a.engine_failed) << a.error_message;
+      ASSERT_EQ(a.logits.size(), c.logits.size());
+      for (size_t q = 0; q < a.logits.size(); ++q) {
+        ASSERT_EQ(a.logits[q].size(), c.logits[q].size());
+        EXPECT_EQ(0, std::memcmp(a.logits[q].data(), c.logits[q].data(), a.logits[q].size() * 4))
+            << backend << " sequence " << q;
+      }
+    }
+  }
+}
+
+// Every fault that lives in an operation (fork, truncate, paged storage,
+// the storage check), switched on in the child (the protocol carries no
+// fault switches): on its minimal scenario every property gives the in-tree
+// verdict through the protocol, and at least one fails; the clean child
+// passes the same scenario.
+TEST(ExecServe, OperationFaultsAreCaughtThroughExec) {
+  test::expect_operation_faults_caught(
+      [](const std::string& fault) {
+        return backend_registry().resolve(kServe + " --fault " + fault).under_test();
+      },
+      backend_registry().resolve(kServe).under_test());
+}
+
+// A child whose traits declare fork but that answers it "unsupported" is
+// refused at resolve (exit 2 in the CLI), naming the operation.
+TEST(ExecFaults, DeclaredForkAnsweredUnsupportedIsRefusedAtResolve) {
+  const std::string backend = std::string("exec:python3 ") + KVCHECK_SOURCE_DIR +
+                              "/tests/tools/faulty_proxy.py --fault unsupported_fork -- " +
+                              KVCHECK_SERVE;
+  try {
+    backend_registry().resolve(backend);
+    FAIL() << "resolved";
+  } catch (const InputError& e) {
+    const std::string m = e.what();
+    EXPECT_NE(m.find("traits.operations.fork is true, but the child refused fork"),
+              std::string::npos)
+        << m;
+    EXPECT_NE(m.find("faulty_proxy: no fork"), std::string::npos) << m;
+  }
 }
 
 }  // namespace

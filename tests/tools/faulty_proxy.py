@@ -9,7 +9,9 @@ logits payload loses its last value, control frame and payload frame agreeing)
 and omit_reply (the step's reply is dropped) relay the rest as usual: an
 adapter that breaks the protocol once, for `kvcheck check-adapter`.
 refuse_start refuses the first start with kind rows (not relayed): a refusal
-of a request kvcheck sent without waiting (protocol 2).
+of a request kvcheck sent without waiting (protocol 2). unsupported_fork
+answers every fork with kind unsupported (not relayed) while the traits still
+declare fork: a child that contradicts its traits.
 
 --once FILE: misbehave only if FILE does not exist yet (and create it), so that
 of all the children a campaign starts only the first fails.
@@ -67,7 +69,8 @@ def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--fault", required=True,
                         choices=["exit", "signal", "hang", "garbage", "bad_json", "short_payload",
-                                 "wrong_shape", "omit_reply", "refuse_start"])
+                                 "wrong_shape", "omit_reply", "refuse_start",
+                                 "unsupported_fork"])
     parser.add_argument("--at", type=int, default=1, help="misbehave on this step request")
     parser.add_argument("--once", help="misbehave only if this file does not exist; create it")
     parser.add_argument("command", nargs=argparse.REMAINDER)
@@ -86,6 +89,10 @@ def main():
             out.write(frame(b'{"error":{"kind":"rows","message":"faulty_proxy refuses"}}'))
             out.flush()
             continue
+        if op == "fork" and args.fault == "unsupported_fork":
+            out.write(frame(b'{"error":{"kind":"unsupported","message":"faulty_proxy: no fork"}}'))
+            out.flush()
+            continue
         if op == "step":
             steps += 1
             now = steps == args.at
@@ -94,7 +101,8 @@ def main():
                     now = False
                 else:
                     open(args.once, "w").close()
-            if now and args.fault not in ("wrong_shape", "omit_reply"):
+            if now and args.fault not in ("wrong_shape", "omit_reply", "refuse_start",
+                                          "unsupported_fork"):
                 misbehave(args.fault, out)
         inner.stdin.write(frame(request))
         inner.stdin.flush()

@@ -1,0 +1,48 @@
+// Every fault that lives in an operation of docs/OPERATIONS.md (fork,
+// truncate, paged storage, the storage check), switched on inside an engine
+// behind a transport that carries no fault switches (kvcheck-serve --fault,
+// the test plugin's fault= option): on the fault's minimal scenario every
+// property must give the in-tree verdict through the transport, at least
+// one must fail, and the clean engine must pass the same scenario. Shared
+// by the exec and the plugin tests.
+#pragma once
+
+#include <gtest/gtest.h>
+
+#include <functional>
+#include <string>
+
+#include "backends/registry.h"
+#include "tests/property_units/test_scenarios.h"
+
+namespace kvcheck::test {
+
+inline void expect_operation_faults_caught(
+    const std::function<EngineUnderTest(const std::string& fault)>& through,
+    const EngineUnderTest& clean) {
+  int faults = 0;
+  for (int i = 0; i < kFaultCount; ++i) {
+    const Fault f = Fault(i);
+    if (fault_needs(f).empty()) continue;
+    ++faults;
+    const std::string name(fault_name(f));
+    const EngineUnderTest faulty = through(name);
+    const EngineUnderTest in_tree = backend_registry().resolve("cpu").under_test(FaultSet(f));
+    const Scenario s = minimal_fault_scenario(f);
+    int failed = 0;
+    for (int p = 0; p < kPropertyCount; ++p) {
+      const Verdict a = check_property(Property(p), s, faulty);
+      const Verdict b = check_property(Property(p), s, in_tree);
+      EXPECT_EQ(a.passed, b.passed)
+          << name << " " << property_name(Property(p)) << ": " << a.summary << " vs " << b.summary;
+      EXPECT_EQ(a.summary, b.summary) << name << " " << property_name(Property(p));
+      failed += a.applicable && !a.passed;
+      const Verdict c = check_property(Property(p), s, clean);
+      EXPECT_TRUE(c.passed) << name << " clean " << property_name(Property(p)) << ": " << c.summary;
+    }
+    EXPECT_GT(failed, 0) << name << " survived every property through the transport";
+  }
+  EXPECT_GE(faults, 8);
+}
+
+}  // namespace kvcheck::test

@@ -59,7 +59,7 @@ typedef struct kvcheck_create_args {
   int64_t n_tensors;
   int32_t capacity;            /* positions per sequence (or in all, if shared) */
   int32_t max_rows;            /* sequences alive at once */
-  const char* kv_dtype;        /* "f32", "bf16", "f16" */
+  const char* kv_dtype;        /* "f32", "bf16", "f16", "q8_0" (when the traits list it) */
   const char* options;         /* the backend string's "key=value&..." after '?', or "" */
 } kvcheck_create_args;
 

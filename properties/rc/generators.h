@@ -88,6 +88,7 @@ struct ScenarioGenes {
   int capacity_slack = 0;  // capacity = longest sequence + slack: 0 puts a chunk's end at capacity
   int spare_rows = 0;      // max_rows = most sequences running at once + spare
   KvDtype kv_dtype = KvDtype::kF32;
+  bool wide_q8_head = false;  // with q8_0: head_dim + 32, so a head holds 2 scale blocks
   uint64_t token_seed = 0;
   std::vector<OpGenes> ops;  // only what the traits declare (fork, truncate) is drawn
   int block_size = 0;        // 0: contiguous; 1..32: paged (engines that declare it)
@@ -128,10 +129,11 @@ struct Coverage {
   bool one_token_chunk = false;  // a prompt chunk of 1 token after another chunk
   bool reset = false;
   bool finish = false;
-  bool reused_row = false;     // a start after a finish, with no reset between
-  bool at_capacity = false;    // a sequence fills the capacity exactly
-  bool reduced_dtype = false;  // bf16 or f16 KV
-  bool paged = false;          // block_size > 0
+  bool reused_row = false;      // a start after a finish, with no reset between
+  bool at_capacity = false;     // a sequence fills the capacity exactly
+  bool reduced_dtype = false;   // bf16, f16 or q8_0 KV
+  bool q8_multi_block = false;  // q8_0 with head_dim > 32: several scales per head
+  bool paged = false;           // block_size > 0
   bool fork = false, fork_mid_block = false, fork_at_boundary = false;
   bool truncate = false, truncate_to_zero = false, truncate_across_blocks = false;
 

@@ -119,7 +119,7 @@ TEST(Generators, EveryCoverageTagOccurs) {
   EXPECT_TRUE(seen.gpt2 && seen.mha && seen.gqa && seen.mqa);
   EXPECT_TRUE(seen.batched_step && seen.mixed_step && seen.one_token_chunk);
   EXPECT_TRUE(seen.reset && seen.finish && seen.reused_row);
-  EXPECT_TRUE(seen.at_capacity && seen.reduced_dtype);
+  EXPECT_TRUE(seen.at_capacity && seen.reduced_dtype && seen.q8_multi_block);
 }
 
 TEST(Generators, EveryOperationCoverageTagOccursWhenTheEngineDeclaresThem) {

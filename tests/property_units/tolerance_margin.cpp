@@ -15,8 +15,8 @@
 #include <cstring>
 #include <string>
 
-#include "model/rng.h"
 #include "backends/in_tree.h"
+#include "model/rng.h"
 #include "properties/runner.h"
 
 namespace kvcheck {
@@ -25,6 +25,8 @@ namespace {
 int pick(SplitMix64& rng, int lo, int hi) {
   return static_cast<int>(rng.in_range(lo, hi));
 }
+
+constexpr int kDtypes = 4;  // f32, bf16, f16, q8_0: the KvDtype order
 
 // A random valid scenario at "small" sizes: what a campaign case looks like.
 Scenario random_scenario(SplitMix64& rng) {
@@ -45,8 +47,10 @@ Scenario random_scenario(SplitMix64& rng) {
   s.capacity = pick(rng, 4, 48);
   c.max_pos = s.capacity + pick(rng, 0, 8);
   s.max_rows = pick(rng, 1, 4);
-  const int dtype = pick(rng, 0, 2);
-  s.kv_dtype = dtype == 0 ? KvDtype::kF32 : dtype == 1 ? KvDtype::kBF16 : KvDtype::kF16;
+  const KvDtype dtypes[kDtypes] = {KvDtype::kF32, KvDtype::kBF16, KvDtype::kF16, KvDtype::kQ8_0};
+  s.kv_dtype = dtypes[pick(rng, 0, kDtypes - 1)];
+  // q8_0 heads wider than 32 hold a whole scale block and a partial one.
+  if (s.kv_dtype == KvDtype::kQ8_0 && rng.below(2) == 1) c.head_dim += int(kQ8Block);
   for (int i = 0; i < n_sequences; ++i) {
     std::vector<int32_t>& tokens = s.sequences.emplace_back();
     const int n = pick(rng, 1, s.capacity);
@@ -124,7 +128,7 @@ int main(int argc, char** argv) {
   SplitMix64 rng(seed);
   const EngineFactory paths[2] = {cpu_engine_factory({}, KernelPath::kReference),
                                   cpu_engine_factory({}, KernelPath::kOptimized)};
-  double worst[2][3] = {};  // [P1, P6][dtype]
+  double worst[2][kDtypes] = {};  // [P1, P6][dtype]
   long logits_compared = 0, invalid = 0, failures = 0;
   std::string worst_case;
   double fault_min_caught[kFaultCount];
@@ -195,11 +199,11 @@ int main(int argc, char** argv) {
       }
     }
   }
-  const char* names[3] = {"f32", "bf16", "f16"};
   std::printf("largest error/bound of the correct engine (%ld logits compared):\n",
               logits_compared);
-  for (int d = 0; d < 3; ++d) {
-    std::printf("  %-5s P1 %.4f   P6 %.4f\n", names[d], worst[0][d], worst[1][d]);
+  for (int d = 0; d < kDtypes; ++d) {
+    const char* name = kv_dtype_name(static_cast<KvDtype>(d));
+    std::printf("  %-5s P1 %.4f   P6 %.4f\n", name, worst[0][d], worst[1][d]);
   }
   std::printf("worst f32 P1 case:\n%s", worst_case.c_str());
   if (faults) {

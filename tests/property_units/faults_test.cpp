@@ -64,6 +64,9 @@ const std::vector<FaultCase>& fault_cases() {
       {Fault::kFreedBlockStillReferenced, {{P::kPool, 3, -1, -1}}},
       {Fault::kRefcountLeak, {{P::kPool, 3, -1, -1}}},
       {Fault::kBlockAliasing, {{P::kOracle, 1, 0, 0}, {P::kCacheState, 1, 0, 0, 0, 0, 0, 0}}},
+      {Fault::kKvScaleDropped, {{P::kOracle, 1, 0, 0}, {P::kCacheState, 1, 0, 0, 0, 0, 0, 0}}},
+      {Fault::kKvScalePerTensor, {{P::kCacheState, 1, 0, 0, 0, 0, 0, 0}}},
+      {Fault::kKvScaleSharedKv, {{P::kCacheState, 1, 0, 0, 0, 0, 0, 0}}},
   };
   return cases;
 }

@@ -128,7 +128,12 @@ int main(int argc, char** argv) {
   SplitMix64 rng(seed);
   const EngineFactory paths[2] = {cpu_engine_factory({}, KernelPath::kReference),
                                   cpu_engine_factory({}, KernelPath::kOptimized)};
-  double worst[2][kDtypes] = {};  // [P1, P6][dtype]
+  // With the CPU engine's own traits: they declare q8_0 (the strict default does not).
+  const EngineUnderTest subjects[2] = {
+      EngineUnderTest(paths[0], cpu_engine_traits(KernelPath::kReference)),
+      EngineUnderTest(paths[1], cpu_engine_traits(KernelPath::kOptimized))};
+  double worst[2][kDtypes] = {};     // [P1, P6][dtype]
+  long applicable[2][kDtypes] = {};  // [P1, P6][dtype] cases the property applied to
   long logits_compared = 0, invalid = 0, failures = 0;
   std::string worst_case;
   double fault_min_caught[kFaultCount];
@@ -143,10 +148,11 @@ int main(int argc, char** argv) {
       ++invalid;
       continue;
     }
-    const EngineFactory& factory = paths[n % 2];
+    const EngineUnderTest& subject = subjects[n % 2];
     const int dtype = static_cast<int>(s.kv_dtype);
     for (Property p : {Property::kOracle, Property::kCacheState}) {
-      const Verdict v = check_property(p, s, factory);
+      const Verdict v = check_property(p, s, subject);
+      applicable[p == Property::kOracle ? 0 : 1][dtype] += v.applicable;
       if (!v.passed) {
         ++failures;
         std::printf("CORRECT ENGINE FAILED case %ld:\n%s\n%s\n%s\n", n, s.to_text().c_str(),
@@ -162,7 +168,7 @@ int main(int argc, char** argv) {
     if (timing) {
       for (int p = 0; p < kPropertyCount; ++p) {
         const auto start = std::chrono::steady_clock::now();
-        const Verdict v = check_property(static_cast<Property>(p), s, paths[1]);
+        const Verdict v = check_property(static_cast<Property>(p), s, subjects[1]);
         property_seconds[p] += seconds_since(start);
         property_runs[p] += 1;
         if (!v.passed) {
@@ -177,8 +183,9 @@ int main(int argc, char** argv) {
       const RunResult correct = run_scenario(s, init_weights(s.config, s.weight_seed), paths[1]);
       for (int f = 0; f < kFaultCount; ++f) {
         const FaultSet set(static_cast<Fault>(f));
-        const Verdict v =
-            check_property(Property::kOracle, s, cpu_engine_factory(set, KernelPath::kOptimized));
+        const Verdict v = check_property(
+            Property::kOracle, s,
+            EngineUnderTest(cpu_engine_factory(set, KernelPath::kOptimized), cpu_engine_traits()));
         if (!v.passed) {
           ++fault_caught[f];
           // A refusal of a valid call fails P1 without a ratio.
@@ -203,7 +210,8 @@ int main(int argc, char** argv) {
               logits_compared);
   for (int d = 0; d < kDtypes; ++d) {
     const char* name = kv_dtype_name(static_cast<KvDtype>(d));
-    std::printf("  %-5s P1 %.4f   P6 %.4f\n", name, worst[0][d], worst[1][d]);
+    std::printf("  %-5s P1 %.4f   P6 %.4f   (applicable in %ld / %ld cases)\n", name, worst[0][d],
+                worst[1][d], applicable[0][d], applicable[1][d]);
   }
   std::printf("worst f32 P1 case:\n%s", worst_case.c_str());
   if (faults) {

@@ -318,12 +318,15 @@ void BM_PagedVsContiguousAttention(benchmark::State& state) {
 }
 BENCHMARK(BM_PagedVsContiguousAttention)->Arg(2048)->Unit(benchmark::kMicrosecond)->Iterations(400);
 
-// Decode attention over q8_0 K/V against f16 (issue 15): one layer's 12
-// heads x 64 at the given context, the same values stored both ways, the two
-// taking turns in every iteration, each timed by the thread's CPU clock.
-// Reports the bytes each reads (K and V rows, q8_0 scales included).
+// Decode attention over q8_0 K/V against f16 (issue 15): one layer's heads
+// at the given context, the same values stored both ways, the two taking
+// turns in every iteration, each timed by the thread's CPU clock. Reports
+// the bytes each reads (K and V rows, q8_0 scales included).
+// args: context, heads, head_dim (12 x 64: GPT-2 small, whose f16 K/V at 2048
+// fits in the last-level cache; 32 x 128: a 7B llama layer, which does not).
 void BM_Int8VsF16Attention(benchmark::State& state) {
-  const size_t ctx = size_t(state.range(0)), D = 64, heads = 12;
+  const size_t ctx = size_t(state.range(0)), heads = size_t(state.range(1)),
+               D = size_t(state.range(2));
   SplitMix64 rng(4);
   std::vector<float> values(2 * heads * ctx * D);  // [K, V][h][ctx][D]
   for (float& x : values) x = float(rng.below(2000)) / 1000.0f - 1.0f;
@@ -347,7 +350,7 @@ void BM_Int8VsF16Attention(benchmark::State& state) {
       const double t0 = bench::thread_cpu_seconds();
       for (size_t h = 0; h < heads; ++h) {
         cpu::attend(cpu::KernelPath::kSimd, q.data() + h * D, 1, k + h * head_bytes,
-                    v + h * head_bytes, dtypes[t], D, ctx, D, 0.125f, scores.data(),
+                    v + h * head_bytes, dtypes[t], D, ctx, D, 1.0f / 8, scores.data(),
                     out.data() + h * D);
       }
       seconds[t] += bench::thread_cpu_seconds() - t0;
@@ -362,7 +365,11 @@ void BM_Int8VsF16Attention(benchmark::State& state) {
   state.counters["q8_0_MB"] = double(stored[1].size()) * 1e-6;
   state.counters["q8_0/f16 bytes"] = double(stored[1].size()) / double(stored[0].size());
 }
-BENCHMARK(BM_Int8VsF16Attention)->Arg(2048)->Unit(benchmark::kMicrosecond)->Iterations(400);
+BENCHMARK(BM_Int8VsF16Attention)
+    ->Args({2048, 12, 64})
+    ->Args({2048, 32, 128})
+    ->Unit(benchmark::kMicrosecond)
+    ->Iterations(200);
 
 // A fork of a prompt's whole cache in paged storage (blocks of 16 shared, no
 // copy) against the prefill that built it: what reusing a cached prefix costs

@@ -88,7 +88,6 @@ struct ScenarioGenes {
   int capacity_slack = 0;  // capacity = longest sequence + slack: 0 puts a chunk's end at capacity
   int spare_rows = 0;      // max_rows = most sequences running at once + spare
   KvDtype kv_dtype = KvDtype::kF32;
-  bool wide_q8_head = false;  // with q8_0: head_dim + 32, so a head holds 2 scale blocks
   uint64_t token_seed = 0;
   std::vector<OpGenes> ops;  // only what the traits declare (fork, truncate) is drawn
   int block_size = 0;        // 0: contiguous; 1..32: paged (engines that declare it)

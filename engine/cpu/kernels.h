@@ -39,8 +39,8 @@ inline size_t attend_scratch_floats(size_t group, size_t n_keys) {
 // Causal attention of `group` query heads that share one KV head, for one
 // query at one absolute position, over cached keys 0..n_keys-1.
 //   q: [group][dim];  k, v: [n_keys] rows of `dtype` stored by kv_store_row
-//   for kv_stride elements (kv_row_bytes(dtype, kv_stride) apart; q8_0 needs
-//   kv_stride == dim);  scores: scratch [group][n_keys] floats (attend_scratch_floats);
+//   for kv_stride >= dim elements (kv_row_bytes(dtype, kv_stride) apart; the
+//   first dim are read);  scores: scratch [group][n_keys] floats (attend_scratch_floats);
 //   out: [group][dim].
 // scale is 1/sqrt(dim). Softmax subtracts the exact max; the key reduction
 // runs over absolute key index 0..n_keys-1, the same order for every chunking,

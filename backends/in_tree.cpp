@@ -27,6 +27,7 @@ EngineTraits cpu_engine_traits(KernelPath kernels) {
   t.identity = {kernels == KernelPath::kOptimized ? "kvcheck-cpu" : "kvcheck-cpu-reference", "1"};
   t.operations.fault_switches = true;
   t.limits.max_rows = 4096;  // make_cpu_engine's own bound
+  t.limits.kv_dtypes.push_back(KvDtype::kQ8_0);
   return t;
 }
 

@@ -318,6 +318,59 @@ void BM_PagedVsContiguousAttention(benchmark::State& state) {
 }
 BENCHMARK(BM_PagedVsContiguousAttention)->Arg(2048)->Unit(benchmark::kMicrosecond)->Iterations(400);
 
+// Decode attention over q8_0 K/V against f16 (issue 15): one layer's heads
+// at the given context, the same values stored both ways, the two taking
+// turns in every iteration, each timed by the thread's CPU clock. Reports
+// the bytes each reads (K and V rows, q8_0 scales included).
+// args: context, heads, head_dim (12 x 64: GPT-2 small, whose f16 K/V at 2048
+// fits in the last-level cache; 32 x 128: a 7B llama layer, which does not).
+void BM_Int8VsF16Attention(benchmark::State& state) {
+  const size_t ctx = size_t(state.range(0)), heads = size_t(state.range(1)),
+               D = size_t(state.range(2));
+  SplitMix64 rng(4);
+  std::vector<float> values(2 * heads * ctx * D);  // [K, V][h][ctx][D]
+  for (float& x : values) x = float(rng.below(2000)) / 1000.0f - 1.0f;
+  const KvDtype dtypes[2] = {KvDtype::kF16, KvDtype::kQ8_0};
+  std::vector<unsigned char> stored[2];  // per dtype: [K, V][h][ctx] rows of kv_row_bytes
+  for (int t = 0; t < 2; ++t) {
+    const size_t row = kv_row_bytes(dtypes[t], D);
+    stored[t].resize(2 * heads * ctx * row);
+    for (size_t r = 0; r < 2 * heads * ctx; ++r) {
+      kv_store_row(values.data() + r * D, dtypes[t], D, stored[t].data() + r * row);
+    }
+  }
+  std::vector<float> q(heads * D, 0.01f), out(heads * D);  // [h][D]
+  std::vector<float> scores(ctx);                          // [ctx]
+  double seconds[2] = {0, 0};
+  for (auto _ : state) {
+    for (int t = 0; t < 2; ++t) {
+      const size_t head_bytes = ctx * kv_row_bytes(dtypes[t], D);
+      const unsigned char* k = stored[t].data();
+      const unsigned char* v = k + heads * head_bytes;
+      const double t0 = bench::thread_cpu_seconds();
+      for (size_t h = 0; h < heads; ++h) {
+        cpu::attend(cpu::KernelPath::kSimd, q.data() + h * D, 1, k + h * head_bytes,
+                    v + h * head_bytes, dtypes[t], D, ctx, D, 1.0f / 8, scores.data(),
+                    out.data() + h * D);
+      }
+      seconds[t] += bench::thread_cpu_seconds() - t0;
+      benchmark::DoNotOptimize(out.data());
+    }
+  }
+  const double n = double(state.iterations());
+  state.counters["f16_us"] = seconds[0] / n * 1e6;
+  state.counters["q8_0_us"] = seconds[1] / n * 1e6;
+  state.counters["q8_0/f16 time"] = seconds[1] / seconds[0];
+  state.counters["f16_MB"] = double(stored[0].size()) * 1e-6;
+  state.counters["q8_0_MB"] = double(stored[1].size()) * 1e-6;
+  state.counters["q8_0/f16 bytes"] = double(stored[1].size()) / double(stored[0].size());
+}
+BENCHMARK(BM_Int8VsF16Attention)
+    ->Args({2048, 12, 64})
+    ->Args({2048, 32, 128})
+    ->Unit(benchmark::kMicrosecond)
+    ->Iterations(200);
+
 // A fork of a prompt's whole cache in paged storage (blocks of 16 shared, no
 // copy) against the prefill that built it: what reusing a cached prefix costs
 // next to computing it. Not a prefix-cache hit (there is no prefix cache yet,

@@ -205,10 +205,13 @@ void BM_Attend(benchmark::State& state) {
   const auto dtype = static_cast<KvDtype>(state.range(2));
   const auto q = filled(group * dim, 1.0f);
   const auto k_f32 = filled(n_keys * dim, 2.0f), v_f32 = filled(n_keys * dim, 3.0f);
-  const size_t bytes = size_t(kvcheck::kv_dtype_bytes(dtype));
-  std::vector<unsigned char> k(n_keys * dim * bytes), v(n_keys * dim * bytes);
-  kvcheck::cpu::kv_store(k_f32.data(), dtype, k.data(), n_keys * dim);
-  kvcheck::cpu::kv_store(v_f32.data(), dtype, v.data(), n_keys * dim);
+  // One stored row per key (q8_0: its scales, then its codes).
+  const size_t row_bytes = kvcheck::kv_row_bytes(dtype, dim);
+  std::vector<unsigned char> k(n_keys * row_bytes), v(n_keys * row_bytes);
+  for (size_t j = 0; j < n_keys; ++j) {
+    kvcheck::kv_store_row(k_f32.data() + j * dim, dtype, dim, k.data() + j * row_bytes);
+    kvcheck::kv_store_row(v_f32.data() + j * dim, dtype, dim, v.data() + j * row_bytes);
+  }
   std::vector<float> scores(kvcheck::cpu::attend_scratch_floats(group, n_keys)), out(group * dim);
   const float scale = 1.0f / std::sqrt(float(dim));
   for (auto _ : state) {
@@ -219,7 +222,8 @@ void BM_Attend(benchmark::State& state) {
   }
   // Two multiply-adds per (head, key, dim): q.k and p*v.
   set_rate(state, "GFLOP/s", 4.0 * double(group * n_keys * dim) * 1e-9);
-  set_rate(state, "GB/s", 2.0 * double(n_keys * dim * bytes) * 1e-9);  // K and V read
+  set_rate(state, "GB/s", 2.0 * double(n_keys * row_bytes) * 1e-9);  // K and V read
+  state.counters["KV_bytes"] = 2.0 * double(n_keys * row_bytes);
   state.SetLabel(kvcheck::kv_dtype_name(dtype));
 }
 void AttendShapes(benchmark::internal::Benchmark* b) {

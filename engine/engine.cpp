@@ -6,25 +6,47 @@ namespace kvcheck {
 
 namespace {
 
-float widen(const std::vector<uint8_t>& bytes, KvDtype dtype, size_t index) {
-  if (dtype == KvDtype::kF32) {
-    float f;
-    std::memcpy(&f, bytes.data() + index * 4, 4);
-    return f;
+// Element d of head row `row` ([length * KVH] rows of D elements); q8_0
+// codes scale by their block's entry of `scales` ([rows][blocks]), the same
+// float product the kernels compute.
+float widen(const std::vector<uint8_t>& bytes, const std::vector<float>& scales, KvDtype dtype,
+            size_t row, size_t dim, size_t d) {
+  const size_t index = row * dim + d;
+  switch (dtype) {
+    case KvDtype::kF32: {
+      float f;
+      std::memcpy(&f, bytes.data() + index * 4, 4);
+      return f;
+    }
+    case KvDtype::kBF16:
+    case KvDtype::kF16: {
+      uint16_t h;
+      std::memcpy(&h, bytes.data() + index * 2, 2);
+      return dtype == KvDtype::kBF16 ? bf16_to_float(h) : f16_to_float(h);
+    }
+    case KvDtype::kQ8_0:
+      return static_cast<float>(static_cast<int8_t>(bytes[index])) *
+             scales[row * q8_blocks(dim) + d / kQ8Block];
   }
-  uint16_t h;
-  std::memcpy(&h, bytes.data() + index * 2, 2);
-  return dtype == KvDtype::kBF16 ? bf16_to_float(h) : f16_to_float(h);
+  return 0.0f;
 }
 
 }  // namespace
 
 float CacheSnapshot::k_at(int pos, int kv_head, int d) const {
-  return widen(k, dtype, (size_t(pos) * n_kv_heads + kv_head) * head_dim + d);
+  return widen(k, k_scales, dtype, size_t(pos) * n_kv_heads + kv_head, head_dim, d);
 }
 
 float CacheSnapshot::v_at(int pos, int kv_head, int d) const {
-  return widen(v, dtype, (size_t(pos) * n_kv_heads + kv_head) * head_dim + d);
+  return widen(v, v_scales, dtype, size_t(pos) * n_kv_heads + kv_head, head_dim, d);
+}
+
+float CacheSnapshot::k_scale(int pos, int kv_head, int block) const {
+  return k_scales[(size_t(pos) * n_kv_heads + kv_head) * q8_blocks(head_dim) + block];
+}
+
+float CacheSnapshot::v_scale(int pos, int kv_head, int block) const {
+  return v_scales[(size_t(pos) * n_kv_heads + kv_head) * q8_blocks(head_dim) + block];
 }
 
 SequenceId Engine::fork(SequenceId, int) {

@@ -64,8 +64,8 @@ struct CacheSnapshot {
   int length = 0;          // positions cached (= tokens fed)
   int n_kv_heads = 0;      // KVH
   int head_dim = 0;        // D
-  std::vector<uint8_t> k;  // [length][KVH][D] elements of dtype
-  std::vector<uint8_t> v;  // [length][KVH][D] elements of dtype
+  std::vector<uint8_t> k;  // [length][KVH][D] elements of dtype (q8_0: int8 codes)
+  std::vector<uint8_t> v;  // [length][KVH][D] elements of dtype (q8_0: int8 codes)
   // Optional, for the operations that move or quantize slots: the absolute
   // position each slot holds (empty: slot i holds position i), and for a
   // quantized dtype the per-block scales of k and v (empty otherwise).
@@ -73,13 +73,17 @@ struct CacheSnapshot {
   std::vector<float> k_scales;     // [length][KVH][blocks per head]
   std::vector<float> v_scales;     // [length][KVH][blocks per head]
 
-  // Widened to float (exact for every dtype).
+  // Widened to float (exact for every dtype but q8_0, whose code * scale is
+  // the one float product the engine's kernels compute).
   float k_at(int pos, int kv_head, int d) const;
   float v_at(int pos, int kv_head, int d) const;
+  // q8_0 only: the stored scale of block `block` (elements 32 block ..).
+  float k_scale(int pos, int kv_head, int block) const;
+  float v_scale(int pos, int kv_head, int block) const;
 };
 
 struct MemoryReport {
-  uint64_t kv_bytes = 0;        // exactly 2*L*rows*capacity*KVH*D*sizeof(dtype)
+  uint64_t kv_bytes = 0;        // exactly 2*L*rows*capacity*KVH*kv_row_bytes(dtype, D)
   uint64_t weight_bytes = 0;    // packed weights the engine reads
   uint64_t scratch_bytes = 0;   // activations, grown to the largest step seen
   uint64_t metadata_bytes = 0;  // sequence and row tables

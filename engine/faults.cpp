@@ -43,6 +43,11 @@ constexpr std::array<FaultInfo, kFaultCount> kFaults = {{
      "paged"},
     {"block_aliasing", "two blocks alias one storage block (vLLM #41657: 2 x 16 == 1 x 32)",
      "paged"},
+    {"kv_scale_dropped",
+     "q8_0 scales taken as 1.0 (SGLang #18818, #20705; FlashInfer #1023: scales dropped)", "q8_0"},
+    {"kv_scale_per_tensor", "q8_0 scale per tensor instead of per block (granularity mismatch)",
+     "q8_0"},
+    {"kv_scale_shared_kv", "V quantized with K's scales (vLLM #46329: a V-scale error)", "q8_0"},
 }};
 
 }  // namespace

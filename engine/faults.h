@@ -39,6 +39,10 @@ enum class Fault : uint8_t {
   kFreedBlockStillReferenced,  // finish frees its blocks even where a fork still holds them
   kRefcountLeak,               // finish never drops the references of shared blocks
   kBlockAliasing,              // blocks 2i and 2i+1 share one block of storage
+  // Quantized K/V (q8_0): the per-block scales.
+  kKvScaleDropped,    // every scale is taken as 1.0 (codes round(x), clamped)
+  kKvScalePerTensor,  // one scale for the token's whole K (and V), not one per block
+  kKvScaleSharedKv,   // V is quantized with K's block scales
   kCount
 };
 
@@ -50,8 +54,9 @@ std::optional<Fault> parse_fault(std::string_view name);
 // One line: what the fault does and the public bug it models.
 std::string_view fault_summary(Fault f);
 // The operation the fault lives in, as named in OperationTraits ("truncate",
-// "paged": paged storage with fork, "storage_check"), or "" for the core
-// calls. An engine without it cannot show the fault (kill matrix: skipped).
+// "paged": paged storage with fork, "storage_check"), the K/V dtype it needs
+// ("q8_0"), or "" for the core calls. An engine without it cannot show the
+// fault (kill matrix: skipped).
 std::string_view fault_needs(Fault f);
 
 // Room for 128 switches: the operation issues add about 20 to today's 15.

@@ -7,22 +7,10 @@ namespace kvcheck {
 
 namespace {
 
-bool element_is_nan(const uint8_t* p, KvDtype dtype) {
-  if (dtype == KvDtype::kF32) {
-    float f;
-    std::memcpy(&f, p, 4);
-    return std::isnan(f);
-  }
-  uint16_t h;
-  std::memcpy(&h, p, 2);
-  return std::isnan(dtype == KvDtype::kBF16 ? bf16_to_float(h) : f16_to_float(h));
-}
-
 // Folds one head's slot of K or V into the slot's digest and NaN count.
 void scan_head(const uint8_t* p, size_t elems, KvDtype dtype, uint64_t& digest, size_t& nans) {
-  const size_t elem = size_t(kv_dtype_bytes(dtype));
-  for (size_t i = 0; i < elems; ++i) nans += element_is_nan(p + i * elem, dtype);
-  for (size_t b = 0; b < elems * elem; ++b) {
+  for (size_t i = 0; i < elems; ++i) nans += std::isnan(kv_load(p, dtype, elems, i));
+  for (size_t b = 0; b < kv_row_bytes(dtype, elems); ++b) {
     digest ^= p[b];
     digest *= 0x100000001B3ull;
   }
@@ -40,7 +28,7 @@ StorageMap scan_storage(std::span<const uint8_t> k, std::span<const uint8_t> v, 
   map.state.assign(cells, SlotState::kPoisoned);
   map.digest.assign(cells, 0xCBF29CE484222325ull);
   std::vector<size_t> nans(cells, 0);  // [U][S]
-  const size_t elem = size_t(kv_dtype_bytes(dtype)), D = size_t(head_dim);
+  const size_t D = size_t(head_dim), slot_bytes = kv_row_bytes(dtype, D);
   for (int l = 0; l < layers; ++l) {
     for (int u = 0; u < units; ++u) {
       for (int g = 0; g < kv_heads; ++g) {
@@ -49,7 +37,7 @@ StorageMap scan_storage(std::span<const uint8_t> k, std::span<const uint8_t> v, 
               (((size_t(l) * size_t(units) + size_t(u)) * size_t(kv_heads) + size_t(g)) *
                    size_t(slots) +
                size_t(s)) *
-              D * elem;
+              slot_bytes;
           const size_t cell = size_t(u) * size_t(slots) + size_t(s);
           scan_head(k.data() + at, D, dtype, map.digest[cell], nans[cell]);
           scan_head(v.data() + at, D, dtype, map.digest[cell], nans[cell]);

@@ -45,6 +45,11 @@ bool declares(const OperationTraits& op, std::string_view needs) {
   return needs.empty();
 }
 
+bool declares(const EngineTraits& traits, std::string_view needs) {
+  if (needs == "q8_0") return accepts_kv_dtype(traits.limits, KvDtype::kQ8_0);
+  return declares(traits.operations, needs);
+}
+
 bool accepts_kv_dtype(const ShapeLimits& limits, KvDtype dtype) {
   return std::find(limits.kv_dtypes.begin(), limits.kv_dtypes.end(), dtype) !=
          limits.kv_dtypes.end();

@@ -109,6 +109,8 @@ const char* invariance_name(Invariance i);
 bool accepts_family(const ShapeLimits& limits, Family family);
 // Whether the operations include `needs` (fault_needs' names; "" is the core).
 bool declares(const OperationTraits& operations, std::string_view needs);
+// As above, and "q8_0" when limits.kv_dtypes holds it.
+bool declares(const EngineTraits& traits, std::string_view needs);
 bool accepts_kv_dtype(const ShapeLimits& limits, KvDtype dtype);
 
 }  // namespace kvcheck

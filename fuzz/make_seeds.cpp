@@ -102,6 +102,12 @@ std::vector<ScheduleSeed> schedule_seeds() {
         Property::kGqa);
   }
   {
+    // q8_0 K/V over GQA: every KV head's block gets its own scale.
+    ProgramHeader h = header(kLlama, 1, 2, 2, /*kv_dtype=*/3);
+    add("gqa_q8_0", h, {Call::start(0), Call::step({{0, 3}}), Call::step({{0, 1}})},
+        Property::kCacheState);
+  }
+  {
     ProgramHeader h = header(kLlama, 1, 1, 1, /*kv_dtype=*/2);
     h.max_pos_slack = 2;  // capacity == the schedule's end, max_pos beyond it
     add("fills_capacity_f16", h,

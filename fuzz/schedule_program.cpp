@@ -42,7 +42,7 @@ constexpr std::array kHeaderFields = {
     FieldRange{&ProgramHeader::capacity_slack, 0, kMaxSlack},
     FieldRange{&ProgramHeader::max_pos_slack, 0, kMaxSlack},
     FieldRange{&ProgramHeader::spare_rows, 0, kMaxSpareRows},
-    FieldRange{&ProgramHeader::kv_dtype, 0, 2},
+    FieldRange{&ProgramHeader::kv_dtype, 0, 3},
     FieldRange{&ProgramHeader::block_size, 0, kMaxBlockSize},
 };
 
@@ -317,6 +317,7 @@ Scenario to_scenario(const ScheduleProgram& program) {
   scenario.weight_seed = uint64_t(b.weight_seed);
   scenario.kv_dtype = b.kv_dtype == 1   ? KvDtype::kBF16
                       : b.kv_dtype == 2 ? KvDtype::kF16
+                      : b.kv_dtype == 3 ? KvDtype::kQ8_0
                                         : KvDtype::kF32;
 
   // The program came from decode() or was made valid by encode(); rereading

@@ -67,7 +67,7 @@ struct ProgramHeader {
   int capacity_slack = 0;
   int max_pos_slack = 0;
   int spare_rows = 0;
-  int kv_dtype = 0;    // F32, BF16, F16
+  int kv_dtype = 0;    // F32, BF16, F16, Q8_0
   int block_size = 0;  // 0 contiguous, else paged blocks of this many slots
 
   bool operator==(const ProgramHeader&) const = default;

@@ -109,9 +109,11 @@ class ReferenceCache {
     reference->bounds =
         derive_error_bounds(config, weights, tokens, kv_dtype, rope_angles_in_float);
     const size_t bytes =
-        sizeof(double) * (reference->oracle.logits.size() + reference->oracle.k.size() +
-                          reference->oracle.v.size() + reference->bounds.logits.size() +
-                          reference->bounds.k.size() + reference->bounds.v.size()) +
+        sizeof(double) *
+            (reference->oracle.logits.size() + reference->oracle.k.size() +
+             reference->oracle.v.size() + reference->bounds.logits.size() +
+             reference->bounds.k.size() + reference->bounds.v.size() +
+             reference->bounds.k_computed.size() + reference->bounds.v_computed.size()) +
         sizeof(int32_t) * tokens.size();
     if (bytes > kMaxBytes) return reference;  // too big to keep
     while (!entries_.empty() && (entries_.size() >= kMaxEntries || bytes_ + bytes > kMaxBytes)) {
@@ -612,6 +614,46 @@ Verdict check_compaction(const Context& context) {
 
 // ---- P6 ---------------------------------------------------------------
 
+// P6's comparison of one cached element (docs/TOLERANCE.md). base indexes
+// element 0 of (layer, position, kv head) in the reference's [L][T][KVH][D]
+// arrays. For q8_0 with the engine's scales, the bound is the computed part
+// plus half a code of the stored scale, and that scale must itself be the
+// block's amax / 127 within q8_scale_bound: a wrong scale makes every element
+// of its block wrong, with the scale's error/bound as the ratio when larger.
+struct ElementCheck {
+  double cached = 0, exact = 0, bound = 0, ratio = 0;
+  double scale = NAN, scale_exact = NAN;  // q8_0 only: stored and exact amax / 127
+};
+ElementCheck check_element(const CacheSnapshot& snap, const SequenceReference& reference, int kind,
+                           size_t base, int pos, int g, int d) {
+  const std::vector<double>& exact = kind == 0 ? reference.oracle.k : reference.oracle.v;
+  ElementCheck c;
+  c.cached = kind == 0 ? snap.k_at(pos, g, d) : snap.v_at(pos, g, d);
+  c.exact = exact[base + size_t(d)];
+  const bool scaled = snap.dtype == KvDtype::kQ8_0 && !snap.k_scales.empty();
+  if (!scaled) {
+    c.bound = (kind == 0 ? reference.bounds.k : reference.bounds.v)[base + size_t(d)];
+    c.ratio = std::abs(c.cached - c.exact) / c.bound;
+    return c;
+  }
+  const std::vector<double>& computed =
+      kind == 0 ? reference.bounds.k_computed : reference.bounds.v_computed;
+  const int block = d / int(kQ8Block), first = block * int(kQ8Block);
+  const int end = std::min(snap.head_dim, first + int(kQ8Block));
+  c.scale = kind == 0 ? snap.k_scale(pos, g, block) : snap.v_scale(pos, g, block);
+  double amax = 0, computed_max = 0;
+  for (int i = first; i < end; ++i) {
+    amax = std::max(amax, std::abs(exact[base + size_t(i)]));
+    computed_max = std::max(computed_max, computed[base + size_t(i)]);
+  }
+  c.scale_exact = amax / 127;
+  c.bound = q8_element_bound(computed[base + size_t(d)], c.scale);
+  c.ratio = std::max(std::abs(c.cached - c.exact) / c.bound,
+                     std::abs(c.scale - c.scale_exact) / q8_scale_bound(computed_max, c.scale));
+  if (std::isnan(c.scale)) c.ratio = INFINITY;
+  return c;
+}
+
 // Per layer, the largest |cached - oracle| of K and V over position ranges,
 // with its error/bound; "!" marks a range holding a wrong or non-finite slot.
 std::string cache_table(const Engine& engine, SequenceId id, const SequenceReference& reference,
@@ -640,22 +682,19 @@ std::string cache_table(const Engine& engine, SequenceId id, const SequenceRefer
         for (int pos = first; pos <= last && pos < std::min(snap.length, T); ++pos) {
           for (int g = 0; g < KVH; ++g) {
             for (int d = 0; d < D; ++d) {
-              const size_t at =
-                  ((size_t(l) * size_t(T) + size_t(pos)) * size_t(KVH) + size_t(g)) * size_t(D) +
-                  size_t(d);
-              const double cached = kind == 0 ? snap.k_at(pos, g, d) : snap.v_at(pos, g, d);
-              const double exact = kind == 0 ? reference.oracle.k[at] : reference.oracle.v[at];
-              const double bound = kind == 0 ? reference.bounds.k[at] : reference.bounds.v[at];
-              const double error = std::abs(cached - exact);
-              if (!std::isfinite(cached)) {
+              const size_t base =
+                  ((size_t(l) * size_t(T) + size_t(pos)) * size_t(KVH) + size_t(g)) * size_t(D);
+              const ElementCheck c = check_element(snap, reference, kind, base, pos, g, d);
+              const double error = std::abs(c.cached - c.exact);
+              if (!std::isfinite(c.cached)) {
                 bad = true;
                 worst_error = INFINITY;
                 worst_ratio = INFINITY;
                 continue;
               }
-              if (error > bound) bad = true;
+              if (!(c.ratio <= 1.0)) bad = true;
               worst_error = std::max(worst_error, error);
-              worst_ratio = std::max(worst_ratio, error / bound);
+              worst_ratio = std::max(worst_ratio, c.ratio);
             }
           }
         }
@@ -720,26 +759,21 @@ Verdict check_cache_state(const Context& context) {
           return false;
         }
         int first_bad = -1, last_bad = -1, bad_head = -1, bad_dim = -1, bad_kind = 0;
-        double bad_cached = 0, bad_exact = 0, bad_bound = 0;
+        ElementCheck bad;
         for (int pos = 0; pos < length && pos < T; ++pos) {
           for (int g = 0; g < KVH; ++g) {
             const size_t base =
                 ((size_t(l) * size_t(T) + size_t(pos)) * size_t(KVH) + size_t(g)) * size_t(D);
             for (int d = 0; d < D; ++d) {
               for (int kind = 0; kind < 2; ++kind) {
-                const double cached = kind == 0 ? snap.k_at(pos, g, d) : snap.v_at(pos, g, d);
-                const double exact = kind == 0 ? reference.oracle.k[base + size_t(d)]
-                                               : reference.oracle.v[base + size_t(d)];
-                const double bound = kind == 0 ? reference.bounds.k[base + size_t(d)]
-                                               : reference.bounds.v[base + size_t(d)];
-                const double ratio = std::abs(cached - exact) / bound;
-                if (std::isfinite(cached) && ratio <= 1.0) {
-                  worst_ratio = std::max(worst_ratio, ratio);
+                const ElementCheck c = check_element(snap, reference, kind, base, pos, g, d);
+                if (std::isfinite(c.cached) && c.ratio <= 1.0) {
+                  worst_ratio = std::max(worst_ratio, c.ratio);
                   continue;
                 }
                 if (first_bad < 0) {
                   first_bad = pos, bad_head = g, bad_dim = d, bad_kind = kind;
-                  bad_cached = cached, bad_exact = exact, bad_bound = bound;
+                  bad = c;
                 }
                 last_bad = pos;
               }
@@ -757,10 +791,14 @@ Verdict check_cache_state(const Context& context) {
                << " positions cached\n"
                << "first wrong element: layer " << l << " kv head " << bad_head << " position "
                << first_bad << " dim " << bad_dim << " " << (bad_kind == 0 ? "K" : "V")
-               << ": cached " << format_double(bad_cached) << " oracle " << format_double(bad_exact)
-               << " bound " << format_double(bad_bound)
-               << (std::isfinite(bad_cached) ? "" : " (non-finite: a poisoned slot was read)")
-               << "\nwrong positions in layer " << l << ": " << first_bad << ".." << last_bad
+               << ": cached " << format_double(bad.cached) << " oracle " << format_double(bad.exact)
+               << " bound " << format_double(bad.bound)
+               << (std::isfinite(bad.cached) ? "" : " (non-finite: a poisoned slot was read)");
+        if (!std::isnan(bad.scale_exact)) {
+          detail << "\nits q8_0 block scale: stored " << format_double(bad.scale)
+                 << ", the exact block's amax / 127 " << format_double(bad.scale_exact);
+        }
+        detail << "\nwrong positions in layer " << l << ": " << first_bad << ".." << last_bad
                << "\n"
                << cache_table(runner.engine(), runner.id(sequence), reference, config, length);
         fail(verdict, where,
@@ -769,8 +807,7 @@ Verdict check_cache_state(const Context& context) {
                  (bad_kind == 0 ? "K" : "V") + " wrong at positions " + std::to_string(first_bad) +
                  ".." + std::to_string(last_bad),
              detail.str());
-        verdict.worst_ratio =
-            std::isfinite(bad_cached) ? std::abs(bad_cached - bad_exact) / bad_bound : INFINITY;
+        verdict.worst_ratio = std::isfinite(bad.cached) ? bad.ratio : INFINITY;
         failed = true;
         return false;
       }

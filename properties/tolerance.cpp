@@ -18,8 +18,18 @@ KvStorageError kv_storage_error(KvDtype dtype) {
       return {kv_dtype_unit_roundoff(dtype), 0x1p-134};
     case KvDtype::kF16:
       return {kv_dtype_unit_roundoff(dtype), 0x1p-25};
+    case KvDtype::kQ8_0:
+      return {0.0, 0.0, 0.5 + 0x1p-16};
   }
   return {};
+}
+
+double q8_element_bound(double computed, double stored_scale) {
+  return computed + std::abs(stored_scale) * kv_storage_error(KvDtype::kQ8_0).per_scale;
+}
+
+double q8_scale_bound(double block_computed_max, double stored_scale) {
+  return block_computed_max / 127 + kUnitRoundoff * std::abs(stored_scale) / (1 - kUnitRoundoff);
 }
 
 namespace {
@@ -146,6 +156,11 @@ ErrorBounds derive_error_bounds(const Config& config, const Weights& weights,
   out.logits.assign(t_count * sz(V), 0.0);      // [T][V]
   out.k.assign(sz(L) * t_count * sz(KV), 0.0);  // [L][T][KVH][D]
   out.v.assign(sz(L) * t_count * sz(KV), 0.0);  // [L][T][KVH][D]
+  const bool quantized = kv_dtype == KvDtype::kQ8_0;
+  if (quantized) {
+    out.k_computed.assign(out.k.size(), 0.0);  // [L][T][KVH][D]
+    out.v_computed.assign(out.v.size(), 0.0);  // [L][T][KVH][D]
+  }
   if (T == 0) return out;
 
   // Values are the exact activations (double); var_* their error variances.
@@ -219,17 +234,39 @@ ErrorBounds derive_error_bounds(const Config& config, const Weights& weights,
       }
       // What P6 compares: kConfidence deviations of the computed value, then
       // storage's rounding of it at its worst, |x^ (1 + r) - x| <= |x^ - x|
-      // (1 + r) + r |x| + a. Attention reads the stored value, whose storage
-      // rounding enters its variance as one more bounded term.
+      // (1 + r) + r |x| + a (+ h s for q8_0: half a code of the block's
+      // scale s, at most fl((amax + the block's largest computed bound) /
+      // 127)). Attention reads the stored value, whose storage rounding
+      // enters its variance as one more bounded term.
       double* k_bound = out.k.data() + (sz(l) * t_count + row) * sz(KV);
       double* v_bound = out.v.data() + (sz(l) * t_count + row) * sz(KV);
-      for (int i = 0; i < KV; ++i) {
-        const double sk = storage.relative * std::abs(kt[i]) + storage.absolute;
-        const double sv = storage.relative * std::abs(vt[i]) + storage.absolute;
-        k_bound[i] = kConfidence * std::sqrt(vkt[i]) * (1 + storage.relative) + sk;
-        v_bound[i] = kConfidence * std::sqrt(vvt[i]) * (1 + storage.relative) + sv;
-        vkt[i] = vkt[i] * sq(1 + storage.relative) + sk * sk;
-        vvt[i] = vvt[i] * sq(1 + storage.relative) + sv * sv;
+      for (int kind = 0; kind < 2; ++kind) {
+        const double* value = kind == 0 ? kt : vt;
+        double* var = kind == 0 ? vkt : vvt;
+        double* bound = kind == 0 ? k_bound : v_bound;
+        if (quantized) {
+          double* computed = (kind == 0 ? out.k_computed.data() : out.v_computed.data()) +
+                             (sz(l) * t_count + row) * sz(KV);
+          for (int i = 0; i < KV; ++i) computed[i] = kConfidence * std::sqrt(var[i]);
+        }
+        for (int g = 0; g < KVH; ++g) {
+          for (int first = 0; first < D; first += int(kQ8Block)) {
+            const int end = quantized ? std::min(D, first + int(kQ8Block)) : D;
+            double amax = 0, computed_max = 0;
+            for (int i = g * D + first; i < g * D + end; ++i) {
+              amax = std::max(amax, std::abs(value[i]));
+              computed_max = std::max(computed_max, kConfidence * std::sqrt(var[i]));
+            }
+            const double scale_max = (amax + computed_max) / 127 * (1 + u);
+            for (int i = g * D + first; i < g * D + end; ++i) {
+              const double stored = storage.relative * std::abs(value[i]) + storage.absolute +
+                                    storage.per_scale * scale_max;
+              bound[i] = kConfidence * std::sqrt(var[i]) * (1 + storage.relative) + stored;
+              var[i] = var[i] * sq(1 + storage.relative) + stored * stored;
+            }
+            if (!quantized) break;
+          }
+        }
       }
     }
 

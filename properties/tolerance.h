@@ -37,14 +37,26 @@ inline constexpr double kConfidence = 8.5;
 // dot product against the sum of its terms' magnitudes.
 double gamma_n(double n);
 
-// Rounding of one stored K/V element: |stored - x| <= relative |x| + absolute.
-// f32 stores exactly; bf16 and f16 round to nearest even, and f16's absolute
-// term covers its subnormal range (spacing 2^-24).
+// Rounding of one stored K/V element: |stored - x| <= relative |x| + absolute
+// + per_scale * s, s the element's block scale (q8_0 only). f32 stores
+// exactly; bf16 and f16 round to nearest even, and f16's absolute term covers
+// its subnormal range (spacing 2^-24). q8_0 is off by half a code plus the
+// float division and product: s (1/2 + 2^-16) (docs/TOLERANCE.md).
 struct KvStorageError {
   double relative = 0;
   double absolute = 0;
+  double per_scale = 0;
 };
 KvStorageError kv_storage_error(KvDtype dtype);
+
+// q8_0, given the engine's stored scale s of an element's block, whose
+// computed value (before storage) is within `computed` of the exact x:
+// |stored - x| <= computed + s (1/2 + 2^-16).
+double q8_element_bound(double computed, double stored_scale);
+// q8_0: a correct engine's scale is fl(amax / 127) of its computed block, so
+// |s - amax(exact block) / 127| <= max(computed bounds of the block) / 127
+// + u |s| / (1 - u).
+double q8_scale_bound(double block_computed_max, double stored_scale);
 
 struct ErrorBounds {
   int n_tokens = 0;  // T
@@ -54,6 +66,12 @@ struct ErrorBounds {
   // rounding at its worst case (it dominates in bf16/f16).
   std::vector<double> k;  // [L][T][KVH][D] bound on |cached K - exact K|
   std::vector<double> v;  // [L][T][KVH][D] bound on |cached V - exact V|
+  // q8_0 only (empty otherwise): the bound of the computed K/V before
+  // storage, which P6 completes with the engine's stored scale
+  // (q8_element_bound); k and v above use the largest scale a correct
+  // engine can store instead.
+  std::vector<double> k_computed;  // [L][T][KVH][D]
+  std::vector<double> v_computed;  // [L][T][KVH][D]
 };
 
 // Bounds for `tokens` at positions 0..T-1 on an engine that keeps K/V in

@@ -71,7 +71,8 @@ void count_coverage(const Scenario& s, std::map<std::string, int>& out) {
                                                   {"finish", c.finish},
                                                   {"reused row", c.reused_row},
                                                   {"at capacity", c.at_capacity},
-                                                  {"bf16/f16", c.reduced_dtype}};
+                                                  {"bf16/f16/q8_0", c.reduced_dtype},
+                                                  {"q8_0 2 blocks", c.q8_multi_block}};
   for (const auto& [name, on] : classes) {
     if (on) ++out[name];
   }

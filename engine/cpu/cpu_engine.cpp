@@ -116,16 +116,25 @@ class CpuEngine final : public Engine {
   CacheSnapshot cache(SequenceId id, int layer) const override {
     CacheSnapshot snap = table_.snapshot_shell(id, layer);
     const SequenceState& s = table_.lookup(id, "cache");
-    const size_t elem = size_t(kv_dtype_bytes(options_.kv_dtype));
-    const size_t head_bytes = size_t(config_.head_dim) * elem;
+    const KvDtype dtype = options_.kv_dtype;
+    const size_t D = size_t(config_.head_dim), KVH = size_t(config_.n_kv_heads);
+    const size_t head_bytes = D * size_t(kv_dtype_bytes(dtype));
+    // q8_0 rows hold [blocks] scales, then the codes (kv_row_bytes).
+    const size_t blocks = dtype == KvDtype::kQ8_0 ? q8_blocks(D) : 0, codes = 4 * blocks;
+    snap.k_scales.resize(size_t(snap.length) * KVH * blocks);
+    snap.v_scales.resize(snap.k_scales.size());
     const int sl = storage_layer(layer), row = storage_row(s.row);
     for (int pos = 0; pos < snap.length; ++pos) {
       // Paged: read through the block table, as attention does.
       const auto [unit, slot] = locate(row, pos, poison_block());
       for (int g = 0; g < config_.n_kv_heads; ++g) {
-        const size_t dst = (size_t(pos) * config_.n_kv_heads + g) * head_bytes;
-        std::memcpy(snap.k.data() + dst, cache_.k(sl, unit, g, slot), head_bytes);
-        std::memcpy(snap.v.data() + dst, cache_.v(sl, unit, g, slot), head_bytes);
+        const size_t head = size_t(pos) * KVH + size_t(g);
+        const uint8_t* k = cache_.k(sl, unit, g, slot);
+        const uint8_t* v = cache_.v(sl, unit, g, slot);
+        std::memcpy(snap.k.data() + head * head_bytes, k + codes, head_bytes);
+        std::memcpy(snap.v.data() + head * head_bytes, v + codes, head_bytes);
+        std::memcpy(snap.k_scales.data() + head * blocks, k, 4 * blocks);
+        std::memcpy(snap.v_scales.data() + head * blocks, v, 4 * blocks);
       }
     }
     return snap;
@@ -238,24 +247,59 @@ class CpuEngine final : public Engine {
       const auto [unit, at] = locate(storage_row(s.row), slot, sink_block());
       for (int g = 0; g < config_.n_kv_heads; ++g) {
         uint8_t* stored = cache_.k(storage_layer(layer), unit, g, at);
-        load_kv(stored, key.data());
+        for (int d = 0; d < D; ++d) {
+          key[size_t(d)] = kv_load(stored, options_.kv_dtype, size_t(D), size_t(d));
+        }
         rope(key.data(), s.position_base + slot - s.slot_base);
-        cpu::kv_store(key.data(), options_.kv_dtype, stored, size_t(D));
+        kv_store_row(key.data(), options_.kv_dtype, size_t(D), stored);
       }
     }
   }
 
-  void load_kv(const uint8_t* src, float* dst) const {
-    const int D = config_.head_dim;
-    for (int d = 0; d < D; ++d) {
-      if (options_.kv_dtype == KvDtype::kF32) {
-        std::memcpy(dst + d, src + 4 * d, 4);
-      } else {
-        uint16_t h;
-        std::memcpy(&h, src + 2 * d, 2);
-        dst[d] = options_.kv_dtype == KvDtype::kBF16 ? bf16_to_float(h) : f16_to_float(h);
+  // Stores one token's K and V ([KVH][D] each) into slot `slot` of `unit`.
+  void store_token(const float* k, const float* v, int sl, int unit, int slot) {
+    const size_t D = size_t(config_.head_dim), KVH = size_t(config_.n_kv_heads);
+    const KvDtype dtype = options_.kv_dtype;
+    if (has(Fault::kKvSwapped)) std::swap(k, v);
+    // The scale faults of a quantized dtype; no override (nullptr) when off.
+    std::vector<float> k_scales, v_scales;  // [KVH][blocks]
+    if (dtype == KvDtype::kQ8_0 && (has(Fault::kKvScaleDropped) || has(Fault::kKvScalePerTensor) ||
+                                    has(Fault::kKvScaleSharedKv))) {
+      faulty_q8_scales(k, v, k_scales, v_scales);
+    }
+    const size_t blocks = k_scales.empty() ? 0 : q8_blocks(D);
+    for (size_t g = 0; g < KVH; ++g) {
+      kv_store_row(k + g * D, dtype, D, cache_.k(sl, unit, int(g), slot),
+                   blocks ? k_scales.data() + g * blocks : nullptr);
+      kv_store_row(v + g * D, dtype, D, cache_.v(sl, unit, int(g), slot),
+                   blocks ? v_scales.data() + g * blocks : nullptr);
+    }
+  }
+
+  // The q8_0 scales a scale fault stores for one token's K and V ([KVH][D]).
+  void faulty_q8_scales(const float* k, const float* v, std::vector<float>& k_scales,
+                        std::vector<float>& v_scales) const {
+    const size_t D = size_t(config_.head_dim), KVH = size_t(config_.n_kv_heads);
+    const size_t blocks = q8_blocks(D);
+    k_scales.resize(KVH * blocks);  // [KVH][blocks]
+    v_scales.resize(KVH * blocks);  // [KVH][blocks]
+    for (size_t g = 0; g < KVH; ++g) {
+      q8_scales(k + g * D, D, k_scales.data() + g * blocks);
+      q8_scales(v + g * D, D, v_scales.data() + g * blocks);
+    }
+    if (has(Fault::kKvScaleDropped)) {
+      std::fill(k_scales.begin(), k_scales.end(), 1.0f);
+      std::fill(v_scales.begin(), v_scales.end(), 1.0f);
+    }
+    if (has(Fault::kKvScalePerTensor)) {
+      // amax / 127 is monotone in amax, so the tensor's scale is the largest
+      // block scale, stored for every block.
+      for (std::vector<float>* scales : {&k_scales, &v_scales}) {
+        const float tensor = *std::max_element(scales->begin(), scales->end());
+        std::fill(scales->begin(), scales->end(), tensor);
       }
     }
+    if (has(Fault::kKvScaleSharedKv)) v_scales = k_scales;
   }
 
   void run_layer(int layer, std::span<const BatchEntry> batch, const std::vector<TokenPlan>& plan) {
@@ -285,14 +329,8 @@ class CpuEngine final : public Engine {
         for (int h = 0; h < config_.n_heads; ++h) rope(q + size_t(h) * D, p.position);
         for (int g = 0; g < config_.n_kv_heads; ++g) rope(k + size_t(g) * D, p.position);
       }
-      const bool swap = has(Fault::kKvSwapped);
       const auto [unit, slot] = locate(p.row, p.slot, sink_block());
-      for (int g = 0; g < config_.n_kv_heads; ++g) {
-        cpu::kv_store(swap ? v + g * D : k + g * D, options_.kv_dtype, cache_.k(sl, unit, g, slot),
-                      D);
-        cpu::kv_store(swap ? k + g * D : v + g * D, options_.kv_dtype, cache_.v(sl, unit, g, slot),
-                      D);
-      }
+      store_token(k, v, sl, unit, slot);
     }
     attend_all(layer, plan);
 

@@ -95,11 +95,46 @@ HWY_INLINE VF WidenF16(DF df, hn::Vec<hn::Rebind<uint16_t, DF>> bits16) {
 #endif
 }
 
+// The q8_0 scale of each lane for elements index.. of a row whose scales
+// are its first `blocks` floats. index is a multiple of Lanes(df), so where
+// Lanes divides the block size (every x86 target) the lanes share a block.
+HWY_INLINE VF Q8LaneScales(DF df, const unsigned char* HWY_RESTRICT row, size_t index,
+                           size_t blocks) {
+  const size_t lanes = hn::Lanes(df);
+  float scale;
+  if (kQ8Block % lanes == 0) {
+    std::memcpy(&scale, row + 4 * (index / kQ8Block), 4);
+    return hn::Set(df, scale);
+  }
+  HWY_ALIGN float per_lane[kMaxLanesOf<float>];
+  for (size_t i = 0; i < lanes; ++i) {
+    std::memcpy(&per_lane[i], row + 4 * std::min((index + i) / kQ8Block, blocks - 1), 4);
+  }
+  return hn::Load(df, per_lane);
+}
+
+// `count` q8_0 elements from `index` (count <= Lanes; other lanes code 0):
+// float(code) * scale, the product kv_load computes. `codes` is the byte
+// offset of the codes in the row (4 * blocks).
+HWY_INLINE VF LoadQ8(DF df, const unsigned char* HWY_RESTRICT row, size_t index, size_t codes,
+                     size_t count) {
+  const hn::Rebind<int8_t, DF> d8;
+  const hn::RebindToSigned<DF> di32;
+  const auto* at = reinterpret_cast<const int8_t*>(row + codes + index);
+  const auto q = count == hn::Lanes(df) ? hn::LoadU(d8, at) : LoadPadded(d8, at, count);
+  return hn::Mul(hn::ConvertTo(df, hn::PromoteTo(di32, q)),
+                 Q8LaneScales(df, row, index, codes / 4));
+}
+
 // Lanes(df) elements of a K/V row starting at `index`, widened to float.
+// codes: q8_0's code offset in the row (unused by the other dtypes).
 template <KvDtype kDtype>
-HWY_INLINE VF LoadKv(DF df, const void* HWY_RESTRICT row, size_t index) {
+HWY_INLINE VF LoadKv(DF df, const void* HWY_RESTRICT row, size_t index,
+                     [[maybe_unused]] size_t codes) {
   if constexpr (kDtype == KvDtype::kF32) {
     return hn::LoadU(df, static_cast<const float*>(row) + index);
+  } else if constexpr (kDtype == KvDtype::kQ8_0) {
+    return LoadQ8(df, static_cast<const unsigned char*>(row), index, codes, hn::Lanes(df));
   } else {
     const hn::Rebind<uint16_t, DF> du16;
     const auto bits = hn::LoadU(du16, static_cast<const uint16_t*>(row) + index);
@@ -112,11 +147,15 @@ HWY_INLINE VF LoadKv(DF df, const void* HWY_RESTRICT row, size_t index) {
   }
 }
 
-// As LoadKv for the last `count` (< Lanes) elements; the other lanes are +0.
+// As LoadKv for the last `count` (< Lanes) elements; the other lanes are +0
+// (q8_0: code 0 times the block's scale).
 template <KvDtype kDtype>
-HWY_INLINE VF LoadKvPadded(DF df, const void* HWY_RESTRICT row, size_t index, size_t count) {
+HWY_INLINE VF LoadKvPadded(DF df, const void* HWY_RESTRICT row, size_t index, size_t count,
+                           [[maybe_unused]] size_t codes) {
   if constexpr (kDtype == KvDtype::kF32) {
     return LoadPadded(df, static_cast<const float*>(row) + index, count);
+  } else if constexpr (kDtype == KvDtype::kQ8_0) {
+    return LoadQ8(df, static_cast<const unsigned char*>(row), index, codes, count);
   } else {
     const hn::Rebind<uint16_t, DF> du16;
     const auto bits = LoadPadded(du16, static_cast<const uint16_t*>(row) + index, count);
@@ -307,6 +346,7 @@ void MatmulSimd(const float* HWY_RESTRICT x, size_t rows, const float* HWY_RESTR
 struct ContiguousRows {
   const unsigned char* at;
   size_t row_bytes;
+  size_t codes;  // q8_0: byte offset of the codes in a row (LoadKv)
   // Up to `wanted` rows from the cursor: their start, and how many.
   HWY_INLINE size_t run(const unsigned char*& start, size_t wanted) {
     start = at;
@@ -318,6 +358,7 @@ struct ContiguousRows {
 struct BlockRows {
   const void* const* blocks;  // [blocks] start of each block's rows
   size_t block_rows, row_bytes;
+  size_t codes;  // q8_0: byte offset of the codes in a row (LoadKv)
   size_t block = 0, offset = 0;
   HWY_INLINE size_t run(const unsigned char*& start, size_t wanted) {
     start = static_cast<const unsigned char*>(blocks[block]) + offset * row_bytes;
@@ -356,14 +397,14 @@ HWY_INLINE void AttendScores(const float* HWY_RESTRICT q, Rows k, size_t n_keys,
       KVCHECK_UNROLL_FULLY
       for (size_t h = 0; h < kHeads; ++h) acc[h] = hn::Zero(df);
       for (size_t d = 0; d < dim_full; d += lanes) {
-        const VF kv = LoadKv<kDtype>(df, k_row, d);
+        const VF kv = LoadKv<kDtype>(df, k_row, d, k.codes);
         KVCHECK_UNROLL_FULLY
         for (size_t h = 0; h < kHeads; ++h) {
           acc[h] = hn::MulAdd(hn::LoadU(df, q + h * dim + d), kv, acc[h]);
         }
       }
       if (dim_full != dim) {
-        const VF kv = LoadKvPadded<kDtype>(df, k_row, dim_full, dim - dim_full);
+        const VF kv = LoadKvPadded<kDtype>(df, k_row, dim_full, dim - dim_full, k.codes);
         KVCHECK_UNROLL_FULLY
         for (size_t h = 0; h < kHeads; ++h) acc[h] = hn::MulAdd(q_tail[h], kv, acc[h]);
       }
@@ -415,9 +456,9 @@ HWY_INLINE void AttendValues(const float* HWY_RESTRICT p, Rows v, size_t n_keys,
   const size_t tail_count = dim - d0;
   const auto load = [&](const void* row, [[maybe_unused]] size_t c) HWY_ATTR {
     if constexpr (kPadded) {
-      return LoadKvPadded<kDtype>(df, row, d0, tail_count);
+      return LoadKvPadded<kDtype>(df, row, d0, tail_count, v.codes);
     } else {
-      return LoadKv<kDtype>(df, row, d0 + c * lanes);
+      return LoadKv<kDtype>(df, row, d0 + c * lanes, v.codes);
     }
   };
   VF even[kChunks];
@@ -526,18 +567,25 @@ void AttendRows(const float* q, size_t group, Rows k, Rows v, KvDtype dtype, siz
       return AttendTyped<KvDtype::kBF16>(q, group, k, v, n_keys, dim, scale, scores, out);
     case KvDtype::kF16:
       return AttendTyped<KvDtype::kF16>(q, group, k, v, n_keys, dim, scale, scores, out);
+    case KvDtype::kQ8_0:
+      return AttendTyped<KvDtype::kQ8_0>(q, group, k, v, n_keys, dim, scale, scores, out);
   }
 }
 
-// q: [group][dim];  k, v: [n_keys] rows of `dtype`, stride kv_stride;
-// scores: [group][n_keys];  out: [group][dim]
+// q8_0's code offset in a stored row of kv_stride elements.
+inline size_t Q8Codes(KvDtype dtype, size_t kv_stride) {
+  return dtype == KvDtype::kQ8_0 ? 4 * q8_blocks(kv_stride) : 0;
+}
+
+// q: [group][dim];  k, v: [n_keys] rows of `dtype`, kv_row_bytes(dtype,
+// kv_stride) apart;  scores: [group][n_keys];  out: [group][dim]
 void AttendSimd(const float* q, size_t group, const void* k, const void* v, KvDtype dtype,
                 size_t kv_stride, size_t n_keys, size_t dim, float scale, float* scores,
                 float* out) {
-  const size_t row_bytes = kv_stride * static_cast<size_t>(kv_dtype_bytes(dtype));
-  AttendRows(q, group, ContiguousRows{static_cast<const unsigned char*>(k), row_bytes},
-             ContiguousRows{static_cast<const unsigned char*>(v), row_bytes}, dtype, n_keys, dim,
-             scale, scores, out);
+  const size_t row_bytes = kv_row_bytes(dtype, kv_stride), codes = Q8Codes(dtype, kv_stride);
+  AttendRows(q, group, ContiguousRows{static_cast<const unsigned char*>(k), row_bytes, codes},
+             ContiguousRows{static_cast<const unsigned char*>(v), row_bytes, codes}, dtype, n_keys,
+             dim, scale, scores, out);
 }
 
 // As AttendSimd, with key j in block j / block_rows of k_blocks / v_blocks.
@@ -545,9 +593,10 @@ void AttendPagedSimd(const float* q, size_t group, const void* const* k_blocks,
                      const void* const* v_blocks, size_t block_rows, KvDtype dtype,
                      size_t kv_stride, size_t n_keys, size_t dim, float scale, float* scores,
                      float* out) {
-  const size_t row_bytes = kv_stride * static_cast<size_t>(kv_dtype_bytes(dtype));
-  AttendRows(q, group, BlockRows{k_blocks, block_rows, row_bytes},
-             BlockRows{v_blocks, block_rows, row_bytes}, dtype, n_keys, dim, scale, scores, out);
+  const size_t row_bytes = kv_row_bytes(dtype, kv_stride), codes = Q8Codes(dtype, kv_stride);
+  AttendRows(q, group, BlockRows{k_blocks, block_rows, row_bytes, codes},
+             BlockRows{v_blocks, block_rows, row_bytes, codes}, dtype, n_keys, dim, scale, scores,
+             out);
 }
 
 // ---------------------------------------------------------------------------

@@ -91,26 +91,6 @@ void tanh_inplace(KernelPath path, float* x, size_t n) {
   HWY_DYNAMIC_DISPATCH(TanhInplaceSimd)(x, n);
 }
 
-// Rounding is not hot (one row per token); the scalar reference is the
-// definition of the stored bits, so every path calls it.
-void kv_store(const float* src, KvDtype dtype, void* dst, size_t n) {
-  switch (dtype) {
-    case KvDtype::kF32:
-      std::memcpy(dst, src, n * sizeof(float));
-      return;
-    case KvDtype::kBF16: {
-      auto* bits = static_cast<uint16_t*>(dst);
-      for (size_t i = 0; i < n; ++i) bits[i] = float_to_bf16(src[i]);
-      return;
-    }
-    case KvDtype::kF16: {
-      auto* bits = static_cast<uint16_t*>(dst);
-      for (size_t i = 0; i < n; ++i) bits[i] = float_to_f16(src[i]);
-      return;
-    }
-  }
-}
-
 const char* simd_target_name() {
   return HWY_DYNAMIC_DISPATCH(SimdTargetName)();
 }

@@ -38,8 +38,9 @@ inline size_t attend_scratch_floats(size_t group, size_t n_keys) {
 
 // Causal attention of `group` query heads that share one KV head, for one
 // query at one absolute position, over cached keys 0..n_keys-1.
-//   q: [group][dim];  k, v: [n_keys][dim] rows of `dtype`, row stride `kv_stride`
-//   elements;  scores: scratch [group][n_keys] floats (attend_scratch_floats);
+//   q: [group][dim];  k, v: [n_keys] rows of `dtype` stored by kv_store_row
+//   for kv_stride >= dim elements (kv_row_bytes(dtype, kv_stride) apart; the
+//   first dim are read);  scores: scratch [group][n_keys] floats (attend_scratch_floats);
 //   out: [group][dim].
 // scale is 1/sqrt(dim). Softmax subtracts the exact max; the key reduction
 // runs over absolute key index 0..n_keys-1, the same order for every chunking,
@@ -77,10 +78,6 @@ void add_inplace(KernelPath path, float* y, const float* x, size_t n);
 // measure its ulp error (docs/KERNELS.md) for the tolerance derivations.  x: [n]
 void exp_inplace(KernelPath path, float* x, size_t n);
 void tanh_inplace(KernelPath path, float* x, size_t n);
-
-// Stores n floats into a KV slot of `dtype`, rounding to nearest even.
-//   src: [n];  dst: [n] elements of `dtype`.
-void kv_store(const float* src, KvDtype dtype, void* dst, size_t n);
 
 // Name of the Highway target the SIMD path dispatches to on this machine.
 const char* simd_target_name();

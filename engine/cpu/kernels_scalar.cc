@@ -12,19 +12,6 @@
 namespace kvcheck::cpu::scalar {
 namespace {
 
-// Widens element j of a K or V row to float exactly as the cache stores it.
-float load_kv(const void* base, KvDtype dtype, size_t index) {
-  switch (dtype) {
-    case KvDtype::kF32:
-      return static_cast<const float*>(base)[index];
-    case KvDtype::kBF16:
-      return bf16_to_float(static_cast<const uint16_t*>(base)[index]);
-    case KvDtype::kF16:
-      return f16_to_float(static_cast<const uint16_t*>(base)[index]);
-  }
-  return 0.0f;
-}
-
 // The GELU tanh form with its rounding steps spelled out so the SIMD path can
 // repeat them one for one (only tanh itself differs between the paths).
 constexpr float kGeluSqrt2OverPi = 0.7978845608028654f;
@@ -56,7 +43,7 @@ void attend(const float* q, size_t group, const void* k, const void* v, KvDtype 
 void attend_paged(const float* q, size_t group, const void* const* k_blocks,
                   const void* const* v_blocks, size_t block_rows, KvDtype dtype, size_t kv_stride,
                   size_t n_keys, size_t dim, float scale, float* scores, float* out) {
-  const size_t row_bytes = kv_stride * static_cast<size_t>(kv_dtype_bytes(dtype));
+  const size_t row_bytes = kv_row_bytes(dtype, kv_stride);
   const auto row = [&](const void* const* blocks, size_t j) {
     return static_cast<const unsigned char*>(blocks[j / block_rows]) + (j % block_rows) * row_bytes;
   };
@@ -69,9 +56,9 @@ void attend_paged(const float* q, size_t group, const void* const* k_blocks,
       continue;
     }
     for (size_t j = 0; j < n_keys; ++j) {
-      const void* k_row = row(k_blocks, j);
+      const auto* k_row = row(k_blocks, j);
       float dot = 0.0f;
-      for (size_t d = 0; d < dim; ++d) dot += q_head[d] * load_kv(k_row, dtype, d);
+      for (size_t d = 0; d < dim; ++d) dot += q_head[d] * kv_load(k_row, dtype, kv_stride, d);
       p[j] = dot * scale;
     }
     // A NaN score needs no care here: exp(NaN - max) is NaN and so is the sum.
@@ -84,8 +71,8 @@ void attend_paged(const float* q, size_t group, const void* const* k_blocks,
     }
     std::fill(out_head, out_head + dim, 0.0f);
     for (size_t j = 0; j < n_keys; ++j) {
-      const void* v_row = row(v_blocks, j);
-      for (size_t d = 0; d < dim; ++d) out_head[d] += p[j] * load_kv(v_row, dtype, d);
+      const auto* v_row = row(v_blocks, j);
+      for (size_t d = 0; d < dim; ++d) out_head[d] += p[j] * kv_load(v_row, dtype, kv_stride, d);
     }
     for (size_t d = 0; d < dim; ++d) out_head[d] /= sum;
   }

@@ -22,7 +22,7 @@ class KvCache {
   int rows() const { return rows_; }
 
   // Start of slot `slot` of (layer, row, kv_head); slots of one head are
-  // contiguous with stride head_dim elements.
+  // contiguous with stride kv_row_bytes(dtype, head_dim).
   uint8_t* k(int layer, int row, int kv_head, int slot) {
     return k_.data() + offset(layer, row, kv_head, slot);
   }
@@ -52,26 +52,26 @@ class KvCache {
   int n_kv_heads() const { return n_kv_heads_; }
   int head_dim() const { return head_dim_; }
 
-  // The whole storage, [layer][row][kv_head][slot][dim] of dtype.
+  // The whole storage, [layer][row][kv_head][slot][kv_row_bytes] bytes.
   std::span<const uint8_t> k_bytes() const { return k_; }
   std::span<const uint8_t> v_bytes() const { return v_; }
 
-  // Exactly 2 * layers * rows * capacity * kv_heads * head_dim * sizeof(dtype).
+  // Exactly 2 * layers * rows * capacity * kv_heads * kv_row_bytes(dtype,
+  // head_dim): head_dim * sizeof(dtype), plus the scales for q8_0.
   uint64_t bytes() const { return k_.size() + v_.size(); }
 
  private:
   size_t offset(int layer, int row, int kv_head, int slot) const {
-    return ((((size_t(layer) * rows_ + row) * n_kv_heads_ + kv_head) * capacity_ + slot) *
-            head_dim_) *
-           elem_bytes_;
+    return (((size_t(layer) * rows_ + row) * n_kv_heads_ + kv_head) * capacity_ + slot) *
+           slot_bytes_;
   }
-  size_t row_bytes() const { return size_t(n_kv_heads_) * capacity_ * head_dim_ * elem_bytes_; }
+  size_t row_bytes() const { return size_t(n_kv_heads_) * capacity_ * slot_bytes_; }
 
   int n_layers_, rows_, capacity_, n_kv_heads_, head_dim_;
   KvDtype dtype_;
-  size_t elem_bytes_;
-  std::vector<uint8_t> k_;  // [layer][row][kv_head][slot][dim] of dtype
-  std::vector<uint8_t> v_;  // [layer][row][kv_head][slot][dim] of dtype
+  size_t slot_bytes_;       // kv_row_bytes(dtype, head_dim): one head's slot
+  std::vector<uint8_t> k_;  // [layer][row][kv_head][slot][slot_bytes_]
+  std::vector<uint8_t> v_;  // [layer][row][kv_head][slot][slot_bytes_]
 };
 
 }  // namespace kvcheck::cpu

@@ -505,6 +505,10 @@ std::unique_ptr<Engine> make_cuda_engine(const Config& config, const Weights& we
   } else if (config.head_dim > cuda::kMaxAttentionHeadDim) {
     out << "head_dim: " << config.head_dim << " exceeds the CUDA engine's limit of "
         << cuda::kMaxAttentionHeadDim;
+  } else if (options.kv_dtype == KvDtype::kQ8_0) {
+    // docs/OPERATIONS.md, "K/V dtypes": quantized K/V is CPU-only so far; the
+    // CUDA backend's traits do not declare it.
+    out << "kv_dtype: q8_0 is not supported by the CUDA engine (f32, bf16 or f16)";
   } else if (options.block_size != 0 || options.pool_blocks != 0) {
     // docs/OPERATIONS.md: paged storage, fork and truncate are CPU-only so far;
     // the CUDA backend's traits do not declare them.

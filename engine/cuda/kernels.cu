@@ -32,6 +32,8 @@ __device__ __forceinline__ float load_kv(const void* base, KvDtype dtype, size_t
       return __bfloat162float(static_cast<const __nv_bfloat16*>(base)[index]);
     case KvDtype::kF16:
       return __half2float(static_cast<const __half*>(base)[index]);
+    case KvDtype::kQ8_0:  // refused by make_cuda_engine (not in its traits)
+      break;
   }
   return 0.0f;
 }
@@ -47,6 +49,8 @@ __device__ __forceinline__ void store_kv(void* base, KvDtype dtype, size_t index
       return;
     case KvDtype::kF16:
       static_cast<__half*>(base)[index] = __float2half_rn(value);
+      return;
+    case KvDtype::kQ8_0:  // refused by make_cuda_engine (not in its traits)
       return;
   }
 }

@@ -61,7 +61,7 @@ typedef struct kvcheck_create_args {
   int64_t n_tensors;
   int32_t capacity;     /* positions per sequence (or in all, if shared) */
   int32_t max_rows;     /* sequences alive at once */
-  const char* kv_dtype; /* "f32", "bf16", "f16" */
+  const char* kv_dtype; /* "f32", "bf16", "f16", "q8_0" (when the traits list it) */
   const char* options;  /* the backend string's "key=value&..." after '?', or "" */
   /* Appended (read them only when struct_size covers them): paged storage
    * (traits "paged", docs/OPERATIONS.md). block_size 0 is contiguous rows;

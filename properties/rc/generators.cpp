@@ -181,7 +181,8 @@ rc::Gen<ScenarioGenes> scenario_genes(Emphasis emphasis) {
       rc::gen::set(&ScenarioGenes::spare_rows, weighted_choice<int>({{4, 0}, {1, 1}, {1, 3}})),
       rc::gen::set(
           &ScenarioGenes::kv_dtype,
-          weighted_choice<KvDtype>({{8, KvDtype::kF32}, {1, KvDtype::kBF16}, {1, KvDtype::kF16}})),
+          weighted_choice<KvDtype>(
+              {{8, KvDtype::kF32}, {1, KvDtype::kBF16}, {1, KvDtype::kF16}, {2, KvDtype::kQ8_0}})),
       rc::gen::set(&ScenarioGenes::token_seed, rc::gen::inRange<uint64_t>(0, 1000)),
       rc::gen::set(&ScenarioGenes::ops,
                    vector_of<OpGenes>(weighted_choice<int>({{3, 0}, {2, 1}, {2, 2}, {1, 4}}), 0,
@@ -304,6 +305,11 @@ Scenario decode(const ScenarioGenes& genes, const EngineTraits& traits,
   c.d_ff = std::clamp(m.d_ff, 1, 64);
   c.vocab = std::clamp(m.vocab, 2, 64);
   s.kv_dtype = genes.kv_dtype;
+  // q8_0 keeps one scale per 32 elements of a head: a wide head has a full
+  // block and a partial one (the per-block faults need two blocks or heads).
+  // A third of the q8_0 scenarios, chosen by the token seed rather than a
+  // gene of its own, so the other genes keep drawing what they drew before.
+  if (s.kv_dtype == KvDtype::kQ8_0 && genes.token_seed % 3 == 0) c.head_dim += int(kQ8Block);
   fit_model(c, s.kv_dtype, limits);
   c.qkv_bias = c.family == Family::kGpt2 && m.qkv_bias;
   s.weight_seed = m.weight_seed;
@@ -493,12 +499,26 @@ rc::Gen<Scenario> scenario(Emphasis emphasis, const EngineTraits& traits,
 }
 
 Coverage& Coverage::operator|=(const Coverage& o) {
-  for (auto member :
-       {&Coverage::gpt2, &Coverage::mha, &Coverage::gqa, &Coverage::mqa, &Coverage::batched_step,
-        &Coverage::mixed_step, &Coverage::one_token_chunk, &Coverage::reset, &Coverage::finish,
-        &Coverage::reused_row, &Coverage::at_capacity, &Coverage::reduced_dtype, &Coverage::paged,
-        &Coverage::fork, &Coverage::fork_mid_block, &Coverage::fork_at_boundary,
-        &Coverage::truncate, &Coverage::truncate_to_zero, &Coverage::truncate_across_blocks}) {
+  for (auto member : {&Coverage::gpt2,
+                      &Coverage::mha,
+                      &Coverage::gqa,
+                      &Coverage::mqa,
+                      &Coverage::batched_step,
+                      &Coverage::mixed_step,
+                      &Coverage::one_token_chunk,
+                      &Coverage::reset,
+                      &Coverage::finish,
+                      &Coverage::reused_row,
+                      &Coverage::at_capacity,
+                      &Coverage::reduced_dtype,
+                      &Coverage::paged,
+                      &Coverage::fork,
+                      &Coverage::fork_mid_block,
+                      &Coverage::fork_at_boundary,
+                      &Coverage::truncate,
+                      &Coverage::truncate_to_zero,
+                      &Coverage::truncate_across_blocks,
+                      &Coverage::q8_multi_block}) {
     this->*member = this->*member || o.*member;
   }
   return *this;
@@ -512,6 +532,7 @@ Coverage coverage(const Scenario& s) {
   cov.mqa = c.n_kv_heads == 1 && c.n_heads > 1;
   cov.gqa = c.n_kv_heads > 1 && c.n_kv_heads < c.n_heads;
   cov.reduced_dtype = s.kv_dtype != KvDtype::kF32;
+  cov.q8_multi_block = s.kv_dtype == KvDtype::kQ8_0 && c.head_dim > int(kQ8Block);
 
   std::vector<int> fed(s.sequences.size(), 0);
   std::vector<bool> had_one_token_chunk(s.sequences.size(), false);

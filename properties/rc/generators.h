@@ -128,10 +128,11 @@ struct Coverage {
   bool one_token_chunk = false;  // a prompt chunk of 1 token after another chunk
   bool reset = false;
   bool finish = false;
-  bool reused_row = false;     // a start after a finish, with no reset between
-  bool at_capacity = false;    // a sequence fills the capacity exactly
-  bool reduced_dtype = false;  // bf16 or f16 KV
-  bool paged = false;          // block_size > 0
+  bool reused_row = false;      // a start after a finish, with no reset between
+  bool at_capacity = false;     // a sequence fills the capacity exactly
+  bool reduced_dtype = false;   // bf16, f16 or q8_0 KV
+  bool q8_multi_block = false;  // q8_0 with head_dim > 32: several scales per head
+  bool paged = false;           // block_size > 0
   bool fork = false, fork_mid_block = false, fork_at_boundary = false;
   bool truncate = false, truncate_to_zero = false, truncate_across_blocks = false;
 

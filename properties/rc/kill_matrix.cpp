@@ -35,6 +35,10 @@ const std::vector<CatalogueEntry>& fault_catalogue() {
       {Fault::kFreedBlockStillReferenced, {P::kPool}, 0, 8},
       {Fault::kRefcountLeak, {P::kPool}, 0, 8},
       {Fault::kBlockAliasing, {P::kOracle, P::kCacheState}, 6, 6},
+      // Quantized K/V (q8_0): P6 checks every stored scale.
+      {Fault::kKvScaleDropped, {P::kOracle, P::kCacheState}, 5, 5},
+      {Fault::kKvScalePerTensor, {P::kCacheState}, 5, 5},
+      {Fault::kKvScaleSharedKv, {P::kCacheState}, 5, 5},
   };
   return entries;
 }
@@ -70,7 +74,7 @@ KillMatrix run_kill_matrix(const std::function<EngineUnderTest(FaultSet)>& subje
       continue;
     }
     const EngineUnderTest subject = subject_for(row.fault ? FaultSet(*row.fault) : FaultSet());
-    if (row.fault && !declares(subject.traits.operations, fault_needs(*row.fault))) {
+    if (row.fault && !declares(subject.traits, fault_needs(*row.fault))) {
       row.skipped = "the backend lacks " + std::string(fault_needs(*row.fault));
       continue;
     }

@@ -425,7 +425,10 @@ class Parser {
       int_field(s.max_rows);
     } else if (key == "kv_dtype") {
       const Result<KvDtype> dtype = parse_kv_dtype(std::string(value));
-      if (!dtype) fail_at(line, "kv_dtype: expected f32, bf16 or f16, got " + quoted(value));
+      if (!dtype) {
+        fail_at(line,
+                std::string("kv_dtype: expected ") + kv_dtype_names() + ", got " + quoted(value));
+      }
       s.kv_dtype = dtype.value();
     }
   }

@@ -240,31 +240,18 @@ int32_t length(kvcheck_engine* engine, int64_t sequence, int32_t* n, kvcheck_err
   return guarded(error, [&] { *n = engine->engine->length(sequence); });
 }
 
-float widen(const CacheSnapshot& snap, const std::vector<uint8_t>& bytes, size_t i) {
-  switch (snap.dtype) {
-    case KvDtype::kBF16:
-    case KvDtype::kF16: {
-      uint16_t h;
-      std::memcpy(&h, bytes.data() + 2 * i, 2);
-      return snap.dtype == KvDtype::kBF16 ? bf16_to_float(h) : f16_to_float(h);
-    }
-    case KvDtype::kF32:
-      break;
-  }
-  float f;
-  std::memcpy(&f, bytes.data() + 4 * i, 4);
-  return f;
-}
-
 int32_t cache(kvcheck_engine* engine, int64_t sequence, int32_t layer, float* k, float* v,
               int64_t capacity, kvcheck_error* error) {
   return guarded(error, [&] {
     const CacheSnapshot snap = engine->engine->cache(sequence, layer);
     const size_t n = size_t(snap.length) * size_t(snap.n_kv_heads) * size_t(snap.head_dim);
     if (int64_t(n) > capacity) throw std::runtime_error("cache: buffer too small");
+    // Widened as the snapshot defines it (q8_0: code * its block's scale).
+    const size_t D = size_t(snap.head_dim), KVH = size_t(snap.n_kv_heads);
     for (size_t i = 0; i < n; ++i) {
-      k[i] = widen(snap, snap.k, i);
-      v[i] = widen(snap, snap.v, i);
+      const int pos = int(i / (KVH * D)), g = int(i / D % KVH), d = int(i % D);
+      k[i] = snap.k_at(pos, g, d);
+      v[i] = snap.v_at(pos, g, d);
     }
   });
 }

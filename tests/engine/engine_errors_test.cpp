@@ -124,15 +124,18 @@ TEST(EngineErrors, BadOptionsAndWeights) {
 
 TEST(EngineMemory, KvBytesEqualTheFormulaExactly) {
   for (const ModelCase& m : model_cases()) {
-    for (KvDtype dtype : {KvDtype::kF32, KvDtype::kBF16, KvDtype::kF16}) {
+    for (KvDtype dtype : {KvDtype::kF32, KvDtype::kBF16, KvDtype::kF16, KvDtype::kQ8_0}) {
       EngineOptions o;
       o.capacity = 40;
       o.max_rows = 3;
       o.kv_dtype = dtype;
       auto engine = make_cpu_engine(m.config, init_weights(m.config, 1), o);
+      // head_dim elements per head and slot, plus q8_0's scales.
       const uint64_t want = 2ull * m.config.n_layers * 3 * 40 * m.config.n_kv_heads *
-                            m.config.head_dim * uint64_t(kv_dtype_bytes(dtype));
+                            kv_row_bytes(dtype, size_t(m.config.head_dim));
       EXPECT_EQ(engine->memory().kv_bytes, want) << m.name << " " << kv_dtype_name(dtype);
+      // The model's sizing formula counts whole elements; q8_0 adds scales.
+      if (dtype == KvDtype::kQ8_0) continue;
       EXPECT_EQ(want, kv_cache_bytes(m.config.n_layers, 3, 40, m.config.n_kv_heads,
                                      m.config.head_dim, kv_dtype_bytes(dtype)));
     }

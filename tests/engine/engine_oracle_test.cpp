@@ -125,12 +125,13 @@ std::string name_of(const ::testing::TestParamInfo<Param>& info) {
   return model.name + (path == KernelPath::kReference ? "_ref_" : "_simd_") + kv_dtype_name(dtype);
 }
 
-INSTANTIATE_TEST_SUITE_P(
-    AllModels, EngineVsOracle,
-    ::testing::Combine(::testing::ValuesIn(model_cases()),
-                       ::testing::Values(KernelPath::kReference, KernelPath::kOptimized),
-                       ::testing::Values(KvDtype::kF32, KvDtype::kBF16, KvDtype::kF16)),
-    name_of);
+INSTANTIATE_TEST_SUITE_P(AllModels, EngineVsOracle,
+                         ::testing::Combine(::testing::ValuesIn(model_cases()),
+                                            ::testing::Values(KernelPath::kReference,
+                                                              KernelPath::kOptimized),
+                                            ::testing::Values(KvDtype::kF32, KvDtype::kBF16,
+                                                              KvDtype::kF16, KvDtype::kQ8_0)),
+                         name_of);
 
 }  // namespace
 }  // namespace kvcheck::test

@@ -65,7 +65,8 @@ TEST_P(StorageMapTest, RowsFollowStartStepAndFinish) {
 }
 
 INSTANTIATE_TEST_SUITE_P(Dtypes, StorageMapTest,
-                         testing::Values(KvDtype::kF32, KvDtype::kBF16, KvDtype::kF16));
+                         testing::Values(KvDtype::kF32, KvDtype::kBF16, KvDtype::kF16,
+                                         KvDtype::kQ8_0));
 
 // What the timeline shows for two faults: a reset that keeps the K/V leaves
 // stale data no sequence holds; shared rows put two holders on one row.

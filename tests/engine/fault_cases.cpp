@@ -27,7 +27,7 @@ Op observe() {
 }
 
 bool MinimalCase::cpu_only() const {
-  if (block_size > 0) return true;
+  if (block_size > 0 || kv_dtype == KvDtype::kQ8_0) return true;
   for (const Op& op : ops) {
     if (op.kind == Op::kFork || op.kind == Op::kTruncate || op.kind == Op::kObserve) return true;
   }
@@ -37,7 +37,9 @@ bool MinimalCase::cpu_only() const {
 Outcome run_minimal_case(const MinimalCase& m, FaultSet faults, const MakeEngine& make_engine) {
   Config c = m.family == Family::kGpt2 ? gpt2_tiny() : llama_tiny();
   c.n_layers = m.n_layers, c.n_heads = m.n_heads, c.n_kv_heads = m.n_kv_heads;
+  if (m.head_dim > 0) c.head_dim = m.head_dim;
   EngineOptions o;
+  o.kv_dtype = m.kv_dtype;
   o.capacity = m.capacity;
   o.max_rows = 4;
   o.faults = faults;
@@ -208,6 +210,19 @@ const std::vector<MinimalCase>& minimal_cases() {
        {start(), step({{0, 1}}), fork(0, 1), finish(0), observe()},
        2},
       {Fault::kBlockAliasing, F::kGpt2, 1, 1, 1, 4, {start(), step({{0, 2}})}, 1},
+      // q8_0: one token's K/V; per tensor needs two scale blocks in a head.
+      {Fault::kKvScaleDropped, F::kGpt2, 1, 1, 1, 4, {start(), step({{0, 1}})}, 0, KvDtype::kQ8_0},
+      {Fault::kKvScalePerTensor,
+       F::kGpt2,
+       1,
+       1,
+       1,
+       4,
+       {start(), step({{0, 1}})},
+       0,
+       KvDtype::kQ8_0,
+       40},
+      {Fault::kKvScaleSharedKv, F::kGpt2, 1, 1, 1, 4, {start(), step({{0, 1}})}, 0, KvDtype::kQ8_0},
   };
   return cases;
 }

@@ -39,6 +39,8 @@ struct MinimalCase {
   int n_layers, n_heads, n_kv_heads, capacity;
   std::vector<Op> ops;
   int block_size = 0;  // paged storage when > 0
+  KvDtype kv_dtype = KvDtype::kF32;
+  int head_dim = 0;  // 0: the tiny model's
 
   // Uses what only the CPU engine offers (docs/OPERATIONS.md).
   bool cpu_only() const;

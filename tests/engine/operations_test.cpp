@@ -50,7 +50,7 @@ TEST(Operations, PagedStorageGivesTheSameBitsAsContiguous) {
   for (const ModelCase& m : model_cases()) {
     const Weights w = init_weights(m.config, 3);
     for (KernelPath path : {KernelPath::kReference, KernelPath::kOptimized}) {
-      for (KvDtype dtype : {KvDtype::kF32, KvDtype::kBF16}) {
+      for (KvDtype dtype : {KvDtype::kF32, KvDtype::kBF16, KvDtype::kQ8_0}) {
         EngineOptions o;
         o.capacity = 24;
         o.max_rows = 4;

@@ -278,35 +278,32 @@ TEST(Matmul, PointerAlignmentDoesNotChangeBits) {
 struct KvRows {
   KvDtype dtype;
   size_t stride;
-  std::vector<uint16_t> half;  // bf16/f16 storage
-  std::vector<float> full;     // f32 storage
-  const void* data() const {
-    return dtype == KvDtype::kF32 ? static_cast<const void*>(full.data()) : half.data();
-  }
+  std::vector<unsigned char> bytes;  // [n_keys][kv_row_bytes(dtype, stride)] as kv_store_row writes
+  const void* data() const { return bytes.data(); }
+  size_t row_bytes() const { return kv_row_bytes(dtype, stride); }
+  unsigned char* row(size_t j) { return bytes.data() + j * row_bytes(); }
+  const unsigned char* row(size_t j) const { return bytes.data() + j * row_bytes(); }
   // The value a kernel reads back: the stored element widened.
-  double at(size_t row, size_t d) const {
-    const size_t i = row * stride + d;
-    switch (dtype) {
-      case KvDtype::kF32:
-        return full[i];
-      case KvDtype::kBF16:
-        return bf16_to_float(half[i]);
-      case KvDtype::kF16:
-        return f16_to_float(half[i]);
+  double at(size_t j, size_t d) const { return kv_load(row(j), dtype, stride, d); }
+  // Row j as a row of `dim` (<= stride) elements: the leading blocks' scales
+  // and the first dim elements keep their meaning.   dst: kv_row_bytes(dtype, dim)
+  void pack(size_t j, size_t dim, unsigned char* dst) const {
+    if (dtype != KvDtype::kQ8_0) {
+      std::memcpy(dst, row(j), dim * size_t(kv_dtype_bytes(dtype)));
+      return;
     }
-    return 0.0;
+    std::memcpy(dst, row(j), 4 * q8_blocks(dim));
+    std::memcpy(dst + 4 * q8_blocks(dim), row(j) + 4 * q8_blocks(stride), dim);
   }
 };
 
 KvRows random_kv(Rng& rng, KvDtype dtype, size_t n_keys, size_t dim, size_t stride) {
-  KvRows rows{dtype, stride, {}, {}};
+  KvRows rows{dtype, stride, {}};
+  // A varying magnitude per row gives q8_0 rows whose scales differ.
   const auto values = random_vector(rng, n_keys * stride + 1, -2.0f, 2.0f);
-  if (dtype == KvDtype::kF32) {
-    rows.full = values;
-  } else {
-    rows.half.resize(values.size());
-    kv_store(values.data(), dtype, rows.half.data(), values.size());
-  }
+  rows.bytes.resize(n_keys * rows.row_bytes() + 1);
+  for (size_t j = 0; j < n_keys; ++j)
+    kv_store_row(values.data() + j * stride, dtype, stride, rows.row(j));
   (void)dim;
   return rows;
 }
@@ -362,8 +359,8 @@ void exact_attention(const float* q, const KvRows& k, const KvRows& v, size_t n_
 TEST(Attend, SimdMatchesScalarWithinDerivedBoundOnEveryTarget) {
   for_each_simd_target([](const std::string& target) {
     Rng rng(kSeed + 4);
-    for (KvDtype dtype : {KvDtype::kF32, KvDtype::kBF16, KvDtype::kF16}) {
-      for (size_t dim : {1, 3, 7, 16, 17, 64}) {
+    for (KvDtype dtype : {KvDtype::kF32, KvDtype::kBF16, KvDtype::kF16, KvDtype::kQ8_0}) {
+      for (size_t dim : {1, 3, 7, 16, 17, 64, 70}) {
         for (size_t n_keys : {1, 2, 3, 15, 16, 17, 130}) {
           for (size_t group : {1, 3, 4, 5}) {
             const size_t stride = dim + (n_keys % 2) * 3;
@@ -403,7 +400,7 @@ TEST(Attend, SimdMatchesScalarWithinDerivedBoundOnEveryTarget) {
 TEST(Attend, HeadResultIndependentOfGroupStrideAndAlignment) {
   for_each_simd_target([](const std::string&) {
     Rng rng(kSeed + 5);
-    for (KvDtype dtype : {KvDtype::kF32, KvDtype::kBF16, KvDtype::kF16}) {
+    for (KvDtype dtype : {KvDtype::kF32, KvDtype::kBF16, KvDtype::kF16, KvDtype::kQ8_0}) {
       for (size_t dim : {8, 17, 64}) {
         for (size_t n_keys : {1, 5, 33, 128}) {
           const size_t group = 4, padded_stride = dim + 5;
@@ -416,17 +413,15 @@ TEST(Attend, HeadResultIndependentOfGroupStrideAndAlignment) {
             std::vector<float> grouped(group * dim);
             attend(path, q.data(), group, k.data(), v.data(), dtype, padded_stride, n_keys, dim,
                    scale, scores.data(), grouped.data());
-            // Packed copies (stride == dim), shifted by one element.
+            // Packed copies (stride == dim), shifted by one element (q8_0:
+            // one byte, so its scales are read unaligned).
             const size_t elem = static_cast<size_t>(kv_dtype_bytes(dtype));
-            std::vector<unsigned char> k_packed((n_keys * dim + 1) * elem),
-                v_packed((n_keys * dim + 1) * elem);
+            const size_t packed_row = kv_row_bytes(dtype, dim);
+            std::vector<unsigned char> k_packed(n_keys * packed_row + elem),
+                v_packed(n_keys * packed_row + elem);
             for (size_t j = 0; j < n_keys; ++j) {
-              std::memcpy(k_packed.data() + (j * dim + 1) * elem,
-                          static_cast<const unsigned char*>(k.data()) + j * padded_stride * elem,
-                          dim * elem);
-              std::memcpy(v_packed.data() + (j * dim + 1) * elem,
-                          static_cast<const unsigned char*>(v.data()) + j * padded_stride * elem,
-                          dim * elem);
+              k.pack(j, dim, k_packed.data() + elem + j * packed_row);
+              v.pack(j, dim, v_packed.data() + elem + j * packed_row);
             }
             for (size_t g = 0; g < group; ++g) {
               std::vector<float> q_moved(dim + 1), single(dim + 1), scratch(n_keys + 1, 1e30f);
@@ -449,7 +444,7 @@ TEST(Attend, HeadResultIndependentOfGroupStrideAndAlignment) {
 TEST(Attend, PagedRowsGiveTheContiguousBits) {
   for_each_simd_target([](const std::string&) {
     Rng rng(kSeed + 9);
-    for (KvDtype dtype : {KvDtype::kF32, KvDtype::kBF16}) {
+    for (KvDtype dtype : {KvDtype::kF32, KvDtype::kBF16, KvDtype::kQ8_0}) {
       for (size_t dim : {8, 17, 64}) {
         for (size_t n_keys : {1, 5, 33, 128}) {
           const size_t group = 2, stride = dim;
@@ -457,7 +452,7 @@ TEST(Attend, PagedRowsGiveTheContiguousBits) {
           const KvRows v = random_kv(rng, dtype, n_keys, dim, stride);
           const auto q = random_vector(rng, group * dim, -3.0f, 3.0f);
           const float scale = 1.0f / std::sqrt(static_cast<float>(dim));
-          const size_t elem = static_cast<size_t>(kv_dtype_bytes(dtype)), row = stride * elem;
+          const size_t row = kv_row_bytes(dtype, stride);
           for (size_t block : {1, 2, 3, 16, 32}) {
             const size_t n_blocks = (n_keys + block - 1) / block;
             // Blocks in reverse order in one pool: [n_blocks][block][stride].
@@ -520,22 +515,57 @@ TEST(Attend, WidensEveryHalfPatternExactly) {
   });
 }
 
+// q8_0, one key: the output is the value row read back, float(code) * scale
+// for every code and for scales across the float range (subnormal, NaN and
+// infinite ones included), in whole and partial blocks and vectors.
+TEST(Attend, WidensEveryQ8CodeAndScaleExactly) {
+  for_each_simd_target([](const std::string&) {
+    const float scales[] = {1.0f, 0x1p-140f, 3.1e-5f, 0.0157f, 7.0f, 1e30f, HUGE_VALF, NAN};
+    for (size_t dim : {255, 256, 7}) {
+      const size_t blocks = q8_blocks(dim);
+      std::vector<unsigned char> key(kv_row_bytes(KvDtype::kQ8_0, dim), 0);
+      std::vector<unsigned char> value(key.size(), 0);
+      for (size_t b = 0; b < blocks; ++b) {
+        std::memcpy(value.data() + 4 * b, &scales[b % std::size(scales)], 4);
+      }
+      for (size_t i = 0; i < dim; ++i) value[4 * blocks + i] = static_cast<unsigned char>(i + 1);
+      const std::vector<float> q(dim, 0.0f);
+      for (KernelPath path : {KernelPath::kScalar, KernelPath::kSimd}) {
+        std::vector<float> out(dim), scores(1);
+        attend(path, q.data(), 1, key.data(), value.data(), KvDtype::kQ8_0, dim, 1, dim, 1.0f,
+               scores.data(), out.data());
+        for (size_t i = 0; i < dim; ++i) {
+          const float expected = kv_load(value.data(), KvDtype::kQ8_0, dim, i);
+          const float product = float(int8_t(i + 1)) * scales[(i / kQ8Block) % std::size(scales)];
+          ASSERT_TRUE(expected == product || (std::isnan(expected) && std::isnan(product)));
+          ASSERT_TRUE(out[i] == expected || (std::isnan(out[i]) && std::isnan(expected)))
+              << "dim " << dim << " element " << i << ": " << out[i] << " vs " << expected;
+        }
+      }
+    }
+  });
+}
+
 // A NaN (poisoned, never written) key or value makes the output NaN on both
 // paths, so a read of an unwritten slot cannot hide.
 TEST(Attend, PoisonedSlotSurfacesAsNaN) {
   for_each_simd_target([](const std::string&) {
     Rng rng(kSeed + 6);
-    for (KvDtype dtype : {KvDtype::kF32, KvDtype::kBF16, KvDtype::kF16}) {
+    for (KvDtype dtype : {KvDtype::kF32, KvDtype::kBF16, KvDtype::kF16, KvDtype::kQ8_0}) {
       const size_t dim = 24, n_keys = 40;
       for (bool poison_key : {true, false}) {
         KvRows k = random_kv(rng, dtype, n_keys, dim, dim);
         KvRows v = random_kv(rng, dtype, n_keys, dim, dim);
         KvRows& target_rows = poison_key ? k : v;
-        const size_t slot = 29 * dim + 3;
-        if (dtype == KvDtype::kF32) {
-          target_rows.full[slot] = NAN;
+        // Element 3 of row 29 (q8_0: its block's scale, so the whole block).
+        if (dtype == KvDtype::kQ8_0) {
+          kv_poison_row(target_rows.row(29), dtype, dim);
+        } else if (dtype == KvDtype::kF32) {
+          const float nan = NAN;
+          std::memcpy(target_rows.row(29) + 3 * 4, &nan, 4);
         } else {
-          target_rows.half[slot] = poison_bits16(dtype);
+          const uint16_t bits = poison_bits16(dtype);
+          std::memcpy(target_rows.row(29) + 3 * 2, &bits, 2);
         }
         const auto q = random_vector(rng, dim);
         for (KernelPath path : {KernelPath::kScalar, KernelPath::kSimd}) {
@@ -830,7 +860,7 @@ TEST(KvStore, RoundsLikeTheReference) {
   }
   for (KvDtype dtype : {KvDtype::kBF16, KvDtype::kF16}) {
     std::vector<uint16_t> stored(values.size());
-    kv_store(values.data(), dtype, stored.data(), values.size());
+    kv_store_row(values.data(), dtype, values.size(), reinterpret_cast<uint8_t*>(stored.data()));
     for (size_t i = 0; i < values.size(); ++i) {
       const uint16_t expected =
           dtype == KvDtype::kBF16 ? float_to_bf16(values[i]) : float_to_f16(values[i]);
@@ -838,8 +868,50 @@ TEST(KvStore, RoundsLikeTheReference) {
     }
   }
   std::vector<float> f32(values.size());
-  kv_store(values.data(), KvDtype::kF32, f32.data(), values.size());
+  kv_store_row(values.data(), KvDtype::kF32, values.size(), reinterpret_cast<uint8_t*>(f32.data()));
   EXPECT_TRUE(same_bits(f32.data(), values.data(), values.size()));
+}
+
+// q8_0: each block's scale is fl(amax / 127), each code the nearest integer
+// of x / scale, so the stored value is within s (1/2 + 2^-16) of x
+// (docs/TOLERANCE.md); a partial last block gets its own scale, an all-zero
+// block scale 0, a block holding a NaN a NaN scale.
+TEST(KvStore, Q8RoundsEachBlockToItsOwnScale) {
+  Rng rng(kSeed + 14);
+  for (size_t dim : {1, 5, 32, 33, 70}) {
+    for (int trial = 0; trial < 200; ++trial) {
+      const float magnitude = std::ldexp(1.0f, int(rng.next() % 40) - 20);
+      auto values = random_vector(rng, dim, -magnitude, magnitude);
+      if (trial == 1) std::fill(values.begin(), values.end(), 0.0f);
+      if (trial == 2 && dim > 32) values[33 % dim] = NAN;
+      std::vector<uint8_t> row(kv_row_bytes(KvDtype::kQ8_0, dim));
+      kv_store_row(values.data(), KvDtype::kQ8_0, dim, row.data());
+      std::vector<float> scales(q8_blocks(dim));
+      q8_scales(values.data(), dim, scales.data());
+      for (size_t b = 0; b < q8_blocks(dim); ++b) {
+        float amax = 0.0f, stored;
+        bool nan = false;
+        for (size_t i = b * kQ8Block; i < std::min(dim, (b + 1) * kQ8Block); ++i) {
+          amax = std::max(amax, std::abs(values[i]));
+          nan |= std::isnan(values[i]);
+        }
+        std::memcpy(&stored, row.data() + 4 * b, 4);
+        ASSERT_TRUE(nan ? std::isnan(stored) : stored == amax / 127.0f) << "dim " << dim;
+        ASSERT_TRUE(nan ? std::isnan(scales[b]) : scales[b] == stored);
+        for (size_t i = b * kQ8Block; i < std::min(dim, (b + 1) * kQ8Block) && !nan; ++i) {
+          const double read = kv_load(row.data(), KvDtype::kQ8_0, dim, i);
+          ASSERT_LE(std::abs(read - values[i]), double(stored) * (0.5 + 0x1p-16))
+              << "dim " << dim << " element " << i;
+          const double code = double(int8_t(row[4 * q8_blocks(dim) + i]));
+          // Nearest: the next code either way is no closer.
+          ASSERT_LE(std::abs(code * stored - values[i]),
+                    std::abs((code + 1) * stored - values[i]) * (1 + 1e-6));
+          ASSERT_LE(std::abs(code * stored - values[i]),
+                    std::abs((code - 1) * stored - values[i]) * (1 + 1e-6));
+        }
+      }
+    }
+  }
 }
 
 // Prints the worst error/bound ratios seen by every check above (gtest runs

@@ -133,11 +133,15 @@ TEST(Generators, EveryOperationCoverageTagOccursWhenTheEngineDeclaresThem) {
   }
   EXPECT_TRUE(seen.paged && seen.fork && seen.fork_mid_block && seen.fork_at_boundary);
   EXPECT_TRUE(seen.truncate && seen.truncate_to_zero && seen.truncate_across_blocks);
-  // Without the operations declared, none is drawn.
+  // The CPU engine declares q8_0: drawn with two scale blocks per head too.
+  EXPECT_TRUE(seen.q8_multi_block);
+  // Without the operations declared, none is drawn; without q8_0, no q8_0.
   const rc::Gen<Scenario> strict = rcgen::scenario();
   for (uint64_t seed = 1; seed <= 100; ++seed) {
-    const rcgen::Coverage c = rcgen::coverage(strict(rc::Random(seed), int(seed % 101)).value());
+    const Scenario s = strict(rc::Random(seed), int(seed % 101)).value();
+    const rcgen::Coverage c = rcgen::coverage(s);
     EXPECT_FALSE(c.paged || c.fork || c.truncate) << seed;
+    EXPECT_NE(s.kv_dtype, KvDtype::kQ8_0) << seed;
   }
 }
 

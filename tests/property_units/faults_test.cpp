@@ -64,6 +64,9 @@ const std::vector<FaultCase>& fault_cases() {
       {Fault::kFreedBlockStillReferenced, {{P::kPool, 3, -1, -1}}},
       {Fault::kRefcountLeak, {{P::kPool, 3, -1, -1}}},
       {Fault::kBlockAliasing, {{P::kOracle, 1, 0, 0}, {P::kCacheState, 1, 0, 0, 0, 0, 0, 0}}},
+      {Fault::kKvScaleDropped, {{P::kOracle, 1, 0, 0}, {P::kCacheState, 1, 0, 0, 0, 0, 0, 0}}},
+      {Fault::kKvScalePerTensor, {{P::kCacheState, 1, 0, 0, 0, 0, 0, 0}}},
+      {Fault::kKvScaleSharedKv, {{P::kCacheState, 1, 0, 0, 0, 0, 0, 0}}},
   };
   return cases;
 }
@@ -128,13 +131,15 @@ TEST(Faults, EveryFaultIsKilledOnTheRichScenario) {
   // A small kill matrix: both families, every KV dtype. rope_reapplied is
   // equivalent in gpt2 (no RoPE), so only llama must kill it.
   for (Family family : {Family::kGpt2, Family::kLlama}) {
-    for (KvDtype dtype : {KvDtype::kF32, KvDtype::kBF16, KvDtype::kF16}) {
+    for (KvDtype dtype : {KvDtype::kF32, KvDtype::kBF16, KvDtype::kF16, KvDtype::kQ8_0}) {
       const Scenario scenario = rich_scenario(family, 4, 2, dtype);
       for (int f = 0; f < kFaultCount; ++f) {
         const Fault fault = static_cast<Fault>(f);
         if (fault == Fault::kRopeReapplied && family == Family::kGpt2) continue;
         // The rich scenario has no fork, truncation or paged storage.
         if (fault_needs(fault) == "truncate" || fault_needs(fault) == "paged") continue;
+        // The scale faults live in q8_0 storage only.
+        if (fault_needs(fault) == "q8_0" && dtype != KvDtype::kQ8_0) continue;
         bool killed = false;
         for (int p = 0; p < kPropertyCount && !killed; ++p) {
           killed = !check_property(static_cast<Property>(p), scenario,

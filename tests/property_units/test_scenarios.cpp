@@ -158,6 +158,14 @@ Scenario minimal_fault_scenario(Fault fault) {
       s.block_size = 1;
       s.calls = {S(0), P({{0, 2}})};
       break;
+    case Fault::kKvScalePerTensor:
+      s.config.head_dim = 40;  // two scale blocks in the head: 32 and 8
+      [[fallthrough]];
+    case Fault::kKvScaleDropped:
+    case Fault::kKvScaleSharedKv:
+      s.kv_dtype = KvDtype::kQ8_0;
+      s.calls = {S(0), P({{0, 1}})};
+      break;
     case Fault::kCount:
       break;
   }

@@ -15,8 +15,8 @@
 #include <cstring>
 #include <string>
 
-#include "model/rng.h"
 #include "backends/in_tree.h"
+#include "model/rng.h"
 #include "properties/runner.h"
 
 namespace kvcheck {
@@ -25,6 +25,8 @@ namespace {
 int pick(SplitMix64& rng, int lo, int hi) {
   return static_cast<int>(rng.in_range(lo, hi));
 }
+
+constexpr int kDtypes = 4;  // f32, bf16, f16, q8_0: the KvDtype order
 
 // A random valid scenario at "small" sizes: what a campaign case looks like.
 Scenario random_scenario(SplitMix64& rng) {
@@ -45,8 +47,10 @@ Scenario random_scenario(SplitMix64& rng) {
   s.capacity = pick(rng, 4, 48);
   c.max_pos = s.capacity + pick(rng, 0, 8);
   s.max_rows = pick(rng, 1, 4);
-  const int dtype = pick(rng, 0, 2);
-  s.kv_dtype = dtype == 0 ? KvDtype::kF32 : dtype == 1 ? KvDtype::kBF16 : KvDtype::kF16;
+  const KvDtype dtypes[kDtypes] = {KvDtype::kF32, KvDtype::kBF16, KvDtype::kF16, KvDtype::kQ8_0};
+  s.kv_dtype = dtypes[pick(rng, 0, kDtypes - 1)];
+  // q8_0 heads wider than 32 hold a whole scale block and a partial one.
+  if (s.kv_dtype == KvDtype::kQ8_0 && rng.below(2) == 1) c.head_dim += int(kQ8Block);
   for (int i = 0; i < n_sequences; ++i) {
     std::vector<int32_t>& tokens = s.sequences.emplace_back();
     const int n = pick(rng, 1, s.capacity);
@@ -124,7 +128,12 @@ int main(int argc, char** argv) {
   SplitMix64 rng(seed);
   const EngineFactory paths[2] = {cpu_engine_factory({}, KernelPath::kReference),
                                   cpu_engine_factory({}, KernelPath::kOptimized)};
-  double worst[2][3] = {};  // [P1, P6][dtype]
+  // With the CPU engine's own traits: they declare q8_0 (the strict default does not).
+  const EngineUnderTest subjects[2] = {
+      EngineUnderTest(paths[0], cpu_engine_traits(KernelPath::kReference)),
+      EngineUnderTest(paths[1], cpu_engine_traits(KernelPath::kOptimized))};
+  double worst[2][kDtypes] = {};     // [P1, P6][dtype]
+  long applicable[2][kDtypes] = {};  // [P1, P6][dtype] cases the property applied to
   long logits_compared = 0, invalid = 0, failures = 0;
   std::string worst_case;
   double fault_min_caught[kFaultCount];
@@ -139,10 +148,11 @@ int main(int argc, char** argv) {
       ++invalid;
       continue;
     }
-    const EngineFactory& factory = paths[n % 2];
+    const EngineUnderTest& subject = subjects[n % 2];
     const int dtype = static_cast<int>(s.kv_dtype);
     for (Property p : {Property::kOracle, Property::kCacheState}) {
-      const Verdict v = check_property(p, s, factory);
+      const Verdict v = check_property(p, s, subject);
+      applicable[p == Property::kOracle ? 0 : 1][dtype] += v.applicable;
       if (!v.passed) {
         ++failures;
         std::printf("CORRECT ENGINE FAILED case %ld:\n%s\n%s\n%s\n", n, s.to_text().c_str(),
@@ -158,7 +168,7 @@ int main(int argc, char** argv) {
     if (timing) {
       for (int p = 0; p < kPropertyCount; ++p) {
         const auto start = std::chrono::steady_clock::now();
-        const Verdict v = check_property(static_cast<Property>(p), s, paths[1]);
+        const Verdict v = check_property(static_cast<Property>(p), s, subjects[1]);
         property_seconds[p] += seconds_since(start);
         property_runs[p] += 1;
         if (!v.passed) {
@@ -173,8 +183,9 @@ int main(int argc, char** argv) {
       const RunResult correct = run_scenario(s, init_weights(s.config, s.weight_seed), paths[1]);
       for (int f = 0; f < kFaultCount; ++f) {
         const FaultSet set(static_cast<Fault>(f));
-        const Verdict v =
-            check_property(Property::kOracle, s, cpu_engine_factory(set, KernelPath::kOptimized));
+        const Verdict v = check_property(
+            Property::kOracle, s,
+            EngineUnderTest(cpu_engine_factory(set, KernelPath::kOptimized), cpu_engine_traits()));
         if (!v.passed) {
           ++fault_caught[f];
           // A refusal of a valid call fails P1 without a ratio.
@@ -195,11 +206,12 @@ int main(int argc, char** argv) {
       }
     }
   }
-  const char* names[3] = {"f32", "bf16", "f16"};
   std::printf("largest error/bound of the correct engine (%ld logits compared):\n",
               logits_compared);
-  for (int d = 0; d < 3; ++d) {
-    std::printf("  %-5s P1 %.4f   P6 %.4f\n", names[d], worst[0][d], worst[1][d]);
+  for (int d = 0; d < kDtypes; ++d) {
+    const char* name = kv_dtype_name(static_cast<KvDtype>(d));
+    std::printf("  %-5s P1 %.4f   P6 %.4f   (applicable in %ld / %ld cases)\n", name, worst[0][d],
+                worst[1][d], applicable[0][d], applicable[1][d]);
   }
   std::printf("worst f32 P1 case:\n%s", worst_case.c_str());
   if (faults) {

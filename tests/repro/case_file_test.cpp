@@ -184,7 +184,7 @@ std::vector<Malformed> malformed_cases() {
        "mask_top_left, append_overwrites, compaction_table_only, rope_reapplied, kv_swapped, "
        "capacity_wraps, truncate_noop, truncate_keeps_position, reset_clears_layer0_only, "
        "cow_skipped, fork_shares_partial_block, freed_block_still_referenced, refcount_leak, "
-       "block_aliasing"},
+       "block_aliasing, kv_scale_dropped, kv_scale_per_tensor, kv_scale_shared_kv"},
       {"trailing comma in faults", with_line("fault", "fault kv_swapped,"),
        "line 6: fault: expected a fault name after the last comma"},
       {"empty backend", with_line("backend", "backend  "),
@@ -211,7 +211,7 @@ std::vector<Malformed> malformed_cases() {
        "line 22: weights_file: loading weights from a file is not supported by case format 1; "
        "expected weight_seed <integer> (docs/CASE_FORMAT.md)"},
       {"bad dtype", with_line("kv_dtype", "kv_dtype f8"),
-       "line 27: kv_dtype: expected f32, bf16 or f16, got \"f8\""},
+       "line 27: kv_dtype: expected f32, bf16, f16 or q8_0, got \"f8\""},
       {"duplicate key", with_line("max_rows", "capacity 8"),
        "line 26: capacity: given twice (first on line 25); expected it once"},
       {"missing key", with_line("max_rows", ""),

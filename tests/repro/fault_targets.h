@@ -46,6 +46,9 @@ inline const std::vector<FaultTarget>& fault_targets() {
         P::kPool,        // freed_block_still_referenced
         P::kPool,        // refcount_leak
         P::kOracle,      // block_aliasing
+        P::kCacheState,  // kv_scale_dropped
+        P::kCacheState,  // kv_scale_per_tensor
+        P::kCacheState,  // kv_scale_shared_kv
     };
     std::vector<FaultTarget> out;
     for (const rcgen::CatalogueEntry& e : rcgen::fault_catalogue()) {

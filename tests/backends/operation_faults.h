@@ -1,5 +1,5 @@
 // Every fault that lives in an operation of docs/OPERATIONS.md (fork,
-// truncate, paged storage, the storage check), switched on inside an engine
+// truncate, paged storage, the storage check, the q8_0 dtype), switched on inside an engine
 // behind a transport that carries no fault switches (kvcheck-serve --fault,
 // the test plugin's fault= option): on the fault's minimal scenario every
 // property must give the in-tree verdict through the transport, at least
@@ -35,7 +35,13 @@ inline void expect_operation_faults_caught(
       const Verdict b = check_property(Property(p), s, in_tree);
       EXPECT_EQ(a.passed, b.passed)
           << name << " " << property_name(Property(p)) << ": " << a.summary << " vs " << b.summary;
-      EXPECT_EQ(a.summary, b.summary) << name << " " << property_name(Property(p));
+      // The transports widen a q8_0 snapshot to f32 without its scales, so P6
+      // bounds each element by the largest correct scale instead of the stored
+      // one and may name another slot first: the verdict must agree, the text
+      // need not.
+      if (fault_needs(f) != "q8_0") {
+        EXPECT_EQ(a.summary, b.summary) << name << " " << property_name(Property(p));
+      }
       failed += a.applicable && !a.passed;
       const Verdict c = check_property(Property(p), s, clean);
       EXPECT_TRUE(c.passed) << name << " clean " << property_name(Property(p)) << ": " << c.summary;

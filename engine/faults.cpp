@@ -43,6 +43,14 @@ constexpr std::array<FaultInfo, kFaultCount> kFaults = {{
      "paged"},
     {"block_aliasing", "two blocks alias one storage block (vLLM #41657: 2 x 16 == 1 x 32)",
      "paged"},
+    {"prefix_hash_only", "prefix match on an 8-bit hash with no token check (openvino.genai #3722)",
+     "prefix_cache"},
+    {"prefix_hit_extra_block",
+     "a hit of exactly one block takes one block too many and writes into it (SGLang #22819)",
+     "prefix_cache"},
+    {"refusal_leaves_half_table",
+     "a refused allocation leaves a half-built block table (TensorRT-LLM PR #12510 invariants)",
+     "paged"},
 }};
 
 }  // namespace

@@ -39,6 +39,10 @@ enum class Fault : uint8_t {
   kFreedBlockStillReferenced,  // finish frees its blocks even where a fork still holds them
   kRefcountLeak,               // finish never drops the references of shared blocks
   kBlockAliasing,              // blocks 2i and 2i+1 share one block of storage
+  // The prefix cache and small pools.
+  kPrefixHashOnly,          // a prefix match on an 8-bit hash, tokens never compared
+  kPrefixHitExtraBlock,     // a one-block hit also takes the next cached block and writes into it
+  kRefusalLeavesHalfTable,  // a refused step keeps the blocks it took before running dry
   kCount
 };
 

@@ -120,6 +120,8 @@ std::pair<int, int> peak_rows_and_length(const Scenario& s) {
       case Call::Kind::kReset:
         running = 0;
         break;
+      case Call::Kind::kFlush:
+        break;
       case Call::Kind::kStep:
         for (const ChunkSpec& chunk : call.chunks) {
           if (size_t(chunk.sequence) >= fed.size()) continue;

@@ -162,8 +162,8 @@ std::vector<Malformed> malformed_cases() {
       {"unknown key", with_line("backend", "colour blue"),
        "line 7: unknown key \"colour\"; expected one of note, property, fault, backend, engine, "
        "model, model_hash, the model and engine fields (family ... kv_dtype, block_size, "
-       "pool_blocks), sequence, start, step, finish, reset, fork, truncate, verdict, where, "
-       "summary (docs/CASE_FORMAT.md)"},
+       "pool_blocks, prefix_cache), sequence, start, step, finish, reset, fork, truncate, flush, "
+       "verdict, where, summary (docs/CASE_FORMAT.md)"},
       {"model without hash", with_line("backend", "model /tmp/my model"),
        "line 7: model: expected a line \"model_hash fnv1a64:...\" too (the hash of the "
        "checkpoint's files)"},

@@ -43,7 +43,7 @@ constexpr std::array<FaultInfo, kFaultCount> kFaults = {{
      "paged"},
     {"block_aliasing", "two blocks alias one storage block (vLLM #41657: 2 x 16 == 1 x 32)",
      "paged"},
-    {"prefix_hash_only", "prefix match on an 8-bit hash with no token check (openvino.genai #3722)",
+    {"prefix_hash_only", "prefix match on a 4-bit hash with no token check (openvino.genai #3722)",
      "prefix_cache"},
     {"prefix_hit_extra_block",
      "a hit of exactly one block takes one block too many and writes into it (SGLang #22819)",

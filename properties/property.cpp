@@ -904,6 +904,12 @@ std::string underivable_arithmetic(const ArithmeticTraits& a);
 
 Verdict check_capacity(const Context& context) {
   Verdict verdict = start_verdict(Property::kCapacity);
+  if (context.scenario.prefix_cache) {
+    // Its probes feed sequences directly and compare every logit; a prefix
+    // hit leaves some uncomputed (P15 checks those sequences).
+    return not_applicable(Property::kCapacity,
+                          "the scenario has a prefix cache (its probes would take hits)");
+  }
   if (context.scenario.pool_blocks > 0) {
     // Its probes would meet the pool's refusals before the capacity's.
     return not_applicable(Property::kCapacity, "the scenario's pool (pool_blocks " +

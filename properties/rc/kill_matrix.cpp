@@ -35,6 +35,10 @@ const std::vector<CatalogueEntry>& fault_catalogue() {
       {Fault::kFreedBlockStillReferenced, {P::kPool}, 0, 8},
       {Fault::kRefcountLeak, {P::kPool}, 0, 8},
       {Fault::kBlockAliasing, {P::kOracle, P::kCacheState}, 6, 6},
+      // The prefix cache and small pools (docs/FAULTS.md derives the sizes).
+      {Fault::kPrefixHashOnly, {P::kOracle, P::kCacheState, P::kPrefix}, 9, 9},
+      {Fault::kPrefixHitExtraBlock, {P::kCacheState}, 12, 10},
+      {Fault::kRefusalLeavesHalfTable, {P::kOracle, P::kPool}, 0, 6},
   };
   return entries;
 }

@@ -326,11 +326,21 @@ void model_candidates(const Scenario& s, CandidateList& out) {
     c.kv_dtype = KvDtype::kF32;
     out.add(std::move(c));
   }
-  // Contiguous storage, smaller blocks, the default pool.
+  // No prefix cache (its flushes go with it), contiguous storage, smaller
+  // blocks, the default pool (the largest: nothing runs dry).
+  const auto without_prefix_cache = [](Scenario& c) {
+    c.prefix_cache = false;
+    std::erase_if(c.calls, [](const Call& call) { return call.kind == Call::Kind::kFlush; });
+  };
+  if (s.prefix_cache) {
+    Scenario c = s;
+    without_prefix_cache(c);
+    out.add(std::move(c));
+  }
   for (int v : smaller_values(s.block_size, 0, {1, 2})) {
     Scenario c = s;
     c.block_size = v;
-    if (v == 0) c.pool_blocks = 0;
+    if (v == 0) c.pool_blocks = 0, without_prefix_cache(c);
     out.add(std::move(c));
   }
   if (s.pool_blocks > 0) {
@@ -370,7 +380,8 @@ void token_candidates(const Scenario& s, CandidateList& out) {
 int64_t shrink_complexity(const Scenario& s) {
   const Config& c = s.config;
   int64_t total = int64_t(c.d_model) + c.d_ff + c.head_dim + c.n_kv_heads + c.vocab + c.max_pos +
-                  s.capacity + s.max_rows + s.block_size + s.pool_blocks + (c.qkv_bias ? 1 : 0) +
+                  s.capacity + s.max_rows + s.block_size + s.pool_blocks +
+                  (s.prefix_cache ? 1 : 0) + (c.qkv_bias ? 1 : 0) +
                   (s.kv_dtype != KvDtype::kF32 ? 1 : 0);
   for (const auto& tokens : s.sequences) {
     total += int64_t(tokens.size());

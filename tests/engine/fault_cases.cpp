@@ -228,7 +228,7 @@ const std::vector<MinimalCase>& minimal_cases() {
        {start(), step({{0, 1}}), fork(0, 1), finish(0), observe()},
        2},
       {Fault::kBlockAliasing, F::kGpt2, 1, 1, 1, 4, {start(), step({{0, 2}})}, 1},
-      // Tokens 0 and 32 agree in the top 8 bits of their one-block keys.
+      // Tokens 0 and 32 agree in the top 8 (so 4) bits of their one-block keys.
       {Fault::kPrefixHashOnly,
        F::kGpt2,
        1,

@@ -129,9 +129,10 @@ std::vector<ScheduleSeed> schedule_seeds() {
         Property::kSharing);
   }
   {
-    // docs/OPERATIONS.md: a prefix cache in a pool of 5 blocks of 2: the
-    // second prompt starts with the first's 4 tokens (a hit on 2 blocks),
-    // the third needs an eviction, a flush, a refeed.
+    // docs/OPERATIONS.md: a prefix cache in a pool of 5 blocks of 2; every
+    // prompt starts with the same 4 tokens: the second hits 2 cached blocks
+    // of the finished first, the third 1 block the second holds (its chunk
+    // of 4 leaves the last token to compute), then a flush and a decode.
     ProgramHeader h = header(kGpt2, 1, 1, 1);
     h.block_size = 2;
     h.prefix_cache = 1;

@@ -344,9 +344,16 @@ void model_candidates(const Scenario& s, CandidateList& out) {
     out.add(std::move(c));
   }
   if (s.pool_blocks > 0) {
+    // The default pool (it never runs dry), or a smaller one (a refusal
+    // then comes with fewer tokens).
     Scenario c = s;
     c.pool_blocks = 0;
     out.add(std::move(c));
+    for (int v : smaller_values(s.pool_blocks, 1)) {
+      Scenario d = s;
+      d.pool_blocks = v;
+      out.add(std::move(d));
+    }
   }
 }
 

@@ -15,8 +15,8 @@
 #include <cstring>
 #include <string>
 
-#include "model/rng.h"
 #include "backends/in_tree.h"
+#include "model/rng.h"
 #include "properties/runner.h"
 
 namespace kvcheck {

@@ -416,23 +416,32 @@ std::vector<int> BasicSequenceTable<kFaults>::prepare_step(std::span<const Batch
                                                            const PoisonSlots& poison) {
   std::vector<int> reused(batch.size(), 0);  // [entry] tokens taken from the prefix cache
   if (!paged()) return reused;
-  // Prefix hits, found before anything changes: whole cached blocks matching
-  // the chunk's leading tokens, covering at most n - 1 of them so that the
-  // last token's logits are computed.
+  // Prefix hits, found before anything changes: the longest run of whole
+  // cached blocks matching the chunk's leading tokens. The hit reuses at most
+  // n - 1 tokens of them, so that the last token's logits are computed: when
+  // the whole chunk is cached, the last block is shared and copied before the
+  // last token is written into it (it is registered, so never written).
   std::vector<std::vector<int>> hits(batch.size());  // [entry][logical block]
-  std::vector<int> matched(batch.size(), 0);         // [entry] tokens the hit covers
+  std::vector<int> matched(batch.size(), 0);         // [entry] tokens reused, k
+  std::vector<bool> partial(batch.size(), false);    // [entry] k ends inside the last hit block
+  std::vector<bool> extra(batch.size(), false);      // [entry] the fault's extra block
   std::vector<bool> in_hit(size_t(pool_blocks_), false);
   if (prefix_cache_) {
     for (size_t i = 0; i < batch.size(); ++i) {
       const SequenceState& s = sequences_.at(batch[i].sequence);
       if (s.length != 0 || s.slot_base != 0) continue;
       const int n = static_cast<int>(batch[i].tokens.size());
-      hits[i] = index_.match(batch[i].tokens, (n - 1) / block_size_,
+      hits[i] = index_.match(batch[i].tokens, n / block_size_,
                              has(Fault::kPrefixHashOnly) ? kFaultyHashBits : 64);
-      matched[i] = static_cast<int>(hits[i].size()) * block_size_;
+      const int covered = static_cast<int>(hits[i].size()) * block_size_;
+      matched[i] = std::min(covered, n - 1);
+      partial[i] = matched[i] < covered;
       // Fault: a one-block hit also takes the block chained after it.
       if (has(Fault::kPrefixHitExtraBlock) && hits[i].size() == 1 && n > block_size_) {
-        if (const int next = index_.child_of(hits[i][0]); next >= 0) hits[i].push_back(next);
+        if (const int next = index_.child_of(hits[i][0]); next >= 0) {
+          hits[i].push_back(next);
+          extra[i] = true;
+        }
       }
       for (const int b : hits[i]) in_hit[size_t(b)] = true;
     }
@@ -459,7 +468,10 @@ std::vector<int> BasicSequenceTable<kFaults>::prepare_step(std::span<const Batch
   for (size_t i = 0; i < batch.size(); ++i) {
     const SequenceState& s = sequences_.at(batch[i].sequence);
     needed += size_t(blocks_needed(s, chunk(i), std::max(s.blocks.size(), hits[i].size())));
-    if (!hits[i].empty()) continue;  // a hit ends on a block boundary: nothing to copy
+    if (!hits[i].empty()) {
+      needed += partial[i];  // the copy of the last hit block
+      continue;
+    }
     if (const int shared = cow_block(s); shared >= 0) {
       auto [it, fresh] = references.try_emplace(shared, refcount_[size_t(shared)]);
       if (it->second > 1 || (prefix_cache_ && index_.registered(shared))) ++needed;
@@ -503,8 +515,7 @@ std::vector<int> BasicSequenceTable<kFaults>::prepare_step(std::span<const Batch
     SequenceState& s = sequences_.at(batch[i].sequence);
     const int k = matched[i];
     // The fault's extra block is written in place: it skips the copy.
-    const bool extra = hits[i].size() * size_t(block_size_) > size_t(k);
-    if (const int shared = extra ? -1 : cow_block(s); shared >= 0) {
+    if (const int shared = extra[i] ? -1 : cow_block(s); shared >= 0) {
       const int own = allocate_block(poison);
       copy(storage_block(shared), storage_block(own), (s.slot_base + s.length) % block_size_);
       s.blocks[size_t((s.slot_base + s.length) / block_size_)] = own;

@@ -111,9 +111,9 @@ class BasicSequenceTable {
   // own for the slots it will write (copy on write of a shared or
   // registered block, new blocks from the free list, then evicted cached
   // blocks). With a prefix cache, a sequence of length 0 first takes the
-  // longest run of cached blocks matching its chunk's leading tokens (at
-  // most n - 1 of them): its length advances by those k tokens. Returns k
-  // per entry (the caller computes only the rest of the chunk). Throws
+  // longest run of cached blocks matching its chunk's leading tokens and
+  // reuses k = min(their tokens, n - 1) of them: its length advances by k.
+  // Returns k per entry (the caller computes only the rest of the chunk). Throws
   // kCapacity, changing nothing, when the pool cannot supply the blocks.
   // All zeros, and nothing else, when contiguous.
   std::vector<int> prepare_step(std::span<const BatchEntry> batch, const CopySlots& copy,

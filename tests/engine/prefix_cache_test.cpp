@@ -5,6 +5,7 @@
 // registered block before writing into it, and poisons what it frees.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstring>
 #include <string>
@@ -59,8 +60,8 @@ TEST(PrefixCache, AHitReusesWholeBlocksAndGivesTheColdBits) {
       const SequenceId b = engine->start();
       const std::vector<float> got = step_one(*engine, b, prompt);
       const int k = engine->reused(b);
-      EXPECT_EQ(k, (10 / block) * block)
-          << m.name << " B=" << block;  // at most n - 1, whole blocks
+      // Whole cached blocks, at most n - 1 = 10 tokens of them.
+      EXPECT_EQ(k, std::min((11 / block) * block, 10)) << m.name << " B=" << block;
       for (int row = 0; row < 11; ++row) {
         if (row < k) {
           EXPECT_TRUE(row_is_nan(got, row, V)) << "reused row " << row;
@@ -95,11 +96,18 @@ TEST(PrefixCache, TokensAreComparedAndOnlyLeadingWholeBlocksMatch) {
   const SequenceId b = engine->start();
   step_one(*engine, b, {1, 2, 3, 9, 7});
   EXPECT_EQ(engine->reused(b), 2);
-  // The whole chunk is cached: the last token is still computed (n - 1 = 3
-  // allows one block).
+  // The whole chunk is cached: every token but the last is reused; the last
+  // block is shared, then copied before the last token is written.
   const SequenceId d = engine->start();
+  const std::vector<int> a_table = engine->pool().tables[0].second;
   step_one(*engine, d, {1, 2, 3, 4});
-  EXPECT_EQ(engine->reused(d), 2);
+  EXPECT_EQ(engine->reused(d), 3);
+  const PoolReport r = engine->pool();
+  const std::vector<int>& d_table = r.tables.back().second;
+  ASSERT_EQ(d_table.size(), 2u);
+  EXPECT_EQ(d_table[0], a_table[0]);
+  EXPECT_NE(d_table[1], a_table[1]) << "the registered block was written in place";
+  EXPECT_EQ(engine->unheld_storage_check(), "");
   // A first block that differs: no hit, even though later blocks match.
   engine->finish(d);
   const SequenceId e = engine->start();

@@ -133,11 +133,13 @@ TEST(Generators, EveryOperationCoverageTagOccursWhenTheEngineDeclaresThem) {
   }
   EXPECT_TRUE(seen.paged && seen.fork && seen.fork_mid_block && seen.fork_at_boundary);
   EXPECT_TRUE(seen.truncate && seen.truncate_to_zero && seen.truncate_across_blocks);
+  EXPECT_TRUE(seen.prefix_cache && seen.flush && seen.small_pool && seen.shared_prompt);
   // Without the operations declared, none is drawn.
   const rc::Gen<Scenario> strict = rcgen::scenario();
   for (uint64_t seed = 1; seed <= 100; ++seed) {
     const rcgen::Coverage c = rcgen::coverage(strict(rc::Random(seed), int(seed % 101)).value());
-    EXPECT_FALSE(c.paged || c.fork || c.truncate) << seed;
+    EXPECT_FALSE(c.paged || c.fork || c.truncate || c.prefix_cache || c.flush || c.small_pool)
+        << seed;
   }
 }
 

@@ -354,7 +354,12 @@ void BasicSequenceTable<kFaults>::evict(int block, const PoisonSlots& poison) {
   // Blocks chained after it can no longer be reached; the cached ones
   // are freed with it (a held one stays with its holder, unregistered).
   for (const int b : dropped) {
-    if (refcount_[size_t(b)] != 0) continue;
+    if (refcount_[size_t(b)] != 0) {
+      // No longer the cache's: the slots past its holders' lengths (a
+      // truncated holder) are nobody's now.
+      poison(storage_block(b), held_slots(b), block_size_);
+      continue;
+    }
     free_.push_back(b);
     poison(storage_block(b), 0, block_size_);
   }
@@ -367,13 +372,22 @@ void BasicSequenceTable<kFaults>::flush_prefix_cache(const PoisonSlots& poison) 
                       "flush_prefix_cache: the engine has no prefix cache "
                       "(EngineOptions::prefix_cache is false)");
   }
-  std::vector<int> dropped;
+  std::vector<int> registered;
   for (int b = 0; b < pool_blocks_; ++b) {
-    if (!cached(b)) continue;
-    free_.push_back(b);
-    poison(storage_block(b), 0, block_size_);
+    if (index_.registered(b)) registered.push_back(b);
   }
-  for (int b = 0; b < pool_blocks_; ++b) index_.remove(b, dropped);
+  std::vector<int> dropped;
+  for (const int b : registered) index_.remove(b, dropped);
+  for (const int b : registered) {
+    if (refcount_[size_t(b)] == 0) {
+      free_.push_back(b);  // was cached
+      poison(storage_block(b), 0, block_size_);
+    } else {
+      // Held, no longer registered: what its holders do not hold (a
+      // truncated holder's tail) is nobody's now.
+      poison(storage_block(b), held_slots(b), block_size_);
+    }
+  }
 }
 
 template <bool kFaults>

@@ -194,6 +194,22 @@ TEST(PrefixCache, ARegisteredBlockIsCopiedBeforeAWrite) {
   EXPECT_EQ(engine->unheld_storage_check(), "");
 }
 
+TEST(PrefixCache, AFlushPoisonsTheTailOfAHeldBlockATruncationLeft) {
+  // Found by P14 (property_test, seed 2255273001695342541): a registered block
+  // keeps the slots a truncation gave up (the cache holds them); once the
+  // flush unregisters it, they are nobody's and must be poisoned.
+  const Config c = model_cases()[0].config;
+  const Weights w = init_weights(c, 1);
+  auto engine = make_cpu_engine(c, w, prefix_options(4, 0));
+  const SequenceId a = engine->start();
+  step_one(*engine, a, {7, 3, 3, 7, 3});
+  engine->truncate(a, 2);  // length 3 inside the registered [7 3 3 7]
+  EXPECT_EQ(engine->unheld_storage_check(), "");
+  engine->flush_prefix_cache();
+  EXPECT_EQ(engine->unheld_storage_check(), "");
+  EXPECT_EQ(engine->length(a), 3);
+}
+
 TEST(PrefixCache, ARefusalChangesNothingAndProtectsTheHitBlocks) {
   const Config c = model_cases()[0].config;
   const Weights w = init_weights(c, 1);

@@ -447,6 +447,8 @@ std::vector<int> BasicSequenceTable<kFaults>::prepare_step(std::span<const Batch
       const int n = static_cast<int>(batch[i].tokens.size());
       hits[i] = index_.match(batch[i].tokens, n / block_size_,
                              has(Fault::kPrefixHashOnly) ? kFaultyHashBits : 64);
+      // A one-token chunk reuses nothing (its token is the last one).
+      if (n == 1) hits[i].clear();
       const int covered = static_cast<int>(hits[i].size()) * block_size_;
       matched[i] = std::min(covered, n - 1);
       partial[i] = matched[i] < covered;
@@ -477,25 +479,43 @@ std::vector<int> BasicSequenceTable<kFaults>::prepare_step(std::span<const Batch
   // Entries copy in batch order, each dropping a reference to the shared
   // block: the last writer of a block shared within the batch copies nothing
   // (unless it is registered: registered contents never change).
-  size_t needed = 0;
-  std::map<int, int> references;  // [shared block] references left while counting
-  for (size_t i = 0; i < batch.size(); ++i) {
-    const SequenceState& s = sequences_.at(batch[i].sequence);
-    needed += size_t(blocks_needed(s, chunk(i), std::max(s.blocks.size(), hits[i].size())));
-    if (!hits[i].empty()) {
-      needed += partial[i];  // the copy of the last hit block
-      continue;
+  size_t needed = 0, evictable = 0;
+  const auto count = [&] {
+    needed = 0;
+    std::map<int, int> references;  // [shared block] references left while counting
+    for (size_t i = 0; i < batch.size(); ++i) {
+      const SequenceState& s = sequences_.at(batch[i].sequence);
+      needed += size_t(blocks_needed(s, chunk(i), std::max(s.blocks.size(), hits[i].size())));
+      if (!hits[i].empty()) {
+        needed += partial[i];  // the copy of the last hit block
+        continue;
+      }
+      if (const int shared = cow_block(s); shared >= 0) {
+        auto [it, fresh] = references.try_emplace(shared, refcount_[size_t(shared)]);
+        if (it->second > 1 || (prefix_cache_ && index_.registered(shared))) ++needed;
+        --it->second;
+      }
     }
-    if (const int shared = cow_block(s); shared >= 0) {
-      auto [it, fresh] = references.try_emplace(shared, refcount_[size_t(shared)]);
-      if (it->second > 1 || (prefix_cache_ && index_.registered(shared))) ++needed;
-      --it->second;
+    // Cached blocks a hit takes cannot be evicted to make room.
+    evictable = 0;
+    for (int b = 0; b < pool_blocks_; ++b) {
+      evictable += prefix_cache_ && cached(b) && !in_hit[size_t(b)];
     }
+  };
+  count();
+  if (needed > free_.size() + evictable &&
+      std::find(partial.begin(), partial.end(), true) != partial.end()) {
+    // The copy of a fully cached chunk's last block is the one block a hit
+    // may need beyond the sequence's share: without room for it, the hit
+    // stops a block earlier (so the default pool never runs dry).
+    std::fill(in_hit.begin(), in_hit.end(), false);
+    for (size_t i = 0; i < batch.size(); ++i) {
+      if (partial[i]) hits[i].pop_back(), partial[i] = false;
+      matched[i] = std::min<int>(matched[i], static_cast<int>(hits[i].size()) * block_size_);
+      for (const int b : hits[i]) in_hit[size_t(b)] = true;
+    }
+    count();
   }
-  // Cached blocks a hit takes cannot be evicted to make room.
-  size_t evictable = 0;
-  for (int b = 0; b < pool_blocks_; ++b)
-    evictable += prefix_cache_ && cached(b) && !in_hit[size_t(b)];
   if (needed > free_.size() + evictable) {
     const std::string message = "step: the pool has " + std::to_string(free_.size()) +
                                 " free and " + std::to_string(evictable) +

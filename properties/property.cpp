@@ -929,6 +929,12 @@ Verdict check_capacity(const Context& context) {
   const RunResult run = runner.run();
   if (run.engine_failed) return engine_refused(Property::kCapacity, run, "the scenario");
   Engine& engine = runner.engine();
+  if (engine.options().prefix_cache) {
+    // A backend option (cpu?paged=B&prefix=1) gave the engine a prefix cache
+    // the scenario does not name: the probes would take hits.
+    return not_applicable(Property::kCapacity,
+                          "the engine has a prefix cache (its probes would take hits)");
+  }
   SplitMix64 rng(context.digest ^ kCapacitySalt);
 
   // What each probed sequence has been through: the scenario's sequences that

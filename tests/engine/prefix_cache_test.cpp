@@ -237,6 +237,30 @@ TEST(PrefixCache, ARefusalChangesNothingAndProtectsTheHitBlocks) {
   EXPECT_EQ(engine->reused(b), 2);
 }
 
+TEST(PrefixCache, AFullHitWithoutRoomForTheCopyStopsABlockEarlier) {
+  // Found by a campaign on cpu?paged=2&prefix=1: the copy of a fully cached
+  // chunk's last block is one block beyond the sequence's share, so a full
+  // pool must not refuse for it (the default pool never runs dry).
+  const Config c = model_cases()[0].config;
+  const Weights w = init_weights(c, 1);
+  auto engine = make_cpu_engine(c, w, prefix_options(2, 2));
+  const SequenceId a = engine->start();
+  step_one(*engine, a, {1, 2, 3, 4});
+  engine->finish(a);  // both blocks cached, none free
+  const SequenceId b = engine->start();
+  step_one(*engine, b, {1, 2, 3, 4});
+  EXPECT_EQ(engine->reused(b), 2) << "one block reused, the second recomputed in its place";
+  const PoolReport r = engine->pool();
+  EXPECT_EQ(r.used, 2);
+  EXPECT_EQ(r.free + r.cached, 0);
+  EXPECT_EQ(engine->unheld_storage_check(), "");
+  // A one-token chunk reuses nothing, even when its token is cached.
+  engine->finish(b);
+  const SequenceId d = engine->start();
+  step_one(*engine, d, {1});
+  EXPECT_EQ(engine->reused(d), 0);
+}
+
 TEST(PrefixCache, OptionsAreChecked) {
   const Config c = model_cases()[0].config;
   const Weights w = init_weights(c, 1);

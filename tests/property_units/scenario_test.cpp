@@ -35,7 +35,10 @@ TEST(Scenario, SizeMatchesTheFaultCatalogue) {
                                          {Fault::kForkSharesPartialBlock, 7},
                                          {Fault::kFreedBlockStillReferenced, 8},
                                          {Fault::kRefcountLeak, 8},
-                                         {Fault::kBlockAliasing, 6}};
+                                         {Fault::kBlockAliasing, 6},
+                                         {Fault::kPrefixHashOnly, 9},
+                                         {Fault::kPrefixHitExtraBlock, 10},
+                                         {Fault::kRefusalLeavesHalfTable, 6}};
   for (const auto& [fault, size] : sizes) {
     EXPECT_EQ(minimal_fault_scenario(fault).size(), size) << fault_name(fault);
   }

@@ -10,8 +10,8 @@
 #include <cstdio>
 #include <cstring>
 #include <map>
-#include <memory>
 #include <optional>
+#include <memory>
 #include <string>
 #include <vector>
 

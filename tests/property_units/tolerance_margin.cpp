@@ -15,8 +15,8 @@
 #include <cstring>
 #include <string>
 
-#include "backends/in_tree.h"
 #include "model/rng.h"
+#include "backends/in_tree.h"
 #include "properties/runner.h"
 
 namespace kvcheck {

@@ -10,14 +10,17 @@
 
 namespace kvcheck {
 
-EngineFactory cpu_engine_factory(FaultSet faults, KernelPath kernels, int paged, int pool) {
-  return [faults, kernels, paged, pool](const Config& config, const Weights& weights,
-                                        const EngineOptions& options) {
+EngineFactory cpu_engine_factory(FaultSet faults, KernelPath kernels, int paged, int pool,
+                                 bool prefix) {
+  return [faults, kernels, paged, pool, prefix](const Config& config, const Weights& weights,
+                                                const EngineOptions& options) {
     EngineOptions with = options;
     with.faults = faults;
     with.kernels = kernels;
     // cpu?paged=B: scenarios that leave storage contiguous get blocks of B.
     if (with.block_size == 0 && paged > 0) with.block_size = paged, with.pool_blocks = pool;
+    // cpu?paged=B&prefix=1: and a prefix cache where the scenario has none.
+    if (prefix && with.block_size > 0) with.prefix_cache = true;
     return make_cpu_engine(config, weights, with);
   };
 }
@@ -39,6 +42,7 @@ EngineTraits cpu_engine_traits_with_operations(KernelPath kernels) {
   t.operations.pool_report = true;
   t.operations.storage_check = true;
   t.operations.storage_map = true;
+  t.operations.prefix_cache = true;
   return t;
 }
 
@@ -59,17 +63,22 @@ int int_option(const BackendSpec& spec, const char* key, int lo, int hi) {
 }
 
 Backend cpu_backend(const BackendSpec& spec, KernelPath kernels) {
-  reject_unknown_options(spec, {"paged", "pool"});
+  reject_unknown_options(spec, {"paged", "pool", "prefix"});
   const int paged = int_option(spec, "paged", 1, 32);
   const int pool = int_option(spec, "pool", 1, 1 << 20);
+  const bool prefix = int_option(spec, "prefix", 0, 1) == 1;
   if (pool > 0 && paged == 0) {
     throw InputError("--backend " + spec.name + "?pool=" + std::to_string(pool) +
                      ": a pool needs paged=B (block size 1..32)");
   }
+  if (prefix && paged == 0) {
+    throw InputError("--backend " + spec.name +
+                     "?prefix=1: a prefix cache needs paged=B (block size 1..32)");
+  }
   Backend b;
   b.traits = cpu_engine_traits_with_operations(kernels);
-  b.make_factory = [kernels, paged, pool](FaultSet faults) {
-    return cpu_engine_factory(faults, kernels, paged, pool);
+  b.make_factory = [kernels, paged, pool, prefix](FaultSet faults) {
+    return cpu_engine_factory(faults, kernels, paged, pool, prefix);
   };
   return b;
 }

@@ -17,9 +17,10 @@ std::vector<std::string> default_backend_names();
 // tests and benchmarks of the engine itself use it directly; drivers go
 // through the registry.
 // paged > 0 (block size) stores a scenario that leaves block_size 0 in a pool
-// of `pool` blocks (0: the default size) instead: cpu?paged=B&pool=N.
+// of `pool` blocks (0: the default size) instead: cpu?paged=B&pool=N; prefix
+// adds a prefix cache to every paged scenario (cpu?paged=B&prefix=1).
 EngineFactory cpu_engine_factory(FaultSet faults = {}, KernelPath kernels = KernelPath::kOptimized,
-                                 int paged = 0, int pool = 0);
+                                 int paged = 0, int pool = 0, bool prefix = false);
 
 // What the in-tree CPU engine declares (both kernel paths) over a transport
 // that carries the core calls only (the C plugin ABI v1, engine protocol v1):

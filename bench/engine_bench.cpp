@@ -6,7 +6,8 @@
 //  - prefill throughput against an FMA-peak probe measured in the same run;
 //  - the engine with every fault compiled in but off vs a build without them;
 //  - paged vs contiguous decode attention on the kernel, and a paged fork of a
-//    prompt's cache vs its prefill (docs/OPERATIONS.md).
+//    prompt's cache vs its prefill (docs/OPERATIONS.md);
+//  - a prefix-cache hit on a prompt vs its cold prefill, side by side.
 // docs/PERFORMANCE.md records the figures and the command.
 #include <benchmark/benchmark.h>
 
@@ -372,9 +373,8 @@ BENCHMARK(BM_Int8VsF16Attention)
     ->Iterations(200);
 
 // A fork of a prompt's whole cache in paged storage (blocks of 16 shared, no
-// copy) against the prefill that built it: what reusing a cached prefix costs
-// next to computing it. Not a prefix-cache hit (there is no prefix cache yet,
-// docs/OPERATIONS.md): the fork is the sharing a hit would use.
+// copy) against the prefill that built it: what sharing a cached prefix costs
+// next to computing it (BM_PrefixHitVsPrefill below is the prefix cache's hit).
 void BM_ForkVsPrefill(benchmark::State& state) {
   const int n = int(state.range(0)), vocab = 4096;
   const Config c = gpt2_small(vocab);
@@ -402,6 +402,49 @@ void BM_ForkVsPrefill(benchmark::State& state) {
   state.counters["fork/prefill"] = fork_s / prefill_s;
 }
 BENCHMARK(BM_ForkVsPrefill)->Arg(512)->Unit(benchmark::kMillisecond)->Iterations(3);
+
+// The same prompt of n tokens twice in one engine with a prefix cache (blocks
+// of 16): cold (nothing cached; the whole prompt is computed), then, after the
+// first sequence finished, warm (a hit on every block: n - 1 tokens reused, the
+// last block copied, the last token computed). Both give the last token's logits; they must agree
+// bitwise (docs/OPERATIONS.md, P15). Thread CPU time: on a shared machine
+// wall time measures the neighbours as much as the engine.
+void BM_PrefixHitVsPrefill(benchmark::State& state) {
+  const int n = int(state.range(0)), vocab = 4096, B = 16;
+  const Config c = gpt2_small(vocab);
+  EngineOptions o;
+  o.capacity = n;
+  o.max_rows = 2;
+  o.block_size = B;
+  o.prefix_cache = true;
+  auto engine = make_cpu_engine(c, weights_for(vocab), o);
+  const auto tokens = prompt(n, vocab);
+  std::vector<float> cold, warm;
+  double prefill_s = 0, hit_s = 0;
+  for (auto _ : state) {
+    engine->reset();
+    engine->flush_prefix_cache();
+    const SequenceId first = engine->start();
+    double t0 = bench::thread_cpu_seconds();
+    feed(*engine, first, tokens, cold);
+    prefill_s += bench::thread_cpu_seconds() - t0;
+    engine->finish(first);  // its full blocks stay cached
+    const SequenceId second = engine->start();
+    t0 = bench::thread_cpu_seconds();
+    feed(*engine, second, tokens, warm);
+    hit_s += bench::thread_cpu_seconds() - t0;
+    if (engine->reused(second) != n - 1) state.SkipWithError("no full prefix hit");
+    const size_t last = size_t(n - 1) * size_t(vocab);
+    if (!std::equal(cold.begin() + std::ptrdiff_t(last), cold.end(),
+                    warm.begin() + std::ptrdiff_t(last))) {
+      state.SkipWithError("the hit's last logits differ from the cold prefill's");
+    }
+  }
+  state.counters["prefill_ms"] = prefill_s / double(state.iterations()) * 1e3;
+  state.counters["hit_ms"] = hit_s / double(state.iterations()) * 1e3;
+  state.counters["hit/prefill"] = hit_s / prefill_s;
+}
+BENCHMARK(BM_PrefixHitVsPrefill)->Arg(512)->Unit(benchmark::kMillisecond)->Iterations(3);
 
 }  // namespace
 

@@ -70,4 +70,13 @@ std::string Engine::unheld_storage_check() const {
                         " (traits.operations.storage_check is false)");
 }
 
+int Engine::reused(SequenceId) const {
+  return 0;
+}
+
+void Engine::flush_prefix_cache() {
+  throw EngineError(EngineError::Kind::kBadBatch, "flush_prefix_cache: not supported by " + name() +
+                                                      " (traits.operations.prefix_cache is false)");
+}
+
 }  // namespace kvcheck

@@ -44,6 +44,9 @@ struct EngineOptions {
   // contiguous row; B in [1, 32] stores K/V in a pool of blocks of B slots.
   int block_size = 0;
   int pool_blocks = 0;  // blocks in the pool; 0: max_rows * ceil(capacity / B)
+  // Prefix cache (paged only): full written blocks are kept for reuse by a
+  // new sequence whose first chunk starts with the same tokens.
+  bool prefix_cache = false;
 };
 
 // Misuse the engine refuses. The engine stays usable and no sequence's state
@@ -140,6 +143,15 @@ class Engine {
   // Debug read of raw storage: empty when every slot no sequence holds is
   // poisoned (NaN), else where the first one that is not lies.
   virtual std::string unheld_storage_check() const;
+
+  // Prefix cache (operations.prefix_cache): how many leading tokens of the
+  // sequence's last step were taken from the cache instead of computed; their
+  // logits rows are NaN. 0 by default (an engine without a prefix cache).
+  virtual int reused(SequenceId sequence) const;
+
+  // Prefix cache: forgets every cached block; those no table holds become
+  // free (poisoned). Running sequences keep their blocks.
+  virtual void flush_prefix_cache();
 
   virtual int length(SequenceId sequence) const = 0;
   virtual CacheSnapshot cache(SequenceId sequence, int layer) const = 0;

@@ -48,6 +48,14 @@ constexpr std::array<FaultInfo, kFaultCount> kFaults = {{
     {"kv_scale_per_tensor", "q8_0 scale per tensor instead of per block (granularity mismatch)",
      "q8_0"},
     {"kv_scale_shared_kv", "V quantized with K's scales (vLLM #46329: a V-scale error)", "q8_0"},
+    {"prefix_hash_only", "prefix match on a 4-bit hash with no token check (openvino.genai #3722)",
+     "prefix_cache"},
+    {"prefix_hit_extra_block",
+     "a hit of exactly one block takes one block too many and writes into it (SGLang #22819)",
+     "prefix_cache"},
+    {"refusal_leaves_half_table",
+     "a refused allocation leaves a half-built block table (TensorRT-LLM PR #12510 invariants)",
+     "paged"},
 }};
 
 }  // namespace

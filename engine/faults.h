@@ -43,6 +43,10 @@ enum class Fault : uint8_t {
   kKvScaleDropped,    // every scale is taken as 1.0 (codes round(x), clamped)
   kKvScalePerTensor,  // one scale for the token's whole K (and V), not one per block
   kKvScaleSharedKv,   // V is quantized with K's block scales
+  // The prefix cache and small pools.
+  kPrefixHashOnly,          // a prefix match on an 8-bit hash, tokens never compared
+  kPrefixHitExtraBlock,     // a one-block hit also takes the next cached block and writes into it
+  kRefusalLeavesHalfTable,  // a refused step keeps the blocks it took before running dry
   kCount
 };
 

@@ -5,6 +5,13 @@
 
 namespace kvcheck {
 
+// The fault prefix_hash_only keys the prefix index on this many bits of the
+// chained hash and compares nothing else. Few enough that the generators'
+// scenarios (a handful of registered blocks each) collide: at 8 bits a
+// lookup collides with probability ~R/256 and the kill matrix's 100 cases
+// did not meet one; at 4 bits it is ~R/16 (docs/FAULTS.md).
+constexpr int kFaultyHashBits = 4;
+
 template <bool kFaults>
 BasicSequenceTable<kFaults>::BasicSequenceTable(const Config& config, const EngineOptions& options)
     : vocab_(config.vocab),
@@ -27,6 +34,8 @@ BasicSequenceTable<kFaults>::BasicSequenceTable(const Config& config, const Engi
                        : max_rows_ * ((capacity_ + block_size_ - 1) / block_size_);
     refcount_.assign(size_t(pool_blocks_), 0);
     for (int b = pool_blocks_ - 1; b >= 0; --b) free_.push_back(b);
+    prefix_cache_ = options.prefix_cache;
+    if (prefix_cache_) index_ = PrefixIndex(pool_blocks_, block_size_);
   }
 }
 
@@ -139,7 +148,38 @@ void BasicSequenceTable<kFaults>::commit(std::span<const BatchEntry> batch) {
     s.chunks += 1;
     row_fill_[size_t(s.row)] = std::max(row_fill_[size_t(s.row)], s.slot_base + s.length);
     row_position_[size_t(s.row)] = s.position_base + s.length;
+    if (prefix_cache_) {
+      s.tokens.insert(s.tokens.end(), e.tokens.begin(), e.tokens.end());
+      register_blocks(s);
+    }
   }
+}
+
+template <bool kFaults>
+void BasicSequenceTable<kFaults>::register_blocks(const SequenceState& s) {
+  // Only a prompt's own content is registered: a sequence whose slots are
+  // offset (a faulty reset) registers nothing.
+  if (s.slot_base != 0) return;
+  const size_t full = std::min(size_t(s.length / block_size_), s.blocks.size());
+  int parent = -1;
+  for (size_t j = 0; j < full; ++j) {
+    const int block = s.blocks[j];
+    if (!index_.registered(block)) {
+      const std::span<const int32_t> own(s.tokens.data() + j * size_t(block_size_),
+                                         size_t(block_size_));
+      // An equal chain registered already: this copy stays private, and so
+      // does everything after it.
+      if (!index_.add(block, parent, own)) return;
+    }
+    parent = block;
+  }
+}
+
+template <bool kFaults>
+int BasicSequenceTable<kFaults>::cached_blocks() const {
+  int n = 0;
+  for (int b = 0; b < pool_blocks_; ++b) n += prefix_cache_ && cached(b);
+  return n;
 }
 
 template <bool kFaults>
@@ -204,7 +244,10 @@ CacheSnapshot BasicSequenceTable<kFaults>::snapshot_shell(SequenceId id, int lay
 template <bool kFaults>
 uint64_t BasicSequenceTable<kFaults>::metadata_bytes() const {
   uint64_t blocks = 0;
-  for (const auto& [id, s] : sequences_) blocks += s.blocks.size() * sizeof(int);
+  for (const auto& [id, s] : sequences_) {
+    blocks += s.blocks.size() * sizeof(int) + s.tokens.size() * sizeof(int32_t);
+  }
+  if (prefix_cache_) blocks += index_.bytes();
   return sequences_.size() * (sizeof(SequenceId) + sizeof(SequenceState)) + blocks +
          row_owner_.size() * (sizeof(SequenceId) + 2 * sizeof(int)) +
          (refcount_.size() + free_.size()) * sizeof(int);
@@ -234,6 +277,7 @@ SequenceId BasicSequenceTable<kFaults>::fork(SequenceId parent_id, int n, const 
   child.chunks = n > 0 ? 1 : 0;
   child.slot_base = parent.slot_base;
   child.position_base = parent.position_base;
+  if (prefix_cache_) child.tokens.assign(parent.tokens.begin(), parent.tokens.begin() + n);
   const int end = std::min(parent.slot_base + n, capacity_);
   if (paged()) {
     const int shared = std::min(blocks_for(end), static_cast<int>(parent.blocks.size()));
@@ -259,6 +303,7 @@ void BasicSequenceTable<kFaults>::truncate(SequenceId id, int n, const PoisonSlo
   SequenceState& s = sequences_.at(id);
   const int old_end = std::min(s.slot_base + s.length, capacity_);
   s.length -= n;
+  if (prefix_cache_) s.tokens.resize(size_t(s.length));
   if (has(Fault::kTruncateKeepsPosition)) s.position_base += n;
   const int new_end = std::min(s.slot_base + s.length, capacity_);
   row_fill_[size_t(s.row)] = new_end;
@@ -281,11 +326,68 @@ void BasicSequenceTable<kFaults>::truncate(SequenceId id, int n, const PoisonSlo
 }
 
 template <bool kFaults>
-int BasicSequenceTable<kFaults>::allocate_block() {
+int BasicSequenceTable<kFaults>::allocate_block(const PoisonSlots& poison) {
+  if (free_.empty()) {
+    // The free list ran dry: the least recently used cached block goes.
+    int victim = -1;
+    for (int b = 0; b < pool_blocks_; ++b) {
+      if (!cached(b)) continue;
+      if (victim < 0 || index_.last_use(b) < index_.last_use(victim)) victim = b;
+    }
+    evict(victim, poison);
+  }
   const int block = free_.back();
   free_.pop_back();
+  // Only a faulty finish frees a registered block; it is forgotten here.
+  if (prefix_cache_ && index_.registered(block)) {
+    std::vector<int> dropped;
+    index_.remove(block, dropped);
+  }
   refcount_[size_t(block)] = 1;
   return block;
+}
+
+template <bool kFaults>
+void BasicSequenceTable<kFaults>::evict(int block, const PoisonSlots& poison) {
+  std::vector<int> dropped{block};
+  index_.remove(block, dropped);
+  // Blocks chained after it can no longer be reached; the cached ones
+  // are freed with it (a held one stays with its holder, unregistered).
+  for (const int b : dropped) {
+    if (refcount_[size_t(b)] != 0) {
+      // No longer the cache's: the slots past its holders' lengths (a
+      // truncated holder) are nobody's now.
+      poison(storage_block(b), held_slots(b), block_size_);
+      continue;
+    }
+    free_.push_back(b);
+    poison(storage_block(b), 0, block_size_);
+  }
+}
+
+template <bool kFaults>
+void BasicSequenceTable<kFaults>::flush_prefix_cache(const PoisonSlots& poison) {
+  if (!prefix_cache_) {
+    throw EngineError(EngineError::Kind::kBadBatch,
+                      "flush_prefix_cache: the engine has no prefix cache "
+                      "(EngineOptions::prefix_cache is false)");
+  }
+  std::vector<int> registered;
+  for (int b = 0; b < pool_blocks_; ++b) {
+    if (index_.registered(b)) registered.push_back(b);
+  }
+  std::vector<int> dropped;
+  for (const int b : registered) index_.remove(b, dropped);
+  for (const int b : registered) {
+    if (refcount_[size_t(b)] == 0) {
+      free_.push_back(b);  // was cached
+      poison(storage_block(b), 0, block_size_);
+    } else {
+      // Held, no longer registered: what its holders do not hold (a
+      // truncated holder's tail) is nobody's now.
+      poison(storage_block(b), held_slots(b), block_size_);
+    }
+  }
 }
 
 template <bool kFaults>
@@ -293,6 +395,10 @@ void BasicSequenceTable<kFaults>::release(int block, const PoisonSlots& poison) 
   int& count = refcount_[size_t(block)];
   if (count <= 0) return;  // already free (only a faulty engine gets here)
   if (--count == 0) {
+    if (prefix_cache_ && index_.registered(block)) {
+      index_.touch(block);  // cached: kept, data and all, until evicted or flushed
+      return;
+    }
     free_.push_back(block);
     poison(storage_block(block), 0, block_size_);
   } else {
@@ -319,52 +425,141 @@ void BasicSequenceTable<kFaults>::drop_blocks(SequenceState& s, const PoisonSlot
 }
 
 template <bool kFaults>
-void BasicSequenceTable<kFaults>::prepare_step(std::span<const BatchEntry> batch,
-                                               const CopySlots& copy, const PoisonSlots& poison) {
-  if (!paged()) return;
-  // What each entry needs, counted before anything changes.
+std::vector<int> BasicSequenceTable<kFaults>::prepare_step(std::span<const BatchEntry> batch,
+                                                           const CopySlots& copy,
+                                                           const PoisonSlots& poison) {
+  std::vector<int> reused(batch.size(), 0);  // [entry] tokens taken from the prefix cache
+  if (!paged()) return reused;
+  // Prefix hits, found before anything changes: the longest run of whole
+  // cached blocks matching the chunk's leading tokens. The hit reuses at most
+  // n - 1 tokens of them, so that the last token's logits are computed: when
+  // the whole chunk is cached, the last block is shared and copied before the
+  // last token is written into it (it is registered, so never written).
+  std::vector<std::vector<int>> hits(batch.size());  // [entry][logical block]
+  std::vector<int> matched(batch.size(), 0);         // [entry] tokens reused, k
+  std::vector<bool> partial(batch.size(), false);    // [entry] k ends inside the last hit block
+  std::vector<bool> extra(batch.size(), false);      // [entry] the fault's extra block
+  std::vector<bool> in_hit(size_t(pool_blocks_), false);
+  if (prefix_cache_) {
+    for (size_t i = 0; i < batch.size(); ++i) {
+      const SequenceState& s = sequences_.at(batch[i].sequence);
+      if (s.length != 0 || s.slot_base != 0) continue;
+      const int n = static_cast<int>(batch[i].tokens.size());
+      hits[i] = index_.match(batch[i].tokens, n / block_size_,
+                             has(Fault::kPrefixHashOnly) ? kFaultyHashBits : 64);
+      // A one-token chunk reuses nothing (its token is the last one).
+      if (n == 1) hits[i].clear();
+      const int covered = static_cast<int>(hits[i].size()) * block_size_;
+      matched[i] = std::min(covered, n - 1);
+      partial[i] = matched[i] < covered;
+      // Fault: a one-block hit also takes the block chained after it.
+      if (has(Fault::kPrefixHitExtraBlock) && hits[i].size() == 1 && n > block_size_) {
+        if (const int next = index_.child_of(hits[i][0]); next >= 0) {
+          hits[i].push_back(next);
+          extra[i] = true;
+        }
+      }
+      for (const int b : hits[i]) in_hit[size_t(b)] = true;
+    }
+  }
   const auto cow_block = [&](const SequenceState& s) -> int {
     const int first = s.slot_base + s.length;
     const size_t index = size_t(first / block_size_);
     if (first >= capacity_ || index >= s.blocks.size()) return -1;
     const int block = s.blocks[index];
-    return refcount_[size_t(block)] > 1 && !has(Fault::kCowSkipped) ? block : -1;
+    const bool shared = refcount_[size_t(block)] > 1 || (prefix_cache_ && index_.registered(block));
+    return shared && !has(Fault::kCowSkipped) ? block : -1;
   };
-  const auto blocks_needed = [&](const SequenceState& s, int n) {
-    const int end = std::min(s.slot_base + s.length + n, capacity_);
-    return std::max(0, blocks_for(end) - static_cast<int>(s.blocks.size()));
+  // New blocks for `more` slots after the sequence's length, `held` blocks in hand.
+  const auto blocks_needed = [&](const SequenceState& s, int more, size_t held) {
+    const int end = std::min(s.slot_base + s.length + more, capacity_);
+    return std::max(0, blocks_for(end) - static_cast<int>(held));
   };
+  const auto chunk = [&](size_t i) { return static_cast<int>(batch[i].tokens.size()); };
   // Entries copy in batch order, each dropping a reference to the shared
-  // block: the last writer of a block shared within the batch copies nothing.
-  size_t needed = 0;
-  std::map<int, int> references;  // [shared block] references left while counting
-  for (const BatchEntry& e : batch) {
-    const SequenceState& s = sequences_.at(e.sequence);
-    needed += size_t(blocks_needed(s, static_cast<int>(e.tokens.size())));
-    if (const int shared = cow_block(s); shared >= 0) {
-      auto [it, fresh] = references.try_emplace(shared, refcount_[size_t(shared)]);
-      if (it->second > 1) ++needed;
-      --it->second;
+  // block: the last writer of a block shared within the batch copies nothing
+  // (unless it is registered: registered contents never change).
+  size_t needed = 0, evictable = 0;
+  const auto count = [&] {
+    needed = 0;
+    std::map<int, int> references;  // [shared block] references left while counting
+    for (size_t i = 0; i < batch.size(); ++i) {
+      const SequenceState& s = sequences_.at(batch[i].sequence);
+      needed += size_t(blocks_needed(s, chunk(i), std::max(s.blocks.size(), hits[i].size())));
+      if (!hits[i].empty()) {
+        needed += partial[i];  // the copy of the last hit block
+        continue;
+      }
+      if (const int shared = cow_block(s); shared >= 0) {
+        auto [it, fresh] = references.try_emplace(shared, refcount_[size_t(shared)]);
+        if (it->second > 1 || (prefix_cache_ && index_.registered(shared))) ++needed;
+        --it->second;
+      }
     }
+    // Cached blocks a hit takes cannot be evicted to make room.
+    evictable = 0;
+    for (int b = 0; b < pool_blocks_; ++b) {
+      evictable += prefix_cache_ && cached(b) && !in_hit[size_t(b)];
+    }
+  };
+  count();
+  if (needed > free_.size() + evictable &&
+      std::find(partial.begin(), partial.end(), true) != partial.end()) {
+    // The copy of a fully cached chunk's last block is the one block a hit
+    // may need beyond the sequence's share: without room for it, the hit
+    // stops a block earlier (so the default pool never runs dry).
+    std::fill(in_hit.begin(), in_hit.end(), false);
+    for (size_t i = 0; i < batch.size(); ++i) {
+      if (partial[i]) hits[i].pop_back(), partial[i] = false;
+      matched[i] = std::min<int>(matched[i], static_cast<int>(hits[i].size()) * block_size_);
+      for (const int b : hits[i]) in_hit[size_t(b)] = true;
+    }
+    count();
   }
-  if (needed > free_.size()) {
-    throw EngineError(EngineError::Kind::kCapacity,
-                      "step: the pool has " + std::to_string(free_.size()) + " free blocks of " +
-                          std::to_string(pool_blocks_) + "; this step needs " +
-                          std::to_string(needed));
+  if (needed > free_.size() + evictable) {
+    const std::string message = "step: the pool has " + std::to_string(free_.size()) +
+                                " free and " + std::to_string(evictable) +
+                                " evictable cached blocks of " + std::to_string(pool_blocks_) +
+                                "; this step needs " + std::to_string(needed);
+    if (has(Fault::kRefusalLeavesHalfTable)) {
+      // Fault: tables grow entry by entry until the free list runs dry.
+      for (size_t i = 0; i < batch.size(); ++i) {
+        SequenceState& s = sequences_.at(batch[i].sequence);
+        for (int k = blocks_needed(s, chunk(i), s.blocks.size()); k > 0 && !free_.empty(); --k) {
+          s.blocks.push_back(allocate_block(poison));
+        }
+      }
+    }
+    throw EngineError(EngineError::Kind::kCapacity, message);
   }
-  for (const BatchEntry& e : batch) {
-    SequenceState& s = sequences_.at(e.sequence);
-    if (const int shared = cow_block(s); shared >= 0) {
-      const int own = allocate_block();
+  // Every hit takes its blocks before any allocation can evict one.
+  for (size_t i = 0; i < batch.size(); ++i) {
+    SequenceState& s = sequences_.at(batch[i].sequence);
+    s.reused = reused[i] = matched[i];
+    if (hits[i].empty()) continue;
+    for (const int b : hits[i]) {
+      ++refcount_[size_t(b)];
+      index_.touch(b);
+    }
+    s.blocks = hits[i];
+    s.tokens.assign(batch[i].tokens.begin(), batch[i].tokens.begin() + matched[i]);
+    s.length = matched[i];
+  }
+  for (size_t i = 0; i < batch.size(); ++i) {
+    SequenceState& s = sequences_.at(batch[i].sequence);
+    const int k = matched[i];
+    // The fault's extra block is written in place: it skips the copy.
+    if (const int shared = extra[i] ? -1 : cow_block(s); shared >= 0) {
+      const int own = allocate_block(poison);
       copy(storage_block(shared), storage_block(own), (s.slot_base + s.length) % block_size_);
       s.blocks[size_t((s.slot_base + s.length) / block_size_)] = own;
       release(shared, poison);  // others still hold it; what only this one used is poisoned
     }
-    for (int k = blocks_needed(s, static_cast<int>(e.tokens.size())); k > 0; --k) {
-      s.blocks.push_back(allocate_block());
+    for (int more = blocks_needed(s, chunk(i) - k, s.blocks.size()); more > 0; --more) {
+      s.blocks.push_back(allocate_block(poison));
     }
   }
+  return reused;
 }
 
 template <bool kFaults>
@@ -408,6 +603,8 @@ std::pair<int, int> BasicSequenceTable<kFaults>::locate(int row, int slot, int m
 
 template <bool kFaults>
 int BasicSequenceTable<kFaults>::held_slots(int unit) const {
+  // A registered block's contents are the cache's: all of it is held.
+  if (paged() && prefix_cache_ && index_.registered(unit)) return block_size_;
   int held = 0;
   for (const auto& [id, s] : sequences_) {
     const int end = std::min(s.slot_base + s.length, capacity_);
@@ -432,6 +629,7 @@ PoolReport BasicSequenceTable<kFaults>::pool_report() const {
   r.refcounts = refcount_;
   r.free = static_cast<int>(free_.size());
   for (const int count : refcount_) r.used += count > 0;
+  r.cached = cached_blocks();
   for (const auto& [id, s] : sequences_) r.tables.push_back({id, s.blocks});
   return r;
 }

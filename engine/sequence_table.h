@@ -14,18 +14,21 @@
 #include <vector>
 
 #include "engine/engine.h"
+#include "engine/prefix_index.h"
 
 namespace kvcheck {
 
 // Per-sequence bookkeeping. `slot_base` and `position_base` are 0 in a correct
 // engine; only the reset faults make a new sequence inherit a row's leftovers.
 struct SequenceState {
-  int row = 0;              // index into the row table
-  int length = 0;           // tokens fed = the next absolute position
-  int chunks = 0;           // steps that fed this sequence
-  int slot_base = 0;        // first slot of this sequence's own data in its row
-  int position_base = 0;    // added to its positions
-  std::vector<int> blocks;  // paged: [logical block] pool block holding slots b*B..b*B+B-1
+  int row = 0;                  // index into the row table
+  int length = 0;               // tokens fed = the next absolute position
+  int chunks = 0;               // steps that fed this sequence
+  int slot_base = 0;            // first slot of this sequence's own data in its row
+  int position_base = 0;        // added to its positions
+  std::vector<int> blocks;      // paged: [logical block] pool block holding slots b*B..b*B+B-1
+  std::vector<int32_t> tokens;  // prefix cache: [position] the content, to register full blocks
+  int reused = 0;  // prefix cache: leading tokens of its last step taken from the cache
 };
 
 // Where one fed token goes, as the engine computes it (faults included).
@@ -81,7 +84,8 @@ class BasicSequenceTable {
   // a faulty engine stays memory-safe.
   TokenPlan at_layer(TokenPlan t, int layer) const;
 
-  // After the step's arithmetic: advances lengths and the rows' counters.
+  // After the step's arithmetic: advances lengths and the rows' counters;
+  // with a prefix cache, registers the full blocks the step completed.
   void commit(std::span<const BatchEntry> batch);
 
   // EOS with compaction: rows above the freed one move down one. The engine
@@ -104,11 +108,21 @@ class BasicSequenceTable {
   void truncate(SequenceId id, int n, const PoisonSlots& poison);
 
   // Paged: before a step's writes, gives every fed sequence blocks of its
-  // own for the slots it will write (copy on write of a shared partial
-  // block, new blocks from the free list). Throws kCapacity, changing
-  // nothing, when the pool cannot supply them. No-op when contiguous.
-  void prepare_step(std::span<const BatchEntry> batch, const CopySlots& copy,
-                    const PoisonSlots& poison);
+  // own for the slots it will write (copy on write of a shared or
+  // registered block, new blocks from the free list, then evicted cached
+  // blocks). With a prefix cache, a sequence of length 0 first takes the
+  // longest run of cached blocks matching its chunk's leading tokens and
+  // reuses k = min(their tokens, n - 1) of them: its length advances by k.
+  // Returns k per entry (the caller computes only the rest of the chunk). Throws
+  // kCapacity, changing nothing, when the pool cannot supply the blocks.
+  // All zeros, and nothing else, when contiguous.
+  std::vector<int> prepare_step(std::span<const BatchEntry> batch, const CopySlots& copy,
+                                const PoisonSlots& poison);
+
+  // Prefix cache: forgets every registration; cached blocks become free,
+  // poisoned.
+  void flush_prefix_cache(const PoisonSlots& poison);
+  bool prefix_cache() const { return prefix_cache_; }
 
   // Paged: finish and reset without row compaction; blocks whose last
   // reference goes are poisoned through `poison`.
@@ -124,6 +138,7 @@ class BasicSequenceTable {
   int storage_block(int block) const { return has(Fault::kBlockAliasing) ? block & ~1 : block; }
 
   PoolReport pool_report() const;
+  int reused(SequenceId id) const { return lookup(id, "reused").reused; }
 
   // Slots no sequence holds, per unit: units() units of `unit_slots()`
   // slots; held_slots(u) is the count of leading slots some sequence holds
@@ -164,10 +179,19 @@ class BasicSequenceTable {
   int block_size_ = 0, pool_blocks_ = 0;
   std::vector<int> refcount_;  // [block] references held by block tables
   std::vector<int> free_;      // free blocks, the next to hand out last
+  bool prefix_cache_ = false;
+  PrefixIndex index_;  // registered (full, written) blocks; refcount 0 ones are "cached"
 
   int take_row(const char* call);
   int blocks_for(int slots) const { return (slots + block_size_ - 1) / block_size_; }
-  int allocate_block();
+  bool cached(int block) const { return refcount_[size_t(block)] == 0 && index_.registered(block); }
+  int cached_blocks() const;
+  // A free block, else the least recently used cached one (evicted:
+  // unregistered with every block chained after it, poisoned).
+  int allocate_block(const PoisonSlots& poison);
+  void evict(int block, const PoisonSlots& poison);
+  // Registers the full blocks of `s` that are written and not yet registered.
+  void register_blocks(const SequenceState& s);
   // Drops one reference; a block no table holds goes back, poisoned, and a
   // still-held one has its slots beyond every holder's use poisoned.
   void release(int block, const PoisonSlots& poison);

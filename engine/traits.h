@@ -40,6 +40,7 @@ struct OperationTraits {
   bool paged = false;          // EngineOptions::block_size > 0 honoured
   bool pool_report = false;    // Engine::pool() (P13 pool accounting)
   bool storage_check = false;  // Engine::unheld_storage_check() (P13 re-poisoning)
+  bool prefix_cache = false;   // EngineOptions::prefix_cache, reused(), flush_prefix_cache() (P15)
 };
 
 // Limits as constraints: a scenario outside them is not applicable.

@@ -134,6 +134,22 @@ std::vector<ScheduleSeed> schedule_seeds() {
          Call::truncate(0, 3), Call::step({{0, 2}}), Call::finish(1)},
         Property::kSharing);
   }
+  {
+    // docs/OPERATIONS.md: a prefix cache in a pool of 5 blocks of 2; every
+    // prompt starts with the same 4 tokens: the second hits 2 cached blocks
+    // of the finished first, the third 1 block the second holds (its chunk
+    // of 4 leaves the last token to compute), then a flush and a decode.
+    ProgramHeader h = header(kGpt2, 1, 1, 1);
+    h.block_size = 2;
+    h.prefix_cache = 1;
+    h.pool_blocks = 5;
+    h.shared_prefix = 4;
+    add("prefix_cache_small_pool", h,
+        {Call::start(0), Call::step({{0, 5}}), Call::finish(0), Call::start(1),
+         Call::step({{1, 5}}), Call::start(2), Call::step({{2, 4}}), Call::flush(),
+         Call::step({{1, 1}})},
+        Property::kPrefix);
+  }
   return seeds;
 }
 

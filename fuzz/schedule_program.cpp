@@ -17,7 +17,8 @@ enum Op : int {
   kOpReset = 3,
   kOpFork = 4,
   kOpTruncate = 5,
-  kOpLast = kOpTruncate
+  kOpFlush = 6,  // only with a prefix cache
+  kOpLast = kOpFlush
 };
 
 struct FieldRange {
@@ -44,7 +45,15 @@ constexpr std::array kHeaderFields = {
     FieldRange{&ProgramHeader::spare_rows, 0, kMaxSpareRows},
     FieldRange{&ProgramHeader::kv_dtype, 0, 3},
     FieldRange{&ProgramHeader::block_size, 0, kMaxBlockSize},
+    FieldRange{&ProgramHeader::prefix_cache, 0, 1},
+    FieldRange{&ProgramHeader::pool_blocks, 0, kMaxPoolBlocks},
+    FieldRange{&ProgramHeader::shared_prefix, 0, kMaxTokens},
 };
+
+// A flush applies only where the scenario has a prefix cache.
+bool has_prefix_cache(const ProgramHeader& h) {
+  return std::clamp(h.prefix_cache, 0, 1) == 1 && std::clamp(h.block_size, 0, kMaxBlockSize) > 0;
+}
 
 // What the schedule has done so far; decides which operations can apply.
 class ScheduleState {
@@ -109,6 +118,8 @@ class ScheduleState {
       case Call::Kind::kReset:
         std::fill(running_flags_.begin(), running_flags_.end(), false);
         running_ = 0;
+        break;
+      case Call::Kind::kFlush:
         break;
     }
   }
@@ -209,6 +220,9 @@ ScheduleProgram decode(std::span<const uint8_t> bytes) {
       if (candidates.empty()) continue;
       const int s = candidates[size_t(read(0, static_cast<int>(candidates.size()) - 1))];
       call = Call::truncate(s, read(1, state.held(s)));
+    } else if (op == kOpFlush) {
+      if (!has_prefix_cache(program.header)) continue;
+      call = Call::flush();
     } else {
       call = Call::reset();
     }
@@ -268,6 +282,10 @@ std::vector<uint8_t> encode(const ScheduleProgram& program) {
       }
       case Call::Kind::kReset:
         writer.value(kOpReset, 0, kOpLast);
+        break;
+      case Call::Kind::kFlush:
+        if (!has_prefix_cache(program.header)) continue;
+        writer.value(kOpFlush, 0, kOpLast);
         break;
       case Call::Kind::kFork: {
         const std::vector<int> running = state.running();
@@ -344,20 +362,25 @@ Scenario to_scenario(const ScheduleProgram& program) {
         running = 0;
         break;
       case Call::Kind::kTruncate:
+      case Call::Kind::kFlush:
         break;
     }
   }
   scenario.calls = valid.calls;
   for (size_t s = 0; s < fed.size(); ++s) {
     std::vector<int32_t> tokens(static_cast<size_t>(fed[s]));
-    const uint64_t stream = mix(uint64_t(b.token_seed) << 8 | s);
     for (size_t t = 0; t < tokens.size(); ++t) {
+      // The first shared_prefix tokens of every sequence are sequence 0's.
+      const uint64_t stream =
+          mix(uint64_t(b.token_seed) << 8 | (t < size_t(b.shared_prefix) ? 0 : s));
       tokens[t] = static_cast<int32_t>(mix(stream + t) % uint64_t(config.vocab));
     }
     scenario.sequences.push_back(std::move(tokens));
   }
   scenario.capacity = std::max(1, state.longest_held() + b.capacity_slack);
   scenario.block_size = b.block_size;
+  scenario.prefix_cache = has_prefix_cache(b);
+  scenario.pool_blocks = b.block_size > 0 ? b.pool_blocks : 0;
   config.max_pos = scenario.capacity + b.max_pos_slack;
   scenario.max_rows = std::max(1, peak_running + b.spare_rows);
   return scenario;
@@ -401,7 +424,7 @@ void mutate_program(ScheduleProgram& program, uint64_t random_state) {
   switch (static_cast<Edit>(random.below(kEditCount))) {
     case kInsertCall: {
       Call call;
-      switch (random.below(6)) {
+      switch (random.below(7)) {
         case 0:
           call = Call::step({{any_sequence(), random.between(1, kMaxChunk)}});
           break;
@@ -416,6 +439,9 @@ void mutate_program(ScheduleProgram& program, uint64_t random_state) {
           break;
         case 4:
           call = Call::truncate(any_sequence(), random.between(1, kMaxTokens));
+          break;
+        case 5:
+          call = Call::flush();
           break;
         default:
           call = Call::reset();

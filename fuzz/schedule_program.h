@@ -45,8 +45,9 @@ inline constexpr int kMaxSequences = 3;
 inline constexpr int kMaxRunning = 3;
 inline constexpr int kMaxTokens = 12;  // fed to one sequence
 inline constexpr int kMaxChunk = 6;
-inline constexpr int kMaxCalls = 12;     // steps, starts, finishes, resets, forks, truncations
-inline constexpr int kMaxBlockSize = 8;  // 0: contiguous storage
+inline constexpr int kMaxCalls = 12;       // steps, starts, finishes, resets, forks, truncations
+inline constexpr int kMaxBlockSize = 8;    // 0: contiguous storage
+inline constexpr int kMaxPoolBlocks = 12;  // paged: 0 the engine's default pool
 
 // The header: every knob of the model and the scenario that is not a call.
 // Values are stored as read, before clamping, so that they encode back to the
@@ -67,8 +68,11 @@ struct ProgramHeader {
   int capacity_slack = 0;
   int max_pos_slack = 0;
   int spare_rows = 0;
-  int kv_dtype = 0;    // F32, BF16, F16, Q8_0
-  int block_size = 0;  // 0 contiguous, else paged blocks of this many slots
+  int kv_dtype = 0;       // F32, BF16, F16, Q8_0
+  int block_size = 0;     // 0 contiguous, else paged blocks of this many slots
+  int prefix_cache = 0;   // 1: a prefix cache (paged only); flush calls apply only then
+  int pool_blocks = 0;    // paged: blocks in the pool, small enough to run dry; 0 the default
+  int shared_prefix = 0;  // every sequence's first tokens are sequence 0's (prefix-cache hits)
 
   bool operator==(const ProgramHeader&) const = default;
 };

@@ -38,6 +38,7 @@ constexpr std::array<PropertyInfo, kPropertyCount> kInfo = {{
     {"rollback", "P12"},
     {"pool", "P13"},
     {"poison", "P14"},
+    {"prefix", "P15"},
 }};
 
 // Salts that keep the derived random choices of different properties apart.
@@ -247,6 +248,8 @@ Invariance invariance_for_traits(const EngineTraits& traits, Property property) 
       return i.sharing;
     case Property::kRollback:
       return i.rollback;
+    case Property::kPrefix:
+      return i.sharing;  // a hit shares another sequence's blocks
     default:
       return Invariance::kBitwise;
   }
@@ -287,18 +290,52 @@ std::optional<size_t> first_difference(const Context& context, Invariance invari
   return first_bound_violation(context, tokens, a, b, worst_ratio);
 }
 
+// A prefix hit leaves the logits of the tokens it reused uncomputed (NaN,
+// RunResult::reused); comparisons skip those rows by zeroing them on both
+// sides. Their K/V are still checked (P6), and so is every later token that
+// reads them.
+void skip_rows(std::vector<float>& logits, const std::vector<bool>& skipped, size_t V) {
+  for (size_t k = 0; k < skipped.size() && (k + 1) * V <= logits.size(); ++k) {
+    if (skipped[k]) std::fill_n(logits.begin() + std::ptrdiff_t(k * V), V, 0.0f);
+  }
+}
+
+bool reused_at(const RunResult& run, size_t s, size_t k) {
+  return s < run.reused.size() && k < run.reused[s].size() && run.reused[s][k];
+}
+
+// Rows reused in either of two runs of one sequence.
+std::vector<bool> reused_in_either(const RunResult& a, const RunResult& b, size_t s) {
+  std::vector<bool> out = s < a.reused.size() ? a.reused[s] : std::vector<bool>();
+  if (s < b.reused.size()) {
+    out.resize(std::max(out.size(), b.reused[s].size()), false);
+    for (size_t k = 0; k < b.reused[s].size(); ++k) out[k] = out[k] || b.reused[s][k];
+  }
+  return out;
+}
+
 // Compares two runs of one sequence, bit for bit or within 2 B as the engine
 // declares for this property. On a difference, fills the verdict with the
 // first differing logit, located at the scenario call that fed that position.
 bool same_logits(Verdict& verdict, const Context& context, int sequence,
-                 const std::vector<float>& expected, const std::string& expected_name,
-                 const std::vector<float>& got, const std::string& got_name) {
+                 const std::vector<float>& expected_in, const std::string& expected_name,
+                 const std::vector<float>& got_in, const std::string& got_name,
+                 const std::vector<bool>& skipped = {}) {
   const Invariance invariance = invariance_for(context, verdict.property);
   const bool bitwise = invariance == Invariance::kBitwise;
   // The bound is derived from the stream's tokens, which are a forked or
   // truncated sequence's content only where it is plain; P1, P11 and P12
   // check those within their own bounds.
   if (!bitwise && !context.plan.plain[size_t(sequence)]) return true;
+  std::vector<float> expected_copy, got_copy;
+  const bool skips = std::find(skipped.begin(), skipped.end(), true) != skipped.end();
+  if (skips) {
+    expected_copy = expected_in, got_copy = got_in;
+    skip_rows(expected_copy, skipped, size_t(context.vocab));
+    skip_rows(got_copy, skipped, size_t(context.vocab));
+  }
+  const std::vector<float>& expected = skips ? expected_copy : expected_in;
+  const std::vector<float>& got = skips ? got_copy : got_in;
   const std::optional<size_t> at =
       first_difference(context, invariance, context.scenario.sequences[size_t(sequence)], expected,
                        got, &verdict.worst_ratio);
@@ -368,6 +405,7 @@ Verdict check_oracle(const Context& context) {
       const oracle::Output& reference = cached->oracle;
       const ErrorBounds& bounds = cached->bounds;
       for (const auto& [k, position] : segment.fed) {
+        if (reused_at(run, s, size_t(k))) continue;  // a prefix hit: not computed
         for (size_t j = 0; j < V; ++j) {
           const size_t i = size_t(k) * V + j, at = size_t(position) * V + j;
           const double engine = logits[i], exact = reference.logits[at], bound = bounds.logits[at];
@@ -499,7 +537,8 @@ bool scenario_matches_solo(Verdict& verdict, const Context& context, const RunRe
       return false;
     }
     if (!same_logits(verdict, context, sequence, solo.logits, "its solo run on a fresh engine",
-                     run.logits[s], "the scenario (" + why + ")")) {
+                     run.logits[s], "the scenario (" + why + ")",
+                     s < run.reused.size() ? run.reused[s] : std::vector<bool>())) {
       return false;
     }
   }
@@ -867,7 +906,8 @@ Verdict check_gqa(const Context& context) {
   for (size_t s = 0; s < context.scenario.sequences.size(); ++s) {
     if (!same_logits(verdict, context, static_cast<int>(s), mha.logits[s],
                      "the MHA twin (" + std::to_string(config.n_heads) + " KV heads)",
-                     gqa.logits[s], "GQA (" + std::to_string(config.n_kv_heads) + " KV heads)")) {
+                     gqa.logits[s], "GQA (" + std::to_string(config.n_kv_heads) + " KV heads)",
+                     reused_in_either(gqa, mha, s))) {
       return verdict;
     }
   }
@@ -887,7 +927,7 @@ Verdict check_determinism(const Context& context) {
   }
   for (size_t s = 0; s < context.scenario.sequences.size(); ++s) {
     if (!same_logits(verdict, context, static_cast<int>(s), first.logits[s], "the first run",
-                     second.logits[s], "the second run")) {
+                     second.logits[s], "the second run", reused_in_either(first, second, s))) {
       return verdict;
     }
   }
@@ -901,6 +941,18 @@ std::string underivable_arithmetic(const ArithmeticTraits& a);
 
 Verdict check_capacity(const Context& context) {
   Verdict verdict = start_verdict(Property::kCapacity);
+  if (context.scenario.prefix_cache) {
+    // Its probes feed sequences directly and compare every logit; a prefix
+    // hit leaves some uncomputed (P15 checks those sequences).
+    return not_applicable(Property::kCapacity,
+                          "the scenario has a prefix cache (its probes would take hits)");
+  }
+  if (context.scenario.pool_blocks > 0) {
+    // Its probes would meet the pool's refusals before the capacity's.
+    return not_applicable(Property::kCapacity, "the scenario's pool (pool_blocks " +
+                                                   std::to_string(context.scenario.pool_blocks) +
+                                                   ") may run dry before the capacity is reached");
+  }
   // "Others intact" compares within 2B where the batch promise is bounded; B
   // exists only for the arithmetic the tolerance derives. Without it only
   // the refusals themselves are checked.
@@ -914,6 +966,12 @@ Verdict check_capacity(const Context& context) {
   const RunResult run = runner.run();
   if (run.engine_failed) return engine_refused(Property::kCapacity, run, "the scenario");
   Engine& engine = runner.engine();
+  if (engine.options().prefix_cache) {
+    // A backend option (cpu?paged=B&prefix=1) gave the engine a prefix cache
+    // the scenario does not name: the probes would take hits.
+    return not_applicable(Property::kCapacity,
+                          "the engine has a prefix cache (its probes would take hits)");
+  }
   SplitMix64 rng(context.digest ^ kCapacitySalt);
 
   // What each probed sequence has been through: the scenario's sequences that
@@ -1097,8 +1155,12 @@ Verdict check_cross_engine(const Context& context) {
     if (context.plan.fed[s] == 0) continue;
     ++compared;
     const std::span<const int32_t> tokens = fed_tokens(context, static_cast<int>(s));
-    const std::optional<size_t> at = first_bound_violation(context, tokens, other.logits[s],
-                                                           run.logits[s], &verdict.worst_ratio);
+    std::vector<float> mine = run.logits[s], theirs = other.logits[s];  // [stream index][V]
+    const std::vector<bool> skipped = reused_in_either(run, other, s);
+    skip_rows(mine, skipped, size_t(context.vocab));
+    skip_rows(theirs, skipped, size_t(context.vocab));
+    const std::optional<size_t> at =
+        first_bound_violation(context, tokens, theirs, mine, &verdict.worst_ratio);
     if (!at) continue;
     const size_t V = size_t(context.vocab);
     Location where;
@@ -1129,27 +1191,45 @@ Verdict check_cross_engine(const Context& context) {
 // Each selected sequence's logits, where its final content still holds the
 // token it was fed, against a solo run of that content on a fresh engine fed
 // in the same chunks (the parent's cut at n for a fork's prefix, the chunks
-// left after a truncation): never shared (P11) and never fed what was
-// forgotten (P12). The oracle of both is the content alone.
+// left after a truncation): never shared (P11), never fed what was
+// forgotten (P12), never took a prefix from the cache (P15: a warm hit
+// against a cold run, SGLang #34683). The oracle of all is the content alone.
 Verdict check_replay(const Context& context, Property property) {
   Verdict verdict = start_verdict(property);
   const SchedulePlan& plan = context.plan;
   const size_t n = context.scenario.sequences.size();
   const size_t V = size_t(context.vocab);
   const bool sharing = property == Property::kSharing;
+  const bool prefix = property == Property::kPrefix;
+  if (prefix && !context.scenario.prefix_cache) {
+    return not_applicable(property, "the scenario has no prefix cache (prefix_cache 0)");
+  }
+  // P15 selects by what the run did: which sequences the engine says hit.
+  RunResult run;
+  if (prefix) {
+    run = run_scenario(context.scenario, context.weights, context.factory);
+    if (run.engine_failed) return engine_refused(property, run, "the scenario");
+  }
   std::vector<size_t> selected;
   for (size_t s = 0; s < n; ++s) {
-    const bool involved = sharing ? plan.forked[s] || plan.forked_from[s] >= 0 : plan.truncated[s];
-    const bool fed_kept = std::any_of(plan.content_stream[s].begin(), plan.content_stream[s].end(),
-                                      [](int k) { return k >= 0; });
+    const bool involved =
+        prefix ? s < run.reused.size() && std::find(run.reused[s].begin(), run.reused[s].end(),
+                                                    true) != run.reused[s].end()
+               : (sharing ? plan.forked[s] || plan.forked_from[s] >= 0 : plan.truncated[s]);
+    const bool fed_kept =
+        std::any_of(plan.content_stream[s].begin(), plan.content_stream[s].end(),
+                    [&](int k) { return k >= 0 && !reused_at(run, s, size_t(k)); });
     if (involved && fed_kept) selected.push_back(s);
   }
   if (selected.empty()) {
-    return not_applicable(property, sharing ? "no fed sequence forks or is forked"
-                                            : "no truncated sequence keeps a token it was fed");
+    return not_applicable(property, prefix    ? "no sequence's first chunk hit the prefix cache"
+                                    : sharing ? "no fed sequence forks or is forked"
+                                              : "no truncated sequence keeps a token it was fed");
   }
-  const RunResult run = run_scenario(context.scenario, context.weights, context.factory);
-  if (run.engine_failed) return engine_refused(property, run, "the scenario");
+  if (!prefix) {
+    run = run_scenario(context.scenario, context.weights, context.factory);
+    if (run.engine_failed) return engine_refused(property, run, "the scenario");
+  }
   const Invariance invariance = invariance_for(context, property);
   for (const size_t s : selected) {
     const std::vector<int32_t>& content = plan.content[s];
@@ -1158,11 +1238,11 @@ Verdict check_replay(const Context& context, Property property) {
       return engine_refused(property, solo.run, "the replay of s" + std::to_string(s));
     }
     // The scenario's logits at the positions it fed itself; the inherited
-    // prefix has none and takes the replay's.
+    // prefix has none and takes the replay's, and so do reused tokens.
     std::vector<float> got = solo.logits;  // [position][V]
     for (size_t p = 0; p < content.size(); ++p) {
       const int k = plan.content_stream[s][p];
-      if (k < 0) continue;
+      if (k < 0 || reused_at(run, s, size_t(k))) continue;
       std::copy_n(run.logits[s].begin() + std::ptrdiff_t(size_t(k) * V), V,
                   got.begin() + std::ptrdiff_t(p * V));
     }
@@ -1174,8 +1254,9 @@ Verdict check_replay(const Context& context, Property property) {
     where.position = static_cast<int>(*at / V);
     const int k = plan.content_stream[s][size_t(where.position)];
     where.call = plan.call_of_position[s][size_t(k)];
-    const std::string replay = sharing ? "a replay that never shared storage"
-                                       : "a replay that never fed the forgotten tokens";
+    const std::string replay = prefix    ? "a cold replay (fresh engine, nothing cached)"
+                               : sharing ? "a replay that never shared storage"
+                                         : "a replay that never fed the forgotten tokens";
     std::ostringstream detail;
     detail << "s" << s << " position " << where.position << " vocab " << *at % V << " (fed by call "
            << where.call << ")\n  " << replay << " (chunks "
@@ -1190,7 +1271,9 @@ Verdict check_replay(const Context& context, Property property) {
          detail.str());
     return verdict;
   }
-  pass(verdict, std::to_string(selected.size()) + " sequences equal their replays");
+  pass(verdict,
+       std::to_string(selected.size()) + (prefix ? " prefix-cache hits equal their cold replays"
+                                                 : " sequences equal their replays"));
   return verdict;
 }
 
@@ -1198,7 +1281,9 @@ Verdict check_replay(const Context& context, Property property) {
 
 // What is wrong with the pool after a call, or "".
 std::string pool_problem(const PoolReport& r, const Scenario& scenario,
-                         const ScenarioRunner& runner, bool last_call) {
+                         const ScenarioRunner& runner, int call) {
+  const bool last_call = call == static_cast<int>(scenario.calls.size()) - 1;
+  const bool flushed = scenario.calls[size_t(call)].kind == Call::Kind::kFlush;
   const auto text = [](auto... parts) {
     std::ostringstream out;
     (out << ... << parts);
@@ -1252,6 +1337,13 @@ std::string pool_problem(const PoolReport& r, const Scenario& scenario,
   if (last_call && running == 0 && r.used != 0) {
     return text("every sequence has ended, yet ", r.used, " blocks are used");
   }
+  if (flushed && running == 0 && r.free != r.total) {
+    return text("the prefix cache was flushed with no sequence running, yet only ", r.free, " of ",
+                r.total, " blocks are free (", r.cached, " cached, ", r.used, " used)");
+  }
+  if (flushed && r.cached != 0) {
+    return text("the prefix cache was flushed, yet ", r.cached, " blocks are cached");
+  }
   return "";
 }
 
@@ -1284,15 +1376,15 @@ Verdict check_pool(const Context& context) {
   if (scenario.block_size == 0) {
     return not_applicable(Property::kPool, "the scenario stores contiguously (block_size 0)");
   }
-  const int last = static_cast<int>(scenario.calls.size()) - 1;
   return check_after_every_call(
       Property::kPool, context,
       [&](int call, const ScenarioRunner& runner) {
-        return pool_problem(runner.engine().pool(), scenario, runner, call == last);
+        return pool_problem(runner.engine().pool(), scenario, runner, call);
       },
       "pool accounting (docs/OPERATIONS.md): free + used + cached == total, each block's "
       "reference count == the block tables holding it, each table ceil(length / B) blocks, "
-      "nothing used once every sequence has ended\n",
+      "nothing used once every sequence has ended, nothing cached after a flush and the "
+      "whole pool free after a flush with no sequence running\n",
       "the pool added up after " + std::to_string(scenario.calls.size()) + " calls");
 }
 
@@ -1303,17 +1395,21 @@ Verdict check_poison(const Context& context) {
   const bool releases =
       std::any_of(scenario.calls.begin(), scenario.calls.end(), [](const Call& c) {
         return c.kind == Call::Kind::kFinish || c.kind == Call::Kind::kReset ||
-               c.kind == Call::Kind::kFork || c.kind == Call::Kind::kTruncate;
+               c.kind == Call::Kind::kFork || c.kind == Call::Kind::kTruncate ||
+               c.kind == Call::Kind::kFlush;
       });
-  if (!releases) {
+  // A prefix cache (or a pool that runs dry) also frees blocks inside steps:
+  // evictions.
+  if (!releases && !scenario.prefix_cache) {
     return not_applicable(Property::kPoison, "no finish, reset, fork or truncation moves storage");
   }
   return check_after_every_call(
       Property::kPoison, context,
       [](int, const ScenarioRunner& runner) { return runner.engine().unheld_storage_check(); },
       "storage that no sequence holds must be poisoned again (NaN) when it is freed "
-      "(finish, reset, a block's last reference, a truncated tail), so that a later read "
-      "past a length shows (docs/OPERATIONS.md)\n",
+      "(finish, reset, a block's last reference, a truncated tail, an eviction or flush of "
+      "a cached block), so that a later read past a length shows; a cached block keeps its "
+      "data (docs/OPERATIONS.md)\n",
       "unheld storage poisoned after every call");
 }
 
@@ -1337,6 +1433,8 @@ const char* operation_needed(const EngineTraits& traits, Property property) {
       return op.paged && op.pool_report ? nullptr : "a pool report of paged storage";
     case Property::kPoison:
       return op.storage_check ? nullptr : "a check of unheld storage";
+    case Property::kPrefix:
+      return op.prefix_cache && op.paged ? nullptr : "a prefix cache";
     default:
       return nullptr;
   }
@@ -1394,6 +1492,7 @@ std::string traits_exclude(const EngineTraits& traits, const Scenario& scenario)
   }
   const OperationTraits& op = traits.operations;
   if (scenario.block_size > 0 && !op.paged) return "paged storage";
+  if (scenario.prefix_cache && !op.prefix_cache) return "a prefix cache";
   std::vector<int> fed(scenario.sequences.size(), 0);  // [sequence]
   std::vector<bool> running(scenario.sequences.size(), false);
   for (const Call& call : scenario.calls) {
@@ -1417,6 +1516,9 @@ std::string traits_exclude(const EngineTraits& traits, const Scenario& scenario)
       case Call::Kind::kTruncate:
         if (!op.truncate) return "truncate";
         fed[size_t(call.sequence)] -= call.count;
+        break;
+      case Call::Kind::kFlush:
+        if (!op.prefix_cache) return "a prefix cache";
         break;
       case Call::Kind::kStep: {
         if (call.chunks.size() > 1 && !op.multi_sequence_step) {
@@ -1466,6 +1568,25 @@ Verdict check_property(Property property, const Scenario& scenario,
   if (!arithmetic.empty() && bounded) {
     return not_applicable(property, "no bound is derived yet for " + arithmetic);
   }
+  if (scenario.pool_blocks > 0) {
+    // A pool sized by the scenario may run dry. The runner checked that the
+    // refusal changed nothing; the properties then check the calls before it
+    // (docs/OPERATIONS.md, "Small pools").
+    try {
+      const RunResult probe = run_scenario(scenario, *scenario_weights(scenario), subject.factory);
+      if (probe.refused) {
+        Scenario before = scenario;
+        before.calls.resize(size_t(probe.refused_call));
+        Verdict verdict = check_property(property, before, subject);
+        const std::string note = " (the pool refused call " + std::to_string(probe.refused_call) +
+                                 ", changing nothing; the calls before it were checked)";
+        if (verdict.passed) verdict.summary += note;
+        return verdict;
+      }
+    } catch (const std::exception&) {
+      // The property's own run reports it.
+    }
+  }
   try {
     const std::shared_ptr<const Weights> weights = scenario_weights(scenario);
     const Context context{scenario,
@@ -1503,6 +1624,8 @@ Verdict check_property(Property property, const Scenario& scenario,
         return check_pool(context);
       case Property::kPoison:
         return check_poison(context);
+      case Property::kPrefix:
+        return check_replay(context, property);
       case Property::kCount:
         break;
     }
@@ -1535,10 +1658,10 @@ Verdict check_all(const Scenario& scenario, const EngineUnderTest& subject) {
   // P6 first: it compares the cache itself after every call, so it sees a
   // fault before any logit does and names the layer and slots.
   static constexpr Property kOrder[] = {
-      Property::kCacheState, Property::kPool,       Property::kPoison, Property::kOracle,
-      Property::kChunking,   Property::kBatch,      Property::kReset,  Property::kCompaction,
-      Property::kSharing,    Property::kRollback,   Property::kGqa,    Property::kDeterminism,
-      Property::kCapacity,   Property::kCrossEngine};
+      Property::kCacheState,  Property::kPool,     Property::kPoison,     Property::kOracle,
+      Property::kChunking,    Property::kBatch,    Property::kReset,      Property::kCompaction,
+      Property::kSharing,     Property::kRollback, Property::kPrefix,     Property::kGqa,
+      Property::kDeterminism, Property::kCapacity, Property::kCrossEngine};
   static_assert(std::size(kOrder) == size_t(kPropertyCount));
   Verdict last;
   for (Property p : kOrder) {

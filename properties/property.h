@@ -31,6 +31,7 @@ enum class Property : uint8_t {
   kRollback,     // P12 truncated sequences == their never-fed replays
   kPool,         // P13 paged pool accounting after every call
   kPoison,       // P14 storage no sequence holds is poisoned (NaN) after every call
+  kPrefix,       // P15 a prefix-cache hit's logits == a cold replay of the same content
   kCount
 };
 constexpr int kPropertyCount = static_cast<int>(Property::kCount);

@@ -92,6 +92,8 @@ SchedulePlan plan_schedule(const Scenario& scenario) {
         open(q, ci);
         break;
       }
+      case Call::Kind::kFlush:
+        break;  // the cache holds what the oracle recomputes anyway
       case Call::Kind::kTruncate: {
         if (call.count == 0) break;
         plan.plain[q] = false;
@@ -134,7 +136,8 @@ ScenarioRunner::ScenarioRunner(const Scenario& scenario, const Config& config,
       running_(scenario.sequences.size(), false),
       fed_(scenario.sequences.size(), 0),
       held_(scenario.sequences.size(), 0),
-      logits_(scenario.sequences.size()) {}
+      logits_(scenario.sequences.size()),
+      reused_(scenario.sequences.size()) {}
 
 void ScenarioRunner::execute(const Call& call) {
   switch (call.kind) {
@@ -158,6 +161,16 @@ void ScenarioRunner::execute(const Call& call) {
         logits_[s].insert(logits_[s].end(), step_logits_.begin() + std::ptrdiff_t(at),
                           step_logits_.begin() + std::ptrdiff_t(at + count));
         at += count;
+        // A prefix hit: the chunk's first k tokens were not computed.
+        const int k = engine_->reused(ids_[s]);
+        if (k < 0 || k >= chunk.length) {
+          throw std::runtime_error("reused: the engine says " + std::to_string(k) +
+                                   " tokens of a chunk of " + std::to_string(chunk.length) +
+                                   " came from the prefix cache; expected 0.." +
+                                   std::to_string(chunk.length - 1));
+        }
+        reused_[s].resize(size_t(fed_[s]) + size_t(chunk.length), false);
+        std::fill_n(reused_[s].begin() + fed_[s], k, true);
         fed_[s] += chunk.length;
         held_[s] += chunk.length;
       }
@@ -180,18 +193,44 @@ void ScenarioRunner::execute(const Call& call) {
       engine_->reset();
       std::fill(running_.begin(), running_.end(), false);
       break;
+    case Call::Kind::kFlush:
+      engine_->flush_prefix_cache();
+      break;
   }
+}
+
+std::string ScenarioRunner::state_digest() const {
+  std::string out;
+  try {
+    const PoolReport r = engine_->pool();
+    out += "free " + std::to_string(r.free) + " used " + std::to_string(r.used) + " cached " +
+           std::to_string(r.cached) + "; refcounts";
+    for (const int c : r.refcounts) out += " " + std::to_string(c);
+    for (const auto& [id, table] : r.tables) {
+      out += "; table of " + std::to_string(id) + ":";
+      for (const int b : table) out += " " + std::to_string(b);
+    }
+  } catch (const EngineError&) {
+    out += "(no pool report)";
+  }
+  for (size_t s = 0; s < ids_.size(); ++s) {
+    if (running_[s])
+      out += "; length of s" + std::to_string(s) + " " + std::to_string(engine_->length(ids_[s]));
+  }
+  return out;
 }
 
 RunResult ScenarioRunner::run(const CallHook& hook) {
   RunResult result = run_calls(hook);
   result.logits = logits_;
+  result.reused = reused_;
   return result;
 }
 
 RunResult ScenarioRunner::run_and_take_logits(const CallHook& hook) {
   RunResult result = run_calls(hook);
   result.logits = std::move(logits_);
+  result.reused = reused_;
   logits_.assign(result.logits.size(), {});
   return result;
 }
@@ -204,10 +243,32 @@ RunResult ScenarioRunner::run_calls(const CallHook& hook) {
     logits_[s].reserve(size_t(plan.fed[s]) * size_t(vocab_));
   }
   RunResult result;
+  // Only an explicitly sized pool may run dry; its refusals are data the
+  // schedule cannot predict (docs/OPERATIONS.md, "Small pools").
+  const bool may_run_dry = scenario_.pool_blocks > 0;
   for (size_t c = 0; c < scenario_.calls.size(); ++c) {
+    const bool step = scenario_.calls[c].kind == Call::Kind::kStep;
+    const std::string before = may_run_dry && step ? state_digest() : std::string();
     try {
       execute(scenario_.calls[c]);
     } catch (const EngineError& e) {
+      if (may_run_dry && step && e.kind() == EngineError::Kind::kCapacity) {
+        const std::string after = state_digest();
+        if (after == before) {
+          result.refused = true;
+          result.refused_call = static_cast<int>(c);
+          result.error_message = e.what();
+          break;
+        }
+        result.engine_failed = true;
+        result.failed_call = static_cast<int>(c);
+        result.error_kind = e.kind();
+        result.error_message =
+            std::string(e.what()) +
+            "\nand the refused step changed the engine's state:\n  before: " + before +
+            "\n  after:  " + after;
+        break;
+      }
       result.engine_failed = true;
       result.failed_call = static_cast<int>(c);
       result.error_kind = e.kind();
@@ -246,8 +307,9 @@ Scenario solo_scenario(const Scenario& base, std::span<const int32_t> tokens,
   solo.capacity = base.capacity;
   solo.max_rows = base.max_rows;
   solo.kv_dtype = base.kv_dtype;
+  // Paged like the scenario, but a solo run is a reference: a pool that
+  // never runs dry and no prefix cache (it computes every token it is fed).
   solo.block_size = base.block_size;
-  solo.pool_blocks = base.pool_blocks;
   solo.sequences.emplace_back(tokens.begin(), tokens.end());
   SplitMix64 rng(dummy_seed);
   for (int d = 0; d < leading_dummies; ++d) {

@@ -68,6 +68,15 @@ struct RunResult {
   EngineError::Kind error_kind = EngineError::Kind::kBadBatch;
   std::string error_message;
   bool stopped = false;  // the hook asked to stop
+  // Prefix cache: [sequence][stream index] fed tokens whose logits the engine
+  // took from the cache instead of computing (Engine::reused); the properties
+  // skip their logits (their K/V are still checked, and so are later tokens).
+  std::vector<std::vector<bool>> reused;
+  // A step refused for want of pool blocks (EngineError kCapacity, the
+  // scenario sets pool_blocks) that changed nothing: the run stopped there.
+  // A refusal that changed the pool or a length is engine_failed instead.
+  bool refused = false;
+  int refused_call = -1;
 };
 
 // One scenario on one fresh engine. Keeps the engine after the run so a
@@ -92,11 +101,15 @@ class ScenarioRunner {
   int fed(int sequence) const { return fed_[size_t(sequence)]; }
   int held(int sequence) const { return held_[size_t(sequence)]; }  // content length
   const std::vector<float>& logits(int sequence) const { return logits_[size_t(sequence)]; }
+  // [stream index] whose logits came from the prefix cache (RunResult::reused).
+  const std::vector<bool>& reused(int sequence) const { return reused_[size_t(sequence)]; }
   // Hands the collected logits over; the runner keeps the engine.
   std::vector<std::vector<float>> take_logits() { return std::move(logits_); }
 
  private:
   void execute(const Call& call);
+  // What a refused step must leave as it was: the pool and every length.
+  std::string state_digest() const;
   RunResult run_calls(const CallHook& hook);
 
   const Scenario& scenario_;
@@ -107,6 +120,7 @@ class ScenarioRunner {
   std::vector<int> fed_;                    // [sequence] stream tokens fed
   std::vector<int> held_;                   // [sequence] content length
   std::vector<std::vector<float>> logits_;  // [sequence][position][V]
+  std::vector<std::vector<bool>> reused_;   // [sequence][stream index] logits not computed
   std::vector<BatchEntry> batch_;           // [chunk] of the current step
   std::vector<float> step_logits_;          // [tokens in step][V]
 };

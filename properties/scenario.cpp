@@ -27,6 +27,7 @@ EngineOptions Scenario::engine_options() const {
   options.kv_dtype = kv_dtype;
   options.block_size = block_size;
   options.pool_blocks = pool_blocks;
+  options.prefix_cache = prefix_cache;
   return options;
 }
 
@@ -63,6 +64,7 @@ std::string Scenario::validate() const {
         << " is out of range [0, 2^20] (and needs block_size > 0)";
     return out.str();
   }
+  if (prefix_cache && block_size == 0) return "prefix_cache: needs paged storage (block_size > 0)";
   for (size_t s = 0; s < sequences.size(); ++s) {
     for (size_t i = 0; i < sequences[s].size(); ++i) {
       const int32_t token = sequences[s][i];
@@ -195,6 +197,12 @@ std::string Scenario::validate() const {
         }
         held[size_t(call.sequence)] -= call.count;
         break;
+      case Call::Kind::kFlush:
+        if (!prefix_cache) {
+          out << "flush of the prefix cache, which the scenario does not have (prefix_cache 0)";
+          return out.str();
+        }
+        break;
       default:
         out << "unknown call kind " << static_cast<int>(call.kind);
         return out.str();
@@ -235,6 +243,7 @@ std::string Scenario::to_text() const {
       << " kv_dtype " << kv_dtype_name(kv_dtype);
   // Only when set, so that contiguous scenarios keep their text (and digest).
   if (block_size > 0) out << " block_size " << block_size << " pool_blocks " << pool_blocks;
+  if (prefix_cache) out << " prefix_cache 1";
   out << "\n";
   for (size_t s = 0; s < sequences.size(); ++s) {
     out << "s" << s << " (" << sequences[s].size() << " tokens):";
@@ -265,6 +274,9 @@ std::string Scenario::to_text() const {
         break;
       case Call::Kind::kTruncate:
         out << "truncate s" << call.sequence << " " << call.count;
+        break;
+      case Call::Kind::kFlush:
+        out << "flush";
         break;
     }
     out << "\n";

@@ -27,7 +27,7 @@ struct ChunkSpec {
 };
 
 struct Call {
-  enum class Kind : uint8_t { kStart, kStep, kFinish, kReset, kFork, kTruncate };
+  enum class Kind : uint8_t { kStart, kStep, kFinish, kReset, kFork, kTruncate, kFlush };
   Kind kind = Kind::kStep;
   int sequence = 0;               // kStart, kFinish, kTruncate; kFork: the child
   std::vector<ChunkSpec> chunks;  // kStep: the batch, in order
@@ -41,6 +41,7 @@ struct Call {
   static Call reset() { return {Kind::kReset, 0, {}}; }
   static Call fork(int child, int parent, int n) { return {Kind::kFork, child, {}, parent, n}; }
   static Call truncate(int s, int n) { return {Kind::kTruncate, s, {}, 0, n}; }
+  static Call flush() { return {Kind::kFlush, 0, {}}; }  // Engine::flush_prefix_cache
 
   bool operator==(const Call&) const = default;
 };
@@ -51,8 +52,9 @@ struct Scenario {
   int capacity = 64;  // positions per sequence
   int max_rows = 4;   // sequences alive at once
   KvDtype kv_dtype = KvDtype::kF32;
-  int block_size = 0;   // 0: contiguous storage; 1..32: paged, blocks of this many slots
-  int pool_blocks = 0;  // paged: blocks in the pool; 0: the engine's default (never runs dry)
+  int block_size = 0;         // 0: contiguous storage; 1..32: paged, blocks of this many slots
+  int pool_blocks = 0;        // paged: blocks in the pool; 0: the engine's default (never runs dry)
+  bool prefix_cache = false;  // paged: reuse cached blocks of a prompt's leading tokens
   std::vector<std::vector<int32_t>> sequences;  // [sequence][token], fed in order
   std::vector<Call> calls;
   // A user's checkpoint (--model): its weights replace init_weights(config,
@@ -73,7 +75,8 @@ struct Scenario {
   // forked) once before it is fed, is fed, forked from or truncated only
   // while running, never past its tokens or the capacity, a fork takes at
   // most its parent's length and a truncation at most the sequence's, at
-  // most max_rows run at once, and the config validates.
+  // most max_rows run at once, a flush needs the prefix cache and the prefix
+  // cache paged storage, and the config validates.
   // Otherwise one message naming the call and what is wrong.
   std::string validate() const;
 

@@ -83,6 +83,8 @@ std::string call_text(const Call& call) {
              std::to_string(call.count);
     case Call::Kind::kTruncate:
       return "truncate s" + std::to_string(call.sequence) + " " + std::to_string(call.count);
+    case Call::Kind::kFlush:
+      return "flush";
   }
   return "?";
 }

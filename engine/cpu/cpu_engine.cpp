@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <limits>
 #include <sstream>
 
 #include "engine/cpu/kernels.h"
@@ -54,19 +55,34 @@ class CpuEngine final : public Engine {
 
   void step(std::span<const BatchEntry> batch, std::vector<float>& logits) override {
     table_.check_batch(batch);
-    table_.prepare_step(batch, copy_slots(), poison_slots());
-    const std::vector<TokenPlan> plan = table_.make_plan(batch);
-    const size_t n = plan.size();
-    logits.assign(n * size_t(config_.vocab), 0.0f);
+    const std::vector<int> reused = table_.prepare_step(batch, copy_slots(), poison_slots());
+    // A prefix hit computes only the chunk's tokens after the reused ones.
+    std::span<const BatchEntry> computed = batch;
+    const bool hit = std::any_of(reused.begin(), reused.end(), [](int k) { return k > 0; });
+    if (hit) {
+      trimmed_.assign(batch.begin(), batch.end());
+      for (size_t i = 0; i < batch.size(); ++i) {
+        trimmed_[i].tokens = batch[i].tokens.subspan(size_t(reused[i]));
+      }
+      computed = trimmed_;
+    }
+    const std::vector<TokenPlan> plan = table_.make_plan(computed);
+    const size_t n = plan.size(), V = size_t(config_.vocab);
+    logits.assign(n * V, 0.0f);
     if (n == 0) return;
     grow_scratch(n);
-    embed(batch, plan);
-    for (int layer = 0; layer < config_.n_layers; ++layer) run_layer(layer, batch, plan);
+    embed(computed, plan);
+    for (int layer = 0; layer < config_.n_layers; ++layer) run_layer(layer, computed, plan);
     const size_t E = size_t(config_.d_model);
     for (size_t t = 0; t < n; ++t) norm(weights_.final_norm, weights_.final_norm_bias, t);
-    matmul(h_.data(), n, weights_.lm_head.data(), nullptr, E, size_t(config_.vocab), logits.data());
-    table_.commit(batch);
+    matmul(h_.data(), n, weights_.lm_head.data(), nullptr, E, V, logits.data());
+    table_.commit(computed);
+    if (hit) spread_reused_rows(batch, reused, logits);
   }
+
+  int reused(SequenceId id) const override { return table_.reused(id); }
+
+  void flush_prefix_cache() override { table_.flush_prefix_cache(poison_slots()); }
 
   void finish(SequenceId id) override {
     if (table_.paged()) return table_.finish_paged(id, poison_slots());
@@ -165,6 +181,25 @@ class CpuEngine final : public Engine {
   int storage_row(int row) const { return table_.storage_row(row); }
   int storage_layer(int layer) const { return table_.storage_layer(layer); }
   TokenPlan at_layer(TokenPlan t, int layer) const { return table_.at_layer(t, layer); }
+
+  // Logits of the computed tokens, [computed][V], become the batch's
+  // [sum of n][V]: each entry's reused rows first, NaN (never computed).
+  void spread_reused_rows(std::span<const BatchEntry> batch, const std::vector<int>& reused,
+                          std::vector<float>& logits) const {
+    const size_t V = size_t(config_.vocab);
+    size_t total = 0;
+    for (const BatchEntry& e : batch) total += e.tokens.size();
+    std::vector<float> all(total * V, std::numeric_limits<float>::quiet_NaN());  // [sum of n][V]
+    size_t at = 0, from = 0;
+    for (size_t i = 0; i < batch.size(); ++i) {
+      const size_t rows = batch[i].tokens.size() - size_t(reused[i]);
+      std::copy_n(logits.begin() + std::ptrdiff_t(from * V), rows * V,
+                  all.begin() + std::ptrdiff_t((at + size_t(reused[i])) * V));
+      at += batch[i].tokens.size();
+      from += rows;
+    }
+    logits = std::move(all);
+  }
 
   // Paged storage keeps two blocks past the pool: one never written (reads
   // past a block table see NaN) and one that absorbs writes past it.
@@ -429,13 +464,14 @@ class CpuEngine final : public Engine {
   cpu::ThreadPool pool_;
 
   // Scratch, grown to the largest step seen; n = tokens in the step.
-  std::vector<float> x_;       // [n][E] residual stream
-  std::vector<float> h_;       // [n][E] normed input / MLP output
-  std::vector<float> qkv_;     // [n][H*D + 2*KVH*D]
-  std::vector<float> att_;     // [n][H*D] attention output
-  std::vector<float> mlp_;     // [n][max(F, E)]
-  std::vector<float> gate_;    // [n][F] llama only
-  std::vector<float> scores_;  // [thread][group][capacity]
+  std::vector<float> x_;             // [n][E] residual stream
+  std::vector<float> h_;             // [n][E] normed input / MLP output
+  std::vector<float> qkv_;           // [n][H*D + 2*KVH*D]
+  std::vector<float> att_;           // [n][H*D] attention output
+  std::vector<float> mlp_;           // [n][max(F, E)]
+  std::vector<float> gate_;          // [n][F] llama only
+  std::vector<float> scores_;        // [thread][group][capacity]
+  std::vector<BatchEntry> trimmed_;  // [entry] the batch less its reused tokens
 };
 
 }  // namespace
@@ -466,6 +502,8 @@ std::unique_ptr<Engine> KVCHECK_CPU_ENGINE_FACTORY(const Config& config, const W
              (options.pool_blocks > 0 && options.block_size == 0)) {
     out << "pool_blocks: " << options.pool_blocks
         << " is out of range [0, 2^20] (and needs block_size > 0)";
+  } else if (options.prefix_cache && options.block_size == 0) {
+    out << "prefix_cache: needs paged storage (block_size > 0)";
   }
 #ifdef KVCHECK_NO_FAULTS
   if (options.faults.any()) out << "faults: this engine was built without fault switches";

@@ -127,7 +127,12 @@ rc::Gen<SequenceGenes> sequence_genes() {
       rc::gen::set(&SequenceGenes::finishes, rarely_true(2, 1)),
       rc::gen::set(&SequenceGenes::start_delay,
                    weighted_gen<int>({{3, rc::gen::just(0)}, {2, between(1, 6)}})),
-      rc::gen::set(&SequenceGenes::reset_before, rarely_true(6, 1)));
+      rc::gen::set(&SequenceGenes::reset_before, rarely_true(6, 1)),
+      rc::gen::set(&SequenceGenes::shared_prefix,
+                   // Not scaled by the size: small cases need sharing too.
+                   weighted_gen<int>({{1, rc::gen::just(0)},
+                                      {3, rc::gen::resize(100, between(1, 8))},
+                                      {2, rc::gen::resize(100, between(1, 24))}})));
   // One more move after the gene-wise shrinks: fold the first decode token
   // into the prompt. It keeps the tokens and lets the whole prompt go in one
   // chunk, so p(2) p(1) (prompt 2, one decode) can become p(3); prompt length
@@ -153,7 +158,8 @@ rc::Gen<OpGenes> op_genes() {
       rc::gen::set(&OpGenes::amount, between(0, kMaxPrompt)),
       rc::gen::set(&OpGenes::snap, weighted_choice<int>({{3, 0}, {2, 1}, {1, 2}})),
       rc::gen::set(&OpGenes::child_tokens, between(0, 8)),
-      rc::gen::set(&OpGenes::child_finishes, rarely_true(2, 1)));
+      rc::gen::set(&OpGenes::child_finishes, rarely_true(2, 1)),
+      rc::gen::set(&OpGenes::flush, rarely_true(4, 1)));
 }
 
 }  // namespace
@@ -191,7 +197,11 @@ rc::Gen<ScenarioGenes> scenario_genes(Emphasis emphasis) {
       rc::gen::set(&ScenarioGenes::block_size, weighted_gen<int>({{2, rc::gen::just(0)},
                                                                   {1, rc::gen::just(1)},
                                                                   {1, rc::gen::just(16)},
-                                                                  {2, between(1, 32)}})));
+                                                                  {2, between(1, 32)}})),
+      rc::gen::set(&ScenarioGenes::prefix_cache, rarely_true(1, 2)),
+      rc::gen::set(
+          &ScenarioGenes::pool_slack,
+          weighted_gen<int>({{3, rc::gen::just(-1)}, {1, rc::gen::just(0)}, {3, between(1, 6)}})));
 }
 
 namespace {
@@ -331,10 +341,31 @@ Scenario decode(const ScenarioGenes& genes, const EngineTraits& traits,
     fitted.finishes = g.finishes && ops.finish;
     fitted.reset_before = g.reset_before && ops.reset;
     plans.push_back(plan_of(fitted, limits.max_step_tokens));
+    // A prompt that shares a prefix with the one before it (prefix cache):
+    // it starts once that one has been fed a chunk, and its first chunk
+    // covers the shared tokens and one more, so that a hit can happen.
+    const int shared = std::max(0, g.shared_prefix);
+    if (plans.size() > 1 && shared > 0 && ops.prefix_cache && genes.prefix_cache) {
+      Plan& p = plans.back();
+      p.start_delay = std::max(p.start_delay, plans[plans.size() - 2].start_delay + 2);
+      while (p.chunks.size() > 1 && p.chunks[0] <= shared &&
+             p.chunks[0] + p.chunks[1] <= limits.max_step_tokens) {
+        p.chunks[0] += p.chunks[1];
+        p.chunks.erase(p.chunks.begin() + 1);
+      }
+      // Too short a prompt shares nothing: it grows to the shared tokens and one.
+      p.chunks[0] =
+          std::max(p.chunks[0], std::min({shared + 1, kMaxPrompt, limits.max_step_tokens}));
+    }
   }
   if (plans.empty()) plans.push_back(plan_of(SequenceGenes{}, limits.max_step_tokens));
   if (model) fit_context(plans, c.max_pos, limits.capacity_shared);
 
+  // Paged storage and a prefix cache only where the engine declares them.
+  s.block_size = ops.paged ? std::clamp(genes.block_size, 0, 32) : 0;
+  s.prefix_cache = s.block_size > 0 && ops.prefix_cache && genes.prefix_cache;
+  // A hit needs a prompt longer than a block: prefix scenarios keep B in 1..4.
+  if (s.prefix_cache) s.block_size = 1 + (s.block_size - 1) % 4;
   int longest = 0;
   for (size_t i = 0; i < plans.size(); ++i) {
     const int total = std::accumulate(plans[i].chunks.begin(), plans[i].chunks.end(), 0);
@@ -343,6 +374,14 @@ Scenario decode(const ScenarioGenes& genes, const EngineTraits& traits,
     for (int t = 0; t < total; ++t) {
       tokens[size_t(t)] =
           int32_t(mix(mix(genes.token_seed * 64 + i) + uint64_t(t)) % uint64_t(c.vocab));
+    }
+    // A prompt that starts like the one before it (alive or finished by
+    // then): what a prefix cache reuses.
+    if (s.prefix_cache && i > 0) {
+      const std::vector<int32_t>& before = s.sequences.back();
+      const size_t shared = std::min(
+          {size_t(std::max(0, genes.sequences[i].shared_prefix)), before.size(), tokens.size()});
+      std::copy_n(before.begin(), shared, tokens.begin());
     }
     s.sequences.push_back(std::move(tokens));
     plans[i].epoch = (i == 0 ? 0 : plans[i - 1].epoch) + (plans[i].reset_before ? 1 : 0);
@@ -357,13 +396,17 @@ Scenario decode(const ScenarioGenes& genes, const EngineTraits& traits,
   const int last_epoch = plans.back().epoch;
   // The operations: what each sequence holds now, and the block size they
   // snap to (4 when contiguous, so that snapping still means something).
-  s.block_size = ops.paged ? std::clamp(genes.block_size, 0, 32) : 0;
   const int snap_block = s.block_size > 0 ? s.block_size : 4;
   std::vector<int> held(plans.size(), 0);  // [sequence] content length
   int max_content = 0, steps_so_far = 0, forks = 0;
   const auto apply_ops = [&](std::vector<int>& running) {
     for (const OpGenes& op : genes.ops) {
-      if (op.after_step != steps_so_far || running.empty()) continue;
+      if (op.after_step != steps_so_far) continue;
+      if (op.flush) {
+        if (s.prefix_cache) s.calls.push_back(Call::flush());
+        continue;
+      }
+      if (running.empty()) continue;
       const int target = running[size_t(std::max(0, op.target)) % running.size()];
       const int length = held[size_t(target)];
       const int amount = std::max(0, op.amount) % (length + 1);
@@ -484,6 +527,10 @@ Scenario decode(const ScenarioGenes& genes, const EngineTraits& traits,
   s.capacity = std::min(needed + std::clamp(genes.capacity_slack, 0, 16),
                         std::max(needed, limits.max_capacity));
   s.max_rows = std::max(1, running_peak) + std::clamp(genes.spare_rows, 0, 3);
+  if (s.block_size > 0 && genes.pool_slack >= 0) {
+    const int longest_blocks = (std::max(longest, max_content) + s.block_size - 1) / s.block_size;
+    s.pool_blocks = std::max(1, longest_blocks - 1 + std::min(genes.pool_slack, 16));
+  }
   if (model) {
     s.capacity = std::min(s.capacity, c.max_pos);  // fit_context kept `needed` within it
   } else {
@@ -518,7 +565,11 @@ Coverage& Coverage::operator|=(const Coverage& o) {
                       &Coverage::truncate,
                       &Coverage::truncate_to_zero,
                       &Coverage::truncate_across_blocks,
-                      &Coverage::q8_multi_block}) {
+                      &Coverage::q8_multi_block,
+                      &Coverage::prefix_cache,
+                      &Coverage::flush,
+                      &Coverage::small_pool,
+                      &Coverage::shared_prompt}) {
     this->*member = this->*member || o.*member;
   }
   return *this;
@@ -539,8 +590,21 @@ Coverage coverage(const Scenario& s) {
   bool finished_since_reset = false;
   for (const Call& call : s.calls) {
     switch (call.kind) {
-      case Call::Kind::kStart:
+      case Call::Kind::kStart: {
         if (finished_since_reset) cov.reused_row = true;
+        const std::vector<int32_t>& mine = s.sequences[size_t(call.sequence)];
+        for (int e = 0; e < call.sequence && s.block_size > 0; ++e) {
+          const std::vector<int32_t>& earlier = s.sequences[size_t(e)];
+          const size_t B = size_t(s.block_size);
+          cov.shared_prompt =
+              cov.shared_prompt ||
+              (mine.size() > B && earlier.size() >= B &&
+               std::equal(mine.begin(), mine.begin() + std::ptrdiff_t(B), earlier.begin()));
+        }
+        break;
+      }
+      case Call::Kind::kFlush:
+        cov.flush = true;
         break;
       case Call::Kind::kStep: {
         bool prefill = false, decode_token = false;
@@ -590,6 +654,8 @@ Coverage coverage(const Scenario& s) {
     }
   }
   cov.paged = s.block_size > 0;
+  cov.prefix_cache = s.prefix_cache;
+  cov.small_pool = s.pool_blocks > 0;
   return cov;
 }
 

@@ -61,6 +61,7 @@ struct SequenceGenes {
   bool finishes = false;           // EOS right after its last token
   int start_delay = 0;             // steps of its epoch that run before it starts
   bool reset_before = false;       // the engine resets before this sequence's epoch
+  int shared_prefix = 0;  // prefix cache: leading tokens copied from the sequence before it
 
   bool operator==(const SequenceGenes&) const = default;
 };
@@ -75,6 +76,7 @@ struct OpGenes {
   int snap = 0;           // 0: amount as drawn, 1: to a block boundary, 2: all of it
   int child_tokens = 1;   // fork: tokens the child is fed afterwards
   bool child_finishes = false;
+  bool flush = false;  // instead: flush the prefix cache (scenarios that have one)
 
   bool operator==(const OpGenes&) const = default;
 };
@@ -89,8 +91,13 @@ struct ScenarioGenes {
   int spare_rows = 0;      // max_rows = most sequences running at once + spare
   KvDtype kv_dtype = KvDtype::kF32;
   uint64_t token_seed = 0;
-  std::vector<OpGenes> ops;  // only what the traits declare (fork, truncate) is drawn
-  int block_size = 0;        // 0: contiguous; 1..32: paged (engines that declare it)
+  std::vector<OpGenes> ops;   // only what the traits declare (fork, truncate) is drawn
+  int block_size = 0;         // 0: contiguous; 1..32: paged (engines that declare it)
+  bool prefix_cache = false;  // paged: a prefix cache (engines that declare it)
+  // Paged: < 0 the engine's default pool (never runs dry); else
+  // ceil(longest content / B) - 1 + slack blocks, small enough that
+  // sequences compete, cached blocks are evicted and steps are refused.
+  int pool_slack = -1;
 
   bool operator==(const ScenarioGenes&) const = default;
 };
@@ -135,6 +142,8 @@ struct Coverage {
   bool paged = false;           // block_size > 0
   bool fork = false, fork_mid_block = false, fork_at_boundary = false;
   bool truncate = false, truncate_to_zero = false, truncate_across_blocks = false;
+  bool prefix_cache = false, flush = false, small_pool = false;
+  bool shared_prompt = false;  // a sequence starts with a whole block of an earlier one's tokens
 
   // Every tag either side has (coverage over many scenarios).
   Coverage& operator|=(const Coverage& other);

@@ -39,6 +39,10 @@ const std::vector<CatalogueEntry>& fault_catalogue() {
       {Fault::kKvScaleDropped, {P::kOracle, P::kCacheState}, 5, 5},
       {Fault::kKvScalePerTensor, {P::kCacheState}, 5, 5},
       {Fault::kKvScaleSharedKv, {P::kCacheState}, 5, 5},
+      // The prefix cache and small pools (docs/FAULTS.md derives the sizes).
+      {Fault::kPrefixHashOnly, {P::kOracle, P::kCacheState, P::kPrefix}, 9, 9},
+      {Fault::kPrefixHitExtraBlock, {P::kCacheState}, 12, 10},
+      {Fault::kRefusalLeavesHalfTable, {P::kOracle, P::kPool}, 0, 6},
   };
   return entries;
 }

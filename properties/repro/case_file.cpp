@@ -308,6 +308,15 @@ class Parser {
     } else if (key == "reset") {
       expect_end(line, key, rest);
       add_call(line, Call::reset());
+    } else if (key == "flush") {
+      // flush: the engine forgets its prefix cache (Engine::flush_prefix_cache).
+      expect_end(line, key, rest);
+      add_call(line, Call::flush());
+    } else if (key == "prefix_cache") {
+      once(line, key);
+      const std::string_view value = next_word(rest);
+      expect_end(line, key, rest);
+      c_.scenario.prefix_cache = parse_int(line, key, value, 0, 1) == 1;
     } else if (key == "fork") {
       // fork sCHILD sPARENT N: the child starts with the parent's first N tokens.
       const int child = parse_sequence_ref(line, "fork child", next_word(rest));
@@ -353,8 +362,9 @@ class Parser {
       fail_at(line,
               "unknown key " + quoted(key) +
                   "; expected one of note, property, fault, backend, engine, model, model_hash, "
-                  "the model and engine fields (family ... kv_dtype, block_size, pool_blocks), "
-                  "sequence, start, step, finish, reset, fork, truncate, verdict, where, summary "
+                  "the model and engine fields (family ... kv_dtype, block_size, pool_blocks, "
+                  "prefix_cache), sequence, start, step, finish, reset, fork, truncate, flush, "
+                  "verdict, where, summary "
                   "(docs/CASE_FORMAT.md)");
     }
   }
@@ -655,6 +665,7 @@ std::string print_case(const CaseFile& c) {
   // Optional: absent means contiguous storage (files before paging stay valid).
   if (s.block_size > 0) out << "block_size " << s.block_size << "\n";
   if (s.pool_blocks > 0) out << "pool_blocks " << s.pool_blocks << "\n";
+  if (s.prefix_cache) out << "prefix_cache 1\n";
   out << "\n# sequences: token ids in feed order\n";
   for (size_t i = 0; i < s.sequences.size(); ++i) {
     out << "sequence s" << i << ":";
@@ -684,6 +695,9 @@ std::string print_case(const CaseFile& c) {
         break;
       case Call::Kind::kTruncate:
         out << "truncate s" << call.sequence << " " << call.count;
+        break;
+      case Call::Kind::kFlush:
+        out << "flush";
         break;
     }
     out << "\n";

@@ -120,6 +120,8 @@ std::pair<int, int> peak_rows_and_length(const Scenario& s) {
       case Call::Kind::kReset:
         running = 0;
         break;
+      case Call::Kind::kFlush:
+        break;
       case Call::Kind::kStep:
         for (const ChunkSpec& chunk : call.chunks) {
           if (size_t(chunk.sequence) >= fed.size()) continue;
@@ -324,17 +326,34 @@ void model_candidates(const Scenario& s, CandidateList& out) {
     c.kv_dtype = KvDtype::kF32;
     out.add(std::move(c));
   }
-  // Contiguous storage, smaller blocks, the default pool.
+  // No prefix cache (its flushes go with it), contiguous storage, smaller
+  // blocks, the default pool (the largest: nothing runs dry).
+  const auto without_prefix_cache = [](Scenario& c) {
+    c.prefix_cache = false;
+    std::erase_if(c.calls, [](const Call& call) { return call.kind == Call::Kind::kFlush; });
+  };
+  if (s.prefix_cache) {
+    Scenario c = s;
+    without_prefix_cache(c);
+    out.add(std::move(c));
+  }
   for (int v : smaller_values(s.block_size, 0, {1, 2})) {
     Scenario c = s;
     c.block_size = v;
-    if (v == 0) c.pool_blocks = 0;
+    if (v == 0) c.pool_blocks = 0, without_prefix_cache(c);
     out.add(std::move(c));
   }
   if (s.pool_blocks > 0) {
+    // The default pool (it never runs dry), or a smaller one (a refusal
+    // then comes with fewer tokens).
     Scenario c = s;
     c.pool_blocks = 0;
     out.add(std::move(c));
+    for (int v : smaller_values(s.pool_blocks, 1)) {
+      Scenario d = s;
+      d.pool_blocks = v;
+      out.add(std::move(d));
+    }
   }
 }
 
@@ -368,7 +387,8 @@ void token_candidates(const Scenario& s, CandidateList& out) {
 int64_t shrink_complexity(const Scenario& s) {
   const Config& c = s.config;
   int64_t total = int64_t(c.d_model) + c.d_ff + c.head_dim + c.n_kv_heads + c.vocab + c.max_pos +
-                  s.capacity + s.max_rows + s.block_size + s.pool_blocks + (c.qkv_bias ? 1 : 0) +
+                  s.capacity + s.max_rows + s.block_size + s.pool_blocks +
+                  (s.prefix_cache ? 1 : 0) + (c.qkv_bias ? 1 : 0) +
                   (s.kv_dtype != KvDtype::kF32 ? 1 : 0);
   for (const auto& tokens : s.sequences) {
     total += int64_t(tokens.size());

@@ -23,12 +23,16 @@ TEST(Registry, AnUnknownBackendListsTheRegisteredOnes) {
 
 TEST(Registry, BadOptionsAreInputErrorsNamingThem) {
   EXPECT_EQ(resolve_error("cpu?colour=red"),
-            "--backend cpu: unknown option \"colour\" (known: paged, pool; every backend also "
-            "takes invariance=bounded and profile=restricted)");
+            "--backend cpu: unknown option \"colour\" (known: paged, pool, prefix; every backend "
+            "also takes invariance=bounded and profile=restricted)");
   EXPECT_EQ(resolve_error("cpu?paged=33"),
             "--backend cpu?paged=33: expected an integer in [1, 32]");
   EXPECT_EQ(resolve_error("cpu?pool=8"),
             "--backend cpu?pool=8: a pool needs paged=B (block size 1..32)");
+  EXPECT_EQ(resolve_error("cpu?prefix=1"),
+            "--backend cpu?prefix=1: a prefix cache needs paged=B (block size 1..32)");
+  EXPECT_EQ(resolve_error("cpu?paged=4&prefix=2"),
+            "--backend cpu?prefix=2: expected an integer in [0, 1]");
   EXPECT_EQ(resolve_error("cpu?invariance=sometimes"),
             "--backend cpu: invariance=sometimes (only invariance=bounded weakens a declaration)");
   EXPECT_EQ(resolve_error("cpu?profile=fast"),

@@ -25,11 +25,17 @@ Op truncate(int sequence, int n) {
 Op observe() {
   return {Op::kObserve};
 }
+Op try_step(std::vector<std::pair<int, int>> e) {
+  return {Op::kTryStep, std::move(e)};
+}
 
 bool MinimalCase::cpu_only() const {
   if (block_size > 0 || kv_dtype == KvDtype::kQ8_0) return true;
   for (const Op& op : ops) {
-    if (op.kind == Op::kFork || op.kind == Op::kTruncate || op.kind == Op::kObserve) return true;
+    if (op.kind == Op::kFork || op.kind == Op::kTruncate || op.kind == Op::kObserve ||
+        op.kind == Op::kTryStep) {
+      return true;
+    }
   }
   return false;
 }
@@ -44,6 +50,8 @@ Outcome run_minimal_case(const MinimalCase& m, FaultSet faults, const MakeEngine
   o.max_rows = 4;
   o.faults = faults;
   o.block_size = m.block_size;
+  o.pool_blocks = m.pool_blocks;
+  o.prefix_cache = m.prefix_cache;
   auto engine = make_engine(c, init_weights(c, 77), o);
   std::vector<SequenceId> ids;
   std::vector<std::vector<int32_t>> tokens;
@@ -54,10 +62,12 @@ Outcome run_minimal_case(const MinimalCase& m, FaultSet faults, const MakeEngine
       switch (op.kind) {
         case Op::kStart:
           ids.push_back(engine->start());
-          tokens.push_back(random_tokens(ids.size(), 16, c.vocab));
+          tokens.push_back(ids.size() <= m.prompts.size() ? m.prompts[ids.size() - 1]
+                                                          : random_tokens(ids.size(), 16, c.vocab));
           fed.push_back(0);
           break;
-        case Op::kStep: {
+        case Op::kStep:
+        case Op::kTryStep: {
           std::vector<BatchEntry> batch;
           for (auto [s, n] : op.entries) {
             batch.push_back(
@@ -65,7 +75,17 @@ Outcome run_minimal_case(const MinimalCase& m, FaultSet faults, const MakeEngine
                  std::span<const int32_t>(tokens[size_t(s)]).subspan(fed[size_t(s)], size_t(n))});
             fed[size_t(s)] += size_t(n);
           }
-          engine->step(batch, logits);
+          if (op.kind == Op::kTryStep) {
+            try {
+              engine->step(batch, logits);
+            } catch (const EngineError&) {
+              all.push_back(-1.0f);
+              for (auto [s, n] : op.entries) fed[size_t(s)] -= size_t(n);
+              break;
+            }
+          } else {
+            engine->step(batch, logits);
+          }
           all.insert(all.end(), logits.begin(), logits.end());
           break;
         }
@@ -223,6 +243,44 @@ const std::vector<MinimalCase>& minimal_cases() {
        KvDtype::kQ8_0,
        40},
       {Fault::kKvScaleSharedKv, F::kGpt2, 1, 1, 1, 4, {start(), step({{0, 1}})}, 0, KvDtype::kQ8_0},
+      // Tokens 0 and 32 agree in the top 8 (so 4) bits of their one-block keys.
+      {Fault::kPrefixHashOnly,
+       F::kGpt2,
+       1,
+       1,
+       1,
+       4,
+       {start(), step({{0, 2}}), start(), step({{1, 2}})},
+       1,
+       KvDtype::kF32,
+       0,
+       0,
+       true,
+       {{0, 5}, {32, 7}}},
+      {Fault::kPrefixHitExtraBlock,
+       F::kGpt2,
+       1,
+       1,
+       1,
+       4,
+       {start(), step({{0, 3}}), start(), step({{1, 2}}), step({{0, 1}})},
+       1,
+       KvDtype::kF32,
+       0,
+       0,
+       true,
+       {{1, 2, 3, 4}, {1, 5}}},
+      {Fault::kRefusalLeavesHalfTable,
+       F::kGpt2,
+       1,
+       1,
+       1,
+       4,
+       {start(), start(), try_step({{0, 1}, {1, 2}}), observe()},
+       1,
+       KvDtype::kF32,
+       0,
+       2},
   };
   return cases;
 }

@@ -19,7 +19,9 @@ struct Op {
   // `count` tokens; kObserve appends the pool's free, used and reference
   // count total and 1 (0) when unheld storage is (not) all poisoned to the
   // outcome, for faults that show in the pool or storage, not in logits.
-  enum Kind { kStart, kStep, kFinish, kReset, kFork, kTruncate, kObserve } kind;
+  // kTryStep is a step the engine may refuse (a pool that runs dry): the
+  // refusal is recorded as -1 in the outcome and the script goes on.
+  enum Kind { kStart, kStep, kFinish, kReset, kFork, kTruncate, kObserve, kTryStep } kind;
   std::vector<std::pair<int, int>> entries = {};  // kStep: (sequence index, tokens)
   int sequence = 0;                               // kFinish, kFork (parent), kTruncate
   int count = 0;                                  // kFork, kTruncate
@@ -32,6 +34,7 @@ Op reset();
 Op fork(int parent, int n);
 Op truncate(int sequence, int n);
 Op observe();
+Op try_step(std::vector<std::pair<int, int>> entries);
 
 struct MinimalCase {
   Fault fault;
@@ -40,7 +43,10 @@ struct MinimalCase {
   std::vector<Op> ops;
   int block_size = 0;  // paged storage when > 0
   KvDtype kv_dtype = KvDtype::kF32;
-  int head_dim = 0;  // 0: the tiny model's
+  int head_dim = 0;     // 0: the tiny model's
+  int pool_blocks = 0;  // paged: 0 the engine's default
+  bool prefix_cache = false;
+  std::vector<std::vector<int32_t>> prompts = {};  // [sequence] its tokens; empty: random ones
 
   // Uses what only the CPU engine offers (docs/OPERATIONS.md).
   bool cpu_only() const;

@@ -135,12 +135,14 @@ TEST(Generators, EveryOperationCoverageTagOccursWhenTheEngineDeclaresThem) {
   EXPECT_TRUE(seen.truncate && seen.truncate_to_zero && seen.truncate_across_blocks);
   // The CPU engine declares q8_0: drawn with two scale blocks per head too.
   EXPECT_TRUE(seen.q8_multi_block);
+  EXPECT_TRUE(seen.prefix_cache && seen.flush && seen.small_pool && seen.shared_prompt);
   // Without the operations declared, none is drawn; without q8_0, no q8_0.
   const rc::Gen<Scenario> strict = rcgen::scenario();
   for (uint64_t seed = 1; seed <= 100; ++seed) {
     const Scenario s = strict(rc::Random(seed), int(seed % 101)).value();
     const rcgen::Coverage c = rcgen::coverage(s);
-    EXPECT_FALSE(c.paged || c.fork || c.truncate) << seed;
+    EXPECT_FALSE(c.paged || c.fork || c.truncate || c.prefix_cache || c.flush || c.small_pool)
+        << seed;
     EXPECT_NE(s.kv_dtype, KvDtype::kQ8_0) << seed;
   }
 }

@@ -67,6 +67,14 @@ const std::vector<FaultCase>& fault_cases() {
       {Fault::kKvScaleDropped, {{P::kOracle, 1, 0, 0}, {P::kCacheState, 1, 0, 0, 0, 0, 0, 0}}},
       {Fault::kKvScalePerTensor, {{P::kCacheState, 1, 0, 0, 0, 0, 0, 0}}},
       {Fault::kKvScaleSharedKv, {{P::kCacheState, 1, 0, 0, 0, 0, 0, 0}}},
+      // s1 takes s0's block for its first token: its cache and its second
+      // token's logits are wrong, and its hit differs from a cold run.
+      {Fault::kPrefixHashOnly,
+       {{P::kOracle, 3, 1, 1}, {P::kCacheState, 3, 1, 0, 0, 0, 0, 0}, {P::kPrefix, 3, 1, 1}}},
+      // s1 writes its second token into s0's second block: s0's cache.
+      {Fault::kPrefixHitExtraBlock, {{P::kCacheState, 3, 0, 1, 0, 0, 1, 1}}},
+      // The refused step leaves s0 with a block for no token.
+      {Fault::kRefusalLeavesHalfTable, {{P::kPool, 1, -1, -1}}},
   };
   return cases;
 }
@@ -136,8 +144,11 @@ TEST(Faults, EveryFaultIsKilledOnTheRichScenario) {
       for (int f = 0; f < kFaultCount; ++f) {
         const Fault fault = static_cast<Fault>(f);
         if (fault == Fault::kRopeReapplied && family == Family::kGpt2) continue;
-        // The rich scenario has no fork, truncation or paged storage.
-        if (fault_needs(fault) == "truncate" || fault_needs(fault) == "paged") continue;
+        // The rich scenario has no fork, truncation, paged storage or prefix cache.
+        if (fault_needs(fault) == "truncate" || fault_needs(fault) == "paged" ||
+            fault_needs(fault) == "prefix_cache") {
+          continue;
+        }
         // The scale faults live in q8_0 storage only.
         if (fault_needs(fault) == "q8_0" && dtype != KvDtype::kQ8_0) continue;
         bool killed = false;

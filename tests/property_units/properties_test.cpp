@@ -42,9 +42,9 @@ TEST(Properties, CorrectEnginePassesEveryPropertyOnTheRichScenario) {
                        (path == KernelPath::kReference ? " reference" : " optimized"));
           EXPECT_TRUE(v.passed) << describe(v);
           EXPECT_EQ(v.property, p);
-          // The rich scenario has no fork, truncation or paged storage.
-          const bool operation =
-              p == Property::kSharing || p == Property::kRollback || p == Property::kPool;
+          // The rich scenario has no fork, truncation, paged storage or prefix cache.
+          const bool operation = p == Property::kSharing || p == Property::kRollback ||
+                                 p == Property::kPool || p == Property::kPrefix;
           EXPECT_EQ(v.applicable, !(p == Property::kGqa && mha) && !operation) << describe(v);
           if (p == Property::kOracle || p == Property::kCacheState || p == Property::kCrossEngine) {
             EXPECT_GT(v.worst_ratio, 0.0);
@@ -54,6 +54,51 @@ TEST(Properties, CorrectEnginePassesEveryPropertyOnTheRichScenario) {
       }
     }
   }
+}
+
+TEST(Properties, EveryPropertyPassesOnThePrefixScenario) {
+  for (Family family : {Family::kGpt2, Family::kLlama}) {
+    for (int block : {1, 2, 3}) {
+      const Scenario scenario = prefix_scenario(family, block, 0);
+      ASSERT_EQ(scenario.validate(), "");
+      const EngineUnderTest subject(cpu_engine_factory(), cpu_engine_traits_with_operations());
+      for (int i = 0; i < kPropertyCount; ++i) {
+        const Property p = static_cast<Property>(i);
+        const Verdict v = check_property(p, scenario, subject);
+        SCOPED_TRACE(std::string(family_name(family)) + " block " + std::to_string(block));
+        EXPECT_TRUE(v.passed) << describe(v);
+        // P15 applies only where a hit happened: s1 and s2 share s0's prefix.
+        if (p == Property::kPrefix || p == Property::kPool || p == Property::kPoison ||
+            p == Property::kOracle || p == Property::kCacheState) {
+          EXPECT_TRUE(v.applicable) << describe(v);
+        }
+      }
+      // Without the prefix cache declared, the scenario is not applicable.
+      const Verdict strict = check_property(Property::kOracle, scenario, cpu_engine_factory());
+      EXPECT_FALSE(strict.applicable);
+    }
+  }
+}
+
+TEST(Properties, APoolRefusalStopsTheCheckThereAndMustChangeNothing) {
+  // A pool of 8 blocks of 1: when s2 joins s1 (7 blocks held, 1 cached),
+  // the step needs 2 new blocks. The correct engine refuses it, changing
+  // nothing, and the calls before it are checked. The fault that keeps half
+  // a table fails.
+  const Scenario scenario = prefix_scenario(Family::kGpt2, 1, 8);
+  ASSERT_EQ(scenario.validate(), "");
+  const Verdict correct =
+      check_property(Property::kOracle, scenario,
+                     EngineUnderTest(cpu_engine_factory(), cpu_engine_traits_with_operations()));
+  EXPECT_TRUE(correct.passed) << describe(correct);
+  EXPECT_TRUE(correct.applicable);
+  EXPECT_NE(correct.summary.find("the pool refused call 7"), std::string::npos) << correct.summary;
+  const Verdict faulty =
+      check_property(Property::kPool, scenario,
+                     EngineUnderTest(cpu_engine_factory(FaultSet(Fault::kRefusalLeavesHalfTable)),
+                                     cpu_engine_traits_with_operations()));
+  EXPECT_FALSE(faulty.passed);
+  EXPECT_NE(faulty.detail.find("changed the engine's state"), std::string::npos) << faulty.detail;
 }
 
 TEST(Properties, EveryPropertyPassesOnTheOperationsScenario) {
@@ -72,7 +117,8 @@ TEST(Properties, EveryPropertyPassesOnTheOperationsScenario) {
           // MHA (no P7), no reference (no P10), and only forked or
           // truncated sequences run across the finish (P5 takes plain ones).
           const bool expected = p != Property::kGqa && p != Property::kCrossEngine &&
-                                p != Property::kCompaction && !(p == Property::kPool && block == 0);
+                                p != Property::kCompaction && p != Property::kPrefix &&
+                                !(p == Property::kPool && block == 0);
           EXPECT_EQ(v.applicable, expected) << describe(v);
         }
         // Without the operations declared, the scenario is not applicable.

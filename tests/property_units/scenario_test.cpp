@@ -38,7 +38,10 @@ TEST(Scenario, SizeMatchesTheFaultCatalogue) {
                                          {Fault::kBlockAliasing, 6},
                                          {Fault::kKvScaleDropped, 5},
                                          {Fault::kKvScalePerTensor, 5},
-                                         {Fault::kKvScaleSharedKv, 5}};
+                                         {Fault::kKvScaleSharedKv, 5},
+                                         {Fault::kPrefixHashOnly, 9},
+                                         {Fault::kPrefixHitExtraBlock, 10},
+                                         {Fault::kRefusalLeavesHalfTable, 6}};
   for (const auto& [fault, size] : sizes) {
     EXPECT_EQ(minimal_fault_scenario(fault).size(), size) << fault_name(fault);
   }

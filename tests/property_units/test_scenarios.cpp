@@ -81,6 +81,27 @@ Scenario operations_scenario(Family family, int block_size, KvDtype dtype) {
   return s;
 }
 
+Scenario prefix_scenario(Family family, int block_size, int pool_blocks) {
+  Scenario s;
+  s.config = small_config(family, 2, 2, 1);
+  s.weight_seed = 17;
+  s.capacity = 10;
+  s.max_rows = 3;
+  s.block_size = block_size;
+  s.pool_blocks = pool_blocks;
+  s.prefix_cache = true;
+  s.sequences = token_table(5, {7, 8, 6, 6}, s.config.vocab);
+  std::copy_n(s.sequences[0].begin(), 5, s.sequences[1].begin());
+  std::copy_n(s.sequences[1].begin(), 4, s.sequences[2].begin());
+  s.sequences[3] = s.sequences[0];
+  s.sequences[3].resize(6);
+  s.calls = {S(0),        P({{0, 6}}), P({{0, 1}}), F(0),
+             S(1),        P({{1, 7}}), S(2),        P({{2, 5}, {1, 1}}),
+             P({{2, 1}}), F(2),        Fl(),        S(3),
+             P({{3, 6}}), F(1),        F(3),        Fl()};
+  return s;
+}
+
 Scenario minimal_fault_scenario(Fault fault) {
   Scenario s;
   const auto model = [&](Family family, int layers, int heads, int kv_heads) {
@@ -166,6 +187,18 @@ Scenario minimal_fault_scenario(Fault fault) {
       s.kv_dtype = KvDtype::kQ8_0;
       s.calls = {S(0), P({{0, 1}})};
       break;
+    case Fault::kPrefixHashOnly:
+    case Fault::kPrefixHitExtraBlock:
+      // s1's first chunk looks up s0's registered blocks (B = 1).
+      s.block_size = 1;
+      s.prefix_cache = true;
+      s.calls = {S(0), P({{0, fault == Fault::kPrefixHashOnly ? 1 : 2}}), S(1), P({{1, 2}})};
+      break;
+    case Fault::kRefusalLeavesHalfTable:
+      s.block_size = 1;
+      s.pool_blocks = 1;
+      s.calls = {S(0), P({{0, 2}})};
+      break;
     case Fault::kCount:
       break;
   }
@@ -178,6 +211,11 @@ Scenario minimal_fault_scenario(Fault fault) {
     for (const ChunkSpec& chunk : c.chunks) lengths[size_t(chunk.sequence)] += chunk.length;
   }
   s.sequences = token_table(3, lengths, s.config.vocab);
+  // Tokens 0 and 32 agree in the top bits of their one-block keys, so the
+  // faulty index takes s0's block for s1's; s1 = [1 5] shares exactly one
+  // block of s0 = [1 2].
+  if (fault == Fault::kPrefixHashOnly) s.sequences = {{0}, {32, 7}};
+  if (fault == Fault::kPrefixHitExtraBlock) s.sequences = {{1, 2}, {1, 5}};
   return s;
 }
 

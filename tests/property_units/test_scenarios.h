@@ -32,6 +32,10 @@ inline Call Fk(int child, int parent, int n) {
 inline Call T(int s, int n) {
   return Call::truncate(s, n);
 }
+// Fl() flushes the prefix cache.
+inline Call Fl() {
+  return Call::flush();
+}
 
 // A small model of the family; heads over kv_heads, head_dim 8.
 Config small_config(Family family, int n_layers, int n_heads, int n_kv_heads);
@@ -48,6 +52,12 @@ Scenario rich_scenario(Family family, int n_heads, int n_kv_heads, KvDtype dtype
 // Forks mid-block and at the end, truncations across blocks and to 0,
 // refeeds, a finish of a parent under its fork and a reset (MHA, 2 layers).
 Scenario operations_scenario(Family family, int block_size, KvDtype dtype);
+
+// A prefix cache (docs/OPERATIONS.md): s1 starts with s0's first 5 tokens
+// after s0 was fed and finished (a hit on cached blocks), s2 with s1's first
+// 4 while s1 runs (a hit on used blocks), a flush, and s3 after it (no hit).
+// pool_blocks 0 keeps the default pool.
+Scenario prefix_scenario(Family family, int block_size, int pool_blocks);
 
 // The smallest scenario of docs/FAULTS.md for a fault.
 Scenario minimal_fault_scenario(Fault fault);

@@ -162,8 +162,8 @@ std::vector<Malformed> malformed_cases() {
       {"unknown key", with_line("backend", "colour blue"),
        "line 7: unknown key \"colour\"; expected one of note, property, fault, backend, engine, "
        "model, model_hash, the model and engine fields (family ... kv_dtype, block_size, "
-       "pool_blocks), sequence, start, step, finish, reset, fork, truncate, verdict, where, "
-       "summary (docs/CASE_FORMAT.md)"},
+       "pool_blocks, prefix_cache), sequence, start, step, finish, reset, fork, truncate, flush, "
+       "verdict, where, summary (docs/CASE_FORMAT.md)"},
       {"model without hash", with_line("backend", "model /tmp/my model"),
        "line 7: model: expected a line \"model_hash fnv1a64:...\" too (the hash of the "
        "checkpoint's files)"},
@@ -176,7 +176,7 @@ std::vector<Malformed> malformed_cases() {
       {"unknown property", with_line("property", "property speed"),
        "line 5: property: unknown property \"speed\"; expected one of oracle, chunking, batch, "
        "reset, compaction, cache_state, gqa, determinism, capacity, cross_engine, sharing, "
-       "rollback, pool, poison (or P1..P14)"},
+       "rollback, pool, poison, prefix (or P1..P15)"},
       {"unknown fault", with_line("fault", "fault kv_swapped,bitflip"),
        "line 6: fault: unknown fault \"bitflip\"; expected none or one of shared_layer_cache, "
        "shared_rows, decode_position_zero, chunk_position_restart, position_lag_after_first, "
@@ -184,7 +184,8 @@ std::vector<Malformed> malformed_cases() {
        "mask_top_left, append_overwrites, compaction_table_only, rope_reapplied, kv_swapped, "
        "capacity_wraps, truncate_noop, truncate_keeps_position, reset_clears_layer0_only, "
        "cow_skipped, fork_shares_partial_block, freed_block_still_referenced, refcount_leak, "
-       "block_aliasing, kv_scale_dropped, kv_scale_per_tensor, kv_scale_shared_kv"},
+       "block_aliasing, kv_scale_dropped, kv_scale_per_tensor, kv_scale_shared_kv, "
+       "prefix_hash_only, prefix_hit_extra_block, refusal_leaves_half_table"},
       {"trailing comma in faults", with_line("fault", "fault kv_swapped,"),
        "line 6: fault: expected a fault name after the last comma"},
       {"empty backend", with_line("backend", "backend  "),

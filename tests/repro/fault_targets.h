@@ -22,7 +22,7 @@ struct FaultTarget {
 inline const std::vector<FaultTarget>& fault_targets() {
   using P = Property;
   static const std::vector<FaultTarget> targets = [] {
-    const Property property_of[kFaultCount] = {
+    const Property property_of[] = {
         P::kCacheState,  // shared_layer_cache
         P::kCacheState,  // shared_rows
         P::kChunking,    // decode_position_zero
@@ -49,7 +49,11 @@ inline const std::vector<FaultTarget>& fault_targets() {
         P::kCacheState,  // kv_scale_dropped
         P::kCacheState,  // kv_scale_per_tensor
         P::kCacheState,  // kv_scale_shared_kv
+        P::kCacheState,  // prefix_hash_only
+        P::kCacheState,  // prefix_hit_extra_block
+        P::kPool,        // refusal_leaves_half_table
     };
+    static_assert(std::size(property_of) == size_t(kFaultCount));
     std::vector<FaultTarget> out;
     for (const rcgen::CatalogueEntry& e : rcgen::fault_catalogue()) {
       out.push_back({e.fault, property_of[size_t(e.fault)], e.shrink_target});

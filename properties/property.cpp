@@ -1574,6 +1574,9 @@ Verdict check_property(Property property, const Scenario& scenario,
     // (docs/OPERATIONS.md, "Small pools").
     try {
       const RunResult probe = run_scenario(scenario, *scenario_weights(scenario), subject.factory);
+      // A failure here is the engine's, reported as such: the property's own
+      // run may not fail again (a child that dies once, a race).
+      if (probe.engine_failed) return engine_refused(property, probe, "the scenario");
       if (probe.refused) {
         Scenario before = scenario;
         before.calls.resize(size_t(probe.refused_call));

@@ -1552,46 +1552,9 @@ std::string traits_exclude(const EngineTraits& traits, const Scenario& scenario)
   return "";
 }
 
-Verdict check_property(Property property, const Scenario& scenario,
-                       const EngineUnderTest& subject) {
-  if (const std::string error = scenario.validate(); !error.empty()) {
-    return not_applicable(property, "invalid scenario: " + error);
-  }
-  if (const std::string why = traits_exclude(subject.traits, scenario); !why.empty()) {
-    return not_applicable(property, "the engine lacks " + why);
-  }
-  if (const char* why = operation_needed(subject.traits, property)) {
-    return not_applicable(property, std::string("the engine lacks ") + why);
-  }
-  const std::string arithmetic = underivable_arithmetic(subject.traits.arithmetic);
-  const bool bounded = needs_bound(property) ||
-                       (property != Property::kOracle && property != Property::kCapacity &&
-                        invariance_for_traits(subject.traits, property) == Invariance::kBounded);
-  if (!arithmetic.empty() && bounded) {
-    return not_applicable(property, "no bound is derived yet for " + arithmetic);
-  }
-  if (scenario.pool_blocks > 0) {
-    // A pool sized by the scenario may run dry. The runner checked that the
-    // refusal changed nothing; the properties then check the calls before it
-    // (docs/OPERATIONS.md, "Small pools").
-    try {
-      const RunResult probe = run_scenario(scenario, *scenario_weights(scenario), subject.factory);
-      // A failure here is the engine's, reported as such: the property's own
-      // run may not fail again (a child that dies once, a race).
-      if (probe.engine_failed) return engine_refused(property, probe, "the scenario");
-      if (probe.refused) {
-        Scenario before = scenario;
-        before.calls.resize(size_t(probe.refused_call));
-        Verdict verdict = check_property(property, before, subject);
-        const std::string note = " (the pool refused call " + std::to_string(probe.refused_call) +
-                                 ", changing nothing; the calls before it were checked)";
-        if (verdict.passed) verdict.summary += note;
-        return verdict;
-      }
-    } catch (const std::exception&) {
-      // The property's own run reports it.
-    }
-  }
+// The property's own check, once the scenario applies to the engine.
+static Verdict run_property(Property property, const Scenario& scenario,
+                            const EngineUnderTest& subject) {
   try {
     const std::shared_ptr<const Weights> weights = scenario_weights(scenario);
     const Context context{scenario,
@@ -1657,6 +1620,54 @@ Verdict check_property(Property property, const Scenario& scenario,
     return verdict;
   }
   return not_applicable(property, "unknown property");
+}
+
+Verdict check_property(Property property, const Scenario& scenario,
+                       const EngineUnderTest& subject) {
+  if (const std::string error = scenario.validate(); !error.empty()) {
+    return not_applicable(property, "invalid scenario: " + error);
+  }
+  if (const std::string why = traits_exclude(subject.traits, scenario); !why.empty()) {
+    return not_applicable(property, "the engine lacks " + why);
+  }
+  if (const char* why = operation_needed(subject.traits, property)) {
+    return not_applicable(property, std::string("the engine lacks ") + why);
+  }
+  const std::string arithmetic = underivable_arithmetic(subject.traits.arithmetic);
+  const bool bounded = needs_bound(property) ||
+                       (property != Property::kOracle && property != Property::kCapacity &&
+                        invariance_for_traits(subject.traits, property) == Invariance::kBounded);
+  if (!arithmetic.empty() && bounded) {
+    return not_applicable(property, "no bound is derived yet for " + arithmetic);
+  }
+  std::optional<RunResult> failed_probe;
+  if (scenario.pool_blocks > 0) {
+    // A pool sized by the scenario may run dry. The runner checked that the
+    // refusal changed nothing; the properties then check the calls before it
+    // (docs/OPERATIONS.md, "Small pools").
+    try {
+      const RunResult probe = run_scenario(scenario, *scenario_weights(scenario), subject.factory);
+      if (probe.engine_failed) failed_probe = probe;
+      if (probe.refused) {
+        Scenario before = scenario;
+        before.calls.resize(size_t(probe.refused_call));
+        Verdict verdict = check_property(property, before, subject);
+        const std::string note = " (the pool refused call " + std::to_string(probe.refused_call) +
+                                 ", changing nothing; the calls before it were checked)";
+        if (verdict.passed) verdict.summary += note;
+        return verdict;
+      }
+    } catch (const std::exception&) {
+      // The property's own run reports it.
+    }
+  }
+  Verdict verdict = run_property(property, scenario, subject);
+  // A failure of the probe is the engine's: reported unless the property's
+  // own run failed too or does not apply (a child that dies once, a race).
+  if (failed_probe && verdict.applicable && verdict.passed) {
+    return engine_refused(property, *failed_probe, "the scenario");
+  }
+  return verdict;
 }
 
 Verdict check_all(const Scenario& scenario, const EngineUnderTest& subject) {

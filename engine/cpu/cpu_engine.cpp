@@ -149,6 +149,7 @@ class CpuEngine final : public Engine {
         const uint8_t* v = cache_.v(sl, unit, g, slot);
         std::memcpy(snap.k.data() + head * head_bytes, k + codes, head_bytes);
         std::memcpy(snap.v.data() + head * head_bytes, v + codes, head_bytes);
+        if (blocks == 0) continue;  // no scales (f32/bf16/f16): data() may be null
         std::memcpy(snap.k_scales.data() + head * blocks, k, 4 * blocks);
         std::memcpy(snap.v_scales.data() + head * blocks, v, 4 * blocks);
       }

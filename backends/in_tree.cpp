@@ -46,6 +46,25 @@ EngineTraits cpu_engine_traits_with_operations(KernelPath kernels) {
   return t;
 }
 
+EngineTraits cuda_engine_traits() {
+  EngineTraits t;
+  t.identity = {"kvcheck-cuda", "1"};
+  t.operations.fault_switches = true;
+  t.operations.storage_map = true;
+  // The operations of docs/OPERATIONS.md, through the CPU engine's sequence
+  // table (engine/sequence_table.h) over device storage. Compiled here; they
+  // have never run on a GPU (docs/CUDA.md, "Operations").
+  t.operations.fork = true;
+  t.operations.truncate = true;
+  t.operations.paged = true;
+  t.operations.pool_report = true;
+  t.operations.storage_check = true;
+  t.operations.prefix_cache = true;
+  t.limits.max_head_dim = 256;  // the attention kernel's shared-memory tile
+  t.limits.max_rows = 4096;
+  return t;
+}
+
 namespace {
 
 // A paged=/pool= option value: an integer in [lo, hi], else exit 2 naming it.
@@ -92,11 +111,7 @@ Backend cuda_backend(const BackendSpec& spec) {
         "on a machine with an NVIDIA GPU (docs/CUDA.md, ci/gpu)");
   }
   Backend b;
-  b.traits.identity = {"kvcheck-cuda", "1"};
-  b.traits.operations.fault_switches = true;
-  b.traits.operations.storage_map = true;
-  b.traits.limits.max_head_dim = 256;  // the attention kernel's shared-memory tile
-  b.traits.limits.max_rows = 4096;
+  b.traits = cuda_engine_traits();
   b.make_factory = [](FaultSet faults) -> EngineFactory {
     return [faults](const Config& config, const Weights& weights, const EngineOptions& options) {
       EngineOptions with = options;

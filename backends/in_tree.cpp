@@ -34,15 +34,37 @@ EngineTraits cpu_engine_traits(KernelPath kernels) {
   return t;
 }
 
+namespace {
+
+// The operations of docs/OPERATIONS.md and the storage map, which both
+// in-tree engines offer through the shared SequenceTable.
+void declare_table_operations(OperationTraits& o) {
+  o.fork = true;
+  o.truncate = true;
+  o.paged = true;
+  o.pool_report = true;
+  o.storage_check = true;
+  o.storage_map = true;
+  o.prefix_cache = true;
+}
+
+}  // namespace
+
 EngineTraits cpu_engine_traits_with_operations(KernelPath kernels) {
   EngineTraits t = cpu_engine_traits(kernels);
-  t.operations.fork = true;
-  t.operations.truncate = true;
-  t.operations.paged = true;
-  t.operations.pool_report = true;
-  t.operations.storage_check = true;
-  t.operations.storage_map = true;
-  t.operations.prefix_cache = true;
+  declare_table_operations(t.operations);
+  return t;
+}
+
+EngineTraits cuda_engine_traits() {
+  EngineTraits t;
+  t.identity = {"kvcheck-cuda", "1"};
+  t.operations.fault_switches = true;
+  // Over device storage. Compiled here; the operations have never run on a
+  // GPU (docs/CUDA.md, "Operations").
+  declare_table_operations(t.operations);
+  t.limits.max_head_dim = 256;  // the attention kernel's shared-memory tile
+  t.limits.max_rows = 4096;
   return t;
 }
 
@@ -92,11 +114,7 @@ Backend cuda_backend(const BackendSpec& spec) {
         "on a machine with an NVIDIA GPU (docs/CUDA.md, ci/gpu)");
   }
   Backend b;
-  b.traits.identity = {"kvcheck-cuda", "1"};
-  b.traits.operations.fault_switches = true;
-  b.traits.operations.storage_map = true;
-  b.traits.limits.max_head_dim = 256;  // the attention kernel's shared-memory tile
-  b.traits.limits.max_rows = 4096;
+  b.traits = cuda_engine_traits();
   b.make_factory = [](FaultSet faults) -> EngineFactory {
     return [faults](const Config& config, const Weights& weights, const EngineOptions& options) {
       EngineOptions with = options;

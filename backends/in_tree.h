@@ -30,4 +30,9 @@ EngineTraits cpu_engine_traits(KernelPath kernels = KernelPath::kOptimized);
 // the operations of docs/OPERATIONS.md included.
 EngineTraits cpu_engine_traits_with_operations(KernelPath kernels = KernelPath::kOptimized);
 
+// What the in-tree CUDA engine declares (the `cuda` backend): the CPU
+// engine's operations, no q8_0 K/V, head_dim <= 256. Plain data, defined in
+// every build, so that tests without nvcc or a device can read it.
+EngineTraits cuda_engine_traits();
+
 }  // namespace kvcheck

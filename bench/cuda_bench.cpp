@@ -1,7 +1,9 @@
 // GPU benchmarks (Google Benchmark), run by ci/gpu on a lent H200:
 //  - the decode attention kernel (split + combine) on many sequences at
 //    contexts 4k-32k: bytes of K and V read per second, as a fraction of the
-//    H200's 4.8 TB/s HBM3e bandwidth (target >= 0.70);
+//    H200's 4.8 TB/s HBM3e bandwidth (target >= 0.70); and at context 2048,
+//    contiguous next to paged storage (blocks of 16 in shuffled order, read
+//    through block tables), the "paged within 10 %" comparison;
 //  - decode step latency and prefill throughput of the whole engine on the
 //    GPT-2-small shape (12 layers, d_model 768, 12 heads of 64, d_ff 3072),
 //    the CUDA engine next to the CPU engine (all cores) in the same run.
@@ -18,6 +20,8 @@
 #include <memory>
 #include <string>
 #include <thread>
+#include <utility>
+#include <vector>
 
 #include "engine/cpu/cpu_engine.h"
 #include "engine/cuda/cuda_engine.h"
@@ -44,19 +48,21 @@ constexpr AttentionShape kShapes[] = {
 };
 
 // One decode query per sequence at the end of a full context: every
-// sequence's K and V (ctx slots) are read once.
+// sequence's K and V (ctx slots) are read once. range(2) = B > 0: paged
+// storage, blocks of B slots handed out in a shuffled order.
 void BM_DecodeAttention(benchmark::State& state) {
   const AttentionShape& shape = kShapes[state.range(0)];
-  const int ctx = int(state.range(1));
+  const int ctx = int(state.range(1)), B = int(state.range(2));
   const size_t elem = size_t(kv_dtype_bytes(shape.dtype));
   const size_t per_sequence = 2ull * ctx * shape.n_kv_heads * shape.head_dim * elem;
   // About 4 GiB of K and V: many sequences, far beyond the 50 MB L2.
   const int sequences = int(std::clamp<size_t>((size_t(4) << 30) / per_sequence, 8, 1024));
+  const int blocks_per_sequence = B > 0 ? ctx / B : 1;
   cuda::KvCacheView cache;
   cache.dtype = shape.dtype;
-  cache.rows = sequences;
+  cache.rows = sequences * blocks_per_sequence;  // units
   cache.n_kv_heads = shape.n_kv_heads;
-  cache.capacity = ctx;
+  cache.capacity = B > 0 ? B : ctx;  // slots per unit
   cache.head_dim = shape.head_dim;
   const size_t block = per_sequence / 2 * sequences;
   cuda::DeviceBuffer k(block, "bench K"), v(block, "bench V");
@@ -69,7 +75,15 @@ void BM_DecodeAttention(benchmark::State& state) {
   cuda::DeviceBuffer qkv(size_t(sequences) * qkv_stride * sizeof(float), "bench qkv");
   KVCHECK_CUDA_CHECK(cudaMemset(qkv.get(), 0x3C, qkv.bytes()));
   std::vector<cuda::TokenSlot> plan;
-  for (int s = 0; s < sequences; ++s) plan.push_back({s, ctx - 1, ctx - 1, ctx});
+  for (int s = 0; s < sequences; ++s) plan.push_back({s, ctx - 1, ctx - 1, ctx, s});
+  // Paged: [sequence][block] units, a Fisher-Yates shuffle of all of them.
+  std::vector<int32_t> tables(size_t(cache.rows));
+  for (size_t u = 0; u < tables.size(); ++u) tables[u] = int32_t(u);
+  SplitMix64 rng(11);
+  for (size_t u = tables.size(); u > 1; --u) std::swap(tables[u - 1], tables[rng.below(u)]);
+  cuda::DeviceBuffer tables_d(tables.size() * sizeof(int32_t), "bench block tables");
+  KVCHECK_CUDA_CHECK(
+      cudaMemcpy(tables_d.get(), tables.data(), tables_d.bytes(), cudaMemcpyHostToDevice));
   cuda::DeviceBuffer plan_d(plan.size() * sizeof(cuda::TokenSlot), "bench plan");
   KVCHECK_CUDA_CHECK(cudaMemcpy(plan_d.get(), plan.data(), plan_d.bytes(), cudaMemcpyHostToDevice));
   cuda::DeviceBuffer out(size_t(sequences) * shape.n_heads * shape.head_dim * sizeof(float),
@@ -90,6 +104,11 @@ void BM_DecodeAttention(benchmark::State& state) {
   args.scale = 1.0f / std::sqrt(float(shape.head_dim));
   args.out = out.as<float>();
   args.partial = partial.as<float>();
+  if (B > 0) {
+    args.blocks = tables_d.as<int32_t>();
+    args.blocks_stride = blocks_per_sequence;
+    args.block_size = B;
+  }
 
   cudaEvent_t begin, end;
   KVCHECK_CUDA_CHECK(cudaEventCreate(&begin));
@@ -115,7 +134,7 @@ void BM_DecodeAttention(benchmark::State& state) {
   state.counters["KV_GB"] = bytes * 1e-9;
   state.counters["TB/s"] = rate * 1e-12;
   state.counters["of_4.8TB/s"] = rate / kH200BytesPerSecond;
-  state.SetLabel(shape.name);
+  state.SetLabel(std::string(shape.name) + (B > 0 ? " paged B=" + std::to_string(B) : ""));
 }
 
 Config gpt2_small() {
@@ -217,7 +236,20 @@ void register_benchmarks() {
           (std::string("BM_DecodeAttention/") + kShapes[shape].name + "/" + std::to_string(ctx))
               .c_str(),
           BM_DecodeAttention)
-          ->Args({shape, ctx})
+          ->Args({shape, ctx, 0})
+          ->UseManualTime()
+          ->Unit(benchmark::kMicrosecond)
+          ->Iterations(20);
+    }
+  }
+  // Contiguous next to paged (B = 16) at context 2048, side by side.
+  for (int shape = 0; shape < int(std::size(kShapes)); ++shape) {
+    for (int B : {0, 16}) {
+      benchmark::RegisterBenchmark((std::string("BM_DecodeAttention/") + kShapes[shape].name +
+                                    "/2048" + (B > 0 ? "/paged16" : "/contiguous"))
+                                       .c_str(),
+                                   BM_DecodeAttention)
+          ->Args({shape, 2048, B})
           ->UseManualTime()
           ->Unit(benchmark::kMicrosecond)
           ->Iterations(20);

@@ -10,6 +10,7 @@
 #include <functional>
 #include <map>
 #include <span>
+#include <string>
 #include <utility>
 #include <vector>
 
@@ -147,6 +148,14 @@ class BasicSequenceTable {
   int unit_slots() const { return paged() ? block_size_ : capacity_; }
   int held_slots(int unit) const;
 
+  // Engine::unheld_storage_check over the engine's storage: the first
+  // element of a slot no sequence holds that is not poisoned, as a message
+  // naming it ("" when there is none). `poisoned(key, layer, storage_unit,
+  // kv_head, slot, d)` reads one element of K (key) or V.
+  using IsPoisoned =
+      std::function<bool(bool key, int layer, int storage_unit, int kv_head, int slot, int d)>;
+  std::string unheld_storage_check(const IsPoisoned& poisoned) const;
+
   // An empty snapshot of `id` in `layer`, sized for every slot its queries
   // can see (its own, plus any prefix a faulty reset left in the row); the
   // engine copies the stored K/V into it. Throws for an unknown sequence or
@@ -199,5 +208,21 @@ class BasicSequenceTable {
 };
 
 using SequenceTable = BasicSequenceTable<true>;
+
+// What an engine with this table refuses in its options' storage fields
+// (block_size, pool_blocks, prefix_cache), as a message naming the field and
+// value; "" when they are valid.
+std::string storage_options_error(const EngineOptions& options);
+
+// A step with prefix hits computes only each entry's tokens after its `reused`
+// ones (prepare_step's result): the batch without them, kept in `trimmed`.
+std::span<const BatchEntry> computed_part(std::span<const BatchEntry> batch,
+                                          const std::vector<int>& reused,
+                                          std::vector<BatchEntry>& trimmed);
+
+// Logits of the computed tokens, [computed][vocab], become the batch's
+// [sum of n][vocab]: each entry's reused rows first, NaN (never computed).
+void spread_reused_rows(std::span<const BatchEntry> batch, const std::vector<int>& reused,
+                        int vocab, std::vector<float>& logits);
 
 }  // namespace kvcheck

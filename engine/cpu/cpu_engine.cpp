@@ -3,7 +3,6 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <limits>
 #include <sstream>
 
 #include "engine/cpu/kernels.h"
@@ -57,15 +56,7 @@ class CpuEngine final : public Engine {
     table_.check_batch(batch);
     const std::vector<int> reused = table_.prepare_step(batch, copy_slots(), poison_slots());
     // A prefix hit computes only the chunk's tokens after the reused ones.
-    std::span<const BatchEntry> computed = batch;
-    const bool hit = std::any_of(reused.begin(), reused.end(), [](int k) { return k > 0; });
-    if (hit) {
-      trimmed_.assign(batch.begin(), batch.end());
-      for (size_t i = 0; i < batch.size(); ++i) {
-        trimmed_[i].tokens = batch[i].tokens.subspan(size_t(reused[i]));
-      }
-      computed = trimmed_;
-    }
+    const std::span<const BatchEntry> computed = computed_part(batch, reused, trimmed_);
     const std::vector<TokenPlan> plan = table_.make_plan(computed);
     const size_t n = plan.size(), V = size_t(config_.vocab);
     logits.assign(n * V, 0.0f);
@@ -77,7 +68,7 @@ class CpuEngine final : public Engine {
     for (size_t t = 0; t < n; ++t) norm(weights_.final_norm, weights_.final_norm_bias, t);
     matmul(h_.data(), n, weights_.lm_head.data(), nullptr, E, V, logits.data());
     table_.commit(computed);
-    if (hit) spread_reused_rows(batch, reused, logits);
+    spread_reused_rows(batch, reused, config_.vocab, logits);
   }
 
   int reused(SequenceId id) const override { return table_.reused(id); }
@@ -106,25 +97,9 @@ class CpuEngine final : public Engine {
   PoolReport pool() const override { return table_.pool_report(); }
 
   std::string unheld_storage_check() const override {
-    for (int unit = 0; unit < table_.units(); ++unit) {
-      const int storage = table_.paged() ? table_.storage_block(unit) : unit;
-      for (int slot = table_.held_slots(unit); slot < table_.unit_slots(); ++slot) {
-        for (int l = 0; l < config_.n_layers; ++l) {
-          for (int g = 0; g < config_.n_kv_heads; ++g) {
-            for (int d = 0; d < config_.head_dim; ++d) {
-              for (const bool key : {true, false}) {
-                if (cache_.poisoned(key, l, storage, g, slot, d)) continue;
-                return std::string(table_.paged() ? "block " : "row ") + std::to_string(unit) +
-                       " slot " + std::to_string(slot) + " layer " + std::to_string(l) +
-                       " kv head " + std::to_string(g) + " dim " + std::to_string(d) + " " +
-                       (key ? "K" : "V") + ": held by no sequence, yet not poisoned";
-              }
-            }
-          }
-        }
-      }
-    }
-    return "";
+    return table_.unheld_storage_check([this](bool key, int l, int unit, int g, int slot, int d) {
+      return cache_.poisoned(key, l, unit, g, slot, d);
+    });
   }
 
   int length(SequenceId id) const override { return table_.lookup(id, "length").length; }
@@ -182,25 +157,6 @@ class CpuEngine final : public Engine {
   int storage_row(int row) const { return table_.storage_row(row); }
   int storage_layer(int layer) const { return table_.storage_layer(layer); }
   TokenPlan at_layer(TokenPlan t, int layer) const { return table_.at_layer(t, layer); }
-
-  // Logits of the computed tokens, [computed][V], become the batch's
-  // [sum of n][V]: each entry's reused rows first, NaN (never computed).
-  void spread_reused_rows(std::span<const BatchEntry> batch, const std::vector<int>& reused,
-                          std::vector<float>& logits) const {
-    const size_t V = size_t(config_.vocab);
-    size_t total = 0;
-    for (const BatchEntry& e : batch) total += e.tokens.size();
-    std::vector<float> all(total * V, std::numeric_limits<float>::quiet_NaN());  // [sum of n][V]
-    size_t at = 0, from = 0;
-    for (size_t i = 0; i < batch.size(); ++i) {
-      const size_t rows = batch[i].tokens.size() - size_t(reused[i]);
-      std::copy_n(logits.begin() + std::ptrdiff_t(from * V), rows * V,
-                  all.begin() + std::ptrdiff_t((at + size_t(reused[i])) * V));
-      at += batch[i].tokens.size();
-      from += rows;
-    }
-    logits = std::move(all);
-  }
 
   // Paged storage keeps two blocks past the pool: one never written (reads
   // past a block table see NaN) and one that absorbs writes past it.
@@ -497,14 +453,8 @@ std::unique_ptr<Engine> KVCHECK_CPU_ENGINE_FACTORY(const Config& config, const W
     out << "max_rows: " << options.max_rows << " is out of range [1, 4096]";
   } else if (options.threads < 1 || options.threads > 256) {
     out << "threads: " << options.threads << " is out of range [1, 256]";
-  } else if (options.block_size < 0 || options.block_size > 32) {
-    out << "block_size: " << options.block_size << " is out of range [0 (contiguous), 32]";
-  } else if (options.pool_blocks < 0 || options.pool_blocks > (1 << 20) ||
-             (options.pool_blocks > 0 && options.block_size == 0)) {
-    out << "pool_blocks: " << options.pool_blocks
-        << " is out of range [0, 2^20] (and needs block_size > 0)";
-  } else if (options.prefix_cache && options.block_size == 0) {
-    out << "prefix_cache: needs paged storage (block_size > 0)";
+  } else {
+    out << storage_options_error(options);
   }
 #ifdef KVCHECK_NO_FAULTS
   if (options.faults.any()) out << "faults: this engine was built without fault switches";

@@ -1,8 +1,10 @@
 // The CUDA engine's host side: the same bookkeeping as the CPU engine
-// (engine/cpu/cpu_engine.cpp) — rows, sequence states, the token plan with
-// every fault switch, compaction and reset — driving the kernels of
-// engine/cuda/kernels.h over device-resident weights and KV cache. Only the
-// arithmetic moved to the device; each switch behaves as on the CPU.
+// (engine/cpu/cpu_engine.cpp), all of it in the shared SequenceTable — rows,
+// sequence states, the token plan with every fault switch, compaction and
+// reset, and the operations (fork, truncate, the paged pool, the prefix
+// cache) — driving the kernels of engine/cuda/kernels.h over device-resident
+// weights and KV cache. Only the arithmetic and the storage moves are on the
+// device; each switch behaves as on the CPU.
 #include "engine/cuda/cuda_engine.h"
 
 #include <algorithm>
@@ -70,11 +72,16 @@ class WeightStager {
 class CudaEngine final : public Engine {
  public:
   CudaEngine(const Config& config, const Weights& weights, const EngineOptions& options)
-      : config_(config), options_(options), table_(config, options) {
+      : config_(config),
+        options_(options),
+        table_(config, options),
+        // Paged: one unit per pool block plus the poison and sink blocks.
+        units_(table_.paged() ? table_.pool_blocks() + 2 : options.max_rows),
+        unit_slots_(table_.paged() ? options.block_size : options.capacity) {
     upload_weights(weights);
     const size_t elem = size_t(kv_dtype_bytes(options.kv_dtype));
-    kv_block_bytes_ = size_t(config.n_layers) * options.max_rows * options.capacity *
-                      config.n_kv_heads * config.head_dim * elem;
+    kv_block_bytes_ = size_t(config.n_layers) * size_t(units_) * size_t(unit_slots_) *
+                      size_t(config.n_kv_heads) * size_t(config.head_dim) * elem;
     k_cache_.allocate(kv_block_bytes_, "KV cache (K)");
     v_cache_.allocate(kv_block_bytes_, "KV cache (V)");
 #ifdef KVCHECK_POISON
@@ -113,39 +120,72 @@ class CudaEngine final : public Engine {
 
   void step(std::span<const BatchEntry> batch, std::vector<float>& logits) override {
     table_.check_batch(batch);
-    const std::vector<TokenPlan> plan = table_.make_plan(batch);
+    const std::vector<int> reused = table_.prepare_step(batch, copy_slots(), poison_slots());
+    // A prefix hit computes only the chunk's tokens after the reused ones.
+    const std::span<const BatchEntry> computed = computed_part(batch, reused, trimmed_);
+    const std::vector<TokenPlan> plan = table_.make_plan(computed);
     const size_t n = plan.size();
     logits.assign(n * size_t(config_.vocab), 0.0f);
     if (n == 0) return;
+
+    // Paged: each entry's block table, [entry][stride] storage units, read
+    // by attention; the same for every layer (no fault changes a row).
+    std::vector<int32_t> tables;
+    int stride = 0;
+    if (table_.paged()) {
+      int max_keys = 0;
+      for (int layer = 0; layer < config_.n_layers; ++layer) {
+        for (const TokenPlan& p : plan) max_keys = std::max(max_keys, at_layer(p, layer).n_keys);
+      }
+      const int B = table_.block_size();
+      stride = std::max(1, (max_keys + B - 1) / B);
+      size_t t = 0;
+      for (const BatchEntry& e : computed) {
+        for (int b = 0; b < stride; ++b) {
+          tables.push_back(locate(plan[t].row, b * B, poison_block()).first);
+        }
+        t += e.tokens.size();
+      }
+    }
 
     // Every layer's view of every token, computed here once: [L][n].
     const int L = config_.n_layers;
     std::vector<TokenSlot> slots(size_t(L) * n);
     int max_keys = 0;
     for (int layer = 0; layer < L; ++layer) {
-      for (size_t t = 0; t < n; ++t) {
-        const TokenPlan p = at_layer(plan[t], layer);
-        slots[size_t(layer) * n + t] = {p.row, p.position, p.slot, p.n_keys};
-        max_keys = std::max(max_keys, p.n_keys);
+      size_t t = 0;
+      for (size_t entry = 0; entry < computed.size(); ++entry) {
+        for (size_t i = 0; i < computed[entry].tokens.size(); ++i, ++t) {
+          const TokenPlan p = at_layer(plan[t], layer);
+          const auto [unit, slot] = locate(p.row, p.slot, sink_block());
+          slots[size_t(layer) * n + t] = {unit, p.position, slot, p.n_keys, int32_t(entry)};
+          max_keys = std::max(max_keys, p.n_keys);
+        }
       }
     }
     std::vector<int32_t> tokens;
     tokens.reserve(n);
-    for (const BatchEntry& e : batch) tokens.insert(tokens.end(), e.tokens.begin(), e.tokens.end());
+    for (const BatchEntry& e : computed) {
+      tokens.insert(tokens.end(), e.tokens.begin(), e.tokens.end());
+    }
 
-    grow_scratch(n, max_keys);
+    grow_scratch(n, max_keys, tables.size());
     KVCHECK_CUDA_CHECK(
         cudaMemcpy(tokens_.get(), tokens.data(), n * sizeof(int32_t), cudaMemcpyHostToDevice));
     KVCHECK_CUDA_CHECK(cudaMemcpy(slots_.get(), slots.data(), slots.size() * sizeof(TokenSlot),
                                   cudaMemcpyHostToDevice));
+    if (!tables.empty()) {
+      KVCHECK_CUDA_CHECK(cudaMemcpy(tables_.get(), tables.data(), tables.size() * sizeof(int32_t),
+                                    cudaMemcpyHostToDevice));
+    }
 
     const int N = static_cast<int>(n), E = config_.d_model, V = config_.vocab;
     cuda::launch_embed(tokens_.as<int32_t>(), slots_.as<TokenSlot>(), tok_embedding_,
                        config_.family == Family::kGpt2 ? pos_embedding_ : nullptr, N, E,
                        x_.as<float>(), kStream);
     for (int layer = 0; layer < L; ++layer) {
-      run_layer(layer, batch, std::span<const TokenSlot>(slots).subspan(size_t(layer) * n, n),
-                slots_.as<TokenSlot>() + size_t(layer) * n);
+      run_layer(layer, computed, std::span<const TokenSlot>(slots).subspan(size_t(layer) * n, n),
+                slots_.as<TokenSlot>() + size_t(layer) * n, stride);
     }
     norm(final_norm_, final_norm_bias_, N);
     matmul(h_.as<float>(), N, lm_head_, nullptr, E, V, logits_.as<float>());
@@ -153,16 +193,53 @@ class CudaEngine final : public Engine {
     KVCHECK_CUDA_CHECK(cudaMemcpy(logits.data(), logits_.get(), n * size_t(V) * sizeof(float),
                                   cudaMemcpyDeviceToHost));
 
-    table_.commit(batch);
+    table_.commit(computed);
+    spread_reused_rows(batch, reused, config_.vocab, logits);
+  }
+
+  int reused(SequenceId id) const override {
+    return table_.reused(id);
+  }
+
+  void flush_prefix_cache() override {
+    table_.flush_prefix_cache(poison_slots());
   }
 
   void finish(SequenceId id) override {
+    if (table_.paged()) return table_.finish_paged(id, poison_slots());
     table_.finish(
-        id, [&](int from, int to) { copy_row(from, to); }, [&](int row) { clear_row(row); });
+        id, [&](int from, int to) { copy_slots()(from, to, unit_slots_); },
+        [&](int row) { poison_slots()(row, 0, unit_slots_); });
   }
 
   void reset() override {
-    table_.reset([&](int row) { clear_row(row); });
+    const int layers = has(Fault::kResetClearsLayer0Only) ? 1 : config_.n_layers;
+    if (table_.paged()) return table_.reset_paged(poison_slots(layers));
+    table_.reset([&, layers](int row) { poison_slots(layers)(row, 0, unit_slots_); });
+  }
+
+  SequenceId fork(SequenceId parent, int n) override {
+    return table_.fork(parent, n, copy_slots());
+  }
+
+  void truncate(SequenceId id, int n) override {
+    table_.truncate(id, n, poison_slots());
+  }
+
+  PoolReport pool() const override {
+    return table_.pool_report();
+  }
+
+  // The whole device storage copied to the host and read there: a property
+  // calls it once per call of a small case, so its cost does not matter.
+  std::string unheld_storage_check() const override {
+    const std::vector<uint8_t> k = download(k_cache_), v = download(v_cache_);
+    const KvCacheView view = cache_view();
+    const size_t elem = size_t(kv_dtype_bytes(options_.kv_dtype)), D = size_t(config_.head_dim);
+    return table_.unheld_storage_check([&](bool key, int l, int unit, int g, int slot, int d) {
+      const uint8_t* at = (key ? k : v).data() + view.offset(l, unit, g, slot) * elem;
+      return std::isnan(kv_load(at, options_.kv_dtype, D, size_t(d)));
+    });
   }
 
   int length(SequenceId id) const override {
@@ -174,19 +251,27 @@ class CudaEngine final : public Engine {
     const SequenceState& s = table_.lookup(id, "cache");
     const size_t elem = size_t(kv_dtype_bytes(options_.kv_dtype));
     const size_t head_bytes = size_t(config_.head_dim) * elem;
-    if (snap.length == 0) return snap;
+    const size_t dst_pitch = size_t(config_.n_kv_heads) * head_bytes;
     const KvCacheView view = cache_view();
     const int sl = storage_layer(layer), row = storage_row(s.row);
-    // Device [slot][D] per KV head -> host [pos][KVH][D]: one strided copy per head.
-    for (int g = 0; g < config_.n_kv_heads; ++g) {
-      const size_t src = view.offset(sl, row, g, 0) * elem;
-      const size_t dst_pitch = size_t(config_.n_kv_heads) * head_bytes;
-      KVCHECK_CUDA_CHECK(cudaMemcpy2D(snap.k.data() + size_t(g) * head_bytes, dst_pitch,
-                                      k_cache_.as<uint8_t>() + src, head_bytes, head_bytes,
-                                      size_t(snap.length), cudaMemcpyDeviceToHost));
-      KVCHECK_CUDA_CHECK(cudaMemcpy2D(snap.v.data() + size_t(g) * head_bytes, dst_pitch,
-                                      v_cache_.as<uint8_t>() + src, head_bytes, head_bytes,
-                                      size_t(snap.length), cudaMemcpyDeviceToHost));
+    // Runs of positions in consecutive slots of one unit (the whole length
+    // when contiguous, a block at a time when paged, read through the block
+    // table as attention does). Device [slot][D] per KV head -> host
+    // [pos][KVH][D]: one strided copy per run and head.
+    for (int pos = 0; pos < snap.length;) {
+      const auto [unit, slot] = locate(row, pos, poison_block());
+      const int run = std::min(snap.length - pos, unit_slots_ - slot);
+      for (int g = 0; g < config_.n_kv_heads; ++g) {
+        const size_t src = view.offset(sl, unit, g, slot) * elem;
+        const size_t dst = size_t(pos) * dst_pitch + size_t(g) * head_bytes;
+        KVCHECK_CUDA_CHECK(cudaMemcpy2D(snap.k.data() + dst, dst_pitch,
+                                        k_cache_.as<uint8_t>() + src, head_bytes, head_bytes,
+                                        size_t(run), cudaMemcpyDeviceToHost));
+        KVCHECK_CUDA_CHECK(cudaMemcpy2D(snap.v.data() + dst, dst_pitch,
+                                        v_cache_.as<uint8_t>() + src, head_bytes, head_bytes,
+                                        size_t(run), cudaMemcpyDeviceToHost));
+      }
+      pos += run;
     }
     return snap;
   }
@@ -194,12 +279,10 @@ class CudaEngine final : public Engine {
   // The whole device storage copied to the host and scanned there: a report
   // calls it once per call of a small case, so its cost does not matter.
   std::optional<StorageMap> storage_map() const override {
-    std::vector<uint8_t> k(k_cache_.bytes()),
-        v(v_cache_.bytes());  // [layer][row][kv_head][slot][dim]
-    KVCHECK_CUDA_CHECK(cudaMemcpy(k.data(), k_cache_.get(), k.size(), cudaMemcpyDeviceToHost));
-    KVCHECK_CUDA_CHECK(cudaMemcpy(v.data(), v_cache_.get(), v.size(), cudaMemcpyDeviceToHost));
-    StorageMap map = scan_storage(k, v, config_.n_layers, options_.max_rows, config_.n_kv_heads,
-                                  options_.capacity, config_.head_dim, options_.kv_dtype);
+    const std::vector<uint8_t> k = download(k_cache_), v = download(v_cache_);
+    StorageMap map = scan_storage(k, v, config_.n_layers, units_, config_.n_kv_heads, unit_slots_,
+                                  config_.head_dim, options_.kv_dtype);
+    map.unit = table_.paged() ? "block" : "row";
     table_.storage_holding(map.units, map.holders, map.held_slots);
     return map;
   }
@@ -210,7 +293,8 @@ class CudaEngine final : public Engine {
     m.weight_bytes = weights_.bytes();
     m.scratch_bytes = x_.bytes() + h_.bytes() + qkv_.bytes() + att_.bytes() + mlp_.bytes() +
                       gate_.bytes() + logits_.bytes() + tokens_.bytes() + slots_.bytes() +
-                      matmul_partial_.bytes() + attention_partial_.bytes() + inv_freq_.bytes();
+                      tables_.bytes() + matmul_partial_.bytes() + attention_partial_.bytes() +
+                      inv_freq_.bytes();
     m.metadata_bytes = table_.metadata_bytes();
     return m;
   }
@@ -238,11 +322,50 @@ class CudaEngine final : public Engine {
     view.k = k_cache_.get();
     view.v = v_cache_.get();
     view.dtype = options_.kv_dtype;
-    view.rows = options_.max_rows;
+    view.rows = units_;
     view.n_kv_heads = config_.n_kv_heads;
-    view.capacity = options_.capacity;
+    view.capacity = unit_slots_;
     view.head_dim = config_.head_dim;
     return view;
+  }
+
+  // Paged storage keeps two blocks past the pool, as the CPU engine does:
+  // one never written (reads past a block table see NaN) and one that
+  // absorbs writes past it.
+  int poison_block() const {
+    return table_.pool_blocks();
+  }
+  int sink_block() const {
+    return table_.pool_blocks() + 1;
+  }
+  // Storage unit and slot of slot `slot` of the sequence in `row`.
+  std::pair<int, int> locate(int row, int slot, int missing) const {
+    if (!table_.paged()) return {row, slot};
+    return table_.locate(row, slot, missing);
+  }
+  SequenceTable::CopySlots copy_slots() {
+    return [this](int from, int to, int n) {
+      cuda::copy_unit_slots(cache_view(), config_.n_layers, from, to, n, kStream);
+    };
+  }
+  // Slots of a unit in layers 0..layers-1 (all when -1) marked unwritten:
+  // NaN when poisoning is compiled in, else left as they are.
+  SequenceTable::PoisonSlots poison_slots(int layers = -1) {
+    return [this, layers](int unit, int first, int end) {
+#ifdef KVCHECK_POISON
+      cuda::poison_unit_slots(cache_view(), layers < 0 ? config_.n_layers : layers, unit, first,
+                              end, kStream);
+#else
+      (void)unit, (void)first, (void)end;
+#endif
+    };
+  }
+
+  static std::vector<uint8_t> download(const DeviceBuffer& buffer) {
+    std::vector<uint8_t> bytes(buffer.bytes());
+    KVCHECK_CUDA_CHECK(
+        cudaMemcpy(bytes.data(), buffer.get(), bytes.size(), cudaMemcpyDeviceToHost));
+    return bytes;
   }
 
   void upload_weights(const Weights& w) {
@@ -304,7 +427,7 @@ class CudaEngine final : public Engine {
 
   // Scratch grows to the largest step seen (tokens) and the longest key
   // range (attention splits).
-  void grow_scratch(size_t n, int max_keys) {
+  void grow_scratch(size_t n, int max_keys, size_t table_entries) {
     const size_t E = size_t(config_.d_model), Q = size_t(config_.q_width()),
                  KV = size_t(config_.kv_width()), F = size_t(config_.d_ff),
                  V = size_t(config_.vocab);
@@ -317,6 +440,7 @@ class CudaEngine final : public Engine {
     logits_.reserve(n * V * sizeof(float), "logits");
     tokens_.reserve(n * sizeof(int32_t), "token ids");
     slots_.reserve(n * size_t(config_.n_layers) * sizeof(TokenSlot), "token plan");
+    tables_.reserve(table_entries * sizeof(int32_t), "block tables");
     attention_partial_.reserve(cuda::attention_partial_floats(static_cast<int>(n), config_.n_heads,
                                                               config_.head_dim, max_keys) *
                                    sizeof(float),
@@ -340,18 +464,18 @@ class CudaEngine final : public Engine {
                         matmul_partial_floats_, y, kStream);
   }
 
-  // Under a fault two tokens of one step can target the same (row, slot);
+  // Under a fault two tokens of one step can target the same (unit, slot);
   // then the store runs in token order so the last one wins, as on the CPU.
   bool slots_collide(std::span<const TokenSlot> slots) const {
     std::vector<long long> keys;
     keys.reserve(slots.size());
-    for (const TokenSlot& s : slots) keys.push_back((long long)s.row * options_.capacity + s.slot);
+    for (const TokenSlot& s : slots) keys.push_back((long long)s.row * unit_slots_ + s.slot);
     std::sort(keys.begin(), keys.end());
     return std::adjacent_find(keys.begin(), keys.end()) != keys.end();
   }
 
   void run_layer(int layer, std::span<const BatchEntry> batch, std::span<const TokenSlot> slots,
-                 const TokenSlot* device_slots) {
+                 const TokenSlot* device_slots, int table_stride) {
     const DeviceLayer& w = layers_[size_t(layer)];
     const int n = static_cast<int>(slots.size());
     const int E = config_.d_model, F = config_.d_ff, Q = config_.q_width(),
@@ -366,13 +490,7 @@ class CudaEngine final : public Engine {
     if (llama && has(Fault::kRopeReapplied)) {
       // One launch per entry, in batch order: under shared_rows two entries
       // rotate the same slots, one after the other, as on the CPU.
-      for (const BatchEntry& e : batch) {
-        const SequenceState& s = table_.lookup(e.sequence, "step");
-        const int end = std::min(s.slot_base + s.length, options_.capacity);
-        cuda::launch_rope_cached_keys(view, sl, storage_row(s.row), s.slot_base, end,
-                                      s.position_base - s.slot_base, inv_freq_.as<double>(),
-                                      kStream);
-      }
+      for (const BatchEntry& e : batch) rotate_cached_keys_again(view, sl, e);
     }
     // Every fed token's K and V are written before any query reads: a
     // chunk's token i attends to the chunk's tokens 0..i through the cache.
@@ -392,6 +510,11 @@ class CudaEngine final : public Engine {
     args.n_tokens = n;
     args.max_keys = max_keys;
     args.tiled_kv_heads = has(Fault::kTiledKvHeads);
+    if (table_.paged()) {
+      args.blocks = tables_.as<int32_t>();
+      args.blocks_stride = table_stride;
+      args.block_size = table_.block_size();
+    }
     args.scale = static_cast<float>(1.0 / std::sqrt(double(config_.head_dim)));
     args.out = att_.as<float>();
     args.partial = attention_partial_.as<float>();
@@ -416,43 +539,31 @@ class CudaEngine final : public Engine {
     cuda::launch_add(x_.as<float>(), h_.as<float>(), count, kStream);
   }
 
-  // Bytes of one (layer, row) block: [KVH][capacity][D] elements.
-  size_t row_block_bytes() const {
-    return size_t(config_.n_kv_heads) * options_.capacity * config_.head_dim *
-           size_t(kv_dtype_bytes(options_.kv_dtype));
-  }
-
-  // Copies every layer's K/V of row `from` into row `to`.
-  void copy_row(int from, int to) {
-    if (from == to) return;
-    const size_t block = row_block_bytes();
-    for (int l = 0; l < config_.n_layers; ++l) {
-      const size_t src = (size_t(l) * options_.max_rows + from) * block;
-      const size_t dst = (size_t(l) * options_.max_rows + to) * block;
-      KVCHECK_CUDA_CHECK(cudaMemcpy(k_cache_.as<uint8_t>() + dst, k_cache_.as<uint8_t>() + src,
-                                    block, cudaMemcpyDeviceToDevice));
-      KVCHECK_CUDA_CHECK(cudaMemcpy(v_cache_.as<uint8_t>() + dst, v_cache_.as<uint8_t>() + src,
-                                    block, cudaMemcpyDeviceToDevice));
+  // Fault rope_reapplied: rotates each already-cached key of the sequence
+  // once more, unit by unit (a block at a time when paged; slots past its
+  // table would go to the sink block, which nothing reads, so they are
+  // skipped).
+  void rotate_cached_keys_again(const KvCacheView& view, int sl, const BatchEntry& e) {
+    const SequenceState& s = table_.lookup(e.sequence, "step");
+    const int end = std::min(s.slot_base + s.length, options_.capacity);
+    for (int slot = s.slot_base; slot < end;) {
+      const auto [unit, at] = locate(storage_row(s.row), slot, sink_block());
+      const int run = std::min(end - slot, unit_slots_ - at);
+      if (unit != sink_block() || !table_.paged()) {
+        // Within the unit, slot `at` holds the sequence's slot `slot`.
+        cuda::launch_rope_cached_keys(view, sl, unit, at, at + run,
+                                      s.position_base - s.slot_base + slot - at,
+                                      inv_freq_.as<double>(), kStream);
+      }
+      slot += run;
     }
-  }
-
-  // Marks every slot of a row unwritten (NaN when poisoning is compiled in).
-  void clear_row(int row) {
-#ifdef KVCHECK_POISON
-    const size_t block = row_block_bytes();
-    for (int l = 0; l < config_.n_layers; ++l) {
-      const size_t at = (size_t(l) * options_.max_rows + row) * block;
-      KVCHECK_CUDA_CHECK(cudaMemset(k_cache_.as<uint8_t>() + at, 0xFF, block));
-      KVCHECK_CUDA_CHECK(cudaMemset(v_cache_.as<uint8_t>() + at, 0xFF, block));
-    }
-#else
-    (void)row;
-#endif
   }
 
   Config config_;
   EngineOptions options_;
   SequenceTable table_;
+  int units_;       // storage units: rows, or pool blocks + the poison and sink blocks
+  int unit_slots_;  // slots per unit: capacity, or the block size
 
   // Device memory. Weights: one buffer, every tensor at a 256-byte boundary.
   DeviceBuffer weights_;
@@ -464,8 +575,8 @@ class CudaEngine final : public Engine {
   std::vector<DeviceLayer> layers_;         // [L]
   DeviceBuffer inv_freq_;                   // [D/2] double theta^(-2i/D), llama only
   size_t kv_block_bytes_ = 0;
-  DeviceBuffer k_cache_;  // [layer][row][kv_head][slot][dim] of kv_dtype
-  DeviceBuffer v_cache_;  // [layer][row][kv_head][slot][dim] of kv_dtype
+  DeviceBuffer k_cache_;  // [layer][unit][kv_head][slot][dim] of kv_dtype
+  DeviceBuffer v_cache_;  // [layer][unit][kv_head][slot][dim] of kv_dtype
 
   // Scratch, grown to the largest step seen; n = tokens in the step.
   DeviceBuffer x_;               // [n][E] residual stream
@@ -477,9 +588,11 @@ class CudaEngine final : public Engine {
   DeviceBuffer logits_;          // [n][V]
   DeviceBuffer tokens_;          // [n] int32 token ids
   DeviceBuffer slots_;           // [L][n] TokenSlot: each layer's view of each token
+  DeviceBuffer tables_;          // paged: [entry][blocks] int32 storage unit of each logical block
   DeviceBuffer matmul_partial_;  // [segments][rows][out] floats, fixed size
   size_t matmul_partial_floats_ = 0;
-  DeviceBuffer attention_partial_;  // [n][H][splits][D], then [n][H][splits][2] floats
+  DeviceBuffer attention_partial_;   // [n][H][splits][D], then [n][H][splits][2] floats
+  std::vector<BatchEntry> trimmed_;  // [entry] the batch less its reused tokens
 };
 
 }  // namespace
@@ -509,11 +622,8 @@ std::unique_ptr<Engine> make_cuda_engine(const Config& config, const Weights& we
     // docs/OPERATIONS.md, "K/V dtypes": quantized K/V is CPU-only so far; the
     // CUDA backend's traits do not declare it.
     out << "kv_dtype: q8_0 is not supported by the CUDA engine (f32, bf16 or f16)";
-  } else if (options.block_size != 0 || options.pool_blocks != 0) {
-    // docs/OPERATIONS.md: paged storage, fork and truncate are CPU-only so far;
-    // the CUDA backend's traits do not declare them.
-    out << "block_size: " << options.block_size
-        << ": the CUDA engine has contiguous storage only (block_size 0)";
+  } else {
+    out << storage_options_error(options);
   }
   if (!out.str().empty()) throw InputError(out.str());
   int devices = 0;

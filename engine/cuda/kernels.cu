@@ -298,6 +298,17 @@ size_t attention_shared_bytes(int D) {
           size_t(kAttentionHeadsPerBlock) * kAttentionSplitKeys);
 }
 
+// Element index of key `key`'s slot for one token and KV head: slot `key`
+// of the token's row, or through its block table when paged. Only where a
+// key lies depends on the storage mode; the arithmetic over the keys is the
+// same, so paged and contiguous storage give the same bits.
+__device__ __forceinline__ size_t key_offset(const AttentionArgs& a, const TokenSlot& slot,
+                                             int kv_head, int key) {
+  if (a.blocks == nullptr) return a.cache.offset(a.layer, slot.row, kv_head, key);
+  const int unit = a.blocks[size_t(slot.table) * size_t(a.blocks_stride) + key / a.block_size];
+  return a.cache.offset(a.layer, unit, kv_head, key % a.block_size);
+}
+
 __global__ void __launch_bounds__(kAttentionThreads)
     attention_split_kernel(AttentionArgs a, int head_blocks, int max_splits) {
   const int t = blockIdx.x;
@@ -328,14 +339,15 @@ __global__ void __launch_bounds__(kAttentionThreads)
     q_tile[idx] = a.qkv[size_t(t) * a.qkv_stride + size_t(query_head(i)) * D + d];
   }
 
-  // Slot key_begin of this (layer, row, kv head): the split is one stream.
-  const size_t base = a.cache.offset(a.layer, slot.row, kv_head, key_begin);
+  // Key j of this token and KV head: contiguous, one stream per split;
+  // paged, one stream per block.
   for (int tile = 0; tile < key_count; tile += kAttentionKeyTile) {
     const int tile_keys = min(kAttentionKeyTile, key_count - tile);
     __syncthreads();
     for (int idx = threadIdx.x; idx < tile_keys * D; idx += kAttentionThreads) {
+      const int key = key_begin + tile + idx / D;
       kv_tile[(idx / D) * tile_stride + idx % D] =
-          load_kv(a.cache.k, a.cache.dtype, base + size_t(tile) * D + idx);
+          load_kv(a.cache.k, a.cache.dtype, key_offset(a, slot, kv_head, key) + idx % D);
     }
     __syncthreads();
     for (int idx = threadIdx.x; idx < heads * kAttentionKeyTile; idx += kAttentionThreads) {
@@ -376,13 +388,13 @@ __global__ void __launch_bounds__(kAttentionThreads)
   float acc[kAttentionAccumulators];
 #pragma unroll
   for (int r = 0; r < kAttentionAccumulators; ++r) acc[r] = 0.0f;
-  const size_t v_base = base;
   for (int tile = 0; tile < key_count; tile += kAttentionKeyTile) {
     const int tile_keys = min(kAttentionKeyTile, key_count - tile);
     __syncthreads();  // probabilities written; the previous tile consumed
     for (int idx = threadIdx.x; idx < tile_keys * D; idx += kAttentionThreads) {
+      const int key = key_begin + tile + idx / D;
       kv_tile[(idx / D) * tile_stride + idx % D] =
-          load_kv(a.cache.v, a.cache.dtype, v_base + size_t(tile) * D + idx);
+          load_kv(a.cache.v, a.cache.dtype, key_offset(a, slot, kv_head, key) + idx % D);
     }
     __syncthreads();
 #pragma unroll
@@ -599,6 +611,57 @@ void launch_silu_mul(float* gate, const float* up, size_t count, cudaStream_t st
   if (count == 0) return;
   silu_mul_kernel<<<element_blocks(count), kElementThreads, 0, stream>>>(gate, up, count);
   KVCHECK_CUDA_CHECK_LAUNCH("silu_mul_kernel");
+}
+
+// ---- storage moves -------------------------------------------------------------
+// A slot range of one unit is, per layer, KVH runs `pitch` bytes apart: one
+// 2D copy or set per layer and tensor.
+namespace {
+
+struct UnitSpan {
+  size_t first;  // bytes from the start of K (or V) to (layer 0, unit, head 0, first slot)
+  size_t bytes;  // bytes of the slot range of one head
+  size_t pitch;  // bytes from one head's slots to the next head's
+  size_t layer;  // bytes of one layer
+};
+
+UnitSpan unit_span(const KvCacheView& cache, int unit, int first, int end) {
+  const size_t elem = size_t(kv_dtype_bytes(cache.dtype));
+  UnitSpan s;
+  s.first = cache.offset(0, unit, 0, first) * elem;
+  s.bytes = size_t(end - first) * size_t(cache.head_dim) * elem;
+  s.pitch = size_t(cache.capacity) * size_t(cache.head_dim) * elem;
+  s.layer = cache.offset(1, 0, 0, 0) * elem;
+  return s;
+}
+
+}  // namespace
+
+void copy_unit_slots(KvCacheView cache, int n_layers, int from, int to, int n,
+                     cudaStream_t stream) {
+  if (from == to || n <= 0) return;
+  const UnitSpan src = unit_span(cache, from, 0, n), dst = unit_span(cache, to, 0, n);
+  for (int l = 0; l < n_layers; ++l) {
+    for (void* base : {cache.k, cache.v}) {
+      uint8_t* bytes = static_cast<uint8_t*>(base) + size_t(l) * src.layer;
+      KVCHECK_CUDA_CHECK(cudaMemcpy2DAsync(bytes + dst.first, dst.pitch, bytes + src.first,
+                                           src.pitch, src.bytes, size_t(cache.n_kv_heads),
+                                           cudaMemcpyDeviceToDevice, stream));
+    }
+  }
+}
+
+void poison_unit_slots(KvCacheView cache, int n_layers, int unit, int first, int end,
+                       cudaStream_t stream) {
+  if (first >= end) return;
+  const UnitSpan span = unit_span(cache, unit, first, end);
+  for (int l = 0; l < n_layers; ++l) {
+    for (void* base : {cache.k, cache.v}) {
+      uint8_t* bytes = static_cast<uint8_t*>(base) + size_t(l) * span.layer + span.first;
+      KVCHECK_CUDA_CHECK(
+          cudaMemset2DAsync(bytes, span.pitch, 0xFF, span.bytes, size_t(cache.n_kv_heads), stream));
+    }
+  }
 }
 
 }  // namespace kvcheck::cuda

@@ -29,26 +29,32 @@
 namespace kvcheck::cuda {
 
 // Where one fed token goes in one layer, faults already applied (the CPU
-// engine's TokenPlan after at_layer): the slot it writes, the RoPE / wpe
-// position and how many slots of its row it sees.
+// engine's TokenPlan after at_layer): the storage unit and slot it writes,
+// the RoPE / wpe position and how many of its sequence's slots it sees.
+// Contiguous storage: the unit is the row and the slot the row's slot.
+// Paged: the unit is the pool block holding the slot (resolved through the
+// block table on the host) and the slot is within that block.
 struct TokenSlot {
-  int32_t row;       // storage row
+  int32_t row;       // storage unit written (a row, or a pool block when paged)
   int32_t position;  // RoPE / wpe position, in [0, max_pos)
-  int32_t slot;      // cache slot written, in [0, capacity)
-  int32_t n_keys;    // slots 0..n_keys-1 of the row are visible, in [0, capacity]
+  int32_t slot;      // slot written within the unit, in [0, unit slots)
+  int32_t n_keys;    // the sequence's slots 0..n_keys-1 are visible, in [0, capacity]
+  int32_t table;     // paged: the token's row of AttentionArgs::blocks; contiguous: unused
 };
 
 // The KV cache of all layers: k and v are each
-//   [layer][row][kv_head][slot][dim] elements of dtype,
-// so one (layer, row, kv head) is a contiguous [capacity][D] block and a
-// decode reads its keys as one stream.
+//   [layer][unit][kv_head][slot][dim] elements of dtype,
+// a unit being a row of `capacity` slots (contiguous storage) or a pool
+// block of `capacity` = B slots (paged), so one (layer, unit, kv head) is a
+// contiguous [capacity][D] block and a decode reads its keys in streams.
 struct KvCacheView {
   void* k = nullptr;
   void* v = nullptr;
   KvDtype dtype = KvDtype::kF32;
+  // rows: storage units; capacity: slots per unit.
   int rows = 0, n_kv_heads = 0, capacity = 0, head_dim = 0;
 
-  // Element index of (layer, row, kv_head, slot, 0).
+  // Element index of (layer, unit, kv_head, slot, 0).
   KVCHECK_HOST_DEVICE size_t offset(int layer, int row, int kv_head, int slot) const {
     return (((size_t(layer) * rows + row) * n_kv_heads + kv_head) * capacity + slot) *
            size_t(head_dim);
@@ -89,7 +95,7 @@ void launch_rope_and_store(float* qkv, const TokenSlot* plan, int n, int H, cons
                            KvCacheView cache, int layer, bool kv_swapped, bool in_token_order,
                            cudaStream_t stream);
 
-// Fault rope_reapplied: rotates cached keys of `layer`, `row`, slots
+// Fault rope_reapplied: rotates cached keys of `layer`, unit `row`, slots
 // [slot_begin, slot_end), each once more at position slot + position_offset.
 void launch_rope_cached_keys(KvCacheView cache, int layer, int row, int slot_begin, int slot_end,
                              int position_offset, const double* inv_freq, cudaStream_t stream);
@@ -109,7 +115,13 @@ struct AttentionArgs {
   int n_heads = 0;                  // H
   const TokenSlot* plan = nullptr;  // [n]
   int n_tokens = 0;
-  int max_keys = 0;             // >= every plan[t].n_keys (host-side value)
+  int max_keys = 0;  // >= every plan[t].n_keys (host-side value)
+  // Paged storage: key j of token t lies in slot j % block_size of unit
+  // blocks[plan[t].table * blocks_stride + j / block_size]. Null: contiguous,
+  // key j in slot j of unit plan[t].row.
+  const int32_t* blocks = nullptr;  // [tables][blocks_stride] storage units
+  int blocks_stride = 0;
+  int block_size = 0;
   bool tiled_kv_heads = false;  // fault: query head h reads KV head h % KVH
   float scale = 1.0f;           // 1/sqrt(D)
   float* out = nullptr;         // [n][H*D]
@@ -119,8 +131,9 @@ struct AttentionArgs {
 // Scratch floats of one attention launch.
 size_t attention_partial_floats(int n_tokens, int n_heads, int head_dim, int max_keys);
 
-// Causal attention of every token's H query heads over slots
-// 0..plan[t].n_keys-1 of its row. Query head h reads KV head h / (H / KVH)
+// Causal attention of every token's H query heads over its sequence's slots
+// 0..plan[t].n_keys-1 (its row, or through its block table when paged; the
+// same arithmetic in the same key order either way). Query head h reads KV head h / (H / KVH)
 // (repeat_interleave, by index; nothing is materialised).
 void launch_attention(const AttentionArgs& args, cudaStream_t stream);
 
@@ -128,5 +141,14 @@ void launch_attention(const AttentionArgs& args, cudaStream_t stream);
 void launch_add(float* y, const float* x, size_t count, cudaStream_t stream);
 void launch_gelu_tanh(float* x, size_t count, cudaStream_t stream);
 void launch_silu_mul(float* gate, const float* up, size_t count, cudaStream_t stream);
+
+// Storage moves of the operations (fork, copy on write, truncate, freeing),
+// on every layer and KV head of the cache:
+// slots [0, n) of unit `from` copied to unit `to`;
+void copy_unit_slots(KvCacheView cache, int n_layers, int from, int to, int n, cudaStream_t stream);
+// slots [first, end) of unit `unit` in layers 0..n_layers-1 set to the
+// poison (0xFF bytes: NaN in f32, bf16 and f16).
+void poison_unit_slots(KvCacheView cache, int n_layers, int unit, int first, int end,
+                       cudaStream_t stream);
 
 }  // namespace kvcheck::cuda

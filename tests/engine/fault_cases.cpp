@@ -30,14 +30,7 @@ Op try_step(std::vector<std::pair<int, int>> e) {
 }
 
 bool MinimalCase::cpu_only() const {
-  if (block_size > 0 || kv_dtype == KvDtype::kQ8_0) return true;
-  for (const Op& op : ops) {
-    if (op.kind == Op::kFork || op.kind == Op::kTruncate || op.kind == Op::kObserve ||
-        op.kind == Op::kTryStep) {
-      return true;
-    }
-  }
-  return false;
+  return kv_dtype == KvDtype::kQ8_0;
 }
 
 Outcome run_minimal_case(const MinimalCase& m, FaultSet faults, const MakeEngine& make_engine) {

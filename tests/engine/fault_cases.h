@@ -48,7 +48,7 @@ struct MinimalCase {
   bool prefix_cache = false;
   std::vector<std::vector<int32_t>> prompts = {};  // [sequence] its tokens; empty: random ones
 
-  // Uses what only the CPU engine offers (docs/OPERATIONS.md).
+  // Uses what only the CPU engine offers (docs/OPERATIONS.md): q8_0 K/V.
   bool cpu_only() const;
 };
 

@@ -274,6 +274,111 @@ TEST_P(CudaEngine, CacheMatchesCpuEngineCache) {
   }
 }
 
+// ---- the operations of docs/OPERATIONS.md ------------------------------------
+
+// Paged storage reads every key through the block table in the same order as
+// contiguous storage: the same logits and the same cache, bit for bit.
+TEST_P(CudaEngine, PagedStorageGivesContiguousBits) {
+  const Weights w = weights();
+  const auto tokens = random_tokens(16, n_tokens(), config().vocab);
+  auto contiguous = make(config(), w, options());
+  const SequenceId cs = contiguous->start();
+  const std::vector<float> whole = feed(*contiguous, cs, tokens, {n_tokens()});
+  for (const int B : {1, 5, 16}) {
+    EngineOptions paged = options();
+    paged.block_size = B;
+    auto engine = make(config(), w, paged);
+    const SequenceId s = engine->start();
+    const std::string what = label("block size " + std::to_string(B));
+    expect_bitwise(whole, feed(*engine, s, tokens, random_chunks(uint64_t(B), n_tokens())), what);
+    for (int layer = 0; layer < config().n_layers; ++layer) {
+      EXPECT_EQ(engine->cache(s, layer).k, contiguous->cache(cs, layer).k) << what;
+      EXPECT_EQ(engine->cache(s, layer).v, contiguous->cache(cs, layer).v) << what;
+    }
+    engine->finish(s);
+    EXPECT_EQ(engine->pool().used, 0) << what;
+    EXPECT_EQ(engine->unheld_storage_check(), "") << what;
+  }
+}
+
+// A forked child is its content fed to a fresh engine; the parent is
+// unchanged by the child's writes; truncate-then-refeed is never-fed. In
+// contiguous storage and in blocks of 4 (the fork lands mid-block).
+TEST_P(CudaEngine, ForkAndTruncateEqualAFreshEngine) {
+  const Weights w = weights();
+  const int T = std::min(n_tokens(), 40), n = T / 2 + 1, own = 6;
+  const auto tokens = random_tokens(17, T + own, config().vocab);
+  const std::vector<int32_t> parent(tokens.begin(), tokens.begin() + T);
+  const std::vector<int32_t> child_tail(tokens.begin() + T, tokens.end());
+  std::vector<int32_t> child_content(tokens.begin(), tokens.begin() + n);
+  child_content.insert(child_content.end(), child_tail.begin(), child_tail.end());
+  const std::vector<float> child_fresh = cuda_solo(config(), w, options(), child_content);
+  const size_t V = size_t(config().vocab);
+  for (const int B : {0, 4}) {
+    EngineOptions o = options();
+    o.block_size = B;
+    const std::string what = label("block size " + std::to_string(B));
+    auto engine = make(config(), w, o);
+    const SequenceId p = engine->start();
+    feed(*engine, p, parent, {T});
+    const SequenceId c = engine->fork(p, n);
+    const std::vector<float> child = feed(*engine, c, child_tail, {2, 1, 1, 1, 1});
+    expect_bitwise(
+        std::vector<float>(child_fresh.begin() + std::ptrdiff_t(size_t(n) * V), child_fresh.end()),
+        child, what + ": fork child");
+    // The parent goes on as if no child existed: its next token's logits
+    // equal those of the same stream on a fresh engine.
+    std::vector<int32_t> longer = parent;
+    longer.push_back(tokens[size_t(n)]);
+    const std::vector<float> solo = cuda_solo(config(), w, options(), longer);
+    const std::vector<float> next = feed(*engine, p, {tokens[size_t(n)]}, {1});
+    expect_bitwise(std::vector<float>(solo.end() - std::ptrdiff_t(V), solo.end()), next,
+                   what + ": parent after the fork");
+    // Truncate back to n and refeed the child's tail: the child's content.
+    engine->truncate(p, T + 1 - n);
+    expect_bitwise(
+        std::vector<float>(child_fresh.begin() + std::ptrdiff_t(size_t(n) * V), child_fresh.end()),
+        feed(*engine, p, child_tail, {own}), what + ": truncate then refeed");
+    EXPECT_EQ(engine->unheld_storage_check(), "") << what;
+    engine->finish(c);
+    engine->finish(p);
+    EXPECT_EQ(engine->unheld_storage_check(), "") << what;
+    if (B > 0) {
+      EXPECT_EQ(engine->pool().free, engine->pool().total) << what;
+    }
+  }
+}
+
+// A second sequence whose prompt starts with a cached one's reuses its full
+// blocks: only the rest is computed, bitwise as a cold run.
+TEST_P(CudaEngine, PrefixCacheHitEqualsColdRun) {
+  const Weights w = weights();
+  const int T = std::min(n_tokens(), 40);
+  const auto tokens = random_tokens(18, T, config().vocab);
+  const std::vector<float> cold = cuda_solo(config(), w, options(), tokens);
+  EngineOptions o = options();
+  o.block_size = 4;
+  o.prefix_cache = true;
+  auto engine = make(config(), w, o);
+  const SequenceId first = engine->start();
+  feed(*engine, first, tokens, {T});
+  engine->finish(first);
+  const SequenceId second = engine->start();
+  const std::vector<float> warm = feed(*engine, second, tokens, {T});
+  const int k = engine->reused(second);
+  // Every full block of the first prompt is cached; the last token is always computed.
+  ASSERT_EQ(k, std::min(T / 4 * 4, T - 1)) << label("tokens reused");
+  const size_t V = size_t(config().vocab);
+  for (size_t i = 0; i < size_t(k) * V; ++i) ASSERT_TRUE(std::isnan(warm[i])) << i;
+  expect_bitwise(std::vector<float>(cold.begin() + std::ptrdiff_t(size_t(k) * V), cold.end()),
+                 std::vector<float>(warm.begin() + std::ptrdiff_t(size_t(k) * V), warm.end()),
+                 label("prefix hit vs cold"));
+  engine->finish(second);
+  engine->flush_prefix_cache();
+  EXPECT_EQ(engine->pool().free, engine->pool().total) << label("after flush");
+  EXPECT_EQ(engine->unheld_storage_check(), "") << label("after flush");
+}
+
 std::string name_of(const ::testing::TestParamInfo<Param>& info) {
   return std::get<0>(info.param).model.name + "_" + kv_dtype_name(std::get<1>(info.param));
 }
@@ -320,7 +425,7 @@ TEST(CudaFaults, EachFaultChangesItsMinimalCaseAsOnTheCpu) {
   KVCHECK_REQUIRE_GPU();
   ASSERT_EQ(minimal_cases().size(), size_t(kFaultCount));
   for (const MinimalCase& m : minimal_cases()) {
-    if (m.cpu_only()) continue;  // fork, truncate and paged storage: CPU only (docs/OPERATIONS.md)
+    if (m.cpu_only()) continue;  // q8_0 K/V: CPU only (docs/OPERATIONS.md)
     const std::string name(fault_name(m.fault));
     const Outcome correct = run(m, FaultSet(), true);
     const Outcome faulty = run(m, FaultSet(m.fault), true);
@@ -412,6 +517,28 @@ TEST(CudaErrors, BadOptionsAreInputErrors) {
     ADD_FAILURE() << "no InputError";
   } catch (const InputError& e) {
     EXPECT_STREQ(e.what(), "head_dim: 258 exceeds the CUDA engine's limit of 256");
+  }
+  // The storage options: the CPU engine's checks and messages.
+  EngineOptions bad_block;
+  bad_block.capacity = 16;
+  bad_block.block_size = 33;
+  EngineOptions prefix_without_pages = bad_block;
+  prefix_without_pages.block_size = 0;
+  prefix_without_pages.prefix_cache = true;
+  for (const EngineOptions& o : {bad_block, prefix_without_pages}) {
+    std::string cpu_error;
+    try {
+      make_cpu_engine(c, w, o);
+    } catch (const InputError& e) {
+      cpu_error = e.what();
+    }
+    ASSERT_NE(cpu_error, "");
+    try {
+      make_cuda_engine(c, w, o);
+      ADD_FAILURE() << "no InputError for " << cpu_error;
+    } catch (const InputError& e) {
+      EXPECT_EQ(e.what(), cpu_error);
+    }
   }
 }
 

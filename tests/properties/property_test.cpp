@@ -147,6 +147,23 @@ TEST(Generators, EveryOperationCoverageTagOccursWhenTheEngineDeclaresThem) {
   }
 }
 
+// The GPU suite (tests/gpu/gpu_property_test.cpp) draws from the `cuda`
+// backend's traits: they must yield every operation, so that P11..P15 run
+// on the CUDA engine where a device exists, and never q8_0, which it refuses.
+TEST(Generators, TheCudaTraitsDrawEveryOperationAndNoQ8) {
+  const rc::Gen<Scenario> scenarios = rcgen::scenario(rcgen::Emphasis::kAny, cuda_engine_traits());
+  rcgen::Coverage seen;
+  for (uint64_t seed = 1; seed <= 400; ++seed) {
+    const Scenario s = scenarios(rc::Random(seed), int(seed % 101)).value();
+    ASSERT_EQ(s.validate(), "") << s.to_text();
+    ASSERT_NE(s.kv_dtype, KvDtype::kQ8_0) << seed;
+    seen |= rcgen::coverage(s);
+  }
+  EXPECT_TRUE(seen.paged && seen.fork && seen.fork_mid_block && seen.fork_at_boundary);
+  EXPECT_TRUE(seen.truncate && seen.truncate_to_zero && seen.truncate_across_blocks);
+  EXPECT_TRUE(seen.prefix_cache && seen.flush && seen.small_pool && seen.shared_prompt);
+}
+
 }  // namespace
 }  // namespace kvcheck::test
 

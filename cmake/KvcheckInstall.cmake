@@ -15,7 +15,8 @@ if(KVCHECK_HAVE_CUDA)
 endif()
 set(kvcheck_package_targets
     kvcheck_model kvcheck_oracle kvcheck_kv_dtype kvcheck_engine kvcheck_cpu_kernels
-    kvcheck_cpu_engine kvcheck_properties kvcheck_rc kvcheck_repro kvcheck_backends${suffix}
+    kvcheck_cpu_engine kvcheck_properties kvcheck_rc kvcheck_repro kvcheck_exec_wire
+    kvcheck_backends${suffix}
     kvcheck_conformance${suffix})
 foreach(target IN LISTS kvcheck_package_targets)
   # kvcheck_conformance(_cpu) -> kvcheck::conformance

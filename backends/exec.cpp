@@ -63,6 +63,7 @@ class Session {
       request["block_size"] = options.block_size;
       request["pool_blocks"] = options.pool_blocks;
     }
+    if (options.prefix_cache) request["prefix_cache"] = true;
     if (version_ >= 2) request["engine"] = ++next_id_;
     const json reply = call_ok(request);
     ++model.users;
@@ -291,9 +292,20 @@ class ExecEngine final : public Engine {
               " where " + std::to_string(tokens) + " tokens x vocab " +
               std::to_string(config_.vocab) + " need " + std::to_string(bytes));
     }
+    std::vector<int> reused;  // [entry]
+    if (const std::string why = wire::parse_step_reused(reply.control, batch, reused); !why.empty())
+      session_->malformed("step", why);
+    for (size_t i = 0; i < batch.size(); ++i) reused_[batch[i].sequence] = reused[i];
     logits.resize(tokens * size_t(config_.vocab));
     std::memcpy(logits.data(), reply.payloads[0].data(), bytes);
   }
+
+  int reused(SequenceId sequence) const override {
+    const auto it = reused_.find(sequence);
+    return it == reused_.end() ? 0 : it->second;
+  }
+
+  void flush_prefix_cache() override { call({{"op", "flush"}, {"engine", id_}}); }
 
   // Protocol 2: a finish of a live sequence and a reset cannot be refused, so
   // they go out without waiting; a finish of anything else waits for its
@@ -394,6 +406,7 @@ class ExecEngine final : public Engine {
   int generation_ = 0;
   int64_t id_ = 0;
   std::set<SequenceId> live_;  // sequences started and not finished (protocol 2)
+  std::map<SequenceId, int> reused_;  // [sequence] cached tokens of its last step
 };
 
 }  // namespace
@@ -417,7 +430,8 @@ double exec_timeout_seconds(const BackendSpec& spec) {
 
 namespace {
 
-// A child that declares fork, truncate, pool_report or storage_check must
+// A child that declares fork, truncate, pool_report, storage_check or
+// prefix_cache (probed with flush) must
 // answer them: checked once, at resolve, so that a contradiction exits 2 with
 // the child's refusal (as a plugin's declared but NULL function does) instead
 // of failing every case that draws the operation. The probe creates an
@@ -432,7 +446,8 @@ namespace {
 void probe_declared_operations(const std::string& spec, const std::shared_ptr<Session>& session,
                                const EngineTraits& traits) {
   const OperationTraits& ops = traits.operations;
-  if (!ops.fork && !ops.truncate && !ops.pool_report && !ops.storage_check) return;
+  if (!ops.fork && !ops.truncate && !ops.pool_report && !ops.storage_check && !ops.prefix_cache)
+    return;
   constexpr SequenceId kNeverStarted = 987654321;
   EngineOptions options;
   options.capacity = 4;
@@ -448,14 +463,16 @@ void probe_declared_operations(const std::string& spec, const std::shared_ptr<Se
     } catch (const std::exception&) {
       return;  // not about the operations: the properties will see it
     }
-    for (const std::string op : {"fork", "truncate", "pool_report", "storage_check"}) {
+    for (const std::string op : {"fork", "truncate", "pool_report", "storage_check", "flush"}) {
       try {
         if (op == "fork" && ops.fork) engine->fork(kNeverStarted, 0);
         if (op == "truncate" && ops.truncate) engine->truncate(kNeverStarted, 0);
         if (op == "pool_report" && ops.pool_report) engine->pool();
         if (op == "storage_check" && ops.storage_check) engine->unheld_storage_check();
+        if (op == "flush" && ops.prefix_cache) engine->flush_prefix_cache();
       } catch (const NotOffered& e) {
-        throw InputError("--backend " + spec + ": traits.operations." + op +
+        const std::string trait = op == "flush" ? "prefix_cache" : op;
+        throw InputError("--backend " + spec + ": traits.operations." + trait +
                          " is true, but the child refused " + (op == "pool_report" ? "pool" : op) +
                          ": " + e.what());
       } catch (const std::exception&) {

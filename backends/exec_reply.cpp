@@ -209,6 +209,24 @@ std::string parse_pool_reply(const json& control, PoolReport& out) {
   return "";
 }
 
+std::string parse_step_reused(const json& control, std::span<const BatchEntry> batch,
+                              std::vector<int>& out) {
+  out.assign(batch.size(), 0);
+  const auto reused = control.find("reused");
+  if (reused == control.end()) return "";
+  if (std::string why = int_array(*reused, "\"reused\"", out); !why.empty()) return why;
+  if (out.size() != batch.size())
+    return "\"reused\" has " + std::to_string(out.size()) + " elements for " +
+           std::to_string(batch.size()) + " entries";
+  for (size_t i = 0; i < batch.size(); ++i) {
+    if (out[i] < 0 || size_t(out[i]) >= batch[i].tokens.size())
+      return "\"reused\"[" + std::to_string(i) + "] is " + std::to_string(out[i]) +
+             ", outside [0, " + std::to_string(batch[i].tokens.size()) + ") for its " +
+             std::to_string(batch[i].tokens.size()) + " tokens";
+  }
+  return "";
+}
+
 json encode_pool_reply(const PoolReport& pool) {
   json tables = json::array();
   for (const auto& [sequence, blocks] : pool.tables)

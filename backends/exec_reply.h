@@ -69,4 +69,10 @@ std::string parse_pool_reply(const nlohmann::json& control, PoolReport& out);
 // The inverse, for the server side and for tests.
 nlohmann::json encode_pool_reply(const PoolReport& pool);
 
+// The optional "reused" of a step reply (prefix cache, docs/ENGINE_PROTOCOL.md):
+// per entry, how many leading tokens came from the cache, each in [0, n) for
+// an entry of n tokens; absent means none. Empty, or why it is malformed.
+std::string parse_step_reused(const nlohmann::json& control, std::span<const BatchEntry> batch,
+                              std::vector<int>& out);
+
 }  // namespace kvcheck::wire

@@ -176,6 +176,20 @@ class PluginEngine final : public Engine {
     return text;
   }
 
+  int reused(SequenceId sequence) const override {
+    if (table().reused == nullptr) return Engine::reused(sequence);
+    kvcheck_error e{};
+    int32_t n = 0;
+    check("reused", table().reused(handle_, sequence, &n, &e), e);
+    return n;
+  }
+
+  void flush_prefix_cache() override {
+    if (table().flush_prefix_cache == nullptr) return Engine::flush_prefix_cache();
+    kvcheck_error e{};
+    check("flush_prefix_cache", table().flush_prefix_cache(handle_, &e), e);
+  }
+
   MemoryReport memory() const override { return {}; }
 
  private:
@@ -252,7 +266,9 @@ void check_declared_operations(const std::string& path, const kvcheck_plugin_v1&
       {"pool_report", ops.pool_report && t.pool_json == nullptr,
        end_of(offsetof(kvcheck_plugin_v1, pool_json))},
       {"storage_check", ops.storage_check && t.storage_check == nullptr,
-       end_of(offsetof(kvcheck_plugin_v1, storage_check))}};
+       end_of(offsetof(kvcheck_plugin_v1, storage_check))},
+      {"prefix_cache", ops.prefix_cache && (t.reused == nullptr || t.flush_prefix_cache == nullptr),
+       end_of(offsetof(kvcheck_plugin_v1, flush_prefix_cache))}};
   for (const Declared& d : declared) {
     if (!d.contradiction) continue;
     throw InputError("--backend plugin:" + path + ": traits.operations." + d.name +
@@ -320,6 +336,7 @@ Backend plugin_backend(const BackendSpec& spec) {
           args.options = options.c_str();
           args.block_size = engine_options.block_size;
           args.pool_blocks = engine_options.pool_blocks;
+          args.prefix_cache = engine_options.prefix_cache ? 1 : 0;
           kvcheck_error error{};
           kvcheck_engine* handle = library->table.create(&args, &error);
           if (handle == nullptr) {

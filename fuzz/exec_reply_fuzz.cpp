@@ -73,6 +73,14 @@ void check_complete(std::span<const uint8_t> bytes, const ReplyParse& p,
     fail("the re-encoded reply does not parse: " + again.error);
   if (again.size != encoded.size() || !same(again.reply, r)) fail("re-encoding changed the reply");
   check_pool(r.control);
+  // A step reply's "reused" against a fixed batch: any answer is an empty
+  // string or a reason, and an accepted one fits every entry.
+  static const int32_t tokens[] = {1, 2, 3};
+  static const BatchEntry batch[] = {{0, {tokens, 3}}, {1, {tokens, 1}}};
+  std::vector<int> reused;
+  if (wire::parse_step_reused(r.control, batch, reused).empty() &&
+      (reused.size() != 2 || reused[0] < 0 || reused[0] > 2 || reused[1] != 0))
+    fail("an accepted \"reused\" that does not fit the batch");
 }
 
 }  // namespace

@@ -66,6 +66,7 @@ class Server {
       return json::object();
     }
     if (op == "pool") return pool(e);
+    if (op == "flush") return e.engine->flush_prefix_cache(), json::object();
     if (op == "storage_check") return {{"problem", e.engine->unheld_storage_check()}};
     if (op == "length") return {{"length", e.engine->length(e.sequence(id(request, "sequence")))}};
     if (op == "cache") return cache(e, request, payloads);
@@ -94,6 +95,7 @@ class Server {
     // everything else.
     OperationTraits& ops = traits.operations;
     ops.fork = ops.truncate = ops.paged = ops.pool_report = ops.storage_check = true;
+    ops.prefix_cache = true;
     traits.identity.name += "-serve";
     // The highest version both speak.
     version_ = r.value("protocol", 1) >= 2 && max_version_ >= 2 ? 2 : 1;
@@ -154,6 +156,10 @@ class Server {
       options.block_size = int(id(r, "block_size"));
       options.pool_blocks = int(id(r, "pool_blocks"));
     }
+    if (const auto prefix = r.find("prefix_cache"); prefix != r.end()) {
+      if (!prefix->is_boolean()) throw Refusal{"input", "\"prefix_cache\" must be a boolean"};
+      options.prefix_cache = prefix->get<bool>();
+    }
     Result<KvDtype> dtype = parse_kv_dtype(string_field(r, "kv_dtype"));
     if (!dtype.ok()) throw Refusal{"input", dtype.error()};
     options.kv_dtype = dtype.value();
@@ -174,7 +180,13 @@ class Server {
       batch.push_back({e.sequence(id(entries[i], "sequence")), tokens[i]});
     e.engine->step(batch, logits_);
     payloads.emplace_back(reinterpret_cast<const char*>(logits_.data()), logits_.size() * 4);
-    return {{"payloads", {logits_.size() * 4}}};
+    json reply = {{"payloads", {logits_.size() * 4}}};
+    if (e.engine->options().prefix_cache) {
+      json reused = json::array();
+      for (const BatchEntry& b : batch) reused.push_back(e.engine->reused(b.sequence));
+      reply["reused"] = std::move(reused);
+    }
+    return reply;
   }
 
   json cache(Served& e, const json& r, std::vector<std::string>& payloads) {

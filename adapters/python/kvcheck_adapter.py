@@ -10,6 +10,14 @@ server side, standard library only. An engine is any object with
     fork(parent, n) -> int                           optional ("fork": a new sequence holding
                                                      the parent's first n tokens)
     truncate(sequence, n)                            optional ("truncate": forget the last n)
+    pool() -> dict                                   optional ("pool_report": the "pool" reply,
+                                                     {"block_size", "total", "free", "used",
+                                                     "cached", "refcounts", "tables"})
+    storage_check() -> str                           optional ("storage_check": "" when every
+                                                     slot no sequence holds is NaN)
+    reused(sequence) -> int                          optional ("prefix_cache": leading tokens of
+                                                     the sequence's last step taken from the cache)
+    flush_prefix_cache()                             optional ("prefix_cache")
     length(sequence) -> int
     cache(sequence, layer) -> (k, v)                 each [length][KVH][D] float32
 
@@ -24,6 +32,9 @@ from the protocol ("capacity", "rows", "unknown_sequence", "bad_batch",
 
 make_engine receives the model as load_model() returns it: a dict with
 "config" (kvcheck's config fields) and "tensors" (Hugging Face name -> tensor).
+An engine that declares "paged" or "prefix_cache" also gets, as keyword
+arguments, what the create request carries of block_size, pool_blocks and
+prefix_cache (docs/ENGINE_PROTOCOL.md); others are called as above.
 """
 
 import array
@@ -218,8 +229,9 @@ class _Server:
         if op == "create":
             if r["model"] not in self.models:
                 raise EngineError("input", "unknown model %r" % (r["model"],))
+            storage = {k: r[k] for k in ("block_size", "pool_blocks", "prefix_cache") if k in r}
             engine = self.make_engine(self.models[r["model"]], r["capacity"], r["max_rows"],
-                                      r["kv_dtype"])
+                                      r["kv_dtype"], **storage)
             engine_id = self._new_id(r, "engine")
             self.engines[engine_id] = engine
             self.sequences[engine_id] = {}
@@ -238,7 +250,10 @@ class _Server:
         if op == "step":
             entries = [(self._sequence(r, e["sequence"]), e["tokens"]) for e in r["entries"]]
             logits = f32_bytes(engine.step(entries))
-            return {"payloads": [len(logits)]}, [logits]
+            reply = {"payloads": [len(logits)]}
+            if hasattr(engine, "reused"):
+                reply["reused"] = [int(engine.reused(sequence)) for sequence, _ in entries]
+            return reply, [logits]
         if op == "finish":
             self._optional(engine, "finish")(self._sequence(r, r["sequence"]))
             if self.version >= 2:
@@ -257,6 +272,18 @@ class _Server:
             return {"sequence": r["sequence"]}, []
         if op == "truncate":
             self._optional(engine, "truncate")(self._sequence(r, r["sequence"]), r["n"])
+            return {}, []
+        if op == "pool":
+            pool = dict(self._optional(engine, "pool")())
+            if self.version >= 2:  # the tables name kvcheck's ids
+                ours = {mine: theirs for theirs, mine in self.sequences[r["engine"]].items()}
+                pool["tables"] = [dict(t, sequence=ours.get(t["sequence"], t["sequence"]))
+                                  for t in pool.get("tables", [])]
+            return pool, []
+        if op == "storage_check":
+            return {"problem": str(self._optional(engine, "storage_check")())}, []
+        if op == "flush":
+            self._optional(engine, "flush_prefix_cache")()
             return {}, []
         if op == "length":
             return {"length": int(engine.length(self._sequence(r, r["sequence"])))}, []

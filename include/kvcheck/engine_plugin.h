@@ -68,6 +68,9 @@ typedef struct kvcheck_create_args {
    * 1..32 a pool of pool_blocks blocks of that many slots (0: the default). */
   int32_t block_size;
   int32_t pool_blocks;
+  /* Appended: 1 asks for the prefix cache (traits "prefix_cache"; paged
+   * storage only, docs/OPERATIONS.md), 0 for none. */
+  int32_t prefix_cache;
 } kvcheck_create_args;
 
 typedef struct kvcheck_batch_entry {
@@ -106,7 +109,8 @@ typedef struct kvcheck_plugin_v1 {
 
   /* ---- appended: the operations of docs/OPERATIONS.md --------------------
    * Read only when struct_size covers them; NULL unless the traits declare
-   * the operation ("fork", "truncate", "pool_report", "storage_check"). */
+   * the operation ("fork", "truncate", "pool_report", "storage_check",
+   * "prefix_cache"). */
 
   /* A new running sequence whose cache starts as the parent's first n tokens
    * (0 <= n <= its length); writes its id to *child. KVCHECK_ERR_ROWS when
@@ -126,6 +130,14 @@ typedef struct kvcheck_plugin_v1 {
    * sequence holds is poisoned (NaN), else where the first one that is not
    * lies. Valid until the next call on this engine; NULL on error. */
   const char* (*storage_check)(kvcheck_engine* engine, kvcheck_error* error);
+  /* Prefix cache (traits "prefix_cache"): writes to *reused how many leading
+   * tokens of the sequence's last step were taken from the cache instead of
+   * computed (their logits rows are NaN; 0 for a sequence never stepped). */
+  int32_t (*reused)(kvcheck_engine* engine, int64_t sequence, int32_t* reused,
+                    kvcheck_error* error);
+  /* Prefix cache: forgets every cached block; blocks no table holds become
+   * free (and poisoned). Running sequences keep their blocks. */
+  int32_t (*flush_prefix_cache)(kvcheck_engine* engine, kvcheck_error* error);
 } kvcheck_plugin_v1;
 
 /* struct_size of a table that ends at `cache` (the first version of this

@@ -122,6 +122,7 @@ const char* traits_json(const char* options, kvcheck_error* error) {
     t.operations.fault_switches = false;  // the ABI carries none
     OperationTraits& ops = t.operations;  // the appended functions
     ops.fork = ops.truncate = ops.paged = ops.pool_report = ops.storage_check = true;
+    ops.prefix_cache = true;
     return traits_to_json(t).dump();
   }();
   return json.c_str();
@@ -202,6 +203,8 @@ kvcheck_engine* create(const kvcheck_create_args* args, kvcheck_error* error) {
       options.block_size = args->block_size;
       options.pool_blocks = args->pool_blocks;
     }
+    if (args->struct_size >= offsetof(kvcheck_create_args, prefix_cache) + sizeof(int32_t))
+      options.prefix_cache = args->prefix_cache != 0;
     handle->engine = make_cpu_engine(config.value(), weights_from(config.value(), *args), options);
   });
   return code == KVCHECK_OK ? handle.release() : nullptr;
@@ -277,6 +280,14 @@ const char* storage_check(kvcheck_engine* engine, kvcheck_error* error) {
   return code == KVCHECK_OK ? engine->text.c_str() : nullptr;
 }
 
+int32_t reused(kvcheck_engine* engine, int64_t sequence, int32_t* n, kvcheck_error* error) {
+  return guarded(error, [&] { *n = engine->engine->reused(sequence); });
+}
+
+int32_t flush_prefix_cache(kvcheck_engine* engine, kvcheck_error* error) {
+  return guarded(error, [&] { engine->engine->flush_prefix_cache(); });
+}
+
 const kvcheck_plugin_v1 kTable = {KVCHECK_PLUGIN_ABI_VERSION,
                                   sizeof(kvcheck_plugin_v1),
                                   traits_json,
@@ -291,7 +302,9 @@ const kvcheck_plugin_v1 kTable = {KVCHECK_PLUGIN_ABI_VERSION,
                                   fork,
                                   truncate,
                                   pool_json,
-                                  storage_check};
+                                  storage_check,
+                                  reused,
+                                  flush_prefix_cache};
 
 }  // namespace
 

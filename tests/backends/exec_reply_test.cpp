@@ -168,5 +168,27 @@ TEST(ExecReply, PoolRepliesParseAndMalformedOnesSayWhy) {
   }
 }
 
+// A step reply's "reused" (prefix cache): absent is none; present, one count
+// per entry, each leaving at least one of its tokens computed.
+TEST(StepReused, AbsentIsNoneAndEachCountIsCheckedAgainstItsEntry) {
+  const int32_t three[] = {4, 5, 6}, one[] = {7};
+  const BatchEntry batch[] = {{1, three}, {2, one}};
+  std::vector<int> reused;
+  ASSERT_EQ("", parse_step_reused(nlohmann::json::object(), batch, reused));
+  EXPECT_EQ(reused, (std::vector<int>{0, 0}));
+  ASSERT_EQ("", parse_step_reused(nlohmann::json::parse(R"({"reused":[2,0]})"), batch, reused));
+  EXPECT_EQ(reused, (std::vector<int>{2, 0}));
+  const std::pair<const char*, const char*> bad[] = {
+      {R"({"reused":3})", "\"reused\" must be an array of integers, got 3"},
+      {R"({"reused":[1]})", "\"reused\" has 1 elements for 2 entries"},
+      {R"({"reused":[3,0]})", "\"reused\"[0] is 3, outside [0, 3) for its 3 tokens"},
+      {R"({"reused":[0,1]})", "\"reused\"[1] is 1, outside [0, 1) for its 1 tokens"},
+      {R"({"reused":[-1,0]})", "\"reused\"[0] is -1"}};
+  for (const auto& [text, why] : bad) {
+    const std::string got = parse_step_reused(nlohmann::json::parse(text), batch, reused);
+    EXPECT_NE(got.find(why), std::string::npos) << text << "\n" << got;
+  }
+}
+
 }  // namespace
 }  // namespace kvcheck::wire

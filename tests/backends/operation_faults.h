@@ -1,5 +1,6 @@
 // Every fault that lives in an operation of docs/OPERATIONS.md (fork,
-// truncate, paged storage, the storage check, the q8_0 dtype), switched on inside an engine
+// truncate, paged storage, the storage check, the q8_0 dtype, the prefix
+// cache), switched on inside an engine
 // behind a transport that carries no fault switches (kvcheck-serve --fault,
 // the test plugin's fault= option): on the fault's minimal scenario every
 // property must give the in-tree verdict through the transport, at least
@@ -24,7 +25,8 @@ inline void expect_operation_faults_caught(
   int faults = 0;
   for (int i = 0; i < kFaultCount; ++i) {
     const Fault f = Fault(i);
-    // The core faults need no operation; the prefix cache is not carried.
+    // The core faults need no operation; the rest need what they live in,
+    // which both transports carry (the prefix cache too).
     if (fault_needs(f).empty() || !declares(clean.traits, fault_needs(f))) continue;
     ++faults;
     const std::string name(fault_name(f));
@@ -53,7 +55,7 @@ inline void expect_operation_faults_caught(
     }
     EXPECT_GT(failed, 0) << name << " survived every property through the transport";
   }
-  EXPECT_GE(faults, 8);
+  EXPECT_GE(faults, 14);
 }
 
 }  // namespace kvcheck::test

@@ -30,6 +30,7 @@ std::vector<Scenario> hand_made_scenarios() {
   out.push_back(test::operations_scenario(Family::kLlama, 0, KvDtype::kF32));
   out.push_back(test::operations_scenario(Family::kGpt2, 0, KvDtype::kBF16));
   out.push_back(test::operations_scenario(Family::kLlama, 4, KvDtype::kF32));  // paged
+  out.push_back(test::prefix_scenario(Family::kLlama, 2, 0));                   // prefix cache
   return out;
 }
 
@@ -39,6 +40,7 @@ EngineTraits plugin_traits() {
   EngineTraits t = cpu_engine_traits();
   OperationTraits& ops = t.operations;
   ops.fork = ops.truncate = ops.paged = ops.pool_report = ops.storage_check = true;
+  ops.prefix_cache = true;
   return t;
 }
 
@@ -77,13 +79,15 @@ TEST(CpuPlugin, EveryPropertyGivesTheInTreeVerdict) {
   }
   // P10 has no reference here. P1-P9 check the eight scenarios but about one
   // each that a scenario lacks (75 when written); P11 and P12 the three
-  // operations scenarios, P13 the paged one, P14 every scenario with a
-  // finish, reset, fork or truncation.
-  EXPECT_GE(applicable, 9 * 8 - 8 + 3 + 3 + 1 + 3);
+  // operations scenarios, P13 the paged and the prefix-cache ones, P14 every
+  // scenario with a finish, reset, fork or truncation, P15 the prefix-cache
+  // one (its reused rows and flushes cross the ABI).
+  EXPECT_GE(applicable, 9 * 8 - 8 + 3 + 3 + 2 + 3 + 1);
   EXPECT_EQ(checked[int(Property::kSharing)], 3);
   EXPECT_EQ(checked[int(Property::kRollback)], 3);
-  EXPECT_EQ(checked[int(Property::kPool)], 1);
+  EXPECT_EQ(checked[int(Property::kPool)], 2);
   EXPECT_GE(checked[int(Property::kPoison)], 3);
+  EXPECT_EQ(checked[int(Property::kPrefix)], 1);
 }
 
 // The faults that live in the operations, switched on inside the plugin

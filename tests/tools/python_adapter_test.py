@@ -1,0 +1,112 @@
+"""adapters/python/kvcheck_adapter.py's dispatch of the optional operations
+(pool, storage_check, the prefix cache, the paged create keys) on a stand-in
+engine: the replies must have the protocol's form (docs/ENGINE_PROTOCOL.md),
+with kvcheck's version-2 ids, and an engine without a method must answer
+"unsupported". The torch engine covers the core calls end to end.
+
+    python3 python_adapter_test.py ADAPTER_DIR
+"""
+import sys
+
+sys.path.insert(0, sys.argv[1])
+import kvcheck_adapter as kv  # noqa: E402
+
+
+class PagedEngine:
+    """Sequences 100, 101, ... in the engine's own ids."""
+
+    def __init__(self, **storage):
+        self.storage, self.next, self.flushed = storage, 100, 0
+
+    def start(self):
+        self.next += 1
+        return self.next - 1
+
+    def step(self, entries):
+        self.last = entries
+        return b"\0" * 4 * sum(len(tokens) for _, tokens in entries)
+
+    def reused(self, sequence):
+        return 1 if sequence == 100 else 0
+
+    def pool(self):
+        return {"block_size": 2, "total": 3, "free": 1, "used": 2, "cached": 0,
+                "refcounts": [1, 1, 0], "tables": [{"sequence": 100, "blocks": [0, 1]}]}
+
+    def storage_check(self):
+        return "block 2 slot 0 holds 1.5"
+
+    def flush_prefix_cache(self):
+        self.flushed += 1
+
+    def length(self, sequence):
+        return 0
+
+
+class PlainEngine:
+    def start(self):
+        return 7
+
+    def step(self, entries):
+        return b"\0" * 4 * sum(len(tokens) for _, tokens in entries)
+
+
+failures = []
+
+
+def expect(what, got, want):
+    if got != want:
+        failures.append("%s: got %r, want %r" % (what, got, want))
+
+
+def main():
+    made = []
+
+    def make(model, capacity, max_rows, kv_dtype, **storage):
+        made.append(storage)
+        return PagedEngine(**storage) if storage else PlainEngine()
+
+    server = kv._Server({"identity": {"name": "stand-in"}}, make, load=lambda path: {"path": path})
+    expect("hello", server.handle({"op": "hello", "protocol": 2})[0]["protocol"], 2)
+    server.handle({"op": "load", "path": "m", "model": 1})
+    server.handle({"op": "create", "model": 1, "capacity": 8, "max_rows": 2, "kv_dtype": "f32",
+                   "block_size": 2, "pool_blocks": 3, "prefix_cache": True, "engine": 5})
+    expect("paged create keys", made[-1], {"block_size": 2, "pool_blocks": 3, "prefix_cache": True})
+    server.handle({"op": "start", "engine": 5, "sequence": 40})
+    server.handle({"op": "start", "engine": 5, "sequence": 41})
+    reply, payloads = server.handle({"op": "step", "engine": 5, "entries": [
+        {"sequence": 40, "tokens": [1, 2]}, {"sequence": 41, "tokens": [3]}]})
+    expect("step reused, per entry", reply.get("reused"), [1, 0])
+    expect("step logits bytes", len(payloads[0]), 12)
+    pool = server.handle({"op": "pool", "engine": 5})[0]
+    expect("pool tables name kvcheck's ids", pool["tables"], [{"sequence": 40, "blocks": [0, 1]}])
+    expect("pool counts", (pool["total"], pool["free"], pool["used"]), (3, 1, 2))
+    expect("storage_check", server.handle({"op": "storage_check", "engine": 5})[0],
+           {"problem": "block 2 slot 0 holds 1.5"})
+    expect("flush", server.handle({"op": "flush", "engine": 5})[0], {})
+    expect("flushed once", server.engines[5].flushed, 1)
+
+    # An engine without the optional methods: no paged keys, no "reused",
+    # and "unsupported" for each operation.
+    server.handle({"op": "create", "model": 1, "capacity": 8, "max_rows": 2, "kv_dtype": "f32",
+                   "engine": 6})
+    expect("contiguous create keys", made[-1], {})
+    server.handle({"op": "start", "engine": 6, "sequence": 50})
+    reply, _ = server.handle({"op": "step", "engine": 6, "entries": [
+        {"sequence": 50, "tokens": [1]}]})
+    expect("no reused without the method", "reused" in reply, False)
+    for op in ("pool", "storage_check", "flush"):
+        try:
+            server.handle({"op": op, "engine": 6})
+            failures.append("%s on an engine without it was not refused" % op)
+        except kv.EngineError as e:
+            expect(op + " refusal kind", e.kind, "unsupported")
+
+    for f in failures:
+        print("FAIL", f)
+    print("python adapter: %d checks failed" % len(failures) if failures else
+          "python adapter: every check held")
+    return 1 if failures else 0
+
+
+sys.exit(main())

@@ -405,7 +405,7 @@ class ExecEngine final : public Engine {
   std::string folder_;
   int generation_ = 0;
   int64_t id_ = 0;
-  std::set<SequenceId> live_;  // sequences started and not finished (protocol 2)
+  std::set<SequenceId> live_;         // sequences started and not finished (protocol 2)
   std::map<SequenceId, int> reused_;  // [sequence] cached tokens of its last step
 };
 

@@ -99,6 +99,7 @@ Backend cpu_backend(const BackendSpec& spec, KernelPath kernels) {
   }
   Backend b;
   b.traits = cpu_engine_traits_with_operations(kernels);
+  b.forces_pool = pool > 0;
   b.make_factory = [kernels, paged, pool, prefix](FaultSet faults) {
     return cpu_engine_factory(faults, kernels, paged, pool, prefix);
   };

@@ -10,6 +10,7 @@ namespace kvcheck {
 EngineUnderTest Backend::under_test(FaultSet faults) const {
   EngineUnderTest subject(make_factory(faults), traits);
   subject.backend = spec;
+  subject.forces_pool = forces_pool;
   return subject;
 }
 

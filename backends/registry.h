@@ -30,7 +30,8 @@ struct Backend {
   std::string spec;  // the backend string it was made from, as case files record it
   EngineTraits traits;
   std::function<EngineFactory(FaultSet)> make_factory;
-  bool weakened = false;  // invariance= or profile= lowered what the engine declares
+  bool weakened = false;     // invariance= or profile= lowered what the engine declares
+  bool forces_pool = false;  // EngineUnderTest::forces_pool
 
   // The engine under test with these faults switched on (the kill matrix);
   // an empty set is the engine as it is.

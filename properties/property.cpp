@@ -211,6 +211,10 @@ Verdict engine_refused(Property property, const RunResult& run, const std::strin
 struct SoloRun {
   std::vector<float> logits;  // [position][V]
   RunResult run;
+  // A small pool (the scenario's or the backend's) ran dry in this run and
+  // refused a step, changing nothing: data, not a failure, but its logits
+  // stop there, so the comparisons that need this run are skipped.
+  bool pool_ran_dry() const { return run.refused; }
 };
 
 SoloRun run_solo(const Context& context, std::span<const int32_t> tokens,
@@ -496,6 +500,10 @@ Verdict check_chunking(const Context& context) {
     if (base.run.engine_failed) {
       return engine_refused(Property::kChunking, base.run, "the solo run of s" + std::to_string(s));
     }
+    if (base.pool_ran_dry()) {
+      --checked;
+      continue;
+    }
     const std::vector<std::pair<std::string, std::vector<int>>> others = {
         {"whole", {T}},
         {"token by token", std::vector<int>(size_t(T), 1)},
@@ -508,6 +516,7 @@ Verdict check_chunking(const Context& context) {
         return engine_refused(Property::kChunking, other.run,
                               "the " + name + " run of s" + std::to_string(s));
       }
+      if (other.pool_ran_dry()) continue;
       if (!same_logits(verdict, context, sequence, base.logits,
                        "the scenario's chunking " + describe_chunks(own), other.logits,
                        name + " " + describe_chunks(chunks))) {
@@ -536,6 +545,7 @@ bool scenario_matches_solo(Verdict& verdict, const Context& context, const RunRe
       verdict = engine_refused(verdict.property, solo.run, "the solo run of s" + std::to_string(s));
       return false;
     }
+    if (solo.pool_ran_dry()) continue;
     if (!same_logits(verdict, context, sequence, solo.logits, "its solo run on a fresh engine",
                      run.logits[s], "the scenario (" + why + ")",
                      s < run.reused.size() ? run.reused[s] : std::vector<bool>())) {
@@ -561,7 +571,7 @@ Verdict check_batch(const Context& context) {
   std::vector<bool> fed(n);
   for (size_t s = 0; s < n; ++s) fed[s] = context.plan.fed[s] > 0 && context.plan.plain[s];
   const int n_shared = count_fed(context, shared);
-  const int n_placed = dummies > 0 ? count_fed(context, fed) : 0;
+  int n_placed = dummies > 0 ? count_fed(context, fed) : 0;
   if (n_shared == 0 && n_placed == 0) {
     return not_applicable(Property::kBatch,
                           "no sequence shares a step and max_rows 1 leaves no other row");
@@ -583,12 +593,19 @@ Verdict check_batch(const Context& context) {
         return engine_refused(Property::kBatch, r->run, "a solo run of s" + std::to_string(s));
       }
     }
+    if (alone.pool_ran_dry() || placed.pool_ran_dry()) {
+      --n_placed;
+      continue;
+    }
     if (!same_logits(verdict, context, sequence, alone.logits, "its solo run in row 0",
                      placed.logits,
                      "a run behind " + std::to_string(dummies) +
                          " decoding dummy sequences (later row and batch slot)")) {
       return verdict;
     }
+  }
+  if (n_shared == 0 && n_placed == 0) {
+    return not_applicable(Property::kBatch, "every re-placed run ran the pool dry");
   }
   pass(verdict, std::to_string(n_shared) + " batched and " + std::to_string(n_placed) +
                     " re-placed sequences");
@@ -964,8 +981,15 @@ Verdict check_capacity(const Context& context) {
   const int capacity = scenario.capacity;
   ScenarioRunner runner(scenario, scenario.config, context.weights, context.factory);
   const RunResult run = runner.run();
-  if (run.engine_failed) return engine_refused(Property::kCapacity, run, "the scenario");
   Engine& engine = runner.engine();
+  if (engine.options().pool_blocks > 0) {
+    // A backend option (cpu?paged=B&pool=N) sized a pool the scenario does not.
+    return not_applicable(Property::kCapacity,
+                          "the engine's pool (pool_blocks " +
+                              std::to_string(engine.options().pool_blocks) +
+                              ", a backend option) may run dry before the capacity is reached");
+  }
+  if (run.engine_failed) return engine_refused(Property::kCapacity, run, "the scenario");
   if (engine.options().prefix_cache) {
     // A backend option (cpu?paged=B&prefix=1) gave the engine a prefix cache
     // the scenario does not name: the probes would take hits.
@@ -1239,6 +1263,7 @@ Verdict check_replay(const Context& context, Property property) {
     if (solo.run.engine_failed) {
       return engine_refused(property, solo.run, "the replay of s" + std::to_string(s));
     }
+    if (solo.pool_ran_dry()) continue;
     // The scenario's logits at the positions it fed itself; the inherited
     // prefix has none and takes the replay's, and so do reused tokens.
     std::vector<float> got = solo.logits;  // [position][V]
@@ -1641,7 +1666,7 @@ Verdict check_property(Property property, const Scenario& scenario,
     return not_applicable(property, "no bound is derived yet for " + arithmetic);
   }
   std::optional<RunResult> failed_probe;
-  if (scenario.pool_blocks > 0) {
+  if (scenario.pool_blocks > 0 || subject.forces_pool) {
     // A pool sized by the scenario may run dry. The runner checked that the
     // refusal changed nothing; the properties then check the calls before it
     // (docs/OPERATIONS.md, "Small pools").
@@ -1652,9 +1677,11 @@ Verdict check_property(Property property, const Scenario& scenario,
         Scenario before = scenario;
         before.calls.resize(size_t(probe.refused_call));
         Verdict verdict = check_property(property, before, subject);
-        const std::string note = " (the pool refused call " + std::to_string(probe.refused_call) +
-                                 ", changing nothing; the calls before it were checked)";
-        if (verdict.passed) verdict.summary += note;
+        // No call index here: the campaign groups verdicts by their text.
+        const std::string note =
+            " (the pool ran dry and refused a step, changing nothing; the calls before it were "
+            "checked)";
+        if (verdict.applicable && verdict.passed) verdict.summary += note;
         return verdict;
       }
     } catch (const std::exception&) {

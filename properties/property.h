@@ -53,6 +53,9 @@ struct EngineUnderTest {
   EngineTraits traits = EngineTraits::strict();
   std::string backend;  // the backend string, for case files ("" when unknown)
   std::shared_ptr<const EngineUnderTest> reference;  // P10; null: P10 not applicable
+  // The backend sizes a pool the scenario does not name (cpu?paged=B&pool=N):
+  // its refusals are data, as for a scenario's own pool_blocks.
+  bool forces_pool = false;
 
   EngineUnderTest(EngineFactory f, EngineTraits t = EngineTraits::strict())  // NOLINT: implicit
       : factory(std::move(f)), traits(std::move(t)) {}

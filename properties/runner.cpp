@@ -243,9 +243,10 @@ RunResult ScenarioRunner::run_calls(const CallHook& hook) {
     logits_[s].reserve(size_t(plan.fed[s]) * size_t(vocab_));
   }
   RunResult result;
-  // Only an explicitly sized pool may run dry; its refusals are data the
-  // schedule cannot predict (docs/OPERATIONS.md, "Small pools").
-  const bool may_run_dry = scenario_.pool_blocks > 0;
+  // Only an explicitly sized pool may run dry, by the scenario or by a
+  // backend option; its refusals are data the schedule cannot predict
+  // (docs/OPERATIONS.md, "Small pools").
+  const bool may_run_dry = scenario_.pool_blocks > 0 || engine_->options().pool_blocks > 0;
   for (size_t c = 0; c < scenario_.calls.size(); ++c) {
     const bool step = scenario_.calls[c].kind == Call::Kind::kStep;
     const std::string before = may_run_dry && step ? state_digest() : std::string();

@@ -30,7 +30,7 @@ std::vector<Scenario> hand_made_scenarios() {
   out.push_back(test::operations_scenario(Family::kLlama, 0, KvDtype::kF32));
   out.push_back(test::operations_scenario(Family::kGpt2, 0, KvDtype::kBF16));
   out.push_back(test::operations_scenario(Family::kLlama, 4, KvDtype::kF32));  // paged
-  out.push_back(test::prefix_scenario(Family::kLlama, 2, 0));                   // prefix cache
+  out.push_back(test::prefix_scenario(Family::kLlama, 2, 0));                  // prefix cache
   return out;
 }
 

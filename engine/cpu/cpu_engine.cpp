@@ -26,12 +26,12 @@ using Table = BasicSequenceTable<true>;
 
 class CpuEngine final : public Engine {
  public:
-  CpuEngine(const Config& config, const Weights& weights, const EngineOptions& options)
+  CpuEngine(const Config& config, cpu::PackedWeights weights, const EngineOptions& options)
       : config_(config),
         options_(options),
         path_(options.kernels == KernelPath::kReference ? cpu::KernelPath::kScalar
                                                         : cpu::KernelPath::kSimd),
-        weights_(cpu::pack_weights(config, weights)),
+        weights_(std::move(weights)),
         table_(config, options),
         // Paged: one row per pool block plus the poison and sink blocks.
         cache_(config.n_layers, table_.paged() ? table_.pool_blocks() + 2 : options.max_rows,
@@ -439,12 +439,10 @@ class CpuEngine final : public Engine {
 #define KVCHECK_CPU_ENGINE_FACTORY make_cpu_engine
 #endif
 
-std::unique_ptr<Engine> KVCHECK_CPU_ENGINE_FACTORY(const Config& config, const Weights& weights,
-                                                   const EngineOptions& options) {
-  if (const std::string error = config.validate(); !error.empty()) throw InputError(error);
-  if (const std::string error = check_shapes(config, weights); !error.empty()) {
-    throw InputError(error);
-  }
+namespace {
+
+// Empty, or why the options cannot make an engine of a valid config.
+std::string options_error(const Config& config, const EngineOptions& options) {
   std::ostringstream out;
   if (options.capacity < 1 || options.capacity > config.max_pos) {
     out << "capacity: " << options.capacity << " is out of range [1, max_pos " << config.max_pos
@@ -459,8 +457,31 @@ std::unique_ptr<Engine> KVCHECK_CPU_ENGINE_FACTORY(const Config& config, const W
 #ifdef KVCHECK_NO_FAULTS
   if (options.faults.any()) out << "faults: this engine was built without fault switches";
 #endif
-  if (!out.str().empty()) throw InputError(out.str());
-  return std::make_unique<CpuEngine>(config, weights, options);
+  return out.str();
 }
+
+}  // namespace
+
+std::unique_ptr<Engine> KVCHECK_CPU_ENGINE_FACTORY(const Config& config, const Weights& weights,
+                                                   const EngineOptions& options) {
+  if (const std::string error = config.validate(); !error.empty()) throw InputError(error);
+  if (const std::string error = check_shapes(config, weights); !error.empty()) {
+    throw InputError(error);
+  }
+  if (const std::string error = options_error(config, options); !error.empty())
+    throw InputError(error);
+  return std::make_unique<CpuEngine>(config, cpu::pack_weights(config, weights), options);
+}
+
+#ifndef KVCHECK_NO_FAULTS
+std::unique_ptr<Engine> make_cpu_engine_reading(const Config& config, const Weights& layout,
+                                                const cpu::TensorSource& read,
+                                                const EngineOptions& options) {
+  if (const std::string error = config.validate(); !error.empty()) throw InputError(error);
+  if (const std::string error = options_error(config, options); !error.empty())
+    throw InputError(error);
+  return std::make_unique<CpuEngine>(config, cpu::pack_weights(config, layout, read), options);
+}
+#endif
 
 }  // namespace kvcheck

@@ -4,8 +4,12 @@ namespace kvcheck::cpu {
 
 namespace {
 
-void append(std::vector<float>& dst, const std::vector<float>& src) {
+void append(std::vector<float>& dst, std::span<const float> src) {
   dst.insert(dst.end(), src.begin(), src.end());
+}
+
+std::vector<float> copy(std::span<const float> src) {
+  return {src.begin(), src.end()};
 }
 
 uint64_t vec_bytes(const std::vector<float>& v) {
@@ -15,33 +19,38 @@ uint64_t vec_bytes(const std::vector<float>& v) {
 }  // namespace
 
 PackedWeights pack_weights(const Config& config, const Weights& w) {
+  return pack_weights(
+      config, w, [](const std::vector<float>& field) { return std::span<const float>(field); });
+}
+
+PackedWeights pack_weights(const Config& config, const Weights& w, const TensorSource& read) {
   PackedWeights p;
-  p.tok_embedding = w.tok_embedding;
-  p.pos_embedding = w.pos_embedding;
-  p.final_norm = w.final_norm;
-  p.final_norm_bias = w.final_norm_bias;
-  p.lm_head = w.lm_head;
+  p.tok_embedding = copy(read(w.tok_embedding));
+  p.pos_embedding = copy(read(w.pos_embedding));
+  p.final_norm = copy(read(w.final_norm));
+  p.final_norm_bias = copy(read(w.final_norm_bias));
+  p.lm_head = copy(read(w.lm_head));
   for (const LayerWeights& lw : w.layers) {
     PackedLayer& pl = p.layers.emplace_back();
-    pl.attn_norm = lw.attn_norm;
-    pl.attn_norm_bias = lw.attn_norm_bias;
-    append(pl.wqkv, lw.wq);
-    append(pl.wqkv, lw.wk);
-    append(pl.wqkv, lw.wv);
+    pl.attn_norm = copy(read(lw.attn_norm));
+    pl.attn_norm_bias = copy(read(lw.attn_norm_bias));
+    append(pl.wqkv, read(lw.wq));
+    append(pl.wqkv, read(lw.wk));
+    append(pl.wqkv, read(lw.wv));
     if (config.qkv_bias) {
-      append(pl.bqkv, lw.bq);
-      append(pl.bqkv, lw.bk);
-      append(pl.bqkv, lw.bv);
+      append(pl.bqkv, read(lw.bq));
+      append(pl.bqkv, read(lw.bk));
+      append(pl.bqkv, read(lw.bv));
     }
-    pl.wo = lw.wo;
-    pl.bo = lw.bo;
-    pl.mlp_norm = lw.mlp_norm;
-    pl.mlp_norm_bias = lw.mlp_norm_bias;
-    pl.w_up = lw.w_up;
-    pl.b_up = lw.b_up;
-    pl.w_gate = lw.w_gate;
-    pl.w_down = lw.w_down;
-    pl.b_down = lw.b_down;
+    pl.wo = copy(read(lw.wo));
+    pl.bo = copy(read(lw.bo));
+    pl.mlp_norm = copy(read(lw.mlp_norm));
+    pl.mlp_norm_bias = copy(read(lw.mlp_norm_bias));
+    pl.w_up = copy(read(lw.w_up));
+    pl.b_up = copy(read(lw.b_up));
+    pl.w_gate = copy(read(lw.w_gate));
+    pl.w_down = copy(read(lw.w_down));
+    pl.b_down = copy(read(lw.b_down));
   }
   return p;
 }

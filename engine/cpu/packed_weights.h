@@ -3,6 +3,8 @@
 // [out][in] layout. Built once per engine.
 #pragma once
 
+#include <functional>
+#include <span>
 #include <vector>
 
 #include "model/config.h"
@@ -32,5 +34,11 @@ struct PackedWeights {
 };
 
 PackedWeights pack_weights(const Config& config, const Weights& weights);
+
+// Where each tensor is read from, given its field in a layout Weights (the
+// plugin ABI packs from buffers the caller owns, without copying them into a
+// Weights first). A field the config does not use may read as empty.
+using TensorSource = std::function<std::span<const float>(const std::vector<float>& field)>;
+PackedWeights pack_weights(const Config& config, const Weights& layout, const TensorSource& read);
 
 }  // namespace kvcheck::cpu

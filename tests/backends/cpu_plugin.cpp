@@ -16,6 +16,7 @@
 #include <map>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <vector>
 
@@ -128,55 +129,58 @@ const char* traits_json(const char* options, kvcheck_error* error) {
   return json.c_str();
 }
 
-// The weights from the tensors kvcheck passes, matched by canonical name,
-// in a buffer kept per thread: the engine packs them at create and keeps no
-// reference. A new model empties the last model's tensors but keeps their
-// memory, so that refilling allocates only when a tensor grows (a campaign
-// changes the model on almost every case). Emptied, not left: the table does
-// not walk tensors the config lacks (llama's biases), and stale ones would be
-// packed. Layers a smaller model does not use wait in `spare_layers` rather
-// than being freed: freeing them trimmed the heap and the next larger model
-// faulted the pages back in, a third of this shim's cost (perf, harness_bench).
-const Weights& weights_from(const Config& config, const kvcheck_create_args& args) {
-  thread_local Weights weights;
-  thread_local std::vector<LayerWeights> spare_layers;  // [layer] unused, memory kept
+// The engine from the tensors kvcheck passes, read in place: the engine
+// packs them at create (its one copy) and keeps no reference. Per model, a
+// layout (a Weights of empty layers, whose fields stand for the tensors) and
+// its views are built once; a campaign changes the model on almost every
+// case, but a case creates several engines of one model. kvcheck passes the
+// tensors in tensor_views' order: matched by position, by name only where a
+// name differs there.
+std::unique_ptr<Engine> engine_from(const Config& config, const kvcheck_create_args& args,
+                                    const EngineOptions& options) {
   thread_local std::optional<Config> model;
-  thread_local std::vector<TensorRef> table;  // [tensor] of `model`, into `weights`
+  thread_local Weights layout;                 // config.n_layers empty layers
+  thread_local std::vector<TensorView> views;  // [tensor] of `layout`
   if (!model || !(*model == config)) {
-    for (const TensorRef& ref : table) ref.data->clear();
     model = config;
-    while (weights.layers.size() > size_t(config.n_layers)) {
-      spare_layers.push_back(std::move(weights.layers.back()));
-      weights.layers.pop_back();
-    }
-    while (weights.layers.size() < size_t(config.n_layers) && !spare_layers.empty()) {
-      weights.layers.push_back(std::move(spare_layers.back()));
-      spare_layers.pop_back();
-    }
-    table = tensor_table(config, weights);
+    layout = Weights{};
+    layout.layers.resize(size_t(config.n_layers));
+    views = tensor_views(config, layout);
   }
-  // kvcheck passes the tensors in tensor_table's order: match by position,
-  // by name only when a name differs there.
   thread_local std::map<std::string, const kvcheck_tensor*> by_name;
+  thread_local std::map<const std::vector<float>*, std::span<const float>> where;  // field -> data
   by_name.clear();
-  size_t index = 0;
-  for (const TensorRef& ref : table) {
+  where.clear();
+  for (size_t index = 0; index < views.size(); ++index) {
+    const TensorView& view = views[index];
     const kvcheck_tensor* tensor = nullptr;
-    if (index < size_t(args.n_tensors) && ref.name == args.tensors[index].name) {
+    if (index < size_t(args.n_tensors) && view.name == args.tensors[index].name) {
       tensor = &args.tensors[index];
     } else {
       if (by_name.empty()) {
         for (int64_t i = 0; i < args.n_tensors; ++i)
           by_name[args.tensors[i].name] = &args.tensors[i];
       }
-      const auto it = by_name.find(ref.name);
-      if (it == by_name.end()) throw InputError("missing tensor " + ref.name);
+      const auto it = by_name.find(view.name);
+      if (it == by_name.end()) throw InputError("missing tensor " + view.name);
       tensor = it->second;
     }
-    ++index;
-    std::memcpy(ref.data->data(), tensor->data, ref.data->size() * sizeof(float));
+    int64_t wanted = 1, given = 1;
+    for (const int64_t d : view.shape) wanted *= d;
+    for (int32_t d = 0; d < tensor->rank && d < 4; ++d) given *= tensor->shape[d];
+    if (tensor->rank < 1 || tensor->rank > 4 || given != wanted) {
+      throw InputError("tensor " + view.name + ": " + std::to_string(given) +
+                       " floats where the config needs " + std::to_string(wanted));
+    }
+    where[view.data] = {tensor->data, size_t(wanted)};
   }
-  return weights;
+  return make_cpu_engine_reading(
+      config, layout,
+      [](const std::vector<float>& field) {
+        const auto it = where.find(&field);
+        return it == where.end() ? std::span<const float>() : it->second;
+      },
+      options);
 }
 
 kvcheck_engine* create(const kvcheck_create_args* args, kvcheck_error* error) {
@@ -205,7 +209,7 @@ kvcheck_engine* create(const kvcheck_create_args* args, kvcheck_error* error) {
     }
     if (args->struct_size >= offsetof(kvcheck_create_args, prefix_cache) + sizeof(int32_t))
       options.prefix_cache = args->prefix_cache != 0;
-    handle->engine = make_cpu_engine(config.value(), weights_from(config.value(), *args), options);
+    handle->engine = engine_from(config.value(), *args, options);
   });
   return code == KVCHECK_OK ? handle.release() : nullptr;
 }

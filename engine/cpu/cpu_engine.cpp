@@ -121,7 +121,7 @@ class CpuEngine final : public Engine {
     const int sl = storage_layer(layer), row = storage_row(s.row);
     // A windowed layer's ring holds the last `ring` slots, slot p at p % ring;
     // the snapshot lists them in position order with their positions.
-    const int ring = cache_.slots(sl), first = std::max(0, snap.length - ring);
+    const int ring = ring_slots(sl), first = std::max(0, snap.length - ring);
     if (first > 0) {
       snap.length -= first;
       snap.k.resize(size_t(snap.length) * KVH * head_bytes);
@@ -181,6 +181,12 @@ class CpuEngine final : public Engine {
       slots.push_back(config.layer_slots(l, options.capacity));
     }
     return slots;
+  }
+
+  // Slots a sequence keeps in a storage layer: a windowed layer's ring, or
+  // the capacity (paged storage: cache_ rows are blocks, never rings).
+  int ring_slots(int storage_layer) const {
+    return table_.paged() ? options_.capacity : cache_.slots(storage_layer);
   }
 
   // A ring no longer holds what fell out of the window, so a fork or a
@@ -274,7 +280,7 @@ class CpuEngine final : public Engine {
     const int D = config_.head_dim;
     std::vector<float> key(size_t(D), 0.0f);
     // A ring keeps only the last `ring` slots (all of them when global).
-    const int ring = cache_.slots(storage_layer(layer));
+    const int ring = ring_slots(storage_layer(layer));
     const int end = std::min(s.slot_base + s.length, options_.capacity);
     for (int slot = std::max(s.slot_base, end - ring); slot < end; ++slot) {
       const auto [unit, at] = locate(storage_row(s.row), slot % ring, sink_block());

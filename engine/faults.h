@@ -48,8 +48,8 @@ enum class Fault : uint8_t {
   kPrefixHitExtraBlock,     // a one-block hit also takes the next cached block and writes into it
   kRefusalLeavesHalfTable,  // a refused step keeps the blocks it took before running dry
   // Sliding windows (docs/OPERATIONS.md, "Sliding windows").
-  kWindowOffByOne,     // once the window is full, its oldest key (p - W + 1) is dropped too
-  kWindowPerChunk,     // a chunk's rows all start their window at the chunk's first row's
+  kWindowOffByOne,      // once the window is full, its oldest key (p - W + 1) is dropped too
+  kWindowPerChunk,      // a chunk's rows all start their window at the chunk's first row's
   kRingIndexUnwrapped,  // a chunk's ring slots run on from its first slot without wrapping
   kCount
 };

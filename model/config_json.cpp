@@ -1,8 +1,8 @@
 #include "model/config_json.h"
 
 #include <climits>
-#include <iterator>
 #include <cstdint>
+#include <iterator>
 #include <string>
 #include <string_view>
 

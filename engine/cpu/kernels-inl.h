@@ -609,10 +609,11 @@ void AttendRingSimd(const float* q, size_t group, const void* k, const void* v, 
                     size_t first_slot, KvDtype dtype, size_t kv_stride, size_t n_keys, size_t dim,
                     float scale, float* scores, float* out) {
   const size_t row_bytes = kv_row_bytes(dtype, kv_stride), codes = Q8Codes(dtype, kv_stride);
-  AttendRows(q, group,
-             RingRows{static_cast<const unsigned char*>(k), ring_rows, row_bytes, codes, first_slot},
-             RingRows{static_cast<const unsigned char*>(v), ring_rows, row_bytes, codes, first_slot},
-             dtype, n_keys, dim, scale, scores, out);
+  AttendRows(
+      q, group,
+      RingRows{static_cast<const unsigned char*>(k), ring_rows, row_bytes, codes, first_slot},
+      RingRows{static_cast<const unsigned char*>(v), ring_rows, row_bytes, codes, first_slot},
+      dtype, n_keys, dim, scale, scores, out);
 }
 
 // As AttendSimd, with key j in block j / block_rows of k_blocks / v_blocks.

@@ -59,8 +59,8 @@ void attend_ring(KernelPath path, const float* q, size_t group, const void* k, c
                  size_t ring_rows, size_t first_slot, KvDtype dtype, size_t kv_stride,
                  size_t n_keys, size_t dim, float scale, float* scores, float* out) {
   if (path == KernelPath::kScalar) {
-    return scalar::attend_ring(q, group, k, v, ring_rows, first_slot, dtype, kv_stride, n_keys,
-                               dim, scale, scores, out);
+    return scalar::attend_ring(q, group, k, v, ring_rows, first_slot, dtype, kv_stride, n_keys, dim,
+                               scale, scores, out);
   }
   HWY_DYNAMIC_DISPATCH(AttendRingSimd)
   (q, group, k, v, ring_rows, first_slot, dtype, kv_stride, n_keys, dim, scale, scores, out);

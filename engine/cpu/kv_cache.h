@@ -82,11 +82,11 @@ class KvCache {
 
   int n_layers_, rows_, capacity_, n_kv_heads_, head_dim_;
   KvDtype dtype_;
-  size_t slot_bytes_;       // kv_row_bytes(dtype, head_dim): one head's slot
+  size_t slot_bytes_;                 // kv_row_bytes(dtype, head_dim): one head's slot
   std::vector<int> slots_;            // [layer] slots per row
   std::vector<size_t> layer_offset_;  // [layer] byte offset of the layer's rows
-  std::vector<uint8_t> k_;  // [layer][row][kv_head][slots(layer)][slot_bytes_]
-  std::vector<uint8_t> v_;  // [layer][row][kv_head][slots(layer)][slot_bytes_]
+  std::vector<uint8_t> k_;            // [layer][row][kv_head][slots(layer)][slot_bytes_]
+  std::vector<uint8_t> v_;            // [layer][row][kv_head][slots(layer)][slot_bytes_]
 };
 
 }  // namespace kvcheck::cpu

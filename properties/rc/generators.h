@@ -149,9 +149,9 @@ struct Coverage {
   bool fork = false, fork_mid_block = false, fork_at_boundary = false;
   bool truncate = false, truncate_to_zero = false, truncate_across_blocks = false;
   bool prefix_cache = false, flush = false, small_pool = false;
-  bool shared_prompt = false;  // a sequence starts with a whole block of an earlier one's tokens
-  bool window = false;          // a sliding window
-  bool window_wraps = false;    // a windowed sequence holds more than W tokens (the ring wraps)
+  bool shared_prompt = false;    // a sequence starts with a whole block of an earlier one's tokens
+  bool window = false;           // a sliding window
+  bool window_wraps = false;     // a windowed sequence holds more than W tokens (the ring wraps)
   bool window_straddle = false;  // a chunk crosses the ring's edge (a multiple of W)
 
   // Every tag either side has (coverage over many scenarios).

@@ -371,7 +371,8 @@ class Parser {
               "unknown key " + quoted(key) +
                   "; expected one of note, property, fault, backend, engine, model, model_hash, "
                   "the model and engine fields (family ... kv_dtype, sliding_window, "
-                  "sliding_window_pattern, block_size, pool_blocks, prefix_cache), sequence, start, step, finish, reset, fork, truncate, flush, "
+                  "sliding_window_pattern, block_size, pool_blocks, prefix_cache), sequence, "
+                  "start, step, finish, reset, fork, truncate, flush, "
                   "verdict, where, summary "
                   "(docs/CASE_FORMAT.md)");
     }

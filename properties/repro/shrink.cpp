@@ -396,8 +396,7 @@ int64_t shrink_complexity(const Scenario& s) {
   const Config& c = s.config;
   int64_t total = int64_t(c.d_model) + c.d_ff + c.head_dim + c.n_kv_heads + c.vocab + c.max_pos +
                   s.capacity + s.max_rows + s.block_size + s.pool_blocks + c.sliding_window +
-                  c.sliding_window_pattern +
-                  (s.prefix_cache ? 1 : 0) + (c.qkv_bias ? 1 : 0) +
+                  c.sliding_window_pattern + (s.prefix_cache ? 1 : 0) + (c.qkv_bias ? 1 : 0) +
                   (s.kv_dtype != KvDtype::kF32 ? 1 : 0);
   for (const auto& tokens : s.sequences) {
     total += int64_t(tokens.size());

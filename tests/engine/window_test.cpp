@@ -71,8 +71,8 @@ TEST(Window, ChunkingAndBatchingKeepBitsAcrossTheRingEdge) {
     engine->step(batch, logits);
     batched.insert(batched.end(), logits.begin(), logits.begin() + std::ptrdiff_t(3 * V));
   }
-  expect_bitwise(std::vector<float>(whole.begin(), whole.begin() + std::ptrdiff_t(18 * V)),
-                 batched, "batched");
+  expect_bitwise(std::vector<float>(whole.begin(), whole.begin() + std::ptrdiff_t(18 * V)), batched,
+                 "batched");
 }
 
 // The snapshot lists the ring's positions; memory counts W slots per

@@ -515,10 +515,10 @@ TEST(Attend, RingRowsGiveTheContiguousBits) {
               for (KernelPath path : {KernelPath::kScalar, KernelPath::kSimd}) {
                 std::vector<float> scores(attend_scratch_floats(group, n_keys));
                 std::vector<float> contiguous(group * dim), ringed(group * dim);
-                attend(path, q.data(), group, k.data(), v.data(), dtype, stride, n_keys, dim,
-                       scale, scores.data(), contiguous.data());
-                attend_ring(path, q.data(), group, k_ring.data(), v_ring.data(), ring, first,
-                            dtype, stride, n_keys, dim, scale, scores.data(), ringed.data());
+                attend(path, q.data(), group, k.data(), v.data(), dtype, stride, n_keys, dim, scale,
+                       scores.data(), contiguous.data());
+                attend_ring(path, q.data(), group, k_ring.data(), v_ring.data(), ring, first, dtype,
+                            stride, n_keys, dim, scale, scores.data(), ringed.data());
                 ASSERT_TRUE(same_bits(ringed.data(), contiguous.data(), group * dim))
                     << kv_dtype_name(dtype) << " dim=" << dim << " keys=" << n_keys
                     << " ring=" << ring << " first=" << first;

@@ -81,8 +81,7 @@ const std::vector<FaultCase>& fault_cases() {
       // token it reads k1, k2.
       {Fault::kWindowPerChunk, {{P::kOracle, 1, 0, 2}, {P::kChunking, 1, 0, 2}}},
       // W=1, a 2-token chunk: position 1's write is lost, the ring keeps k0.
-      {Fault::kRingIndexUnwrapped,
-       {{P::kOracle, 1, 0, 1}, {P::kCacheState, 1, 0, 1, 0, 0, 1, 1}}},
+      {Fault::kRingIndexUnwrapped, {{P::kOracle, 1, 0, 1}, {P::kCacheState, 1, 0, 1, 0, 0, 1, 1}}},
   };
   return cases;
 }

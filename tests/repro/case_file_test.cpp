@@ -303,8 +303,7 @@ TEST(CaseFile, RoundTripsASlidingWindow) {
   c.scenario.config.sliding_window = 3;
   c.scenario.config.sliding_window_pattern = 2;
   const std::string text = print_case(c);
-  EXPECT_NE(text.find("\nsliding_window 3\nsliding_window_pattern 2\n"), std::string::npos)
-      << text;
+  EXPECT_NE(text.find("\nsliding_window 3\nsliding_window_pattern 2\n"), std::string::npos) << text;
   const Result<CaseFile> parsed = parse_case(text);
   ASSERT_TRUE(parsed.ok()) << parsed.error();
   EXPECT_EQ(parsed.value(), c);

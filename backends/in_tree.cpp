@@ -17,8 +17,11 @@ EngineFactory cpu_engine_factory(FaultSet faults, KernelPath kernels, int paged,
     EngineOptions with = options;
     with.faults = faults;
     with.kernels = kernels;
-    // cpu?paged=B: scenarios that leave storage contiguous get blocks of B.
-    if (with.block_size == 0 && paged > 0) with.block_size = paged, with.pool_blocks = pool;
+    // cpu?paged=B: scenarios that leave storage contiguous get blocks of B
+    // (not a windowed model: its rings are contiguous only).
+    if (with.block_size == 0 && paged > 0 && config.sliding_window == 0) {
+      with.block_size = paged, with.pool_blocks = pool;
+    }
     // cpu?paged=B&prefix=1: and a prefix cache where the scenario has none.
     if (prefix && with.block_size > 0) with.prefix_cache = true;
     return make_cpu_engine(config, weights, with);
@@ -53,6 +56,10 @@ void declare_table_operations(OperationTraits& o) {
 EngineTraits cpu_engine_traits_with_operations(KernelPath kernels) {
   EngineTraits t = cpu_engine_traits(kernels);
   declare_table_operations(t.operations);
+  // Rings of W slots on contiguous storage (docs/OPERATIONS.md, "Sliding
+  // windows"); only the in-tree CPU backends declare them: the CUDA engine
+  // and the transports (kvcheck-serve, the test plugin) do not.
+  t.operations.sliding_window = true;
   return t;
 }
 

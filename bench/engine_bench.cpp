@@ -7,7 +7,9 @@
 //  - the engine with every fault compiled in but off vs a build without them;
 //  - paged vs contiguous decode attention on the kernel, and a paged fork of a
 //    prompt's cache vs its prefill (docs/OPERATIONS.md);
-//  - a prefix-cache hit on a prompt vs its cold prefill, side by side.
+//  - a prefix-cache hit on a prompt vs its cold prefill, side by side;
+//  - windowed decode at context 8192 (W = 1024, every layer) vs plain decode
+//    at context 1024, side by side (issue 15: within 10 %).
 // docs/PERFORMANCE.md records the figures and the command.
 #include <benchmark/benchmark.h>
 
@@ -459,6 +461,77 @@ void BM_PrefixHitVsPrefill(benchmark::State& state) {
   state.counters["hit/prefill"] = hit_s / prefill_s;
 }
 BENCHMARK(BM_PrefixHitVsPrefill)->Arg(512)->Unit(benchmark::kMillisecond)->Iterations(3);
+
+// Decode at context 8192 in a model whose every layer has a window of 1024
+// (rings of 1024 slots: each query reads 1024 keys) vs the same model without
+// a window at context 1024, decodes alternating between the two engines so
+// both see the same machine load. Both prompts are prefilled once, untimed
+// (the 8192-token prefill takes tens of seconds); each iteration then decodes
+// one more token in each (contexts 8192 + i and 1024 + i). Thread CPU time,
+// as above; the median ratio is the figure.
+void BM_WindowedVsPlainDecode(benchmark::State& state) {
+  const int vocab = 4096, W = 1024, long_ctx = 8192, short_ctx = 1024, decodes = 44;
+  Config plain = gpt2_small(vocab);
+  plain.max_pos = long_ctx + decodes;
+  Config windowed = plain;
+  windowed.sliding_window = W;
+  const Weights weights = init_weights(plain, 1);  // the window changes no weight
+  EngineOptions wide_options, narrow_options;
+  wide_options.max_rows = narrow_options.max_rows = 1;
+  wide_options.capacity = long_ctx + decodes;
+  narrow_options.capacity = short_ctx + decodes;
+  // The engine built first gets other memory (BM_FaultSwitchCost measured
+  // about +-6 % from that alone), so the benchmark runs in both orders.
+  std::unique_ptr<Engine> wide, narrow;
+  if (state.range(0) == 0) {
+    wide = make_cpu_engine(windowed, weights, wide_options);
+    narrow = make_cpu_engine(plain, weights, narrow_options);
+  } else {
+    narrow = make_cpu_engine(plain, weights, narrow_options);
+    wide = make_cpu_engine(windowed, weights, wide_options);
+  }
+  const auto tokens = prompt(long_ctx + decodes, vocab);
+  std::vector<float> logits;
+  const SequenceId ws = wide->start(), ns = narrow->start();
+  feed(*wide, ws, std::span<const int32_t>(tokens).first(size_t(long_ctx)), logits);
+  feed(*narrow, ns, std::span<const int32_t>(tokens).first(size_t(short_ctx)), logits);
+  std::vector<double> ratios;
+  double windowed_s = 0, plain_s = 0;
+  int i = 0;
+  for (auto _ : state) {
+    if (i == decodes) {
+      state.SkipWithError("more iterations than prepared tokens");
+      break;
+    }
+    const auto one = [&](Engine& e, SequenceId s, int ctx) {
+      const double t0 = bench::thread_cpu_seconds();
+      feed(e, s, std::span<const int32_t>(tokens).subspan(size_t(ctx + i), 1), logits);
+      return bench::thread_cpu_seconds() - t0;
+    };
+    double a, b;
+    if (i % 2 == 0) {
+      a = one(*wide, ws, long_ctx), b = one(*narrow, ns, short_ctx);
+    } else {
+      b = one(*narrow, ns, short_ctx), a = one(*wide, ws, long_ctx);
+    }
+    state.SetIterationTime(a);
+    windowed_s += a, plain_s += b, ++i;
+    ratios.push_back(a / b);
+  }
+  std::sort(ratios.begin(), ratios.end());
+  state.counters["windowed_8192_ms"] = 1e3 * windowed_s / double(i);
+  state.counters["plain_1024_ms"] = 1e3 * plain_s / double(i);
+  state.counters["median_windowed/plain"] = ratios[ratios.size() / 2];
+  state.counters["min_ratio"] = ratios.front();
+  state.counters["max_ratio"] = ratios.back();
+}
+BENCHMARK(BM_WindowedVsPlainDecode)
+    ->ArgName("plain_built_first")
+    ->Arg(0)
+    ->Arg(1)
+    ->UseManualTime()
+    ->Unit(benchmark::kMillisecond)
+    ->Iterations(40);
 
 }  // namespace
 

@@ -56,6 +56,16 @@ constexpr std::array<FaultInfo, kFaultCount> kFaults = {{
     {"refusal_leaves_half_table",
      "a refused allocation leaves a half-built block table (TensorRT-LLM PR #12510 invariants)",
      "paged"},
+    {"window_off_by_one",
+     "a full window drops its oldest key, W - 1 seen (transformers #37574: wrong update at the "
+     "window size)",
+     "sliding_window"},
+    {"window_per_chunk",
+     "the window's start taken once per chunk, every row over-attends (executorch #21857)",
+     "sliding_window"},
+    {"ring_index_unwrapped",
+     "a chunked write past the ring's end is not wrapped (transformers PR #47708 class)",
+     "sliding_window"},
 }};
 
 }  // namespace

@@ -47,6 +47,10 @@ enum class Fault : uint8_t {
   kPrefixHashOnly,          // a prefix match on an 8-bit hash, tokens never compared
   kPrefixHitExtraBlock,     // a one-block hit also takes the next cached block and writes into it
   kRefusalLeavesHalfTable,  // a refused step keeps the blocks it took before running dry
+  // Sliding windows (docs/OPERATIONS.md, "Sliding windows").
+  kWindowOffByOne,      // once the window is full, its oldest key (p - W + 1) is dropped too
+  kWindowPerChunk,      // a chunk's rows all start their window at the chunk's first row's
+  kRingIndexUnwrapped,  // a chunk's ring slots run on from its first slot without wrapping
   kCount
 };
 
@@ -58,8 +62,8 @@ std::optional<Fault> parse_fault(std::string_view name);
 // One line: what the fault does and the public bug it models.
 std::string_view fault_summary(Fault f);
 // The operation the fault lives in, as named in OperationTraits ("truncate",
-// "paged": paged storage with fork, "storage_check"), the K/V dtype it needs
-// ("q8_0"), or "" for the core calls. An engine without it cannot show the
+// "paged": paged storage with fork, "storage_check", "sliding_window"), the
+// K/V dtype it needs ("q8_0"), or "" for the core calls. An engine without it cannot show the
 // fault (kill matrix: skipped).
 std::string_view fault_needs(Fault f);
 

@@ -43,6 +43,7 @@ bool declares(const OperationTraits& op, std::string_view needs) {
   if (needs == "paged") return op.paged && op.fork;
   if (needs == "storage_check") return op.storage_check && op.reset;
   if (needs == "prefix_cache") return op.prefix_cache && op.paged;
+  if (needs == "sliding_window") return op.sliding_window;
   return needs.empty();
 }
 
@@ -107,6 +108,8 @@ std::string EngineTraits::refuses(const Config& c, KvDtype kv_dtype, int capacit
            ", " + std::to_string(l.max_d_model) + "]";
   if (c.d_model % l.d_model_multiple != 0)
     return multiple_error("d_model", c.d_model, l.d_model_multiple);
+  if (c.sliding_window > 0 && !operations.sliding_window)
+    return "sliding_window " + std::to_string(c.sliding_window) + " (sliding windows)";
   if (capacity > l.max_capacity)
     return "capacity " + std::to_string(capacity) + " above " + std::to_string(l.max_capacity);
   if (max_rows > l.max_rows)

@@ -41,6 +41,10 @@ struct OperationTraits {
   bool pool_report = false;    // Engine::pool() (P13 pool accounting)
   bool storage_check = false;  // Engine::unheld_storage_check() (P13 re-poisoning)
   bool prefix_cache = false;   // EngineOptions::prefix_cache, reused(), flush_prefix_cache() (P15)
+  // Config::sliding_window > 0 honoured on contiguous storage with the core
+  // calls (docs/OPERATIONS.md, "Sliding windows"); no engine combines it with
+  // fork, truncate, paged storage or a prefix cache yet.
+  bool sliding_window = false;
 };
 
 // Limits as constraints: a scenario outside them is not applicable.

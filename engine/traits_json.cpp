@@ -107,7 +107,8 @@ const std::vector<Section>& sections() {
                   bool_field("paged", &OperationTraits::paged),
                   bool_field("pool_report", &OperationTraits::pool_report),
                   bool_field("storage_check", &OperationTraits::storage_check),
-                  bool_field("prefix_cache", &OperationTraits::prefix_cache)}});
+                  bool_field("prefix_cache", &OperationTraits::prefix_cache),
+                  bool_field("sliding_window", &OperationTraits::sliding_window)}});
     Field shared{"capacity_shared",
                  [](const EngineTraits& t) { return json(t.limits.capacity_shared); },
                  [](const json& v, EngineTraits& t) -> std::string {

@@ -150,6 +150,16 @@ std::vector<ScheduleSeed> schedule_seeds() {
          Call::step({{1, 1}})},
         Property::kPrefix);
   }
+  {
+    // docs/OPERATIONS.md, "Sliding windows": W = 3 over a prompt of 7 in
+    // chunks of 2 and 5 (the second wraps the ring), then decodes.
+    ProgramHeader h = header(kLlama, 2, 1, 2);
+    h.sliding_window = 3;
+    add("sliding_window_wraps", h,
+        {Call::start(0), Call::step({{0, 2}}), Call::step({{0, 5}}), Call::step({{0, 1}}),
+         Call::step({{0, 1}})},
+        Property::kChunking);
+  }
   return seeds;
 }
 

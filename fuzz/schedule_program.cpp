@@ -48,6 +48,7 @@ constexpr std::array kHeaderFields = {
     FieldRange{&ProgramHeader::prefix_cache, 0, 1},
     FieldRange{&ProgramHeader::pool_blocks, 0, kMaxPoolBlocks},
     FieldRange{&ProgramHeader::shared_prefix, 0, kMaxTokens},
+    FieldRange{&ProgramHeader::sliding_window, 0, kMaxTokens},
 };
 
 // A flush applies only where the scenario has a prefix cache.
@@ -367,6 +368,12 @@ Scenario to_scenario(const ScheduleProgram& program) {
     }
   }
   scenario.calls = valid.calls;
+  bool operations = false;  // a fork, truncation or flush: no window then
+  for (const Call& call : valid.calls) {
+    operations |= call.kind == Call::Kind::kFork || call.kind == Call::Kind::kTruncate ||
+                  call.kind == Call::Kind::kFlush;
+  }
+  if (b.block_size == 0 && !operations) config.sliding_window = b.sliding_window;
   for (size_t s = 0; s < fed.size(); ++s) {
     std::vector<int32_t> tokens(static_cast<size_t>(fed[s]));
     for (size_t t = 0; t < tokens.size(); ++t) {

@@ -73,6 +73,10 @@ struct ProgramHeader {
   int prefix_cache = 0;   // 1: a prefix cache (paged only); flush calls apply only then
   int pool_blocks = 0;    // paged: blocks in the pool, small enough to run dry; 0 the default
   int shared_prefix = 0;  // every sequence's first tokens are sequence 0's (prefix-cache hits)
+  // Config::sliding_window W (docs/OPERATIONS.md, "Sliding windows"); 0 none.
+  // Applied only to programs without paged storage, fork, truncate or flush,
+  // which no engine combines with a window (the scenario would not apply).
+  int sliding_window = 0;
 
   bool operator==(const ProgramHeader&) const = default;
 };

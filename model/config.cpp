@@ -46,6 +46,12 @@ std::string Config::validate() const {
   for (const Bound& b : bounds) {
     if (b.value < 1 || b.value > b.hi) return out_of_range(b.field, b.value, 1, b.hi);
   }
+  if (sliding_window < 0 || sliding_window > kMaxPositions) {
+    return out_of_range("sliding_window", sliding_window, 0, kMaxPositions);
+  }
+  if (sliding_window_pattern < 0 || sliding_window_pattern > kMaxLayers) {
+    return out_of_range("sliding_window_pattern", sliding_window_pattern, 0, kMaxLayers);
+  }
   std::ostringstream out;
   if (n_heads % n_kv_heads != 0) {
     out << "n_kv_heads: " << n_kv_heads << " does not divide n_heads " << n_heads;

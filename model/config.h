@@ -28,12 +28,28 @@ struct Config {
   double rope_theta = 10000.0;  // llama only
   double norm_eps = 1e-5;
   bool qkv_bias = false;  // gpt2 only
+  // Sliding-window attention (docs/OPERATIONS.md, "Sliding windows"): 0 = none;
+  // W > 0: a windowed layer's token at position p attends to positions q with
+  // p - W < q <= p. sliding_window_pattern N picks the windowed layers as
+  // Hugging Face's Gemma does: 0 or 1, every layer; N >= 2, layer l is global
+  // when (l + 1) % N == 0 and windowed otherwise.
+  int sliding_window = 0;
+  int sliding_window_pattern = 0;
 
   // Query heads that read one KV head: query head h reads KV head h / group()
   // (repeat_interleave), never h % n_kv_heads.
   int group() const { return n_heads / n_kv_heads; }
   int q_width() const { return n_heads * head_dim; }
   int kv_width() const { return n_kv_heads * head_dim; }
+  bool windowed(int layer) const {
+    return sliding_window > 0 &&
+           (sliding_window_pattern <= 1 || (layer + 1) % sliding_window_pattern != 0);
+  }
+  // Positions a layer keeps per sequence under `capacity`: the window for a
+  // windowed layer (a ring), all of them for a global one.
+  int layer_slots(int layer, int capacity) const {
+    return windowed(layer) && sliding_window < capacity ? sliding_window : capacity;
+  }
 
   // Empty when consistent; otherwise one message naming the field and value.
   std::string validate() const;

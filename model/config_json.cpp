@@ -2,6 +2,7 @@
 
 #include <climits>
 #include <cstdint>
+#include <iterator>
 #include <string>
 #include <string_view>
 
@@ -47,6 +48,10 @@ std::string read_double(const json& object, const char* field, double& out) {
 constexpr const char* kFields[] = {"family",     "n_layers",   "d_model",  "n_heads",
                                    "n_kv_heads", "head_dim",   "d_ff",     "vocab",
                                    "max_pos",    "rope_theta", "norm_eps", "qkv_bias"};
+// Optional (absent = 0), written only when a window is set, so that configs
+// without one keep their old JSON (and the safetensors/GGUF metadata built
+// from it) byte for byte.
+constexpr const char* kOptionalIntFields[] = {"sliding_window", "sliding_window_pattern"};
 
 }  // namespace
 
@@ -72,6 +77,10 @@ json config_to_json(const Config& c) {
   out["rope_theta"] = c.rope_theta;
   out["norm_eps"] = c.norm_eps;
   out["qkv_bias"] = c.qkv_bias;
+  if (c.sliding_window > 0) {
+    out["sliding_window"] = c.sliding_window;
+    out["sliding_window_pattern"] = c.sliding_window_pattern;
+  }
   return out;
 }
 
@@ -83,6 +92,7 @@ Result<Config> config_from_json(const json& object) {
   for (const auto& [key, value] : object.items()) {
     bool known = false;
     for (const char* field : kFields) known = known || key == field;
+    for (const char* field : kOptionalIntFields) known = known || key == field;
     if (!known) return R::failure("config." + key + ": unknown field");
   }
   for (const char* field : kFields) {
@@ -118,6 +128,14 @@ Result<Config> config_from_json(const json& object) {
   const json& qkv_bias = object.at("qkv_bias");
   if (!qkv_bias.is_boolean()) return R::failure(field_error("qkv_bias", "a boolean", qkv_bias));
   c.qkv_bias = qkv_bias.get<bool>();
+  int* const optional_targets[] = {&c.sliding_window, &c.sliding_window_pattern};
+  for (size_t i = 0; i < std::size(kOptionalIntFields); ++i) {
+    if (!object.contains(kOptionalIntFields[i])) continue;
+    if (std::string error = read_int(object, kOptionalIntFields[i], *optional_targets[i]);
+        !error.empty()) {
+      return R::failure(error);
+    }
+  }
 
   if (std::string error = c.validate(); !error.empty()) return R::failure("config: " + error);
   return c;

@@ -139,7 +139,7 @@ std::vector<double> softmax(std::span<const double> scores) {
 
 void causal_attention(std::span<const double> q, std::span<const double> k,
                       std::span<const double> v, int n_tokens, int n_heads, int n_kv_heads,
-                      int head_dim, std::span<double> out) {
+                      int head_dim, std::span<double> out, int window) {
   const size_t T = static_cast<size_t>(n_tokens), H = static_cast<size_t>(n_heads),
                KVH = static_cast<size_t>(n_kv_heads), D = static_cast<size_t>(head_dim);
   require(n_tokens >= 0 && n_heads > 0 && n_kv_heads > 0 && head_dim > 0,
@@ -148,6 +148,7 @@ void causal_attention(std::span<const double> q, std::span<const double> k,
   require(k.size() == T * KVH * D && v.size() == T * KVH * D,
           "causal_attention: k and v are [T][KVH][D]");
   require(out.size() == T * H * D, "causal_attention: out is [T][H][D]");
+  require(window >= 0, "causal_attention: window >= 0");
   const double scale = 1.0 / std::sqrt(static_cast<double>(head_dim));
   std::fill(out.begin(), out.end(), 0.0);
   // Room for the longest row of scores; row t uses its first t+1 entries.
@@ -156,20 +157,23 @@ void causal_attention(std::span<const double> q, std::span<const double> k,
     for (size_t h = 0; h < H; ++h) {
       const size_t kv = static_cast<size_t>(kv_head_of(static_cast<int>(h), n_heads, n_kv_heads));
       const double* query = &q[(t * H + h) * D];  // [D]
-      // Keys after t are not looked at at all: the mask is the loop bound.
-      const std::span<double> scores = std::span<double>(score_buffer).first(t + 1);  // [t+1]
-      for (size_t j = 0; j <= t; ++j) {
+      // Keys outside first..t are not looked at at all: the mask is the loop
+      // bounds (the window's t - W < j, then the causal j <= t).
+      const size_t first = window > 0 && t + 1 > size_t(window) ? t + 1 - size_t(window) : 0;
+      const size_t n = t + 1 - first;
+      const std::span<double> scores = std::span<double>(score_buffer).first(n);  // [n]
+      for (size_t j = first; j <= t; ++j) {
         const double* key = &k[(j * KVH + kv) * D];  // [D]
         double dot = 0.0;
         for (size_t d = 0; d < D; ++d) dot += query[d] * key[d];
-        scores[j] = dot * scale;
+        scores[j - first] = dot * scale;
       }
-      const std::span<double> weights = std::span<double>(weight_buffer).first(t + 1);  // [t+1]
+      const std::span<double> weights = std::span<double>(weight_buffer).first(n);  // [n]
       softmax(scores, weights);
       double* result = &out[(t * H + h) * D];  // [D]
-      for (size_t j = 0; j <= t; ++j) {
+      for (size_t j = first; j <= t; ++j) {
         const double* value = &v[(j * KVH + kv) * D];  // [D]
-        for (size_t d = 0; d < D; ++d) result[d] += weights[j] * value[d];
+        for (size_t d = 0; d < D; ++d) result[d] += weights[j - first] * value[d];
       }
     }
   }
@@ -177,9 +181,9 @@ void causal_attention(std::span<const double> q, std::span<const double> k,
 
 std::vector<double> causal_attention(std::span<const double> q, std::span<const double> k,
                                      std::span<const double> v, int n_tokens, int n_heads,
-                                     int n_kv_heads, int head_dim) {
+                                     int n_kv_heads, int head_dim, int window) {
   std::vector<double> out(q.size());  // [T][H][D]
-  causal_attention(q, k, v, n_tokens, n_heads, n_kv_heads, head_dim, out);
+  causal_attention(q, k, v, n_tokens, n_heads, n_kv_heads, head_dim, out, window);
   return out;
 }
 

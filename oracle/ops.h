@@ -59,13 +59,14 @@ std::vector<double> softmax(std::span<const double> scores);
 void softmax(std::span<const double> scores, std::span<double> out);
 
 // Causal self-attention of T positions over themselves: the query at t
-// attends to keys 0..t with scores q.k / sqrt(D).
+// attends to keys 0..t with scores q.k / sqrt(D); with window W > 0 only to
+// keys j with t - W < j <= t (a sliding-window layer; 0: no window).
 // q [T][H][D], k [T][KVH][D], v [T][KVH][D] -> [T][H][D]
 std::vector<double> causal_attention(std::span<const double> q, std::span<const double> k,
                                      std::span<const double> v, int n_tokens, int n_heads,
-                                     int n_kv_heads, int head_dim);
+                                     int n_kv_heads, int head_dim, int window = 0);
 void causal_attention(std::span<const double> q, std::span<const double> k,
                       std::span<const double> v, int n_tokens, int n_heads, int n_kv_heads,
-                      int head_dim, std::span<double> out);
+                      int head_dim, std::span<double> out, int window = 0);
 
 }  // namespace kvcheck::oracle

@@ -135,7 +135,9 @@ Output forward(const Config& config, const Weights& weights, std::span<const int
     std::copy(k.begin(), k.end(), out.k.begin() + static_cast<std::ptrdiff_t>(layer_offset));
     std::copy(v.begin(), v.end(), out.v.begin() + static_cast<std::ptrdiff_t>(layer_offset));
 
-    causal_attention(q, k, v, T, H, KVH, D, attended);  // [T][H][D]
+    // A windowed layer masks keys at or before t - W (docs/OPERATIONS.md).
+    causal_attention(q, k, v, T, H, KVH, D, attended,
+                     config.windowed(l) ? config.sliding_window : 0);  // [T][H][D]
     for (int t = 0; t < T; ++t) {
       linear(row(attended, t, H * D), layer.wo, layer.bo, E, update);  // [E]
       std::span<double> xt = row(x, t, E);                             // [E]

@@ -710,6 +710,45 @@ ElementCheck check_element(const CacheSnapshot& snap, const SequenceReference& r
   return c;
 }
 
+// The snapshot index holding absolute position `pos`, or -1 when the
+// snapshot does not hold it (a windowed layer's ring keeps the last W).
+int snapshot_index(const CacheSnapshot& snap, int pos) {
+  if (snap.positions.empty()) return pos < snap.length ? pos : -1;
+  if (pos < snap.positions.front()) return -1;
+  const int i = pos - snap.positions.front();
+  return i < snap.length && snap.positions[size_t(i)] == pos ? i : -1;
+}
+
+// Why a snapshot's slots are not what a layer must hold after `held` tokens,
+// or "": slot i holds position i for all of them (no positions listed), or
+// the listed positions ascend one by one and end at held - 1, covering at
+// least the window (the last min(held, W) positions) of a windowed layer.
+std::string snapshot_coverage_error(const CacheSnapshot& snap, const Config& config, int layer,
+                                    int held) {
+  if (snap.positions.empty()) {
+    if (snap.length == held) return "";
+    return "the cache holds " + std::to_string(snap.length) + " positions, " +
+           std::to_string(held) + " tokens were fed";
+  }
+  const int need = config.windowed(layer) ? std::min(held, config.sliding_window) : held;
+  if (snap.positions.size() != size_t(snap.length) || snap.length < need ||
+      snap.positions.back() != held - 1 || snap.positions.front() != held - snap.length) {
+    return "the cache lists positions " +
+           (snap.positions.empty() ? std::string("none")
+                                   : std::to_string(snap.positions.front()) + ".." +
+                                         std::to_string(snap.positions.back())) +
+           " in " + std::to_string(snap.length) + " slots; after " + std::to_string(held) +
+           " tokens it must hold positions " + std::to_string(held - need) + ".." +
+           std::to_string(held - 1) + " at least";
+  }
+  for (int i = 1; i < snap.length; ++i) {
+    if (snap.positions[size_t(i)] != snap.positions[size_t(i - 1)] + 1) {
+      return "the cache lists positions out of order at slot " + std::to_string(i);
+    }
+  }
+  return "";
+}
+
 // Per layer, the largest |cached - oracle| of K and V over position ranges,
 // with its error/bound; "!" marks a range holding a wrong or non-finite slot.
 std::string cache_table(const Engine& engine, SequenceId id, const SequenceReference& reference,
@@ -735,12 +774,14 @@ std::string cache_table(const Engine& engine, SequenceId id, const SequenceRefer
       for (int kind = 0; kind < 2; ++kind) {
         double worst_error = 0, worst_ratio = 0;
         bool bad = false;
-        for (int pos = first; pos <= last && pos < std::min(snap.length, T); ++pos) {
+        for (int pos = first; pos <= last && pos < T; ++pos) {
+          const int index = snapshot_index(snap, pos);
+          if (index < 0) continue;
           for (int g = 0; g < KVH; ++g) {
             for (int d = 0; d < D; ++d) {
               const size_t base =
                   ((size_t(l) * size_t(T) + size_t(pos)) * size_t(KVH) + size_t(g)) * size_t(D);
-              const ElementCheck c = check_element(snap, reference, kind, base, pos, g, d);
+              const ElementCheck c = check_element(snap, reference, kind, base, index, g, d);
               const double error = std::abs(c.cached - c.exact);
               if (!std::isfinite(c.cached)) {
                 bad = true;
@@ -800,13 +841,14 @@ Verdict check_cache_state(const Context& context) {
       where.sequence = sequence;
       for (int l = 0; l < L; ++l) {
         const CacheSnapshot snap = runner.engine().cache(runner.id(sequence), l);
-        if (snap.length != length || snap.n_kv_heads != KVH || snap.head_dim != D) {
+        const std::string coverage = snapshot_coverage_error(snap, config, l, length);
+        if (!coverage.empty() || snap.n_kv_heads != KVH || snap.head_dim != D) {
           where.layer = l;
           where.position = std::min(snap.length, length);
           fail(verdict, where,
                "after call " + std::to_string(call) + ", s" + std::to_string(s) + " layer " +
-                   std::to_string(l) + ": the cache holds " + std::to_string(snap.length) +
-                   " positions, " + std::to_string(length) + " tokens were fed",
+                   std::to_string(l) + ": " +
+                   (coverage.empty() ? std::string("the snapshot's shape is wrong") : coverage),
                "snapshot: length " + std::to_string(snap.length) + ", kv heads " +
                    std::to_string(snap.n_kv_heads) + ", head_dim " + std::to_string(snap.head_dim) +
                    "; expected " + std::to_string(length) + ", " + std::to_string(KVH) + ", " +
@@ -816,13 +858,16 @@ Verdict check_cache_state(const Context& context) {
         }
         int first_bad = -1, last_bad = -1, bad_head = -1, bad_dim = -1, bad_kind = 0;
         ElementCheck bad;
-        for (int pos = 0; pos < length && pos < T; ++pos) {
+        // Slot i holds position pos: i itself, or the snapshot's positions[i].
+        for (int i = 0; i < snap.length; ++i) {
+          const int pos = snap.positions.empty() ? i : snap.positions[size_t(i)];
+          if (pos >= T) break;
           for (int g = 0; g < KVH; ++g) {
             const size_t base =
                 ((size_t(l) * size_t(T) + size_t(pos)) * size_t(KVH) + size_t(g)) * size_t(D);
             for (int d = 0; d < D; ++d) {
               for (int kind = 0; kind < 2; ++kind) {
-                const ElementCheck c = check_element(snap, reference, kind, base, pos, g, d);
+                const ElementCheck c = check_element(snap, reference, kind, base, i, g, d);
                 if (std::isfinite(c.cached) && c.ratio <= 1.0) {
                   worst_ratio = std::max(worst_ratio, c.ratio);
                   continue;
@@ -1520,6 +1565,10 @@ std::string traits_exclude(const EngineTraits& traits, const Scenario& scenario)
   const OperationTraits& op = traits.operations;
   if (scenario.block_size > 0 && !op.paged) return "paged storage";
   if (scenario.prefix_cache && !op.prefix_cache) return "a prefix cache";
+  // No engine combines a window with the storage operations yet
+  // (docs/OPERATIONS.md, "Sliding windows"): their combination is not applicable.
+  const bool window = scenario.config.sliding_window > 0;
+  if (window && scenario.block_size > 0) return "paged storage with a sliding window";
   std::vector<int> fed(scenario.sequences.size(), 0);  // [sequence]
   std::vector<bool> running(scenario.sequences.size(), false);
   for (const Call& call : scenario.calls) {
@@ -1537,11 +1586,13 @@ std::string traits_exclude(const EngineTraits& traits, const Scenario& scenario)
         break;
       case Call::Kind::kFork:
         if (!op.fork) return "fork";
+        if (window) return "fork with a sliding window";
         running[size_t(call.sequence)] = true;
         fed[size_t(call.sequence)] = call.count;
         break;
       case Call::Kind::kTruncate:
         if (!op.truncate) return "truncate";
+        if (window) return "truncate with a sliding window";
         fed[size_t(call.sequence)] -= call.count;
         break;
       case Call::Kind::kFlush:

@@ -237,7 +237,14 @@ std::string Scenario::to_text() const {
       << " kv_heads=" << config.n_kv_heads << " head_dim=" << config.head_dim
       << " d_ff=" << config.d_ff << " vocab=" << config.vocab << " max_pos=" << config.max_pos
       << " rope_theta=" << exact(config.rope_theta) << " norm_eps=" << exact(config.norm_eps)
-      << " qkv_bias=" << (config.qkv_bias ? "true" : "false") << "\n";
+      << " qkv_bias=" << (config.qkv_bias ? "true" : "false");
+  // Only when set, so that scenarios without a window keep their text (and
+  // digest, which keys the oracle's reference cache).
+  if (config.sliding_window > 0) {
+    out << " sliding_window=" << config.sliding_window
+        << " sliding_window_pattern=" << config.sliding_window_pattern;
+  }
+  out << "\n";
   if (model) out << "model " << model->path << " (" << model->hash << ")\n";
   out << "weight_seed " << weight_seed << " capacity " << capacity << " max_rows " << max_rows
       << " kv_dtype " << kv_dtype_name(kv_dtype);

@@ -270,9 +270,12 @@ ErrorBounds derive_error_bounds(const Config& config, const Weights& weights,
       }
     }
 
+    // A windowed layer's query at t reads keys first..t (docs/OPERATIONS.md).
+    const int window = config.windowed(l) ? config.sliding_window : 0;
     for (int t = 0; t < T; ++t) {
+      const int first = window > 0 ? std::max(0, t + 1 - window) : 0;
       const int n_keys = t + 1;
-      const double sum_rounding = n_keys * u * u;
+      const double sum_rounding = (n_keys - first) * u * u;
       for (int hq = 0; hq < H; ++hq) {
         const int g = hq / group;
         const double* qh = q.data() + sz(t) * sz(Q) + sz(hq) * sz(D);
@@ -280,7 +283,7 @@ ErrorBounds derive_error_bounds(const Config& config, const Weights& weights,
         // Score s_j = scale q.k_j: first-order variance scale^2 sum (k^2 var_q
         // + q^2 var_k) plus the dot product's rounding.
         double max_score = -INFINITY;
-        for (int j = 0; j < n_keys; ++j) {
+        for (int j = first; j < n_keys; ++j) {
           const size_t kv_at = sz(j) * sz(KV) + sz(g) * sz(D);
           const double* kj = k.data() + kv_at;
           const double* vkj = var_k.data() + kv_at;
@@ -297,13 +300,13 @@ ErrorBounds derive_error_bounds(const Config& config, const Weights& weights,
         // Weight j is exp(s_j - max) (1 + sigma_j): score error, the float
         // rounding of s_j - max and exp's own error (kept at its worst).
         double total = 0;
-        for (int j = 0; j < n_keys; ++j) {
+        for (int j = first; j < n_keys; ++j) {
           const double shifted = p[sz(j)] - max_score;
           var_sigma[sz(j)] += sq(u * shifted) + exp_var;
           p[sz(j)] = std::exp(shifted);
           total += p[sz(j)];
         }
-        for (int j = 0; j < n_keys; ++j) p[sz(j)] /= total;
+        for (int j = first; j < n_keys; ++j) p[sz(j)] /= total;
         // o = sum p_j v_j; first order do = sum p_j dv_j + sum p_j sigma_j (v_j - o)
         // (a shift common to all sigma_j cancels); then the float sums
         // (n_keys terms each) and the division.
@@ -312,14 +315,14 @@ ErrorBounds derive_error_bounds(const Config& config, const Weights& weights,
         // Each of the D sums runs over the keys in order j = 0, 1, ...; the
         // key loop is outside so the rows of v are read contiguously.
         std::fill(o_sum.begin(), o_sum.end(), 0.0);
-        for (int j = 0; j < n_keys; ++j) {
+        for (int j = first; j < n_keys; ++j) {
           const double pj = p[sz(j)];
           const double* vj = v.data() + sz(j) * sz(KV) + sz(g) * sz(D);
           for (int d = 0; d < D; ++d) o_sum[sz(d)] += pj * vj[d];
         }
         std::fill(o_var.begin(), o_var.end(), 0.0);
         std::fill(o_magnitude.begin(), o_magnitude.end(), 0.0);
-        for (int j = 0; j < n_keys; ++j) {
+        for (int j = first; j < n_keys; ++j) {
           const double pj = p[sz(j)], sigma = var_sigma[sz(j)];
           const size_t at = sz(j) * sz(KV) + sz(g) * sz(D);
           const double* vj = v.data() + at;

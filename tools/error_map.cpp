@@ -66,9 +66,14 @@ ErrorMap cache_map(int kind, const Scenario& s, const oracle::Output& want,
     const CacheSnapshot& snap = snaps[size_t(l)];
     map.row_labels.push_back("layer " + std::to_string(l));
     std::vector<double> row(map.col_labels.size(), 0.0);
+    // A windowed layer's ring lists the positions it holds; those before
+    // them left the window and are not compared.
+    const int first_held = snap.positions.empty() ? 0 : snap.positions.front();
     for (int pos = 0; pos < length && pos < T; ++pos) {
       double& cell = row[size_t(pos / per_col)];
-      if (pos >= snap.length || snap.n_kv_heads != KVH || snap.head_dim != D) {
+      if (pos < first_held) continue;
+      const int index = pos - first_held;
+      if (index >= snap.length || snap.n_kv_heads != KVH || snap.head_dim != D) {
         cell = INFINITY;
         continue;
       }
@@ -77,7 +82,7 @@ ErrorMap cache_map(int kind, const Scenario& s, const oracle::Output& want,
           const size_t at =
               ((size_t(l) * size_t(T) + size_t(pos)) * size_t(KVH) + size_t(g)) * size_t(D) +
               size_t(d);
-          const double got = kind == 0 ? snap.k_at(pos, g, d) : snap.v_at(pos, g, d);
+          const double got = kind == 0 ? snap.k_at(index, g, d) : snap.v_at(index, g, d);
           const double ratio = std::abs(got - (kind == 0 ? want.k[at] : want.v[at])) /
                                (kind == 0 ? bounds.k[at] : bounds.v[at]);
           cell = std::max(cell, std::isfinite(ratio) ? ratio : INFINITY);

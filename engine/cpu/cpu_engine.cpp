@@ -36,7 +36,7 @@ class CpuEngine final : public Engine {
         // Paged: one row per pool block plus the poison and sink blocks.
         cache_(config.n_layers, table_.paged() ? table_.pool_blocks() + 2 : options.max_rows,
                table_.paged() ? options.block_size : options.capacity, config.n_kv_heads,
-               config.head_dim, options.kv_dtype),
+               config.head_dim, options.kv_dtype, layer_slots(config, options)),
         pool_(options.threads) {
     const int half = config.head_dim / 2;
     for (int i = 0; i < half; ++i) {
@@ -89,15 +89,21 @@ class CpuEngine final : public Engine {
   }
 
   SequenceId fork(SequenceId parent, int n) override {
+    refuse_with_window("fork");
     return table_.fork(parent, n, copy_slots());
   }
 
-  void truncate(SequenceId id, int n) override { table_.truncate(id, n, poison_slots()); }
+  void truncate(SequenceId id, int n) override {
+    refuse_with_window("truncate");
+    table_.truncate(id, n, poison_slots());
+  }
 
   PoolReport pool() const override { return table_.pool_report(); }
 
   std::string unheld_storage_check() const override {
     return table_.unheld_storage_check([this](bool key, int l, int unit, int g, int slot, int d) {
+      // A windowed layer's ring has no slots past W: nothing there to hold.
+      if (slot >= cache_.slots(l)) return true;
       return cache_.poisoned(key, l, unit, g, slot, d);
     });
   }
@@ -112,12 +118,21 @@ class CpuEngine final : public Engine {
     const size_t head_bytes = D * size_t(kv_dtype_bytes(dtype));
     // q8_0 rows hold [blocks] scales, then the codes (kv_row_bytes).
     const size_t blocks = dtype == KvDtype::kQ8_0 ? q8_blocks(D) : 0, codes = 4 * blocks;
+    const int sl = storage_layer(layer), row = storage_row(s.row);
+    // A windowed layer's ring holds the last `ring` slots, slot p at p % ring;
+    // the snapshot lists them in position order with their positions.
+    const int ring = ring_slots(sl), first = std::max(0, snap.length - ring);
+    if (first > 0) {
+      snap.length -= first;
+      snap.k.resize(size_t(snap.length) * KVH * head_bytes);
+      snap.v.resize(snap.k.size());
+      for (int i = 0; i < snap.length; ++i) snap.positions.push_back(first + i);
+    }
     snap.k_scales.resize(size_t(snap.length) * KVH * blocks);
     snap.v_scales.resize(snap.k_scales.size());
-    const int sl = storage_layer(layer), row = storage_row(s.row);
     for (int pos = 0; pos < snap.length; ++pos) {
       // Paged: read through the block table, as attention does.
-      const auto [unit, slot] = locate(row, pos, poison_block());
+      const auto [unit, slot] = locate(row, (first + pos) % ring, poison_block());
       for (int g = 0; g < config_.n_kv_heads; ++g) {
         const size_t head = size_t(pos) * KVH + size_t(g);
         const uint8_t* k = cache_.k(sl, unit, g, slot);
@@ -133,6 +148,8 @@ class CpuEngine final : public Engine {
   }
 
   std::optional<StorageMap> storage_map() const override {
+    // The map draws every layer with one slot count; rings have fewer.
+    if (cache_.uneven()) return std::nullopt;
     StorageMap map =
         scan_storage(cache_.k_bytes(), cache_.v_bytes(), config_.n_layers, cache_.rows(),
                      config_.n_kv_heads, cache_.capacity(), config_.head_dim, options_.kv_dtype);
@@ -154,6 +171,34 @@ class CpuEngine final : public Engine {
 
  private:
   bool has(Fault f) const { return table_.has(f); }
+
+  // Slots per row of each layer: a windowed layer keeps a ring of
+  // min(W, capacity), a global one the capacity (contiguous storage only).
+  static std::vector<int> layer_slots(const Config& config, const EngineOptions& options) {
+    if (config.sliding_window == 0 || options.block_size > 0) return {};
+    std::vector<int> slots;
+    for (int l = 0; l < config.n_layers; ++l) {
+      slots.push_back(config.layer_slots(l, options.capacity));
+    }
+    return slots;
+  }
+
+  // Slots a sequence keeps in a storage layer: a windowed layer's ring, or
+  // the capacity (paged storage: cache_ rows are blocks, never rings).
+  int ring_slots(int storage_layer) const {
+    return table_.paged() ? options_.capacity : cache_.slots(storage_layer);
+  }
+
+  // A ring no longer holds what fell out of the window, so a fork or a
+  // truncation cannot be honoured in general; refused whatever the lengths.
+  void refuse_with_window(const char* call) const {
+    if (config_.sliding_window == 0) return;
+    throw EngineError(EngineError::Kind::kBadBatch,
+                      std::string(call) + ": not supported with a sliding window (sliding_window " +
+                          std::to_string(config_.sliding_window) +
+                          "): the ring no longer holds the tokens that left the window");
+  }
+
   int storage_row(int row) const { return table_.storage_row(row); }
   int storage_layer(int layer) const { return table_.storage_layer(layer); }
   TokenPlan at_layer(TokenPlan t, int layer) const { return table_.at_layer(t, layer); }
@@ -234,9 +279,11 @@ class CpuEngine final : public Engine {
     const SequenceState& s = table_.lookup(e.sequence, "step");
     const int D = config_.head_dim;
     std::vector<float> key(size_t(D), 0.0f);
-    for (int slot = s.slot_base; slot < s.slot_base + s.length && slot < options_.capacity;
-         ++slot) {
-      const auto [unit, at] = locate(storage_row(s.row), slot, sink_block());
+    // A ring keeps only the last `ring` slots (all of them when global).
+    const int ring = ring_slots(storage_layer(layer));
+    const int end = std::min(s.slot_base + s.length, options_.capacity);
+    for (int slot = std::max(s.slot_base, end - ring); slot < end; ++slot) {
+      const auto [unit, at] = locate(storage_row(s.row), slot % ring, sink_block());
       for (int g = 0; g < config_.n_kv_heads; ++g) {
         uint8_t* stored = cache_.k(storage_layer(layer), unit, g, at);
         for (int d = 0; d < D; ++d) {
@@ -294,14 +341,93 @@ class CpuEngine final : public Engine {
     if (has(Fault::kKvScaleSharedKv)) v_scales = k_scales;
   }
 
+  // RoPE on token t's q and k (llama) at its planned position.
+  void rope_token(size_t t, int position) {
+    if (config_.family != Family::kLlama) return;
+    const size_t D = size_t(config_.head_dim), Q = size_t(config_.q_width());
+    float* q = qkv_.data() + t * (Q + 2 * size_t(config_.kv_width()));
+    float* k = q + Q;
+    for (int h = 0; h < config_.n_heads; ++h) rope(q + size_t(h) * D, position);
+    for (int g = 0; g < config_.n_kv_heads; ++g) rope(k + size_t(g) * D, position);
+  }
+
+  // Token t's K and V ([KVH][D] each) from the step's qkv rows.
+  const float* token_k(size_t t) const {
+    const size_t Q = size_t(config_.q_width());
+    return qkv_.data() + t * (Q + 2 * size_t(config_.kv_width())) + Q;
+  }
+  const float* token_v(size_t t) const { return token_k(t) + size_t(config_.kv_width()); }
+
+  // A global layer: every fed token's K and V is written before any query
+  // reads, so a chunk's token i attends to the chunk's tokens 0..i through the
+  // cache; then the queries run in parallel.
+  void global_attention(int layer, const std::vector<TokenPlan>& plan) {
+    const int sl = storage_layer(layer);
+    for (size_t t = 0; t < plan.size(); ++t) {
+      const TokenPlan p = at_layer(plan[t], layer);
+      rope_token(t, p.position);
+      const auto [unit, slot] = locate(p.row, p.slot, sink_block());
+      store_token(token_k(t), token_v(t), sl, unit, slot);
+    }
+    attend_all(layer, plan);
+  }
+
+  // A windowed layer keeps a ring of R = min(W, capacity) slots: slot s of
+  // the sequence lives at s % R. A chunk longer than one token would
+  // overwrite keys its own earlier rows still see, so each token is written
+  // and then attends before the next is written (docs/OPERATIONS.md,
+  // "Sliding windows"); every query still reads the same keys in the same
+  // order, so chunking and batching change no bits.
+  void window_attention(int layer, std::span<const BatchEntry> batch,
+                        const std::vector<TokenPlan>& plan) {
+    const int sl = storage_layer(layer), ring = cache_.slots(sl);
+    const int W = config_.windowed(layer) ? config_.sliding_window : options_.capacity;
+    size_t t = 0;
+    for (const BatchEntry& e : batch) {
+      for (size_t i = 0; i < e.tokens.size(); ++i, ++t) {
+        const TokenPlan p = at_layer(plan[t], layer);
+        rope_token(t, p.position);
+        int slot = p.slot % ring;
+        // Fault: the chunk's slots run on from its first one, unwrapped. A
+        // write past the ring's end is lost (a real engine writes whatever
+        // memory follows; this one stays memory-safe).
+        if (has(Fault::kRingIndexUnwrapped)) slot = (p.slot - int(i)) % ring + int(i);
+        if (slot < ring) store_token(token_k(t), token_v(t), sl, p.row, slot);
+        // The window: slots first..n_keys-1, first = max(0, n_keys - W).
+        int first = std::max(0, p.n_keys - W);
+        if (has(Fault::kWindowOffByOne) && p.n_keys >= W) first += 1;
+        if (has(Fault::kWindowPerChunk)) first = std::max(0, p.n_keys - int(i) - W);
+        attend_window(sl, p, first, ring, t);
+      }
+    }
+  }
+
+  // Token t's attention over slots first..p.n_keys-1 of its ring.
+  void attend_window(int sl, const TokenPlan& p, int first, int ring, size_t t) {
+    const size_t D = size_t(config_.head_dim), Q = size_t(config_.q_width()),
+                 QKV = Q + 2 * size_t(config_.kv_width());
+    const size_t group = size_t(config_.group());
+    const float scale = static_cast<float>(1.0 / std::sqrt(double(config_.head_dim)));
+    const float* q = qkv_.data() + t * QKV;
+    float* out = att_.data() + t * Q;
+    const bool tiled = has(Fault::kTiledKvHeads);
+    const size_t n_keys = size_t(std::max(0, p.n_keys - first));
+    for (int h = 0; h < (tiled ? config_.n_heads : config_.n_kv_heads); ++h) {
+      const int g = tiled ? h % config_.n_kv_heads : h;
+      const size_t first_head = tiled ? size_t(h) : size_t(g) * group;
+      cpu::attend_ring(path_, q + first_head * D, tiled ? 1 : group, cache_.k(sl, p.row, g, 0),
+                       cache_.v(sl, p.row, g, 0), size_t(ring), size_t(first % ring),
+                       options_.kv_dtype, D, n_keys, D, scale, scores_.data(),
+                       out + first_head * D);
+    }
+  }
+
   void run_layer(int layer, std::span<const BatchEntry> batch, const std::vector<TokenPlan>& plan) {
     const PackedLayer& w = weights_.layers[size_t(layer)];
     const size_t n = plan.size();
-    const size_t E = size_t(config_.d_model), F = size_t(config_.d_ff),
-                 D = size_t(config_.head_dim);
+    const size_t E = size_t(config_.d_model), F = size_t(config_.d_ff);
     const size_t Q = size_t(config_.q_width()), KV = size_t(config_.kv_width()), QKV = Q + 2 * KV;
     const bool llama = config_.family == Family::kLlama;
-    const int sl = storage_layer(layer);
 
     for (size_t t = 0; t < n; ++t) norm(w.attn_norm, w.attn_norm_bias, t);
     matmul(h_.data(), n, w.wqkv.data(), w.bqkv.empty() ? nullptr : w.bqkv.data(), E, QKV,
@@ -310,21 +436,13 @@ class CpuEngine final : public Engine {
     if (llama && has(Fault::kRopeReapplied)) {
       for (const BatchEntry& e : batch) rotate_cached_keys_again(layer, e);
     }
-    // Write every fed token's K and V before any query reads: a chunk's token
-    // i attends to the chunk's tokens 0..i through the cache.
-    for (size_t t = 0; t < n; ++t) {
-      const TokenPlan p = at_layer(plan[t], layer);
-      float* q = qkv_.data() + t * QKV;
-      float* k = q + Q;
-      float* v = k + KV;
-      if (llama) {
-        for (int h = 0; h < config_.n_heads; ++h) rope(q + size_t(h) * D, p.position);
-        for (int g = 0; g < config_.n_kv_heads; ++g) rope(k + size_t(g) * D, p.position);
-      }
-      const auto [unit, slot] = locate(p.row, p.slot, sink_block());
-      store_token(k, v, sl, unit, slot);
+    // A ring (also where shared_layer_cache points a global layer at layer
+    // 0's ring) is only ever read and written through the ring's arithmetic.
+    if (config_.windowed(layer) || cache_.slots(storage_layer(layer)) < cache_.capacity()) {
+      window_attention(layer, batch, plan);
+    } else {
+      global_attention(layer, plan);
     }
-    attend_all(layer, plan);
 
     matmul(att_.data(), n, w.wo.data(), w.bo.empty() ? nullptr : w.bo.data(), Q, E, mlp_.data());
     cpu::add_inplace(path_, x_.data(), mlp_.data(), n * E);
@@ -451,6 +569,10 @@ std::string options_error(const Config& config, const EngineOptions& options) {
     out << "max_rows: " << options.max_rows << " is out of range [1, 4096]";
   } else if (options.threads < 1 || options.threads > 256) {
     out << "threads: " << options.threads << " is out of range [1, 256]";
+  } else if (config.sliding_window > 0 && options.block_size > 0) {
+    out << "block_size: " << options.block_size
+        << ": paged storage is not supported with a sliding window (sliding_window "
+        << config.sliding_window << "; docs/OPERATIONS.md, \"Sliding windows\")";
   } else {
     out << storage_options_error(options);
   }

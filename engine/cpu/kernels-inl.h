@@ -375,6 +375,22 @@ struct BlockRows {
   }
 };
 
+// A sliding-window layer's ring of ring_rows slots: key j's row is slot
+// (first + j) % ring_rows, so a window that wraps is two runs.
+struct RingRows {
+  const unsigned char* base;
+  size_t ring_rows, row_bytes;
+  size_t codes;  // q8_0: byte offset of the codes in a row (LoadKv)
+  size_t slot;   // the next key's slot
+  HWY_INLINE size_t run(const unsigned char*& start, size_t wanted) {
+    start = base + slot * row_bytes;
+    const size_t n = std::min(ring_rows - slot, wanted);
+    slot += n;
+    if (slot == ring_rows) slot = 0;
+    return n;
+  }
+};
+
 // Scores of kHeads query heads against every key; each K row is loaded once
 // for the kHeads heads. scores: [kHeads][n_keys] (row stride n_keys).
 template <KvDtype kDtype, size_t kHeads, class Rows>
@@ -586,6 +602,18 @@ void AttendSimd(const float* q, size_t group, const void* k, const void* v, KvDt
   AttendRows(q, group, ContiguousRows{static_cast<const unsigned char*>(k), row_bytes, codes},
              ContiguousRows{static_cast<const unsigned char*>(v), row_bytes, codes}, dtype, n_keys,
              dim, scale, scores, out);
+}
+
+// As AttendSimd, with key j in slot (first_slot + j) % ring_rows of a ring.
+void AttendRingSimd(const float* q, size_t group, const void* k, const void* v, size_t ring_rows,
+                    size_t first_slot, KvDtype dtype, size_t kv_stride, size_t n_keys, size_t dim,
+                    float scale, float* scores, float* out) {
+  const size_t row_bytes = kv_row_bytes(dtype, kv_stride), codes = Q8Codes(dtype, kv_stride);
+  AttendRows(
+      q, group,
+      RingRows{static_cast<const unsigned char*>(k), ring_rows, row_bytes, codes, first_slot},
+      RingRows{static_cast<const unsigned char*>(v), ring_rows, row_bytes, codes, first_slot},
+      dtype, n_keys, dim, scale, scores, out);
 }
 
 // As AttendSimd, with key j in block j / block_rows of k_blocks / v_blocks.

@@ -17,6 +17,7 @@ namespace kvcheck::cpu {
 HWY_EXPORT(MatmulSimd);
 HWY_EXPORT(AttendSimd);
 HWY_EXPORT(AttendPagedSimd);
+HWY_EXPORT(AttendRingSimd);
 HWY_EXPORT(LayerNormSimd);
 HWY_EXPORT(RmsNormSimd);
 HWY_EXPORT(GeluTanhSimd);
@@ -52,6 +53,17 @@ void attend_paged(KernelPath path, const float* q, size_t group, const void* con
   }
   HWY_DYNAMIC_DISPATCH(AttendPagedSimd)
   (q, group, k_blocks, v_blocks, block_rows, dtype, kv_stride, n_keys, dim, scale, scores, out);
+}
+
+void attend_ring(KernelPath path, const float* q, size_t group, const void* k, const void* v,
+                 size_t ring_rows, size_t first_slot, KvDtype dtype, size_t kv_stride,
+                 size_t n_keys, size_t dim, float scale, float* scores, float* out) {
+  if (path == KernelPath::kScalar) {
+    return scalar::attend_ring(q, group, k, v, ring_rows, first_slot, dtype, kv_stride, n_keys, dim,
+                               scale, scores, out);
+  }
+  HWY_DYNAMIC_DISPATCH(AttendRingSimd)
+  (q, group, k, v, ring_rows, first_slot, dtype, kv_stride, n_keys, dim, scale, scores, out);
 }
 
 void layer_norm(KernelPath path, const float* x, const float* gain, const float* bias, size_t width,

@@ -58,6 +58,15 @@ void attend_paged(KernelPath path, const float* q, size_t group, const void* con
                   const void* const* v_blocks, size_t block_rows, KvDtype dtype, size_t kv_stride,
                   size_t n_keys, size_t dim, float scale, float* scores, float* out);
 
+// attend() over a sliding-window layer's ring of ring_rows slots: key j's
+// row is row (first_slot + j) % ring_rows of k / v (each [ring_rows] rows of
+// `dtype`, row stride kv_stride). Keys are reduced in j order, so the bits
+// are those of attend() over the same rows laid out contiguously; n_keys may
+// exceed ring_rows (a faulty window reads slots twice), first_slot < ring_rows.
+void attend_ring(KernelPath path, const float* q, size_t group, const void* k, const void* v,
+                 size_t ring_rows, size_t first_slot, KvDtype dtype, size_t kv_stride,
+                 size_t n_keys, size_t dim, float scale, float* scores, float* out);
+
 // LayerNorm (biased variance, two-pass) and RMSNorm over one row of `width`.
 //   x, y: [width];  gain, bias: [width] (bias may be nullptr). y may alias x.
 void layer_norm(KernelPath path, const float* x, const float* gain, const float* bias, size_t width,
@@ -93,6 +102,9 @@ void attend(const float* q, size_t group, const void* k, const void* v, KvDtype 
 void attend_paged(const float* q, size_t group, const void* const* k_blocks,
                   const void* const* v_blocks, size_t block_rows, KvDtype dtype, size_t kv_stride,
                   size_t n_keys, size_t dim, float scale, float* scores, float* out);
+void attend_ring(const float* q, size_t group, const void* k, const void* v, size_t ring_rows,
+                 size_t first_slot, KvDtype dtype, size_t kv_stride, size_t n_keys, size_t dim,
+                 float scale, float* scores, float* out);
 void layer_norm(const float* x, const float* gain, const float* bias, size_t width, float eps,
                 float* y);
 void rms_norm(const float* x, const float* gain, size_t width, float eps, float* y);

@@ -40,13 +40,13 @@ void attend(const float* q, size_t group, const void* k, const void* v, KvDtype 
                scores, out);
 }
 
-void attend_paged(const float* q, size_t group, const void* const* k_blocks,
-                  const void* const* v_blocks, size_t block_rows, KvDtype dtype, size_t kv_stride,
-                  size_t n_keys, size_t dim, float scale, float* scores, float* out) {
-  const size_t row_bytes = kv_row_bytes(dtype, kv_stride);
-  const auto row = [&](const void* const* blocks, size_t j) {
-    return static_cast<const unsigned char*>(blocks[j / block_rows]) + (j % block_rows) * row_bytes;
-  };
+namespace {
+
+// The reference attention over keys 0..n_keys-1, key j's K and V rows at
+// row(k_or_v, j) (contiguous, paged and ring storage differ only there).
+template <class Row>
+void attend_rows(const float* q, size_t group, const Row& row, KvDtype dtype, size_t kv_stride,
+                 size_t n_keys, size_t dim, float scale, float* scores, float* out) {
   for (size_t g = 0; g < group; ++g) {
     const float* q_head = q + g * dim;
     float* p = scores + g * n_keys;
@@ -56,7 +56,7 @@ void attend_paged(const float* q, size_t group, const void* const* k_blocks,
       continue;
     }
     for (size_t j = 0; j < n_keys; ++j) {
-      const auto* k_row = row(k_blocks, j);
+      const auto* k_row = row(true, j);
       float dot = 0.0f;
       for (size_t d = 0; d < dim; ++d) dot += q_head[d] * kv_load(k_row, dtype, kv_stride, d);
       p[j] = dot * scale;
@@ -71,11 +71,35 @@ void attend_paged(const float* q, size_t group, const void* const* k_blocks,
     }
     std::fill(out_head, out_head + dim, 0.0f);
     for (size_t j = 0; j < n_keys; ++j) {
-      const auto* v_row = row(v_blocks, j);
+      const auto* v_row = row(false, j);
       for (size_t d = 0; d < dim; ++d) out_head[d] += p[j] * kv_load(v_row, dtype, kv_stride, d);
     }
     for (size_t d = 0; d < dim; ++d) out_head[d] /= sum;
   }
+}
+
+}  // namespace
+
+void attend_paged(const float* q, size_t group, const void* const* k_blocks,
+                  const void* const* v_blocks, size_t block_rows, KvDtype dtype, size_t kv_stride,
+                  size_t n_keys, size_t dim, float scale, float* scores, float* out) {
+  const size_t row_bytes = kv_row_bytes(dtype, kv_stride);
+  const auto row = [&](bool key, size_t j) {
+    const void* const* blocks = key ? k_blocks : v_blocks;
+    return static_cast<const unsigned char*>(blocks[j / block_rows]) + (j % block_rows) * row_bytes;
+  };
+  attend_rows(q, group, row, dtype, kv_stride, n_keys, dim, scale, scores, out);
+}
+
+void attend_ring(const float* q, size_t group, const void* k, const void* v, size_t ring_rows,
+                 size_t first_slot, KvDtype dtype, size_t kv_stride, size_t n_keys, size_t dim,
+                 float scale, float* scores, float* out) {
+  const size_t row_bytes = kv_row_bytes(dtype, kv_stride);
+  const auto row = [&](bool key, size_t j) {
+    return static_cast<const unsigned char*>(key ? k : v) +
+           ((first_slot + j) % ring_rows) * row_bytes;
+  };
+  attend_rows(q, group, row, dtype, kv_stride, n_keys, dim, scale, scores, out);
 }
 
 void layer_norm(const float* x, const float* gain, const float* bias, size_t width, float eps,

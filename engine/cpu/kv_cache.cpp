@@ -3,21 +3,36 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <utility>
 
 namespace kvcheck::cpu {
 
-KvCache::KvCache(int n_layers, int rows, int capacity, int n_kv_heads, int head_dim, KvDtype dtype)
+KvCache::KvCache(int n_layers, int rows, int capacity, int n_kv_heads, int head_dim, KvDtype dtype,
+                 std::vector<int> layer_slots)
     : n_layers_(n_layers),
       rows_(rows),
       capacity_(capacity),
       n_kv_heads_(n_kv_heads),
       head_dim_(head_dim),
       dtype_(dtype),
-      slot_bytes_(kv_row_bytes(dtype, size_t(head_dim))) {
-  const size_t total = size_t(n_layers) * rows * row_bytes();
+      slot_bytes_(kv_row_bytes(dtype, size_t(head_dim))),
+      slots_(layer_slots.empty() ? std::vector<int>(size_t(n_layers), capacity)
+                                 : std::move(layer_slots)) {
+  size_t total = 0;
+  for (int l = 0; l < n_layers; ++l) {
+    layer_offset_.push_back(total);
+    total += size_t(rows) * row_bytes(l);
+  }
   k_.resize(total);
   v_.resize(total);
   for (int r = 0; r < rows; ++r) clear_row(r);
+}
+
+bool KvCache::uneven() const {
+  for (int s : slots_) {
+    if (s != capacity_) return true;
+  }
+  return false;
 }
 
 void KvCache::clear_row(int row, int layers) {
@@ -30,10 +45,13 @@ void KvCache::poison_slots(int row, int first, int end, int layers) {
   if (first >= end) return;
   const int n = layers < 0 ? n_layers_ : std::min(layers, n_layers_);
   for (int l = 0; l < n; ++l) {
+    // A ring holds fewer slots: the ones past it do not exist.
+    const int layer_end = std::min(end, slots_[size_t(l)]);
+    if (first >= layer_end) continue;
     for (int g = 0; g < n_kv_heads_; ++g) {
       for (std::vector<uint8_t>* block : {&k_, &v_}) {
         uint8_t* base = block->data() + offset(l, row, g, first);
-        for (int s = first; s < end; ++s, base += slot_bytes_) {
+        for (int s = first; s < layer_end; ++s, base += slot_bytes_) {
           kv_poison_row(base, dtype_, size_t(head_dim_));
         }
       }
@@ -51,8 +69,8 @@ bool KvCache::poisoned(bool key, int layer, int row, int kv_head, int slot, int 
 
 void KvCache::copy_slots(int from, int to, int n) {
   if (from == to || n <= 0) return;
-  const size_t bytes = size_t(n) * slot_bytes_;
   for (int l = 0; l < n_layers_; ++l) {
+    const size_t bytes = size_t(std::min(n, slots_[size_t(l)])) * slot_bytes_;
     for (int g = 0; g < n_kv_heads_; ++g) {
       std::memcpy(k(l, to, g, 0), k(l, from, g, 0), bytes);
       std::memcpy(v(l, to, g, 0), v(l, from, g, 0), bytes);
@@ -63,8 +81,8 @@ void KvCache::copy_slots(int from, int to, int n) {
 void KvCache::copy_row(int from, int to) {
   if (from == to) return;
   for (int l = 0; l < n_layers_; ++l) {
-    std::memmove(k_.data() + offset(l, to, 0, 0), k_.data() + offset(l, from, 0, 0), row_bytes());
-    std::memmove(v_.data() + offset(l, to, 0, 0), v_.data() + offset(l, from, 0, 0), row_bytes());
+    std::memmove(k_.data() + offset(l, to, 0, 0), k_.data() + offset(l, from, 0, 0), row_bytes(l));
+    std::memmove(v_.data() + offset(l, to, 0, 0), v_.data() + offset(l, from, 0, 0), row_bytes(l));
   }
 }
 

@@ -2,7 +2,9 @@
 // sequence's own slots. Slot s of a row holds the key/value at that row's
 // s-th cached position. Heads are outermost within a row so that a decode
 // over one KV head streams contiguous memory. Paged storage uses the same
-// layout with a row per pool block and capacity = the block size.
+// layout with a row per pool block and capacity = the block size. A layer
+// may keep fewer slots per row than the capacity: a sliding-window layer's
+// ring of W slots (docs/OPERATIONS.md, "Sliding windows").
 #pragma once
 
 #include <cstdint>
@@ -15,11 +17,18 @@ namespace kvcheck::cpu {
 
 class KvCache {
  public:
-  KvCache(int n_layers, int rows, int capacity, int n_kv_heads, int head_dim, KvDtype dtype);
+  // layer_slots: [n_layers] slots per row of each layer (empty: capacity for
+  // every layer; each entry in [1, capacity]).
+  KvCache(int n_layers, int rows, int capacity, int n_kv_heads, int head_dim, KvDtype dtype,
+          std::vector<int> layer_slots = {});
 
   KvDtype dtype() const { return dtype_; }
   int capacity() const { return capacity_; }
   int rows() const { return rows_; }
+  // Slots per row of `layer`: the capacity, or a windowed layer's ring.
+  int slots(int layer) const { return slots_[size_t(layer)]; }
+  // True when some layer keeps fewer slots than the capacity.
+  bool uneven() const;
 
   // Start of slot `slot` of (layer, row, kv_head); slots of one head are
   // contiguous with stride kv_row_bytes(dtype, head_dim).
@@ -56,22 +65,28 @@ class KvCache {
   std::span<const uint8_t> k_bytes() const { return k_; }
   std::span<const uint8_t> v_bytes() const { return v_; }
 
-  // Exactly 2 * layers * rows * capacity * kv_heads * kv_row_bytes(dtype,
-  // head_dim): head_dim * sizeof(dtype), plus the scales for q8_0.
+  // Exactly 2 * rows * kv_heads * kv_row_bytes(dtype, head_dim) * (sum over
+  // layers of their slots: capacity, or W for a windowed layer's ring);
+  // kv_row_bytes is head_dim * sizeof(dtype), plus the scales for q8_0.
   uint64_t bytes() const { return k_.size() + v_.size(); }
 
  private:
   size_t offset(int layer, int row, int kv_head, int slot) const {
-    return (((size_t(layer) * rows_ + row) * n_kv_heads_ + kv_head) * capacity_ + slot) *
-           slot_bytes_;
+    const size_t slots = size_t(slots_[size_t(layer)]);
+    return layer_offset_[size_t(layer)] +
+           ((size_t(row) * n_kv_heads_ + kv_head) * slots + slot) * slot_bytes_;
   }
-  size_t row_bytes() const { return size_t(n_kv_heads_) * capacity_ * slot_bytes_; }
+  size_t row_bytes(int layer) const {
+    return size_t(n_kv_heads_) * size_t(slots_[size_t(layer)]) * slot_bytes_;
+  }
 
   int n_layers_, rows_, capacity_, n_kv_heads_, head_dim_;
   KvDtype dtype_;
-  size_t slot_bytes_;       // kv_row_bytes(dtype, head_dim): one head's slot
-  std::vector<uint8_t> k_;  // [layer][row][kv_head][slot][slot_bytes_]
-  std::vector<uint8_t> v_;  // [layer][row][kv_head][slot][slot_bytes_]
+  size_t slot_bytes_;                 // kv_row_bytes(dtype, head_dim): one head's slot
+  std::vector<int> slots_;            // [layer] slots per row
+  std::vector<size_t> layer_offset_;  // [layer] byte offset of the layer's rows
+  std::vector<uint8_t> k_;            // [layer][row][kv_head][slots(layer)][slot_bytes_]
+  std::vector<uint8_t> v_;            // [layer][row][kv_head][slots(layer)][slot_bytes_]
 };
 
 }  // namespace kvcheck::cpu

@@ -201,7 +201,16 @@ rc::Gen<ScenarioGenes> scenario_genes(Emphasis emphasis) {
       rc::gen::set(&ScenarioGenes::prefix_cache, rarely_true(1, 2)),
       rc::gen::set(
           &ScenarioGenes::pool_slack,
-          weighted_gen<int>({{3, rc::gen::just(-1)}, {1, rc::gen::just(0)}, {3, between(1, 6)}})));
+          weighted_gen<int>({{3, rc::gen::just(-1)}, {1, rc::gen::just(0)}, {3, between(1, 6)}})),
+      // No window (the shrink target) a third of the time; else W small against
+      // the prompts (rings that wrap, chunks across the edge) or as long.
+      rc::gen::set(&ScenarioGenes::sliding_window,
+                   weighted_gen<int>({{2, rc::gen::just(0)},
+                                      {2, between(1, 4)},
+                                      {1, between(1, 16)},
+                                      {1, between(1, kMaxPrompt)}})),
+      rc::gen::set(&ScenarioGenes::window_pattern,
+                   weighted_gen<int>({{3, rc::gen::just(0)}, {1, between(2, 3)}})));
 }
 
 namespace {
@@ -363,6 +372,15 @@ Scenario decode(const ScenarioGenes& genes, const EngineTraits& traits,
 
   // Paged storage and a prefix cache only where the engine declares them.
   s.block_size = ops.paged ? std::clamp(genes.block_size, 0, 32) : 0;
+  // A sliding window where the engine declares one, on contiguous storage
+  // only: no engine combines it with paged storage, fork or truncate
+  // (traits_exclude), so a windowed scenario draws no fork or truncation,
+  // and paged scenarios (the prefix cache's faults live there) keep theirs.
+  if (ops.sliding_window && !model && s.block_size == 0) {
+    c.sliding_window = std::clamp(genes.sliding_window, 0, kMaxPrompt + kMaxDecode);
+    c.sliding_window_pattern = std::clamp(genes.window_pattern, 0, kMaxLayers);
+  }
+  const bool windowed = c.sliding_window > 0;
   s.prefix_cache = s.block_size > 0 && ops.prefix_cache && genes.prefix_cache;
   // A hit needs a prompt longer than a block: prefix scenarios keep B in 1..4.
   if (s.prefix_cache) s.block_size = 1 + (s.block_size - 1) % 4;
@@ -411,7 +429,7 @@ Scenario decode(const ScenarioGenes& genes, const EngineTraits& traits,
       const int length = held[size_t(target)];
       const int amount = std::max(0, op.amount) % (length + 1);
       if (op.truncate) {
-        if (!ops.truncate || length == 0) continue;
+        if (!ops.truncate || windowed || length == 0) continue;
         const int to_boundary =
             length % snap_block != 0 ? length % snap_block : std::min(length, snap_block);
         const int n = op.snap == 2 ? length : op.snap == 1 ? to_boundary : amount;
@@ -419,7 +437,7 @@ Scenario decode(const ScenarioGenes& genes, const EngineTraits& traits,
         held[size_t(target)] -= n;
         continue;
       }
-      if (!ops.fork || forks == 4 || running_now >= limits.max_rows) continue;
+      if (!ops.fork || windowed || forks == 4 || running_now >= limits.max_rows) continue;
       const int n = op.snap == 2   ? length
                     : op.snap == 1 ? length / snap_block * snap_block
                                    : amount;
@@ -569,7 +587,10 @@ Coverage& Coverage::operator|=(const Coverage& o) {
                       &Coverage::prefix_cache,
                       &Coverage::flush,
                       &Coverage::small_pool,
-                      &Coverage::shared_prompt}) {
+                      &Coverage::shared_prompt,
+                      &Coverage::window,
+                      &Coverage::window_wraps,
+                      &Coverage::window_straddle}) {
     this->*member = this->*member || o.*member;
   }
   return *this;
@@ -618,8 +639,13 @@ Coverage coverage(const Scenario& s) {
             prefill = true;
             if (had_one_token_chunk[i]) cov.one_token_chunk = true;
           }
+          const int W = c.sliding_window;
+          if (W > 0 && fed[i] / W != (fed[i] + chunk.length - 1) / W && chunk.length > 1) {
+            cov.window_straddle = true;
+          }
           fed[i] += chunk.length;
           if (fed[i] == s.capacity) cov.at_capacity = true;
+          if (W > 0 && fed[i] > W) cov.window_wraps = true;
         }
         cov.mixed_step = cov.mixed_step || (prefill && decode_token);
         break;
@@ -654,6 +680,7 @@ Coverage coverage(const Scenario& s) {
     }
   }
   cov.paged = s.block_size > 0;
+  cov.window = c.sliding_window > 0;
   cov.prefix_cache = s.prefix_cache;
   cov.small_pool = s.pool_blocks > 0;
   return cov;

@@ -98,6 +98,12 @@ struct ScenarioGenes {
   // ceil(longest content / B) - 1 + slack blocks, small enough that
   // sequences compete, cached blocks are evicted and steps are refused.
   int pool_slack = -1;
+  // Sliding windows (engines that declare them; docs/OPERATIONS.md): 0 none,
+  // else W, drawn below and above the prompts and chunks; the pattern makes
+  // every N-th layer global (0: all windowed). Last in the build so that the
+  // genes above draw what they drew before windows existed.
+  int sliding_window = 0;
+  int window_pattern = 0;
 
   bool operator==(const ScenarioGenes&) const = default;
 };
@@ -143,7 +149,10 @@ struct Coverage {
   bool fork = false, fork_mid_block = false, fork_at_boundary = false;
   bool truncate = false, truncate_to_zero = false, truncate_across_blocks = false;
   bool prefix_cache = false, flush = false, small_pool = false;
-  bool shared_prompt = false;  // a sequence starts with a whole block of an earlier one's tokens
+  bool shared_prompt = false;    // a sequence starts with a whole block of an earlier one's tokens
+  bool window = false;           // a sliding window
+  bool window_wraps = false;     // a windowed sequence holds more than W tokens (the ring wraps)
+  bool window_straddle = false;  // a chunk crosses the ring's edge (a multiple of W)
 
   // Every tag either side has (coverage over many scenarios).
   Coverage& operator|=(const Coverage& other);

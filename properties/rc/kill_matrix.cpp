@@ -43,6 +43,10 @@ const std::vector<CatalogueEntry>& fault_catalogue() {
       {Fault::kPrefixHashOnly, {P::kOracle, P::kCacheState, P::kPrefix}, 9, 9},
       {Fault::kPrefixHitExtraBlock, {P::kCacheState}, 12, 10},
       {Fault::kRefusalLeavesHalfTable, {P::kOracle, P::kPool}, 0, 6},
+      // Sliding windows (docs/FAULTS.md derives the sizes; W is not counted).
+      {Fault::kWindowOffByOne, {P::kOracle}, 5, 5},
+      {Fault::kWindowPerChunk, {P::kOracle, P::kChunking}, 7, 7},
+      {Fault::kRingIndexUnwrapped, {P::kOracle, P::kCacheState}, 6, 6},
   };
   return entries;
 }

@@ -330,6 +330,14 @@ class Parser {
       const int n = parse_int(line, "truncate count", next_word(rest));
       expect_end(line, key, rest);
       add_call(line, Call::truncate(sequence, n));
+    } else if (key == "sliding_window" || key == "sliding_window_pattern") {
+      // Optional config keys (absent = 0): files without a window stay valid.
+      once(line, key);
+      const std::string_view value = next_word(rest);
+      expect_end(line, key, rest);
+      Config& config = c_.scenario.config;
+      (key == "sliding_window" ? config.sliding_window : config.sliding_window_pattern) =
+          parse_int(line, key, value, 0);
     } else if (key == "block_size" || key == "pool_blocks") {
       once(line, key);
       const std::string_view value = next_word(rest);
@@ -362,8 +370,9 @@ class Parser {
       fail_at(line,
               "unknown key " + quoted(key) +
                   "; expected one of note, property, fault, backend, engine, model, model_hash, "
-                  "the model and engine fields (family ... kv_dtype, block_size, pool_blocks, "
-                  "prefix_cache), sequence, start, step, finish, reset, fork, truncate, flush, "
+                  "the model and engine fields (family ... kv_dtype, sliding_window, "
+                  "sliding_window_pattern, block_size, pool_blocks, prefix_cache), sequence, "
+                  "start, step, finish, reset, fork, truncate, flush, "
                   "verdict, where, summary "
                   "(docs/CASE_FORMAT.md)");
     }
@@ -657,6 +666,10 @@ std::string print_case(const CaseFile& c) {
   out << "rope_theta " << exact(config.rope_theta) << "\n";
   out << "norm_eps " << exact(config.norm_eps) << "\n";
   out << "qkv_bias " << (config.qkv_bias ? "true" : "false") << "\n";
+  if (config.sliding_window > 0) {
+    out << "sliding_window " << config.sliding_window << "\n";
+    out << "sliding_window_pattern " << config.sliding_window_pattern << "\n";
+  }
   out << "weight_seed " << s.weight_seed << "\n";
   out << "\n# engine\n";
   out << "capacity " << s.capacity << "\n";

@@ -286,6 +286,14 @@ void model_candidates(const Scenario& s, CandidateList& out) {
   for (int v : smaller_values(config.d_model, 1, {2, 4})) with([&](Config& c) { c.d_model = v; });
   for (int v : smaller_values(config.d_ff, 1, {2, 4})) with([&](Config& c) { c.d_ff = v; });
   if (config.qkv_bias) with([](Config& c) { c.qkv_bias = false; });
+  // No window, smaller windows (down to 1), every layer windowed.
+  for (int v : smaller_values(config.sliding_window, 0, {1, 2})) {
+    with([&](Config& c) {
+      c.sliding_window = v;
+      if (v == 0) c.sliding_window_pattern = 0;
+    });
+  }
+  if (config.sliding_window_pattern != 0) with([](Config& c) { c.sliding_window_pattern = 0; });
 
   // A smaller vocabulary: ids taken modulo the new size, or ranked.
   std::set<int32_t> distinct;
@@ -387,8 +395,8 @@ void token_candidates(const Scenario& s, CandidateList& out) {
 int64_t shrink_complexity(const Scenario& s) {
   const Config& c = s.config;
   int64_t total = int64_t(c.d_model) + c.d_ff + c.head_dim + c.n_kv_heads + c.vocab + c.max_pos +
-                  s.capacity + s.max_rows + s.block_size + s.pool_blocks +
-                  (s.prefix_cache ? 1 : 0) + (c.qkv_bias ? 1 : 0) +
+                  s.capacity + s.max_rows + s.block_size + s.pool_blocks + c.sliding_window +
+                  c.sliding_window_pattern + (s.prefix_cache ? 1 : 0) + (c.qkv_bias ? 1 : 0) +
                   (s.kv_dtype != KvDtype::kF32 ? 1 : 0);
   for (const auto& tokens : s.sequences) {
     total += int64_t(tokens.size());

@@ -30,13 +30,14 @@ Op try_step(std::vector<std::pair<int, int>> e) {
 }
 
 bool MinimalCase::cpu_only() const {
-  return kv_dtype == KvDtype::kQ8_0;
+  return kv_dtype == KvDtype::kQ8_0 || sliding_window > 0;
 }
 
 Outcome run_minimal_case(const MinimalCase& m, FaultSet faults, const MakeEngine& make_engine) {
   Config c = m.family == Family::kGpt2 ? gpt2_tiny() : llama_tiny();
   c.n_layers = m.n_layers, c.n_heads = m.n_heads, c.n_kv_heads = m.n_kv_heads;
   if (m.head_dim > 0) c.head_dim = m.head_dim;
+  c.sliding_window = m.sliding_window;
   EngineOptions o;
   o.kv_dtype = m.kv_dtype;
   o.capacity = m.capacity;
@@ -274,6 +275,52 @@ const std::vector<MinimalCase>& minimal_cases() {
        KvDtype::kF32,
        0,
        2},
+      // Sliding windows: W=1 sees one key, the fault none; W=2 over one
+      // 3-token chunk: row 2 re-reads the ring from the chunk's first window
+      // (3 keys, k2 twice); W=1, a 2-token chunk: token 1 is written past
+      // the ring and reads token 0's K/V.
+      {Fault::kWindowOffByOne,
+       F::kGpt2,
+       1,
+       1,
+       1,
+       4,
+       {start(), step({{0, 1}})},
+       0,
+       KvDtype::kF32,
+       0,
+       0,
+       false,
+       {},
+       1},
+      {Fault::kWindowPerChunk,
+       F::kGpt2,
+       1,
+       1,
+       1,
+       4,
+       {start(), step({{0, 3}})},
+       0,
+       KvDtype::kF32,
+       0,
+       0,
+       false,
+       {},
+       2},
+      {Fault::kRingIndexUnwrapped,
+       F::kGpt2,
+       1,
+       1,
+       1,
+       4,
+       {start(), step({{0, 2}})},
+       0,
+       KvDtype::kF32,
+       0,
+       0,
+       false,
+       {},
+       1},
   };
   return cases;
 }

@@ -47,8 +47,10 @@ struct MinimalCase {
   int pool_blocks = 0;  // paged: 0 the engine's default
   bool prefix_cache = false;
   std::vector<std::vector<int32_t>> prompts = {};  // [sequence] its tokens; empty: random ones
+  int sliding_window = 0;                          // Config::sliding_window (every layer)
 
-  // Uses what only the CPU engine offers (docs/OPERATIONS.md): q8_0 K/V.
+  // Uses what only the CPU engine offers (docs/OPERATIONS.md): q8_0 K/V,
+  // sliding windows.
   bool cpu_only() const;
 };
 

@@ -487,6 +487,50 @@ TEST(Attend, PagedRowsGiveTheContiguousBits) {
   });
 }
 
+// A sliding-window ring: the window's rows stored from any first slot of a
+// ring of R rows (wrapping past its end) give the bits of the same rows laid
+// out contiguously, on every path, target and dtype.
+TEST(Attend, RingRowsGiveTheContiguousBits) {
+  for_each_simd_target([](const std::string&) {
+    Rng rng(kSeed + 10);
+    for (KvDtype dtype : {KvDtype::kF32, KvDtype::kF16, KvDtype::kQ8_0}) {
+      for (size_t dim : {8, 17, 64}) {
+        for (size_t n_keys : {1, 5, 33}) {
+          const size_t group = 3, stride = dim;
+          const KvRows k = random_kv(rng, dtype, n_keys, dim, stride);
+          const KvRows v = random_kv(rng, dtype, n_keys, dim, stride);
+          const auto q = random_vector(rng, group * dim, -3.0f, 3.0f);
+          const float scale = 1.0f / std::sqrt(static_cast<float>(dim));
+          const size_t row = kv_row_bytes(dtype, stride);
+          for (size_t ring : {n_keys, n_keys + 1, n_keys + 7}) {
+            for (size_t first : {size_t{0}, ring / 2, ring - 1}) {
+              std::vector<unsigned char> k_ring(ring * row), v_ring(ring * row);  // [ring][row]
+              for (size_t j = 0; j < n_keys; ++j) {
+                const size_t at = ((first + j) % ring) * row;
+                std::memcpy(k_ring.data() + at,
+                            static_cast<const unsigned char*>(k.data()) + j * row, row);
+                std::memcpy(v_ring.data() + at,
+                            static_cast<const unsigned char*>(v.data()) + j * row, row);
+              }
+              for (KernelPath path : {KernelPath::kScalar, KernelPath::kSimd}) {
+                std::vector<float> scores(attend_scratch_floats(group, n_keys));
+                std::vector<float> contiguous(group * dim), ringed(group * dim);
+                attend(path, q.data(), group, k.data(), v.data(), dtype, stride, n_keys, dim, scale,
+                       scores.data(), contiguous.data());
+                attend_ring(path, q.data(), group, k_ring.data(), v_ring.data(), ring, first, dtype,
+                            stride, n_keys, dim, scale, scores.data(), ringed.data());
+                ASSERT_TRUE(same_bits(ringed.data(), contiguous.data(), group * dim))
+                    << kv_dtype_name(dtype) << " dim=" << dim << " keys=" << n_keys
+                    << " ring=" << ring << " first=" << first;
+              }
+            }
+          }
+        }
+      }
+    }
+  });
+}
+
 // With one key the softmax weight is exactly 1, so the output is the stored
 // value row widened: checks widening of every bf16 and f16 bit pattern,
 // subnormals, infinities and NaN included, against the scalar widening.

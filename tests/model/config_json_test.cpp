@@ -95,6 +95,21 @@ struct BadJson {
   const char* message;
 };
 
+// The window fields are optional: absent they are 0, and a config without a
+// window writes neither (old files and metadata stay byte for byte).
+TEST(ConfigJson, SlidingWindowIsOptionalAndRoundTrips) {
+  Config c = unusual_config();
+  EXPECT_FALSE(config_to_json(c).contains("sliding_window"));
+  c.sliding_window = 5;
+  c.sliding_window_pattern = 3;
+  const json j = config_to_json(c);
+  EXPECT_EQ(j.at("sliding_window"), 5);
+  EXPECT_EQ(j.at("sliding_window_pattern"), 3);
+  const Result<Config> back = config_from_json(json::parse(j.dump()));
+  ASSERT_TRUE(back.ok()) << back.error();
+  EXPECT_EQ(back.value(), c);
+}
+
 TEST(ConfigJson, RejectsWithFieldAndValue) {
   const BadJson cases[] = {
       {"string for int", [](json& j) { j["n_heads"] = "four"; },
@@ -130,6 +145,10 @@ TEST(ConfigJson, RejectsWithFieldAndValue) {
        "config: n_kv_heads: 3 does not divide n_heads 4"},
       {"negative width", [](json& j) { j["d_model"] = -1; },
        "config: d_model: -1 is out of range [1, 65536]"},
+      {"negative window", [](json& j) { j["sliding_window"] = -1; },
+       "config: sliding_window: -1 is out of range [0, 1048576]"},
+      {"window pattern not an int", [](json& j) { j["sliding_window_pattern"] = "2"; },
+       "config.sliding_window_pattern: expected an integer, got \"2\""},
   };
   for (const BadJson& bad : cases) {
     json j = config_to_json(gpt2_tiny());

@@ -234,5 +234,64 @@ TEST(Oracle, OnlyGpt2SeesAbsolutePosition) {
   }
 }
 
+// A windowed layer's token at p attends to p - W < q <= p only. With one
+// layer nothing else carries earlier tokens forward, so the logits at p must
+// not change when a token at or before p - W changes, and must change when
+// the token at p - W + 1 (the window's oldest) does.
+TEST(Oracle, SlidingWindowMasksTokensOutsideTheWindow) {
+  for (Config c : {gpt2_gqa(), llama_gqa()}) {
+    SCOPED_TRACE(family_name(c.family));
+    c.n_layers = 1;
+    const int W = 3, p = 6;
+    c.sliding_window = W;
+    const Weights weights = init_weights(c, 5);
+    const std::vector<int32_t> tokens = some_tokens(p + 1, c.vocab, 2);
+    const Output base = forward(c, weights, tokens);
+    const auto logits_at_p = [&](const Output& out) {
+      return std::vector<double>(out.logits.begin() + size_t(p) * c.vocab,
+                                 out.logits.begin() + size_t(p + 1) * c.vocab);
+    };
+    for (int changed = 0; changed <= p; ++changed) {
+      std::vector<int32_t> other = tokens;
+      other[size_t(changed)] = (other[size_t(changed)] + 1) % c.vocab;
+      const Output out = forward(c, weights, other);
+      if (changed <= p - W) {
+        EXPECT_EQ(logits_at_p(out), logits_at_p(base)) << "token " << changed;
+      } else {
+        EXPECT_NE(logits_at_p(out), logits_at_p(base)) << "token " << changed;
+      }
+    }
+    // Without the window the token at p - W is seen.
+    c.sliding_window = 0;
+    std::vector<int32_t> other = tokens;
+    other[size_t(p - W)] = (other[size_t(p - W)] + 1) % c.vocab;
+    EXPECT_NE(logits_at_p(forward(c, weights, other)), logits_at_p(forward(c, weights, tokens)));
+  }
+}
+
+// The pattern picks the windowed layers as Gemma's sliding_window_pattern:
+// every N-th layer (l + 1 divisible by N) is global; a window wider than the
+// prompt changes nothing.
+TEST(Oracle, SlidingWindowPatternAndWideWindows) {
+  Config c = llama_gqa();
+  c.n_layers = 4;
+  c.sliding_window = 2;
+  c.sliding_window_pattern = 2;
+  EXPECT_TRUE(c.windowed(0));
+  EXPECT_FALSE(c.windowed(1));
+  EXPECT_TRUE(c.windowed(2));
+  EXPECT_FALSE(c.windowed(3));
+  c.sliding_window_pattern = 1;
+  for (int l = 0; l < 4; ++l) EXPECT_TRUE(c.windowed(l));
+  const std::vector<int32_t> tokens = some_tokens(5, c.vocab, 1);
+  Config wide = c;
+  wide.sliding_window = 5;
+  Config none = c;
+  none.sliding_window = 0;
+  const Weights weights = init_weights(c, 9);
+  EXPECT_EQ(forward(wide, weights, tokens).logits, forward(none, weights, tokens).logits);
+  EXPECT_NE(forward(c, weights, tokens).logits, forward(none, weights, tokens).logits);
+}
+
 }  // namespace
 }  // namespace kvcheck::oracle

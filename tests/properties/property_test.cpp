@@ -136,12 +136,15 @@ TEST(Generators, EveryOperationCoverageTagOccursWhenTheEngineDeclaresThem) {
   // The CPU engine declares q8_0: drawn with two scale blocks per head too.
   EXPECT_TRUE(seen.q8_multi_block);
   EXPECT_TRUE(seen.prefix_cache && seen.flush && seen.small_pool && seen.shared_prompt);
+  // Windows smaller than the prompts (rings that wrap), chunks across the edge.
+  EXPECT_TRUE(seen.window && seen.window_wraps && seen.window_straddle);
   // Without the operations declared, none is drawn; without q8_0, no q8_0.
   const rc::Gen<Scenario> strict = rcgen::scenario();
   for (uint64_t seed = 1; seed <= 100; ++seed) {
     const Scenario s = strict(rc::Random(seed), int(seed % 101)).value();
     const rcgen::Coverage c = rcgen::coverage(s);
-    EXPECT_FALSE(c.paged || c.fork || c.truncate || c.prefix_cache || c.flush || c.small_pool)
+    EXPECT_FALSE(c.paged || c.fork || c.truncate || c.prefix_cache || c.flush || c.small_pool ||
+                 c.window)
         << seed;
     EXPECT_NE(s.kv_dtype, KvDtype::kQ8_0) << seed;
   }
@@ -157,6 +160,7 @@ TEST(Generators, TheCudaTraitsDrawEveryOperationAndNoQ8) {
     const Scenario s = scenarios(rc::Random(seed), int(seed % 101)).value();
     ASSERT_EQ(s.validate(), "") << s.to_text();
     ASSERT_NE(s.kv_dtype, KvDtype::kQ8_0) << seed;
+    ASSERT_EQ(s.config.sliding_window, 0) << seed;  // the CUDA engine declares no windows
     seen |= rcgen::coverage(s);
   }
   EXPECT_TRUE(seen.paged && seen.fork && seen.fork_mid_block && seen.fork_at_boundary);

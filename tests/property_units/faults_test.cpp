@@ -75,6 +75,13 @@ const std::vector<FaultCase>& fault_cases() {
       {Fault::kPrefixHitExtraBlock, {{P::kCacheState, 3, 0, 1, 0, 0, 1, 1}}},
       // The refused step leaves s0 with a block for no token.
       {Fault::kRefusalLeavesHalfTable, {{P::kPool, 1, -1, -1}}},
+      // W=1: position 0 attends to nothing.
+      {Fault::kWindowOffByOne, {{P::kOracle, 1, 0, 0}}},
+      // W=2, one 3-token chunk: row 2 reads 3 keys (k2 twice); token by
+      // token it reads k1, k2.
+      {Fault::kWindowPerChunk, {{P::kOracle, 1, 0, 2}, {P::kChunking, 1, 0, 2}}},
+      // W=1, a 2-token chunk: position 1's write is lost, the ring keeps k0.
+      {Fault::kRingIndexUnwrapped, {{P::kOracle, 1, 0, 1}, {P::kCacheState, 1, 0, 1, 0, 0, 1, 1}}},
   };
   return cases;
 }
@@ -140,9 +147,15 @@ TEST(Faults, EveryFaultIsKilledOnTheRichScenario) {
   // equivalent in gpt2 (no RoPE), so only llama must kill it.
   for (Family family : {Family::kGpt2, Family::kLlama}) {
     for (KvDtype dtype : {KvDtype::kF32, KvDtype::kBF16, KvDtype::kF16, KvDtype::kQ8_0}) {
-      const Scenario scenario = rich_scenario(family, 4, 2, dtype);
+      const Scenario plain = rich_scenario(family, 4, 2, dtype);
+      // The window faults on the same schedule with windows of 2 in the even
+      // layers (every second layer global, Gemma's pattern).
+      Scenario windowed = plain;
+      windowed.config.sliding_window = 2;
+      windowed.config.sliding_window_pattern = 2;
       for (int f = 0; f < kFaultCount; ++f) {
         const Fault fault = static_cast<Fault>(f);
+        const Scenario& scenario = fault_needs(fault) == "sliding_window" ? windowed : plain;
         if (fault == Fault::kRopeReapplied && family == Family::kGpt2) continue;
         // The rich scenario has no fork, truncation, paged storage or prefix cache.
         if (fault_needs(fault) == "truncate" || fault_needs(fault) == "paged" ||

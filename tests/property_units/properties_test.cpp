@@ -56,6 +56,51 @@ TEST(Properties, CorrectEnginePassesEveryPropertyOnTheRichScenario) {
   }
 }
 
+// The rich scenario (resets, finishes with compaction, ragged batches, chunks
+// at capacity) with windows of 2 and 5 in the even layers and every layer:
+// every property holds on both kernel paths, P10 comparing them.
+TEST(Properties, EveryPropertyPassesOnTheRichScenarioWithSlidingWindows) {
+  for (const auto& [window, pattern] : {std::pair{2, 2}, std::pair{5, 0}}) {
+    for (Family family : {Family::kGpt2, Family::kLlama}) {
+      Scenario scenario = rich_scenario(family, 4, 2, KvDtype::kBF16);
+      scenario.config.sliding_window = window;
+      scenario.config.sliding_window_pattern = pattern;
+      ASSERT_EQ(scenario.validate(), "");
+      EngineUnderTest subject(cpu_engine_factory(FaultSet(), KernelPath::kOptimized),
+                              cpu_engine_traits_with_operations(KernelPath::kOptimized));
+      subject.reference = std::make_shared<const EngineUnderTest>(
+          cpu_engine_factory(FaultSet(), KernelPath::kReference),
+          cpu_engine_traits_with_operations(KernelPath::kReference));
+      for (int i = 0; i < kPropertyCount; ++i) {
+        const Verdict v = check_property(static_cast<Property>(i), scenario, subject);
+        SCOPED_TRACE(std::string(family_name(family)) + " W=" + std::to_string(window));
+        EXPECT_TRUE(v.passed) << describe(v);
+      }
+    }
+  }
+}
+
+// An engine that does not declare windows gets a windowed scenario as not
+// applicable, naming the window; one that does gets a window combined with
+// fork or truncate as not applicable too (no engine combines them).
+TEST(Properties, WindowsAreNotApplicableWhereTheEngineLacksThem) {
+  Scenario scenario = rich_scenario(Family::kGpt2, 4, 2, KvDtype::kF32);
+  scenario.config.sliding_window = 3;
+  const Verdict lacking = check_property(
+      Property::kOracle, scenario, EngineUnderTest(cpu_engine_factory(), cpu_engine_traits()));
+  EXPECT_FALSE(lacking.applicable);
+  EXPECT_NE(lacking.summary.find("the engine lacks sliding_window 3 (sliding windows)"),
+            std::string::npos)
+      << lacking.summary;
+  Scenario forked = operations_scenario(Family::kGpt2, 0, KvDtype::kF32);
+  forked.config.sliding_window = 3;
+  const Verdict combined =
+      check_property(Property::kOracle, forked,
+                     EngineUnderTest(cpu_engine_factory(), cpu_engine_traits_with_operations()));
+  EXPECT_FALSE(combined.applicable);
+  EXPECT_NE(combined.summary.find("with a sliding window"), std::string::npos) << combined.summary;
+}
+
 TEST(Properties, EveryPropertyPassesOnThePrefixScenario) {
   for (Family family : {Family::kGpt2, Family::kLlama}) {
     for (int block : {1, 2, 3}) {

@@ -199,6 +199,18 @@ Scenario minimal_fault_scenario(Fault fault) {
       s.pool_blocks = 1;
       s.calls = {S(0), P({{0, 2}})};
       break;
+    case Fault::kWindowOffByOne:
+      s.config.sliding_window = 1;
+      s.calls = {S(0), P({{0, 1}})};
+      break;
+    case Fault::kWindowPerChunk:
+      s.config.sliding_window = 2;
+      s.calls = {S(0), P({{0, 3}})};
+      break;
+    case Fault::kRingIndexUnwrapped:
+      s.config.sliding_window = 1;
+      s.calls = {S(0), P({{0, 2}})};
+      break;
     case Fault::kCount:
       break;
   }

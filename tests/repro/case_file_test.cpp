@@ -161,9 +161,11 @@ std::vector<Malformed> malformed_cases() {
        "reads version 1)"},
       {"unknown key", with_line("backend", "colour blue"),
        "line 7: unknown key \"colour\"; expected one of note, property, fault, backend, engine, "
-       "model, model_hash, the model and engine fields (family ... kv_dtype, block_size, "
-       "pool_blocks, prefix_cache), sequence, start, step, finish, reset, fork, truncate, flush, "
-       "verdict, where, summary (docs/CASE_FORMAT.md)"},
+       "model, model_hash, the model and engine fields (family ... kv_dtype, sliding_window, "
+       "sliding_window_pattern, block_size, pool_blocks, prefix_cache), sequence, start, step, "
+       "finish, reset, fork, truncate, flush, verdict, where, summary (docs/CASE_FORMAT.md)"},
+      {"negative window", with_line("backend", "sliding_window -2"),
+       "line 7: sliding_window: expected an integer in [0, 2147483647], got \"-2\""},
       {"model without hash", with_line("backend", "model /tmp/my model"),
        "line 7: model: expected a line \"model_hash fnv1a64:...\" too (the hash of the "
        "checkpoint's files)"},
@@ -185,7 +187,8 @@ std::vector<Malformed> malformed_cases() {
        "capacity_wraps, truncate_noop, truncate_keeps_position, reset_clears_layer0_only, "
        "cow_skipped, fork_shares_partial_block, freed_block_still_referenced, refcount_leak, "
        "block_aliasing, kv_scale_dropped, kv_scale_per_tensor, kv_scale_shared_kv, "
-       "prefix_hash_only, prefix_hit_extra_block, refusal_leaves_half_table"},
+       "prefix_hash_only, prefix_hit_extra_block, refusal_leaves_half_table, window_off_by_one, "
+       "window_per_chunk, ring_index_unwrapped"},
       {"trailing comma in faults", with_line("fault", "fault kv_swapped,"),
        "line 6: fault: expected a fault name after the last comma"},
       {"empty backend", with_line("backend", "backend  "),
@@ -291,6 +294,21 @@ TEST(CaseFile, RecordsTheCheckpointOfAModelRun) {
   ASSERT_TRUE(parsed.ok()) << parsed.error();
   EXPECT_EQ(parsed.value(), c);
   EXPECT_TRUE(parse_case(kSampleText).value().model_path.empty());
+}
+
+// The window keys (docs/OPERATIONS.md, "Sliding windows") are written only
+// when a window is set and read back; files without them keep W = 0.
+TEST(CaseFile, RoundTripsASlidingWindow) {
+  CaseFile c = sample_case();
+  c.scenario.config.sliding_window = 3;
+  c.scenario.config.sliding_window_pattern = 2;
+  const std::string text = print_case(c);
+  EXPECT_NE(text.find("\nsliding_window 3\nsliding_window_pattern 2\n"), std::string::npos) << text;
+  const Result<CaseFile> parsed = parse_case(text);
+  ASSERT_TRUE(parsed.ok()) << parsed.error();
+  EXPECT_EQ(parsed.value(), c);
+  EXPECT_EQ(print_case(sample_case()).find("sliding_window"), std::string::npos);
+  EXPECT_EQ(parse_case(kSampleText).value().scenario.config.sliding_window, 0);
 }
 
 TEST(CaseFile, RefusesMalformedFilesWithLineAndExpectation) {

@@ -52,6 +52,9 @@ inline const std::vector<FaultTarget>& fault_targets() {
         P::kCacheState,  // prefix_hash_only
         P::kCacheState,  // prefix_hit_extra_block
         P::kPool,        // refusal_leaves_half_table
+        P::kOracle,      // window_off_by_one
+        P::kOracle,      // window_per_chunk
+        P::kCacheState,  // ring_index_unwrapped
     };
     static_assert(std::size(property_of) == size_t(kFaultCount));
     std::vector<FaultTarget> out;

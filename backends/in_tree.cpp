@@ -53,6 +53,10 @@ void declare_table_operations(OperationTraits& o) {
 EngineTraits cpu_engine_traits_with_operations(KernelPath kernels) {
   EngineTraits t = cpu_engine_traits(kernels);
   declare_table_operations(t.operations);
+  // Context shift: contiguous storage only (a paged scenario's erase or
+  // shift is refused; the generators never draw them together).
+  t.operations.erase = true;
+  t.operations.shift = true;
   return t;
 }
 

@@ -56,6 +56,12 @@ constexpr std::array<FaultInfo, kFaultCount> kFaults = {{
     {"refusal_leaves_half_table",
      "a refused allocation leaves a half-built block table (TensorRT-LLM PR #12510 invariants)",
      "paged"},
+    {"shift_keeps_k",
+     "context shift moves positions without re-rotating K (llama.cpp #12357 class: gibberish "
+     "after a shift)",
+     "shift"},
+    {"shift_rotates_v", "context shift rotates V as well as K (llama.cpp #12357 class)", "shift"},
+    {"shift_wrong_sign", "context shift rotates K by -delta (llama.cpp #12357 class)", "shift"},
 }};
 
 }  // namespace

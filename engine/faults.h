@@ -47,6 +47,10 @@ enum class Fault : uint8_t {
   kPrefixHashOnly,          // a prefix match on an 8-bit hash, tokens never compared
   kPrefixHitExtraBlock,     // a one-block hit also takes the next cached block and writes into it
   kRefusalLeavesHalfTable,  // a refused step keeps the blocks it took before running dry
+  // Context shift (erase and shift, RoPE models).
+  kShiftKeepsK,     // shift moves the positions but does not re-rotate the keys
+  kShiftRotatesV,   // shift re-rotates the values as well as the keys
+  kShiftWrongSign,  // shift re-rotates the keys by -delta
   kCount
 };
 

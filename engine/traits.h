@@ -41,6 +41,8 @@ struct OperationTraits {
   bool pool_report = false;    // Engine::pool() (P13 pool accounting)
   bool storage_check = false;  // Engine::unheld_storage_check() (P13 re-poisoning)
   bool prefix_cache = false;   // EngineOptions::prefix_cache, reused(), flush_prefix_cache() (P15)
+  bool erase = false;          // Engine::erase (P16 context shift)
+  bool shift = false;          // Engine::shift (P16 context shift)
 };
 
 // Limits as constraints: a scenario outside them is not applicable.

@@ -77,6 +77,11 @@ struct OpGenes {
   int child_tokens = 1;   // fork: tokens the child is fed afterwards
   bool child_finishes = false;
   bool flush = false;  // instead: flush the prefix cache (scenarios that have one)
+  // Instead (RoPE models with contiguous storage, engines that declare erase
+  // and shift): 1 a context shift, erase n = amount cells from position
+  // keep = child_tokens and shift the rest by -n; 2 erase the tail from
+  // keep. Both keep the positions contiguous, so `held` stays the content.
+  int context_shift = 0;
 
   bool operator==(const OpGenes&) const = default;
 };
@@ -144,6 +149,8 @@ struct Coverage {
   bool truncate = false, truncate_to_zero = false, truncate_across_blocks = false;
   bool prefix_cache = false, flush = false, small_pool = false;
   bool shared_prompt = false;  // a sequence starts with a whole block of an earlier one's tokens
+  bool erase = false, shift = false;
+  bool shifts_in_a_row = false;  // one sequence shifted twice or more
 
   // Every tag either side has (coverage over many scenarios).
   Coverage& operator|=(const Coverage& other);

@@ -43,6 +43,11 @@ const std::vector<CatalogueEntry>& fault_catalogue() {
       {Fault::kPrefixHashOnly, {P::kOracle, P::kCacheState, P::kPrefix}, 9, 9},
       {Fault::kPrefixHitExtraBlock, {P::kCacheState}, 12, 10},
       {Fault::kRefusalLeavesHalfTable, {P::kOracle, P::kPool}, 0, 6},
+      // Context shift (docs/FAULTS.md): P6 sees the moved cell's K or V
+      // right after the shift (6); the logits need one more decode (8).
+      {Fault::kShiftKeepsK, {P::kOracle, P::kCacheState}, 8, 6},
+      {Fault::kShiftRotatesV, {P::kOracle, P::kCacheState}, 8, 6},
+      {Fault::kShiftWrongSign, {P::kOracle, P::kCacheState}, 8, 6},
   };
   return entries;
 }

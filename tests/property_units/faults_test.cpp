@@ -75,6 +75,10 @@ const std::vector<FaultCase>& fault_cases() {
       {Fault::kPrefixHitExtraBlock, {{P::kCacheState, 3, 0, 1, 0, 0, 1, 1}}},
       // The refused step leaves s0 with a block for no token.
       {Fault::kRefusalLeavesHalfTable, {{P::kPool, 1, -1, -1}}},
+      // The shift of the one cached cell (call 2): its K (or V) is wrong.
+      {Fault::kShiftKeepsK, {{P::kCacheState, 2, 0, 0, 0, 0, 0, 0}}},
+      {Fault::kShiftRotatesV, {{P::kCacheState, 2, 0, 0, 0, 0, 0, 0}}},
+      {Fault::kShiftWrongSign, {{P::kCacheState, 2, 0, 0, 0, 0, 0, 0}}},
   };
   return cases;
 }
@@ -144,9 +148,10 @@ TEST(Faults, EveryFaultIsKilledOnTheRichScenario) {
       for (int f = 0; f < kFaultCount; ++f) {
         const Fault fault = static_cast<Fault>(f);
         if (fault == Fault::kRopeReapplied && family == Family::kGpt2) continue;
-        // The rich scenario has no fork, truncation, paged storage or prefix cache.
+        // The rich scenario has no fork, truncation, paged storage, prefix
+        // cache, erase or shift.
         if (fault_needs(fault) == "truncate" || fault_needs(fault) == "paged" ||
-            fault_needs(fault) == "prefix_cache") {
+            fault_needs(fault) == "prefix_cache" || fault_needs(fault) == "shift") {
           continue;
         }
         // The scale faults live in q8_0 storage only.

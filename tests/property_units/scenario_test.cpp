@@ -41,7 +41,10 @@ TEST(Scenario, SizeMatchesTheFaultCatalogue) {
                                          {Fault::kKvScaleSharedKv, 5},
                                          {Fault::kPrefixHashOnly, 9},
                                          {Fault::kPrefixHitExtraBlock, 10},
-                                         {Fault::kRefusalLeavesHalfTable, 6}};
+                                         {Fault::kRefusalLeavesHalfTable, 6},
+                                         {Fault::kShiftKeepsK, 6},
+                                         {Fault::kShiftRotatesV, 6},
+                                         {Fault::kShiftWrongSign, 6}};
   for (const auto& [fault, size] : sizes) {
     EXPECT_EQ(minimal_fault_scenario(fault).size(), size) << fault_name(fault);
   }

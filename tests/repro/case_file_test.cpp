@@ -163,7 +163,7 @@ std::vector<Malformed> malformed_cases() {
        "line 7: unknown key \"colour\"; expected one of note, property, fault, backend, engine, "
        "model, model_hash, the model and engine fields (family ... kv_dtype, block_size, "
        "pool_blocks, prefix_cache), sequence, start, step, finish, reset, fork, truncate, flush, "
-       "verdict, where, summary (docs/CASE_FORMAT.md)"},
+       "erase, shift, verdict, where, summary (docs/CASE_FORMAT.md)"},
       {"model without hash", with_line("backend", "model /tmp/my model"),
        "line 7: model: expected a line \"model_hash fnv1a64:...\" too (the hash of the "
        "checkpoint's files)"},
@@ -185,7 +185,8 @@ std::vector<Malformed> malformed_cases() {
        "capacity_wraps, truncate_noop, truncate_keeps_position, reset_clears_layer0_only, "
        "cow_skipped, fork_shares_partial_block, freed_block_still_referenced, refcount_leak, "
        "block_aliasing, kv_scale_dropped, kv_scale_per_tensor, kv_scale_shared_kv, "
-       "prefix_hash_only, prefix_hit_extra_block, refusal_leaves_half_table"},
+       "prefix_hash_only, prefix_hit_extra_block, refusal_leaves_half_table, shift_keeps_k, "
+       "shift_rotates_v, shift_wrong_sign"},
       {"trailing comma in faults", with_line("fault", "fault kv_swapped,"),
        "line 6: fault: expected a fault name after the last comma"},
       {"empty backend", with_line("backend", "backend  "),

@@ -52,6 +52,9 @@ inline const std::vector<FaultTarget>& fault_targets() {
         P::kCacheState,  // prefix_hash_only
         P::kCacheState,  // prefix_hit_extra_block
         P::kPool,        // refusal_leaves_half_table
+        P::kCacheState,  // shift_keeps_k
+        P::kCacheState,  // shift_rotates_v
+        P::kCacheState,  // shift_wrong_sign
     };
     static_assert(std::size(property_of) == size_t(kFaultCount));
     std::vector<FaultTarget> out;

@@ -37,9 +37,9 @@ SchedulePlan plan_schedule(const Scenario& scenario) {
     if (!plan.segments[s].empty()) plan.segments[s].back().tokens = plan.content[s];
   };
   // A shifted sequence gets a segment after every call that changes it,
-  // whose reference is the replay of its history so far.
+  // whose reference is the replay of its history so far (the caller closes
+  // a plain segment before changing the content).
   const auto open_history = [&](size_t s, int call) {
-    close(s);
     plan.segments[s].push_back({call, plan.content[s], {}, plan.history[s]});
   };
   const auto feeds = [](const std::vector<oracle::Event>& history) {
@@ -154,6 +154,7 @@ SchedulePlan plan_schedule(const Scenario& scenario) {
         // reference replays the history (docs/OPERATIONS.md).
         plan.plain[q] = false;
         plan.shifted[q] = true;
+        close(q);  // what it held before this call
         if (call.kind == Call::Kind::kErase) {
           std::vector<int32_t>& c = plan.cells[q];
           std::vector<bool> kept(c.size());  // [cell]

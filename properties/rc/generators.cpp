@@ -160,7 +160,7 @@ rc::Gen<OpGenes> op_genes() {
       rc::gen::set(&OpGenes::child_tokens, between(0, 8)),
       rc::gen::set(&OpGenes::child_finishes, rarely_true(2, 1)),
       rc::gen::set(&OpGenes::flush, rarely_true(4, 1)),
-      rc::gen::set(&OpGenes::context_shift, weighted_choice<int>({{6, 0}, {3, 1}, {1, 2}})));
+      rc::gen::set(&OpGenes::context_shift, weighted_choice<int>({{6, 0}, {3, 1}, {1, 2}, {1, 3}})));
 }
 
 }  // namespace
@@ -420,9 +420,14 @@ Scenario decode(const ScenarioGenes& genes, const EngineTraits& traits,
           held[size_t(target)] = keep;
           continue;
         }
-        s.calls.push_back(Call::erase(target, keep, keep + n));
-        if (keep + n < length) s.calls.push_back(Call::shift(target, keep + n, c.max_pos, -n));
-        held[size_t(target)] -= n;
+        // 3: the same context shift twice in a row, while it fits.
+        for (int round = 0; round < (op.context_shift == 3 ? 2 : 1); ++round) {
+          const int now = held[size_t(target)];
+          if (keep + n > now) break;
+          s.calls.push_back(Call::erase(target, keep, keep + n));
+          if (keep + n < now) s.calls.push_back(Call::shift(target, keep + n, c.max_pos, -n));
+          held[size_t(target)] -= n;
+        }
         continue;
       }
       if (op.truncate) {

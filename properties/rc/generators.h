@@ -80,7 +80,8 @@ struct OpGenes {
   // Instead (RoPE models with contiguous storage, engines that declare erase
   // and shift): 1 a context shift, erase n = amount cells from position
   // keep = child_tokens and shift the rest by -n; 2 erase the tail from
-  // keep. Both keep the positions contiguous, so `held` stays the content.
+  // keep; 3 the context shift of 1 twice in a row. All keep the positions
+  // contiguous, so `held` stays the content.
   int context_shift = 0;
 
   bool operator==(const OpGenes&) const = default;

@@ -262,7 +262,8 @@ void BasicSequenceTable<kFaults>::erase(SequenceId id, int p0, int p1, const Mov
     const int p = positions[size_t(i)];
     if (p >= p0 && p < p1) continue;
     int run = 1;
-    while (i + run < s.length && (positions[size_t(i + run)] < p0 || positions[size_t(i + run)] >= p1)) {
+    while (i + run < s.length &&
+           (positions[size_t(i + run)] < p0 || positions[size_t(i + run)] >= p1)) {
       ++run;
     }
     if (kept != i) move(storage_row(s.row), s.slot_base + i, s.slot_base + kept, run);
@@ -302,10 +303,10 @@ void BasicSequenceTable<kFaults>::shift(SequenceId id, int p0, int p1, int delta
     if (p < p0 || p >= p1) continue;
     const long long to = (long long)p + delta;
     if (to < 0 || to >= max_pos_) {
-      throw EngineError(EngineError::Kind::kBadBatch,
-                        who + ": position " + std::to_string(p) + " + delta " +
-                            std::to_string(delta) + " leaves [0, max_pos " +
-                            std::to_string(max_pos_) + ")");
+      throw EngineError(EngineError::Kind::kBadBatch, who + ": position " + std::to_string(p) +
+                                                          " + delta " + std::to_string(delta) +
+                                                          " leaves [0, max_pos " +
+                                                          std::to_string(max_pos_) + ")");
     }
     p = int32_t(to);
   }
@@ -314,12 +315,12 @@ void BasicSequenceTable<kFaults>::shift(SequenceId id, int p0, int p1, int delta
   if (std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end()) {
     throw EngineError(EngineError::Kind::kBadBatch,
                       who + ": shifting [" + std::to_string(p0) + ", " + std::to_string(p1) +
-                          ") by " + std::to_string(delta) +
-                          " makes two cells hold one position");
+                          ") by " + std::to_string(delta) + " makes two cells hold one position");
   }
   if (delta == 0 || moved == positions) return;
   for (int i = 0; i < s.length; ++i) {
-    if (moved[size_t(i)] != positions[size_t(i)]) rotate(storage_row(s.row), s.slot_base + i, delta);
+    if (moved[size_t(i)] != positions[size_t(i)])
+      rotate(storage_row(s.row), s.slot_base + i, delta);
   }
   s.positions = std::move(moved);
   row_position_[size_t(s.row)] = s.position_base + s.next_position();

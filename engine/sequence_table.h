@@ -6,8 +6,8 @@
 // construction.
 #pragma once
 
-#include <cstdint>
 #include <algorithm>
+#include <cstdint>
 #include <functional>
 #include <map>
 #include <span>

@@ -133,7 +133,8 @@ class ScheduleState {
         cells_[size_t(call.sequence)].resize(size_t(held_[size_t(call.sequence)]));
         break;
       case Call::Kind::kErase:
-        held_[size_t(call.sequence)] -= erase_cells(cells_[size_t(call.sequence)], call.p0, call.p1);
+        held_[size_t(call.sequence)] -=
+            erase_cells(cells_[size_t(call.sequence)], call.p0, call.p1);
         break;
       case Call::Kind::kShift:
         shift_cells(cells_[size_t(call.sequence)], call.p0, call.p1, call.delta,
@@ -164,10 +165,10 @@ class ScheduleState {
   }
 
  private:
-  std::vector<int> fed_;             // [sequence] stream tokens fed
-  std::vector<int> held_;            // [sequence] content length
+  std::vector<int> fed_;                     // [sequence] stream tokens fed
+  std::vector<int> held_;                    // [sequence] content length
   std::vector<std::vector<int32_t>> cells_;  // [sequence][cell] position
-  std::vector<bool> running_flags_;  // [sequence]
+  std::vector<bool> running_flags_;          // [sequence]
   int running_ = 0;
   int longest_held_ = 0;
   int longest_position_ = 0;

@@ -168,13 +168,13 @@ CellOutput replay(const Config& config, const Weights& weights, std::span<const 
   const size_t KV = static_cast<size_t>(KVH) * D;
   // The cells: positions and, per layer, each cell's un-rotated key and its
   // value, exactly as computed when the token was fed.
-  std::vector<int32_t> positions;                              // [C]
+  std::vector<int32_t> positions;                                  // [C]
   std::vector<std::vector<double>> k_raw(static_cast<size_t>(L));  // [L][C * KVH * D]
   std::vector<std::vector<double>> v_of(static_cast<size_t>(L));   // [L][C * KVH * D]
   CellOutput out;
   std::vector<double> x(static_cast<size_t>(E)), h(x.size()), update(x.size());  // [E]
-  std::vector<double> q(static_cast<size_t>(H) * D), attended(q.size());          // [H][D]
-  std::vector<double> k(KV), v(KV);                                               // [KVH][D]
+  std::vector<double> q(static_cast<size_t>(H) * D), attended(q.size());         // [H][D]
+  std::vector<double> k(KV), v(KV);                                              // [KVH][D]
   MlpBuffers mlp_buffers{std::vector<double>(size_t(F)), std::vector<double>(size_t(F)),
                          std::vector<double>(size_t(F))};
   const auto fail = [](size_t i, const std::string& what) {
@@ -270,7 +270,8 @@ CellOutput replay(const Config& config, const Weights& weights, std::span<const 
         const std::vector<double> p = softmax(scores);
         for (int d = 0; d < D; ++d) {
           double sum = 0;
-          for (size_t c = 0; c < cells; ++c) sum += p[c] * v_of[size_t(l)][c * KV + size_t(g * D + d)];
+          for (size_t c = 0; c < cells; ++c)
+            sum += p[c] * v_of[size_t(l)][c * KV + size_t(g * D + d)];
           attended[size_t(hq * D + d)] = sum;
         }
       }

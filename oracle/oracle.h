@@ -38,7 +38,7 @@ Output forward(const Config& config, const Weights& weights, std::span<const int
 struct Event {
   enum class Kind : uint8_t { kFeed, kErase, kShift, kTruncate };
   Kind kind = Kind::kFeed;
-  int32_t token = 0;  // kFeed
+  int32_t token = 0;   // kFeed
   int p0 = 0, p1 = 0;  // kErase, kShift: positions [p0, p1)
   int delta = 0;       // kShift
   int n = 0;           // kTruncate: cells dropped from the end

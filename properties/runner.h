@@ -44,15 +44,15 @@ struct SchedulePlan {
   std::vector<bool> shared_step;  // [sequence] fed in a step together with another sequence
   // The operations: a plain sequence is never forked into and never
   // truncated, so its content is its stream (P2..P5, P9 solo runs need it).
-  std::vector<bool> plain;                       // [sequence]
-  std::vector<int> forked_from;                  // [sequence] parent, or -1
-  std::vector<bool> forked;                      // [sequence] some fork took from it
-  std::vector<bool> truncated;                   // [sequence] lost tokens to a truncation
+  std::vector<bool> plain;       // [sequence]
+  std::vector<int> forked_from;  // [sequence] parent, or -1
+  std::vector<bool> forked;      // [sequence] some fork took from it
+  std::vector<bool> truncated;   // [sequence] lost tokens to a truncation
   std::vector<bool> shifted;  // [sequence] its lineage holds an erase or shift (Segment::history)
   std::vector<std::vector<oracle::Event>> history;  // [sequence] every feed and operation so far
   std::vector<std::vector<int32_t>> cells;          // [sequence][cell] position it holds, last
-  std::vector<std::vector<Segment>> segments;    // [sequence][segment] in call order
-  std::vector<std::vector<int32_t>> content;     // [sequence][position] what it held last
+  std::vector<std::vector<Segment>> segments;       // [sequence][segment] in call order
+  std::vector<std::vector<int32_t>> content;        // [sequence][position] what it held last
   std::vector<std::vector<int>> content_stream;  // [sequence][position] stream index, -1 inherited
   std::vector<std::vector<int>> content_chunks;  // [sequence][chunk] how its content was fed
   int max_content = 0;                           // the longest content at any time
@@ -123,15 +123,15 @@ class ScenarioRunner {
   const Scenario& scenario_;
   std::unique_ptr<Engine> engine_;
   int vocab_;
-  std::vector<SequenceId> ids_;             // [sequence]
-  std::vector<bool> running_;               // [sequence]
-  std::vector<int> fed_;                    // [sequence] stream tokens fed
-  std::vector<int> held_;                   // [sequence] content length
+  std::vector<SequenceId> ids_;              // [sequence]
+  std::vector<bool> running_;                // [sequence]
+  std::vector<int> fed_;                     // [sequence] stream tokens fed
+  std::vector<int> held_;                    // [sequence] content length
   std::vector<std::vector<int32_t>> cells_;  // [sequence][cell] position (erase needs it)
-  std::vector<std::vector<float>> logits_;  // [sequence][position][V]
-  std::vector<std::vector<bool>> reused_;   // [sequence][stream index] logits not computed
-  std::vector<BatchEntry> batch_;           // [chunk] of the current step
-  std::vector<float> step_logits_;          // [tokens in step][V]
+  std::vector<std::vector<float>> logits_;   // [sequence][position][V]
+  std::vector<std::vector<bool>> reused_;    // [sequence][stream index] logits not computed
+  std::vector<BatchEntry> batch_;            // [chunk] of the current step
+  std::vector<float> step_logits_;           // [tokens in step][V]
 };
 
 // The scenario on a fresh engine built from its own config and weights.

@@ -177,7 +177,7 @@ void store_var(const double* value, double* var, double* bound, double* computed
 
 // Scratch of attend_var, sized once per pass.
 struct AttendScratch {
-  std::vector<double> p, var_sigma;           // [keys] one query head
+  std::vector<double> p, var_sigma;               // [keys] one query head
   std::vector<double> o_sum, o_var, o_magnitude;  // [D] one query head
 };
 
@@ -268,8 +268,14 @@ struct MlpScratch {
   std::vector<double> gate, var_gate;  // [F] llama
   std::vector<double> proj, var_proj;  // [E] the block's output
   MlpScratch(int E, int F)
-      : h(size_t(E)), var_h(size_t(E)), up(size_t(F)), var_up(size_t(F)), gate(size_t(F)),
-        var_gate(size_t(F)), proj(size_t(E)), var_proj(size_t(E)) {}
+      : h(size_t(E)),
+        var_h(size_t(E)),
+        up(size_t(F)),
+        var_up(size_t(F)),
+        gate(size_t(F)),
+        var_gate(size_t(F)),
+        proj(size_t(E)),
+        var_proj(size_t(E)) {}
 };
 
 // The feed-forward block of one position with its residual add, values and
@@ -277,8 +283,7 @@ struct MlpScratch {
 void mlp_var(bool gpt2, const LayerWeights& w, int E, int F, double eps, double* xt, double* vxt,
              MlpScratch& b) {
   const auto sz = [](int n) { return static_cast<size_t>(n); };
-  norm_var(gpt2, xt, vxt, w.mlp_norm, w.mlp_norm_bias, E, eps, b.h.data(),
-           b.var_h.data());
+  norm_var(gpt2, xt, vxt, w.mlp_norm, w.mlp_norm_bias, E, eps, b.h.data(), b.var_h.data());
   if (gpt2) {
     linear_var(w.w_up, w.b_up, b.h.data(), b.var_h.data(), E, F, b.up.data(), b.var_up.data());
     // GELU: the input variance through gelu'^2; rounding of inner =
@@ -313,12 +318,13 @@ void mlp_var(bool gpt2, const LayerWeights& w, int E, int F, double eps, double*
       const double derivative = sigma * (1 + g * (1 - sigma));
       const double y = silu * b.up[sz(i)];
       const double rounding = std::abs(y) * (kExpRelativeError * e * sigma + 3 * u);
-      b.var_up[sz(i)] = sq(derivative * b.up[sz(i)]) * b.var_gate[sz(i)] + sq(silu) * b.var_up[sz(i)] +
-                      sq(rounding);
+      b.var_up[sz(i)] = sq(derivative * b.up[sz(i)]) * b.var_gate[sz(i)] +
+                        sq(silu) * b.var_up[sz(i)] + sq(rounding);
       b.up[sz(i)] = y;
     }
   }
-  linear_var(w.w_down, w.b_down, b.up.data(), b.var_up.data(), F, E, b.proj.data(), b.var_proj.data());
+  linear_var(w.w_down, w.b_down, b.up.data(), b.var_up.data(), F, E, b.proj.data(),
+             b.var_proj.data());
   for (int e = 0; e < E; ++e) {
     xt[e] += b.proj[sz(e)];
     vxt[e] += b.var_proj[sz(e)] + sq(u * xt[e]);
@@ -430,8 +436,7 @@ ErrorBounds derive_error_bounds(const Config& config, const Weights& weights,
     for (int t = 0; t < T; ++t) {
       const int n_keys = t + 1;
       attend_var(q.data() + sz(t) * sz(Q), var_q.data() + sz(t) * sz(Q), k.data(), var_k.data(),
-                 v.data(), var_v.data(), n_keys, H, group, D, scratch, att.data(),
-                 var_att.data());
+                 v.data(), var_v.data(), n_keys, H, group, D, scratch, att.data(), var_att.data());
       linear_var(w.wo, w.bo, att.data(), var_att.data(), Q, E, proj.data(), var_proj.data());
       for (int e = 0; e < E; ++e) {
         const size_t at = sz(t) * sz(E) + sz(e);
@@ -474,11 +479,11 @@ HistoryBounds derive_history_bounds(const Config& config, const Weights& weights
   std::vector<Layer> cells(sz(L));
   std::vector<int32_t> positions;  // [C]
   HistoryBounds out;
-  std::vector<double> x(sz(E)), var_x(sz(E)), h(sz(E)), var_h(sz(E));  // [E] one position
+  std::vector<double> x(sz(E)), var_x(sz(E)), h(sz(E)), var_h(sz(E));      // [E] one position
   std::vector<double> q(sz(Q)), var_q(sz(Q)), att(sz(Q)), var_att(sz(Q));  // [H][D]
   std::vector<double> k(sz(KV)), var_k(sz(KV)), v(sz(KV)), var_v(sz(KV));  // [KVH][D]
-  std::vector<double> kb(sz(KV)), vb(sz(KV)), kc(sz(KV)), vc(sz(KV));     // [KVH][D]
-  std::vector<double> proj(sz(E)), var_proj(sz(E));                         // [E]
+  std::vector<double> kb(sz(KV)), vb(sz(KV)), kc(sz(KV)), vc(sz(KV));      // [KVH][D]
+  std::vector<double> proj(sz(E)), var_proj(sz(E));                        // [E]
   std::vector<double> inv_freq(sz(D / 2));  // [D/2] RoPE frequencies, as the engine's
   for (int i = 0; i < D / 2; ++i) inv_freq[sz(i)] = std::pow(config.rope_theta, -2.0 * i / D);
   std::vector<double> cos_angle(sz(D / 2)), sin_angle(sz(D / 2));  // [D/2]
@@ -515,9 +520,8 @@ HistoryBounds derive_history_bounds(const Config& config, const Weights& weights
     if (e.kind == Kind::kTruncate || e.kind == Kind::kErase) {
       std::vector<bool> kept(positions.size(), true);
       for (size_t i = 0; i < positions.size(); ++i) {
-        kept[i] = e.kind == Kind::kTruncate
-                      ? i + size_t(e.n) < positions.size()
-                      : positions[i] < e.p0 || positions[i] >= e.p1;
+        kept[i] = e.kind == Kind::kTruncate ? i + size_t(e.n) < positions.size()
+                                            : positions[i] < e.p0 || positions[i] >= e.p1;
       }
       keep(kept);
       continue;
@@ -556,8 +560,7 @@ HistoryBounds derive_history_bounds(const Config& config, const Weights& weights
       linear_var(w.wk, w.bk, h.data(), var_h.data(), E, KV, k.data(), var_k.data());
       linear_var(w.wv, w.bv, h.data(), var_h.data(), E, KV, v.data(), var_v.data());
       for (int hq = 0; hq < H; ++hq) {
-        rope_var(q.data() + hq * D, var_q.data() + hq * D, cos_angle, sin_angle, no_angle_error,
-                 D);
+        rope_var(q.data() + hq * D, var_q.data() + hq * D, cos_angle, sin_angle, no_angle_error, D);
       }
       for (int g = 0; g < KVH; ++g) {
         rope_var(k.data() + g * D, var_k.data() + g * D, cos_angle, sin_angle, no_angle_error, D);

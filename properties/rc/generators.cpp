@@ -160,7 +160,8 @@ rc::Gen<OpGenes> op_genes() {
       rc::gen::set(&OpGenes::child_tokens, between(0, 8)),
       rc::gen::set(&OpGenes::child_finishes, rarely_true(2, 1)),
       rc::gen::set(&OpGenes::flush, rarely_true(4, 1)),
-      rc::gen::set(&OpGenes::context_shift, weighted_choice<int>({{6, 0}, {3, 1}, {1, 2}, {1, 3}})));
+      rc::gen::set(&OpGenes::context_shift,
+                   weighted_choice<int>({{6, 0}, {3, 1}, {1, 2}, {1, 3}})));
 }
 
 }  // namespace

@@ -137,17 +137,15 @@ TEST(Shift, ContextShiftsMatchTheReplayWithinTheDerivedBound) {
   using oracle::Event;
   std::vector<Event> events;
   for (int32_t t : kTokens) events.push_back(Event::feed(t));
-  const std::vector<Event> shifts = {Event::erase(2, 4), Event::shift(4, 64, -2),
-                                     Event::feed(7),     Event::erase(0, 3),
-                                     Event::shift(3, 64, -3), Event::feed(1)};
+  const std::vector<Event> shifts = {Event::erase(2, 4), Event::shift(4, 64, -2), Event::feed(7),
+                                     Event::erase(0, 3), Event::shift(3, 64, -3), Event::feed(1)};
   events.insert(events.end(), shifts.begin(), shifts.end());
   const oracle::CellOutput exact = oracle::replay(c, w, events);
   for (KvDtype dtype : {KvDtype::kF32, KvDtype::kBF16, KvDtype::kF16, KvDtype::kQ8_0}) {
     const HistoryBounds bounds = derive_history_bounds(c, w, events, dtype);
     for (KernelPath path : {KernelPath::kReference, KernelPath::kOptimized}) {
       for (int f = -1; f < 3; ++f) {
-        const Fault faults[] = {Fault::kShiftKeepsK, Fault::kShiftRotatesV,
-                                Fault::kShiftWrongSign};
+        const Fault faults[] = {Fault::kShiftKeepsK, Fault::kShiftRotatesV, Fault::kShiftWrongSign};
         EngineOptions o = options(dtype);
         o.kernels = path;
         if (f >= 0) o.faults = FaultSet(faults[f]);
@@ -176,10 +174,10 @@ TEST(Shift, ContextShiftsMatchTheReplayWithinTheDerivedBound) {
               for (int d = 0; d < c.head_dim; ++d) {
                 const size_t at = (size_t(l) * C + cell) * KV + size_t(g * c.head_dim + d);
                 // q8_0: the worst-case scale bound (bounds.k), as P1 uses.
-                worst = std::max(worst, std::abs(snap.k_at(int(cell), g, d) - exact.k[at]) /
-                                            bounds.k[at]);
-                worst = std::max(worst, std::abs(snap.v_at(int(cell), g, d) - exact.v[at]) /
-                                            bounds.v[at]);
+                worst = std::max(worst,
+                                 std::abs(snap.k_at(int(cell), g, d) - exact.k[at]) / bounds.k[at]);
+                worst = std::max(worst,
+                                 std::abs(snap.v_at(int(cell), g, d) - exact.v[at]) / bounds.v[at]);
               }
             }
           }

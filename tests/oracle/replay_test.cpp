@@ -80,7 +80,7 @@ TEST(Replay, ShiftThereAndBackReturnsTheKeys) {
       replay(c, w, cat(feeds(kTokens), {Event::shift(2, 64, 5), Event::shift(7, 64, -5)}));
   EXPECT_EQ(there.positions, (std::vector<int32_t>{0, 1, 7, 8, 9, 10}));
   EXPECT_GT(largest_difference(there.k, plain.k), 1e-3);  // the moved keys did rotate
-  EXPECT_EQ(there.v, plain.v);                             // values never move
+  EXPECT_EQ(there.v, plain.v);                            // values never move
   EXPECT_EQ(back.positions, plain.positions);
   EXPECT_LT(largest_difference(back.k, plain.k), 1e-12);
 }
@@ -109,8 +109,7 @@ TEST(Replay, AContextShiftIsNotARecomputeOfWhatRemains) {
   const std::vector<double> last(recompute.logits.end() - c.vocab, recompute.logits.end());
   EXPECT_GT(largest_difference(last_row(shifted, c.vocab), last), 1e-6);
   // Erasing the tail is a truncation: then it is the recompute.
-  const CellOutput tail =
-      replay(c, w, cat(feeds(kTokens), {Event::erase(4, 64), Event::feed(7)}));
+  const CellOutput tail = replay(c, w, cat(feeds(kTokens), {Event::erase(4, 64), Event::feed(7)}));
   const Output cut = forward(c, w, std::vector<int32_t>{3, 17, 5, 40, 7});
   const std::vector<double> cut_last(cut.logits.end() - c.vocab, cut.logits.end());
   EXPECT_LT(largest_difference(last_row(tail, c.vocab), cut_last), 1e-12);

@@ -204,7 +204,8 @@ int main(int argc, char** argv) {
         const FaultSet set(static_cast<Fault>(f));
         const Verdict v = check_property(
             Property::kOracle, s,
-            EngineUnderTest(cpu_engine_factory(set, KernelPath::kOptimized), shifts ? cpu_engine_traits_with_operations() : cpu_engine_traits()));
+            EngineUnderTest(cpu_engine_factory(set, KernelPath::kOptimized),
+                            shifts ? cpu_engine_traits_with_operations() : cpu_engine_traits()));
         if (!v.passed) {
           ++fault_caught[f];
           // A refusal of a valid call fails P1 without a ratio.

@@ -239,22 +239,30 @@ void BasicSequenceTable<kFaults>::reset(const ClearRow& clear) {
 }
 
 template <bool kFaults>
-void BasicSequenceTable<kFaults>::erase(SequenceId id, int p0, int p1, const MoveSlots& move,
-                                        const PoisonSlots& poison) {
-  lookup(id, "erase");
-  const std::string who = "erase: sequence " + std::to_string(id);
+std::vector<int32_t> BasicSequenceTable<kFaults>::held_positions(SequenceId id, int p0, int p1,
+                                                                 const char* call) const {
+  const SequenceState& s = lookup(id, call);
+  const std::string who = std::string(call) + ": sequence " + std::to_string(id);
   if (p0 < 0 || p1 < p0) {
     throw EngineError(EngineError::Kind::kBadBatch, who + ": range [" + std::to_string(p0) + ", " +
                                                         std::to_string(p1) +
                                                         ") needs 0 <= p0 <= p1");
   }
   if (paged()) {
-    throw EngineError(EngineError::Kind::kBadBatch,
-                      who + ": erase needs contiguous storage (block_size 0) in this engine");
+    throw EngineError(
+        EngineError::Kind::kBadBatch,
+        who + ": " + call + " needs contiguous storage (block_size 0) in this engine");
   }
-  SequenceState& s = sequences_.at(id);
   std::vector<int32_t> positions(size_t(s.length));
   for (int i = 0; i < s.length; ++i) positions[size_t(i)] = s.position_of(i);
+  return positions;
+}
+
+template <bool kFaults>
+void BasicSequenceTable<kFaults>::erase(SequenceId id, int p0, int p1, const MoveSlots& move,
+                                        const PoisonSlots& poison) {
+  const std::vector<int32_t> positions = held_positions(id, p0, p1, "erase");
+  SequenceState& s = sequences_.at(id);
   // Cells move down over the erased ones, in slot order, in runs.
   int kept = 0;
   std::vector<int32_t> left;
@@ -284,20 +292,9 @@ void BasicSequenceTable<kFaults>::erase(SequenceId id, int p0, int p1, const Mov
 template <bool kFaults>
 void BasicSequenceTable<kFaults>::shift(SequenceId id, int p0, int p1, int delta,
                                         const RotateSlot& rotate) {
-  lookup(id, "shift");
+  const std::vector<int32_t> positions = held_positions(id, p0, p1, "shift");
   const std::string who = "shift: sequence " + std::to_string(id);
-  if (p0 < 0 || p1 < p0) {
-    throw EngineError(EngineError::Kind::kBadBatch, who + ": range [" + std::to_string(p0) + ", " +
-                                                        std::to_string(p1) +
-                                                        ") needs 0 <= p0 <= p1");
-  }
-  if (paged()) {
-    throw EngineError(EngineError::Kind::kBadBatch,
-                      who + ": shift needs contiguous storage (block_size 0) in this engine");
-  }
   SequenceState& s = sequences_.at(id);
-  std::vector<int32_t> positions(size_t(s.length));
-  for (int i = 0; i < s.length; ++i) positions[size_t(i)] = s.position_of(i);
   std::vector<int32_t> moved = positions;
   for (int32_t& p : moved) {
     if (p < p0 || p >= p1) continue;

@@ -218,6 +218,9 @@ class BasicSequenceTable {
   PrefixIndex index_;  // registered (full, written) blocks; refcount 0 ones are "cached"
 
   int take_row(const char* call);
+  // erase and shift: checks the sequence, the range [p0, p1) and the
+  // storage (kBadBatch naming `call`); the positions of its cells.
+  std::vector<int32_t> held_positions(SequenceId id, int p0, int p1, const char* call) const;
   int blocks_for(int slots) const { return (slots + block_size_ - 1) / block_size_; }
   bool cached(int block) const { return refcount_[size_t(block)] == 0 && index_.registered(block); }
   int cached_blocks() const;

@@ -332,6 +332,19 @@ class ExecEngine final : public Engine {
     call({{"op", "truncate"}, {"engine", id_}, {"sequence", sequence}, {"n", n}});
   }
 
+  void erase(SequenceId sequence, int p0, int p1) override {
+    call({{"op", "erase"}, {"engine", id_}, {"sequence", sequence}, {"p0", p0}, {"p1", p1}});
+  }
+
+  void shift(SequenceId sequence, int p0, int p1, int delta) override {
+    call({{"op", "shift"},
+          {"engine", id_},
+          {"sequence", sequence},
+          {"p0", p0},
+          {"p1", p1},
+          {"delta", delta}});
+  }
+
   int length(SequenceId sequence) const override {
     const Reply reply = call({{"op", "length"}, {"engine", id_}, {"sequence", sequence}});
     const int64_t n = session_->field(reply.control, "length", "length");
@@ -417,7 +430,8 @@ double exec_timeout_seconds(const BackendSpec& spec) {
 
 namespace {
 
-// A child that declares fork, truncate, pool_report or storage_check must
+// A child that declares fork, truncate, pool_report, storage_check, erase or
+// shift must
 // answer them: checked once, at resolve, so that a contradiction exits 2 with
 // the child's refusal (as a plugin's declared but NULL function does) instead
 // of failing every case that draws the operation. The probe creates an
@@ -432,7 +446,10 @@ namespace {
 void probe_declared_operations(const std::string& spec, const std::shared_ptr<Session>& session,
                                const EngineTraits& traits) {
   const OperationTraits& ops = traits.operations;
-  if (!ops.fork && !ops.truncate && !ops.pool_report && !ops.storage_check) return;
+  if (!ops.fork && !ops.truncate && !ops.pool_report && !ops.storage_check && !ops.erase &&
+      !ops.shift) {
+    return;
+  }
   constexpr SequenceId kNeverStarted = 987654321;
   EngineOptions options;
   options.capacity = 4;
@@ -448,10 +465,13 @@ void probe_declared_operations(const std::string& spec, const std::shared_ptr<Se
     } catch (const std::exception&) {
       return;  // not about the operations: the properties will see it
     }
-    for (const std::string op : {"fork", "truncate", "pool_report", "storage_check"}) {
+    for (const std::string op :
+         {"fork", "truncate", "pool_report", "storage_check", "erase", "shift"}) {
       try {
         if (op == "fork" && ops.fork) engine->fork(kNeverStarted, 0);
         if (op == "truncate" && ops.truncate) engine->truncate(kNeverStarted, 0);
+        if (op == "erase" && ops.erase) engine->erase(kNeverStarted, 0, 0);
+        if (op == "shift" && ops.shift) engine->shift(kNeverStarted, 0, 0, 0);
         if (op == "pool_report" && ops.pool_report) engine->pool();
         if (op == "storage_check" && ops.storage_check) engine->unheld_storage_check();
       } catch (const NotOffered& e) {

@@ -137,7 +137,9 @@ const kvcheck_plugin_v1 kTable = {KVCHECK_PLUGIN_ABI_VERSION,
                                   nullptr,   // fork: not offered (traits: false)
                                   nullptr,   // truncate
                                   nullptr,   // pool_json
-                                  nullptr};  // storage_check
+                                  nullptr,   // storage_check
+                                  nullptr,   // erase
+                                  nullptr};  // shift
 
 }  // namespace
 

@@ -81,7 +81,9 @@ const kvcheck_plugin_v1 kTable = {kAbi,    kSize,  traits_json, create, destroy,
 #endif
                                   nullptr,   // truncate
                                   nullptr,   // pool_json
-                                  nullptr};  // storage_check
+                                  nullptr,   // storage_check
+                                  nullptr,   // erase
+                                  nullptr};  // shift
 
 }  // namespace
 

@@ -39,6 +39,7 @@ EngineTraits plugin_traits() {
   EngineTraits t = cpu_engine_traits();
   OperationTraits& ops = t.operations;
   ops.fork = ops.truncate = ops.paged = ops.pool_report = ops.storage_check = true;
+  ops.erase = ops.shift = true;
   return t;
 }
 

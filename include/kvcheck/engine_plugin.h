@@ -138,8 +138,8 @@ typedef struct kvcheck_plugin_v1 {
   /* Adds delta to the positions of the cells in [p0, p1), re-rotating their
    * keys (values unchanged); KVCHECK_ERR_BAD_BATCH, changing nothing, when a
    * position would leave [0, max_pos) or two cells would hold one. */
-  int32_t (*shift)(kvcheck_engine* engine, int64_t sequence, int32_t p0, int32_t p1,
-                   int32_t delta, kvcheck_error* error);
+  int32_t (*shift)(kvcheck_engine* engine, int64_t sequence, int32_t p0, int32_t p1, int32_t delta,
+                   kvcheck_error* error);
 } kvcheck_plugin_v1;
 
 /* struct_size of a table that ends at `cache` (the first version of this

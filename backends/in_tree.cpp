@@ -103,6 +103,9 @@ Backend cpu_backend(const BackendSpec& spec, KernelPath kernels) {
   }
   Backend b;
   b.traits = cpu_engine_traits_with_operations(kernels);
+  // cpu?paged=B makes every scenario paged, where erase and shift are
+  // refused: they are then not applicable instead of failures.
+  if (paged > 0) b.traits.operations.erase = b.traits.operations.shift = false;
   b.make_factory = [kernels, paged, pool, prefix](FaultSet faults) {
     return cpu_engine_factory(faults, kernels, paged, pool, prefix);
   };

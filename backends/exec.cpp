@@ -344,6 +344,19 @@ class ExecEngine final : public Engine {
     call({{"op", "truncate"}, {"engine", id_}, {"sequence", sequence}, {"n", n}});
   }
 
+  void erase(SequenceId sequence, int p0, int p1) override {
+    call({{"op", "erase"}, {"engine", id_}, {"sequence", sequence}, {"p0", p0}, {"p1", p1}});
+  }
+
+  void shift(SequenceId sequence, int p0, int p1, int delta) override {
+    call({{"op", "shift"},
+          {"engine", id_},
+          {"sequence", sequence},
+          {"p0", p0},
+          {"p1", p1},
+          {"delta", delta}});
+  }
+
   int length(SequenceId sequence) const override {
     const Reply reply = call({{"op", "length"}, {"engine", id_}, {"sequence", sequence}});
     const int64_t n = session_->field(reply.control, "length", "length");
@@ -430,8 +443,8 @@ double exec_timeout_seconds(const BackendSpec& spec) {
 
 namespace {
 
-// A child that declares fork, truncate, pool_report, storage_check or
-// prefix_cache (probed with flush) must
+// A child that declares fork, truncate, pool_report, storage_check, erase,
+// shift or prefix_cache (probed with flush) must
 // answer them: checked once, at resolve, so that a contradiction exits 2 with
 // the child's refusal (as a plugin's declared but NULL function does) instead
 // of failing every case that draws the operation. The probe creates an
@@ -446,8 +459,10 @@ namespace {
 void probe_declared_operations(const std::string& spec, const std::shared_ptr<Session>& session,
                                const EngineTraits& traits) {
   const OperationTraits& ops = traits.operations;
-  if (!ops.fork && !ops.truncate && !ops.pool_report && !ops.storage_check && !ops.prefix_cache)
+  if (!ops.fork && !ops.truncate && !ops.pool_report && !ops.storage_check && !ops.erase &&
+      !ops.shift && !ops.prefix_cache) {
     return;
+  }
   constexpr SequenceId kNeverStarted = 987654321;
   EngineOptions options;
   options.capacity = 4;
@@ -463,10 +478,13 @@ void probe_declared_operations(const std::string& spec, const std::shared_ptr<Se
     } catch (const std::exception&) {
       return;  // not about the operations: the properties will see it
     }
-    for (const std::string op : {"fork", "truncate", "pool_report", "storage_check", "flush"}) {
+    for (const std::string op :
+         {"fork", "truncate", "pool_report", "storage_check", "erase", "shift", "flush"}) {
       try {
         if (op == "fork" && ops.fork) engine->fork(kNeverStarted, 0);
         if (op == "truncate" && ops.truncate) engine->truncate(kNeverStarted, 0);
+        if (op == "erase" && ops.erase) engine->erase(kNeverStarted, 0, 0);
+        if (op == "shift" && ops.shift) engine->shift(kNeverStarted, 0, 0, 0);
         if (op == "pool_report" && ops.pool_report) engine->pool();
         if (op == "storage_check" && ops.storage_check) engine->unheld_storage_check();
         if (op == "flush" && ops.prefix_cache) engine->flush_prefix_cache();

@@ -60,6 +60,10 @@ EngineTraits cpu_engine_traits_with_operations(KernelPath kernels) {
   // windows"); only the in-tree CPU backends declare them: the CUDA engine
   // and the transports (kvcheck-serve, the test plugin) do not.
   t.operations.sliding_window = true;
+  // Context shift: contiguous storage only (a paged scenario's erase or
+  // shift is refused; the generators never draw them together).
+  t.operations.erase = true;
+  t.operations.shift = true;
   return t;
 }
 
@@ -107,6 +111,9 @@ Backend cpu_backend(const BackendSpec& spec, KernelPath kernels) {
   Backend b;
   b.traits = cpu_engine_traits_with_operations(kernels);
   b.forces_pool = pool > 0;
+  // cpu?paged=B makes every scenario paged, where erase and shift are
+  // refused: they are then not applicable instead of failures.
+  if (paged > 0) b.traits.operations.erase = b.traits.operations.shift = false;
   b.make_factory = [kernels, paged, pool, prefix](FaultSet faults) {
     return cpu_engine_factory(faults, kernels, paged, pool, prefix);
   };

@@ -153,6 +153,19 @@ class PluginEngine final : public Engine {
     check("truncate", table().truncate(handle_, sequence, int32_t(n), &e), e);
   }
 
+  void erase(SequenceId sequence, int p0, int p1) override {
+    if (table().erase == nullptr) return Engine::erase(sequence, p0, p1);
+    kvcheck_error e{};
+    check("erase", table().erase(handle_, sequence, int32_t(p0), int32_t(p1), &e), e);
+  }
+
+  void shift(SequenceId sequence, int p0, int p1, int delta) override {
+    if (table().shift == nullptr) return Engine::shift(sequence, p0, p1, delta);
+    kvcheck_error e{};
+    check("shift", table().shift(handle_, sequence, int32_t(p0), int32_t(p1), int32_t(delta), &e),
+          e);
+  }
+
   // The same JSON as the engine protocol's pool reply, parsed by the same
   // parser (backends/exec_reply.h).
   PoolReport pool() const override {
@@ -268,7 +281,9 @@ void check_declared_operations(const std::string& path, const kvcheck_plugin_v1&
       {"storage_check", ops.storage_check && t.storage_check == nullptr,
        end_of(offsetof(kvcheck_plugin_v1, storage_check))},
       {"prefix_cache", ops.prefix_cache && (t.reused == nullptr || t.flush_prefix_cache == nullptr),
-       end_of(offsetof(kvcheck_plugin_v1, flush_prefix_cache))}};
+       end_of(offsetof(kvcheck_plugin_v1, flush_prefix_cache))},
+      {"erase", ops.erase && t.erase == nullptr, end_of(offsetof(kvcheck_plugin_v1, erase))},
+      {"shift", ops.shift && t.shift == nullptr, end_of(offsetof(kvcheck_plugin_v1, shift))}};
   for (const Declared& d : declared) {
     if (!d.contradiction) continue;
     throw InputError("--backend plugin:" + path + ": traits.operations." + d.name +

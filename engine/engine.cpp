@@ -59,6 +59,16 @@ void Engine::truncate(SequenceId, int) {
                                                       " (traits.operations.truncate is false)");
 }
 
+void Engine::erase(SequenceId, int, int) {
+  throw EngineError(EngineError::Kind::kBadBatch,
+                    "erase: not supported by " + name() + " (traits.operations.erase is false)");
+}
+
+void Engine::shift(SequenceId, int, int, int) {
+  throw EngineError(EngineError::Kind::kBadBatch,
+                    "shift: not supported by " + name() + " (traits.operations.shift is false)");
+}
+
 PoolReport Engine::pool() const {
   throw EngineError(EngineError::Kind::kBadBatch, "pool: not supported by " + name() +
                                                       " (traits.operations.pool_report is false)");

@@ -137,6 +137,16 @@ class Engine {
   // on as if they had never been fed.
   virtual void truncate(SequenceId sequence, int n);
 
+  // Context shift (docs/OPERATIONS.md, "Erase and shift"; RoPE models).
+  // erase: removes the cells holding positions [p0, p1), 0 <= p0 <= p1,
+  // leaving a gap in the positions; the next fed token goes at the largest
+  // cached position + 1. shift: adds delta to the positions of the cells in
+  // [p0, p1) and re-rotates their keys by delta (values unchanged); throws
+  // kBadBatch, changing nothing, when a position would go negative, reach
+  // max_pos or collide with a cell outside the range.
+  virtual void erase(SequenceId sequence, int p0, int p1);
+  virtual void shift(SequenceId sequence, int p0, int p1, int delta);
+
   // Paged storage: the pool's block counts, reference counts and tables.
   virtual PoolReport pool() const;
 

@@ -66,6 +66,12 @@ constexpr std::array<FaultInfo, kFaultCount> kFaults = {{
     {"ring_index_unwrapped",
      "a chunked write past the ring's end is not wrapped (transformers PR #47708 class)",
      "sliding_window"},
+    {"shift_keeps_k",
+     "context shift moves positions without re-rotating K (llama.cpp #12357 class: gibberish "
+     "after a shift)",
+     "shift"},
+    {"shift_rotates_v", "context shift rotates V as well as K (llama.cpp #12357 class)", "shift"},
+    {"shift_wrong_sign", "context shift rotates K by -delta (llama.cpp #12357 class)", "shift"},
 }};
 
 }  // namespace

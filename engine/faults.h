@@ -51,6 +51,10 @@ enum class Fault : uint8_t {
   kWindowOffByOne,      // once the window is full, its oldest key (p - W + 1) is dropped too
   kWindowPerChunk,      // a chunk's rows all start their window at the chunk's first row's
   kRingIndexUnwrapped,  // a chunk's ring slots run on from its first slot without wrapping
+  // Context shift (erase and shift, RoPE models).
+  kShiftKeepsK,     // shift moves the positions but does not re-rotate the keys
+  kShiftRotatesV,   // shift re-rotates the values as well as the keys
+  kShiftWrongSign,  // shift re-rotates the keys by -delta
   kCount
 };
 

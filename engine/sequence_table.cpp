@@ -103,6 +103,15 @@ void BasicSequenceTable<kFaults>::check_batch(std::span<const BatchEntry> batch)
                             " tokens at position " + std::to_string(s.length) +
                             " exceeds the capacity of " + std::to_string(capacity_) + " positions");
     }
+    // After an erase the cells no longer bound the positions: the next one
+    // is the largest held + 1, and RoPE / wpe stop at max_pos.
+    if (!s.positions.empty() &&
+        (long long)s.next_position() + (long long)e.tokens.size() > max_pos_) {
+      throw EngineError(EngineError::Kind::kCapacity,
+                        who + ": appending " + std::to_string(e.tokens.size()) +
+                            " tokens at position " + std::to_string(s.next_position()) +
+                            " passes max_pos " + std::to_string(max_pos_));
+    }
   }
 }
 
@@ -113,9 +122,10 @@ std::vector<TokenPlan> BasicSequenceTable<kFaults>::make_plan(
   for (const BatchEntry& e : batch) {
     const SequenceState& s = sequences_.at(e.sequence);
     const int n = static_cast<int>(e.tokens.size());
+    const int next = s.next_position();
     for (int i = 0; i < n; ++i) {
-      const int pos = s.length + i;  // the true absolute position
-      TokenPlan t{storage_row(s.row), s.position_base + pos, s.slot_base + pos,
+      const int pos = s.length + i;  // the cell written
+      TokenPlan t{storage_row(s.row), s.position_base + next + i, s.slot_base + pos,
                   s.slot_base + pos + 1, n};
       if (has(Fault::kDecodePositionZero) && n == 1) t.position = 0;
       if (has(Fault::kChunkPositionRestart) && n > 1) t.position = i;
@@ -146,10 +156,14 @@ template <bool kFaults>
 void BasicSequenceTable<kFaults>::commit(std::span<const BatchEntry> batch) {
   for (const BatchEntry& e : batch) {
     SequenceState& s = sequences_.at(e.sequence);
+    if (!s.positions.empty()) {
+      const int next = s.next_position();
+      for (int i = 0; i < int(e.tokens.size()); ++i) s.positions.push_back(next + i);
+    }
     s.length += static_cast<int>(e.tokens.size());
     s.chunks += 1;
     row_fill_[size_t(s.row)] = std::max(row_fill_[size_t(s.row)], s.slot_base + s.length);
-    row_position_[size_t(s.row)] = s.position_base + s.length;
+    row_position_[size_t(s.row)] = s.position_base + s.next_position();
     if (prefix_cache_) {
       s.tokens.insert(s.tokens.end(), e.tokens.begin(), e.tokens.end());
       register_blocks(s);
@@ -225,6 +239,91 @@ void BasicSequenceTable<kFaults>::reset(const ClearRow& clear) {
 }
 
 template <bool kFaults>
+std::vector<int32_t> BasicSequenceTable<kFaults>::held_positions(SequenceId id, int p0, int p1,
+                                                                 const char* call) const {
+  const SequenceState& s = lookup(id, call);
+  const std::string who = std::string(call) + ": sequence " + std::to_string(id);
+  if (p0 < 0 || p1 < p0) {
+    throw EngineError(EngineError::Kind::kBadBatch, who + ": range [" + std::to_string(p0) + ", " +
+                                                        std::to_string(p1) +
+                                                        ") needs 0 <= p0 <= p1");
+  }
+  if (paged()) {
+    throw EngineError(
+        EngineError::Kind::kBadBatch,
+        who + ": " + call + " needs contiguous storage (block_size 0) in this engine");
+  }
+  std::vector<int32_t> positions(size_t(s.length));
+  for (int i = 0; i < s.length; ++i) positions[size_t(i)] = s.position_of(i);
+  return positions;
+}
+
+template <bool kFaults>
+void BasicSequenceTable<kFaults>::erase(SequenceId id, int p0, int p1, const MoveSlots& move,
+                                        const PoisonSlots& poison) {
+  const std::vector<int32_t> positions = held_positions(id, p0, p1, "erase");
+  SequenceState& s = sequences_.at(id);
+  // Cells move down over the erased ones, in slot order, in runs.
+  int kept = 0;
+  std::vector<int32_t> left;
+  for (int i = 0; i < s.length; ++i) {
+    const int p = positions[size_t(i)];
+    if (p >= p0 && p < p1) continue;
+    int run = 1;
+    while (i + run < s.length &&
+           (positions[size_t(i + run)] < p0 || positions[size_t(i + run)] >= p1)) {
+      ++run;
+    }
+    if (kept != i) move(storage_row(s.row), s.slot_base + i, s.slot_base + kept, run);
+    for (int r = 0; r < run; ++r) left.push_back(positions[size_t(i + r)]);
+    kept += run;
+    i += run - 1;
+  }
+  if (kept == s.length) return;  // nothing held in the range: no change at all
+  const int old_end = std::min(s.slot_base + s.length, capacity_);
+  s.length = kept;
+  s.positions = std::move(left);
+  const int new_end = std::min(s.slot_base + s.length, capacity_);
+  row_fill_[size_t(s.row)] = new_end;
+  row_position_[size_t(s.row)] = s.position_base + s.next_position();
+  poison(storage_row(s.row), new_end, old_end);
+}
+
+template <bool kFaults>
+void BasicSequenceTable<kFaults>::shift(SequenceId id, int p0, int p1, int delta,
+                                        const RotateSlot& rotate) {
+  const std::vector<int32_t> positions = held_positions(id, p0, p1, "shift");
+  const std::string who = "shift: sequence " + std::to_string(id);
+  SequenceState& s = sequences_.at(id);
+  std::vector<int32_t> moved = positions;
+  for (int32_t& p : moved) {
+    if (p < p0 || p >= p1) continue;
+    const long long to = (long long)p + delta;
+    if (to < 0 || to >= max_pos_) {
+      throw EngineError(EngineError::Kind::kBadBatch, who + ": position " + std::to_string(p) +
+                                                          " + delta " + std::to_string(delta) +
+                                                          " leaves [0, max_pos " +
+                                                          std::to_string(max_pos_) + ")");
+    }
+    p = int32_t(to);
+  }
+  std::vector<int32_t> sorted = moved;
+  std::sort(sorted.begin(), sorted.end());
+  if (std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end()) {
+    throw EngineError(EngineError::Kind::kBadBatch,
+                      who + ": shifting [" + std::to_string(p0) + ", " + std::to_string(p1) +
+                          ") by " + std::to_string(delta) + " makes two cells hold one position");
+  }
+  if (delta == 0 || moved == positions) return;
+  for (int i = 0; i < s.length; ++i) {
+    if (moved[size_t(i)] != positions[size_t(i)])
+      rotate(storage_row(s.row), s.slot_base + i, delta);
+  }
+  s.positions = std::move(moved);
+  row_position_[size_t(s.row)] = s.position_base + s.next_position();
+}
+
+template <bool kFaults>
 CacheSnapshot BasicSequenceTable<kFaults>::snapshot_shell(SequenceId id, int layer) const {
   const SequenceState& s = lookup(id, "cache");
   if (layer < 0 || layer >= n_layers_) {
@@ -240,6 +339,12 @@ CacheSnapshot BasicSequenceTable<kFaults>::snapshot_shell(SequenceId id, int lay
   snap.k.resize(size_t(snap.length) * size_t(n_kv_heads_) * size_t(head_dim_) *
                 size_t(kv_dtype_bytes(kv_dtype_)));
   snap.v.resize(snap.k.size());
+  if (!s.positions.empty()) {
+    for (int i = 0; i < snap.length; ++i) {
+      const int cell = i - s.slot_base;
+      snap.positions.push_back(cell >= 0 && cell < s.length ? s.position_of(cell) : -1);
+    }
+  }
   return snap;
 }
 
@@ -280,6 +385,9 @@ SequenceId BasicSequenceTable<kFaults>::fork(SequenceId parent_id, int n, const 
   child.slot_base = parent.slot_base;
   child.position_base = parent.position_base;
   if (prefix_cache_) child.tokens.assign(parent.tokens.begin(), parent.tokens.begin() + n);
+  if (!parent.positions.empty()) {
+    child.positions.assign(parent.positions.begin(), parent.positions.begin() + n);
+  }
   const int end = std::min(parent.slot_base + n, capacity_);
   if (paged()) {
     const int shared = std::min(blocks_for(end), static_cast<int>(parent.blocks.size()));
@@ -293,7 +401,7 @@ SequenceId BasicSequenceTable<kFaults>::fork(SequenceId parent_id, int n, const 
     copy(storage_row(parent.row), storage_row(row), end);
   }
   row_fill_[size_t(row)] = end;
-  row_position_[size_t(row)] = child.position_base + n;
+  row_position_[size_t(row)] = child.position_base + child.next_position();
   sequences_[id] = std::move(child);
   return id;
 }
@@ -306,10 +414,11 @@ void BasicSequenceTable<kFaults>::truncate(SequenceId id, int n, const PoisonSlo
   const int old_end = std::min(s.slot_base + s.length, capacity_);
   s.length -= n;
   if (prefix_cache_) s.tokens.resize(size_t(s.length));
+  if (!s.positions.empty()) s.positions.resize(size_t(s.length));
   if (has(Fault::kTruncateKeepsPosition)) s.position_base += n;
   const int new_end = std::min(s.slot_base + s.length, capacity_);
   row_fill_[size_t(s.row)] = new_end;
-  row_position_[size_t(s.row)] = s.position_base + s.length;
+  row_position_[size_t(s.row)] = s.position_base + s.next_position();
   if (!paged()) {
     poison(storage_row(s.row), new_end, old_end);
     return;
@@ -323,6 +432,14 @@ void BasicSequenceTable<kFaults>::truncate(SequenceId id, int n, const PoisonSlo
   // The kept last block: what no holder uses any more is poisoned now.
   if (!s.blocks.empty()) {
     const int block = s.blocks.back();
+    // A registered block this sequence alone holds, now partly its: the next
+    // step rewrites its tail. It leaves the prefix cache here rather than
+    // being copied then, a copy the default pool has no block for (its
+    // holder's table is already full width).
+    if (prefix_cache_ && new_end % block_size_ != 0 && index_.registered(block) &&
+        refcount_[size_t(block)] == 1) {
+      evict(block, poison);
+    }
     poison(storage_block(block), held_slots(block), block_size_);
   }
 }

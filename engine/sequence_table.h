@@ -6,6 +6,7 @@
 // construction.
 #pragma once
 
+#include <algorithm>
 #include <cstdint>
 #include <functional>
 #include <map>
@@ -30,6 +31,19 @@ struct SequenceState {
   std::vector<int> blocks;      // paged: [logical block] pool block holding slots b*B..b*B+B-1
   std::vector<int32_t> tokens;  // prefix cache: [position] the content, to register full blocks
   int reused = 0;  // prefix cache: leading tokens of its last step taken from the cache
+  // Context shift: [slot - slot_base] the position each cell holds, kept
+  // only once an erase or shift moved one (empty: cell i holds position i).
+  std::vector<int32_t> positions;
+
+  // The position cell i holds, and where the next fed token goes: the
+  // largest held position + 1 (llama.cpp's seq_pos_max + 1; 0 when empty).
+  int position_of(int i) const { return positions.empty() ? i : positions[size_t(i)]; }
+  int next_position() const {
+    if (positions.empty()) return length;
+    int next = 0;
+    for (int32_t p : positions) next = std::max(next, p + 1);
+    return next;
+  }
 };
 
 // Where one fed token goes, as the engine computes it (faults included).
@@ -107,6 +121,18 @@ class BasicSequenceTable {
 
   // Forgets the last n tokens; the freed tail is poisoned at once.
   void truncate(SequenceId id, int n, const PoisonSlots& poison);
+
+  // Context shift (contiguous storage only; kBadBatch when paged). erase
+  // removes the cells holding positions [p0, p1): the later cells move down
+  // through `move` (row, from slot, to slot, count) and the freed tail is
+  // poisoned. shift adds delta to the positions of the cells in [p0, p1)
+  // and has the engine re-rotate each one's key through `rotate` (row,
+  // slot, angle delta), faults included; kBadBatch, changing nothing, when
+  // a position would leave [0, max_pos) or meet a cell outside the range.
+  using MoveSlots = std::function<void(int row, int from_slot, int to_slot, int n_slots)>;
+  using RotateSlot = std::function<void(int row, int slot, int delta)>;
+  void erase(SequenceId id, int p0, int p1, const MoveSlots& move, const PoisonSlots& poison);
+  void shift(SequenceId id, int p0, int p1, int delta, const RotateSlot& rotate);
 
   // Paged: before a step's writes, gives every fed sequence blocks of its
   // own for the slots it will write (copy on write of a shared or
@@ -192,6 +218,9 @@ class BasicSequenceTable {
   PrefixIndex index_;  // registered (full, written) blocks; refcount 0 ones are "cached"
 
   int take_row(const char* call);
+  // erase and shift: checks the sequence, the range [p0, p1) and the
+  // storage (kBadBatch naming `call`); the positions of its cells.
+  std::vector<int32_t> held_positions(SequenceId id, int p0, int p1, const char* call) const;
   int blocks_for(int slots) const { return (slots + block_size_ - 1) / block_size_; }
   bool cached(int block) const { return refcount_[size_t(block)] == 0 && index_.registered(block); }
   int cached_blocks() const;

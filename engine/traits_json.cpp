@@ -108,7 +108,9 @@ const std::vector<Section>& sections() {
                   bool_field("pool_report", &OperationTraits::pool_report),
                   bool_field("storage_check", &OperationTraits::storage_check),
                   bool_field("prefix_cache", &OperationTraits::prefix_cache),
-                  bool_field("sliding_window", &OperationTraits::sliding_window)}});
+                  bool_field("sliding_window", &OperationTraits::sliding_window),
+                  bool_field("erase", &OperationTraits::erase),
+                  bool_field("shift", &OperationTraits::shift)}});
     Field shared{"capacity_shared",
                  [](const EngineTraits& t) { return json(t.limits.capacity_shared); },
                  [](const json& v, EngineTraits& t) -> std::string {

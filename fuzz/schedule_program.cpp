@@ -4,6 +4,7 @@
 #include <array>
 #include <cstddef>
 #include <iterator>
+#include <limits>
 
 #include <fuzzer/FuzzedDataProvider.h>
 
@@ -18,7 +19,9 @@ enum Op : int {
   kOpFork = 4,
   kOpTruncate = 5,
   kOpFlush = 6,  // only with a prefix cache
-  kOpLast = kOpFlush
+  kOpErase = 7,  // only llama on contiguous storage
+  kOpShift = 8,  // the same; a negative delta only
+  kOpLast = kOpShift
 };
 
 struct FieldRange {
@@ -56,6 +59,22 @@ bool has_prefix_cache(const ProgramHeader& h) {
   return std::clamp(h.prefix_cache, 0, 1) == 1 && std::clamp(h.block_size, 0, kMaxBlockSize) > 0;
 }
 
+// Erase and shift apply to RoPE models on contiguous storage.
+bool has_shifts(const ProgramHeader& h) {
+  return std::clamp(h.family, 0, 1) == 1 && std::clamp(h.block_size, 0, kMaxBlockSize) == 0;
+}
+
+// A shift moves positions down only (max_pos stays what feeding needs),
+// into the gap below p0: at most p0 minus the largest held position under
+// p0, minus one (p0 when none is held there). 0: no room.
+int shift_room(const std::vector<int32_t>& cells, int p0) {
+  int below = -1;
+  for (int32_t p : cells) {
+    if (p < p0) below = std::max(below, int(p));
+  }
+  return p0 - below - 1;
+}
+
 // What the schedule has done so far; decides which operations can apply.
 class ScheduleState {
  public:
@@ -63,6 +82,9 @@ class ScheduleState {
   bool can_start() const { return sequence_count() < kMaxSequences && running_ < kMaxRunning; }
   int held(int s) const { return held_[size_t(s)]; }  // content length
   int longest_held() const { return longest_held_; }
+  const std::vector<int32_t>& cells(int s) const { return cells_[size_t(s)]; }
+  int next(int s) const { return next_position(cells_[size_t(s)]); }
+  int longest_position() const { return longest_position_; }  // the largest next position
   // Running sequences holding a token (what a truncation can shorten).
   std::vector<int> truncatable() const {
     std::vector<int> out;
@@ -99,14 +121,32 @@ class ScheduleState {
       case Call::Kind::kFork:
         fed_.push_back(0);
         held_.push_back(call.kind == Call::Kind::kFork ? call.count : 0);
+        cells_.emplace_back();
+        if (call.kind == Call::Kind::kFork) {
+          const std::vector<int32_t>& parent = cells_[size_t(call.parent)];
+          cells_.back().assign(parent.begin(), parent.begin() + call.count);
+        }
         running_flags_.push_back(true);
         ++running_;
         break;
       case Call::Kind::kTruncate:
         held_[size_t(call.sequence)] -= call.count;
+        cells_[size_t(call.sequence)].resize(size_t(held_[size_t(call.sequence)]));
+        break;
+      case Call::Kind::kErase:
+        held_[size_t(call.sequence)] -=
+            erase_cells(cells_[size_t(call.sequence)], call.p0, call.p1);
+        break;
+      case Call::Kind::kShift:
+        shift_cells(cells_[size_t(call.sequence)], call.p0, call.p1, call.delta,
+                    std::numeric_limits<int>::max());
         break;
       case Call::Kind::kStep:
         for (const ChunkSpec& chunk : call.chunks) {
+          std::vector<int32_t>& cells = cells_[size_t(chunk.sequence)];
+          const int next = next_position(cells);
+          for (int i = 0; i < chunk.length; ++i) cells.push_back(next + i);
+          longest_position_ = std::max(longest_position_, next + chunk.length);
           fed_[size_t(chunk.sequence)] += chunk.length;
           held_[size_t(chunk.sequence)] += chunk.length;
           longest_held_ = std::max(longest_held_, held_[size_t(chunk.sequence)]);
@@ -126,11 +166,13 @@ class ScheduleState {
   }
 
  private:
-  std::vector<int> fed_;             // [sequence] stream tokens fed
-  std::vector<int> held_;            // [sequence] content length
-  std::vector<bool> running_flags_;  // [sequence]
+  std::vector<int> fed_;                     // [sequence] stream tokens fed
+  std::vector<int> held_;                    // [sequence] content length
+  std::vector<std::vector<int32_t>> cells_;  // [sequence][cell] position
+  std::vector<bool> running_flags_;          // [sequence]
   int running_ = 0;
   int longest_held_ = 0;
+  int longest_position_ = 0;
 };
 
 int longest_chunk(int tokens_left) {
@@ -224,6 +266,21 @@ ScheduleProgram decode(std::span<const uint8_t> bytes) {
     } else if (op == kOpFlush) {
       if (!has_prefix_cache(program.header)) continue;
       call = Call::flush();
+    } else if (op == kOpErase || op == kOpShift) {
+      // A range of held positions; a shift moves it down by 1..p0.
+      const std::vector<int> candidates = state.truncatable();
+      if (!has_shifts(program.header) || candidates.empty()) continue;
+      const int s = candidates[size_t(read(0, static_cast<int>(candidates.size()) - 1))];
+      const int next = state.next(s);
+      const int p0 = read(0, next - 1);
+      const int p1 = read(p0 + 1, next);
+      if (op == kOpErase) {
+        call = Call::erase(s, p0, p1);
+      } else {
+        const int room = shift_room(state.cells(s), p0);
+        if (room < 1) continue;
+        call = Call::shift(s, p0, p1, -read(1, room));
+      }
     } else {
       call = Call::reset();
     }
@@ -309,6 +366,27 @@ std::vector<uint8_t> encode(const ScheduleProgram& program) {
         writer.value(call.count, 1, state.held(call.sequence));
         break;
       }
+      case Call::Kind::kErase:
+      case Call::Kind::kShift: {
+        const std::vector<int> candidates = state.truncatable();
+        const int pick = index_of(candidates, call.sequence);
+        if (!has_shifts(program.header) || pick < 0) continue;
+        const int next = state.next(call.sequence);
+        call.p0 = std::clamp(call.p0, 0, next - 1);
+        call.p1 = std::clamp(call.p1, call.p0 + 1, next);
+        const bool erase = call.kind == Call::Kind::kErase;
+        const int room = erase ? 0 : shift_room(state.cells(call.sequence), call.p0);
+        if (!erase) {
+          if (room < 1) continue;
+          call.delta = -std::clamp(-call.delta, 1, room);
+        }
+        writer.value(erase ? kOpErase : kOpShift, 0, kOpLast);
+        writer.value(pick, 0, static_cast<int>(candidates.size()) - 1);
+        writer.value(call.p0, 0, next - 1);
+        writer.value(call.p1, call.p0 + 1, next);
+        if (!erase) writer.value(-call.delta, 1, room);
+        break;
+      }
     }
     state.apply(call);
     ++calls;
@@ -364,14 +442,17 @@ Scenario to_scenario(const ScheduleProgram& program) {
         break;
       case Call::Kind::kTruncate:
       case Call::Kind::kFlush:
+      case Call::Kind::kErase:
+      case Call::Kind::kShift:
         break;
     }
   }
   scenario.calls = valid.calls;
-  bool operations = false;  // a fork, truncation or flush: no window then
+  bool operations = false;  // a fork, truncation, flush, erase or shift: no window then
   for (const Call& call : valid.calls) {
     operations |= call.kind == Call::Kind::kFork || call.kind == Call::Kind::kTruncate ||
-                  call.kind == Call::Kind::kFlush;
+                  call.kind == Call::Kind::kFlush || call.kind == Call::Kind::kErase ||
+                  call.kind == Call::Kind::kShift;
   }
   if (b.block_size == 0 && !operations) config.sliding_window = b.sliding_window;
   for (size_t s = 0; s < fed.size(); ++s) {
@@ -388,7 +469,8 @@ Scenario to_scenario(const ScheduleProgram& program) {
   scenario.block_size = b.block_size;
   scenario.prefix_cache = has_prefix_cache(b);
   scenario.pool_blocks = b.block_size > 0 ? b.pool_blocks : 0;
-  config.max_pos = scenario.capacity + b.max_pos_slack;
+  // After an erase the positions run past the cells held.
+  config.max_pos = std::max(scenario.capacity, state.longest_position()) + b.max_pos_slack;
   scenario.max_rows = std::max(1, peak_running + b.spare_rows);
   return scenario;
 }
@@ -431,7 +513,7 @@ void mutate_program(ScheduleProgram& program, uint64_t random_state) {
   switch (static_cast<Edit>(random.below(kEditCount))) {
     case kInsertCall: {
       Call call;
-      switch (random.below(7)) {
+      switch (random.below(9)) {
         case 0:
           call = Call::step({{any_sequence(), random.between(1, kMaxChunk)}});
           break;
@@ -449,6 +531,14 @@ void mutate_program(ScheduleProgram& program, uint64_t random_state) {
           break;
         case 5:
           call = Call::flush();
+          break;
+        case 6:
+          call = Call::erase(any_sequence(), random.between(0, kMaxTokens - 1),
+                             random.between(1, kMaxTokens));
+          break;
+        case 7:
+          call = Call::shift(any_sequence(), random.between(0, kMaxTokens - 1),
+                             random.between(1, kMaxTokens), -random.between(1, kMaxTokens));
           break;
         default:
           call = Call::reset();

@@ -1,6 +1,7 @@
 #include "oracle/oracle.h"
 
 #include <algorithm>
+#include <cmath>
 #include <cstddef>
 #include <sstream>
 #include <string>
@@ -155,6 +156,154 @@ Output forward(const Config& config, const Weights& weights, std::span<const int
   for (int t = 0; t < T; ++t) {
     norm(config, row(x, t, E), weights.final_norm, weights.final_norm_bias, h);  // [E]
     linear(h, weights.lm_head, {}, V, row(out.logits, t, V));                    // [V]
+  }
+  return out;
+}
+
+CellOutput replay(const Config& config, const Weights& weights, std::span<const Event> events) {
+  check_inputs(config, weights, {});
+  if (config.family != Family::kLlama) {
+    throw InputError("oracle: erase and shift need a RoPE model (llama family)");
+  }
+  const int L = config.n_layers, E = config.d_model, H = config.n_heads, KVH = config.n_kv_heads,
+            D = config.head_dim, F = config.d_ff, V = config.vocab;
+  const size_t KV = static_cast<size_t>(KVH) * D;
+  // The cells: positions and, per layer, each cell's un-rotated key and its
+  // value, exactly as computed when the token was fed.
+  std::vector<int32_t> positions;                                  // [C]
+  std::vector<std::vector<double>> k_raw(static_cast<size_t>(L));  // [L][C * KVH * D]
+  std::vector<std::vector<double>> v_of(static_cast<size_t>(L));   // [L][C * KVH * D]
+  CellOutput out;
+  std::vector<double> x(static_cast<size_t>(E)), h(x.size()), update(x.size());  // [E]
+  std::vector<double> q(static_cast<size_t>(H) * D), attended(q.size());         // [H][D]
+  std::vector<double> k(KV), v(KV);                                              // [KVH][D]
+  MlpBuffers mlp_buffers{std::vector<double>(size_t(F)), std::vector<double>(size_t(F)),
+                         std::vector<double>(size_t(F))};
+  const auto fail = [](size_t i, const std::string& what) {
+    throw InputError("oracle: event " + std::to_string(i) + ": " + what);
+  };
+  for (size_t i = 0; i < events.size(); ++i) {
+    const Event& e = events[i];
+    const size_t C = positions.size();
+    if (e.kind == Event::Kind::kTruncate) {
+      if (e.n < 0 || size_t(e.n) > C) fail(i, "truncation past the cells");
+      positions.resize(C - size_t(e.n));
+      for (int l = 0; l < L; ++l) {
+        k_raw[size_t(l)].resize(positions.size() * KV);
+        v_of[size_t(l)].resize(positions.size() * KV);
+      }
+      continue;
+    }
+    if (e.kind == Event::Kind::kErase) {
+      if (e.p0 < 0 || e.p1 < e.p0) fail(i, "erase needs 0 <= p0 <= p1");
+      size_t kept = 0;
+      for (size_t c = 0; c < C; ++c) {
+        if (positions[c] >= e.p0 && positions[c] < e.p1) continue;
+        positions[kept] = positions[c];
+        for (int l = 0; l < L; ++l) {
+          std::copy_n(k_raw[size_t(l)].begin() + std::ptrdiff_t(c * KV), KV,
+                      k_raw[size_t(l)].begin() + std::ptrdiff_t(kept * KV));
+          std::copy_n(v_of[size_t(l)].begin() + std::ptrdiff_t(c * KV), KV,
+                      v_of[size_t(l)].begin() + std::ptrdiff_t(kept * KV));
+        }
+        ++kept;
+      }
+      positions.resize(kept);
+      for (int l = 0; l < L; ++l) {
+        k_raw[size_t(l)].resize(kept * KV);
+        v_of[size_t(l)].resize(kept * KV);
+      }
+      continue;
+    }
+    if (e.kind == Event::Kind::kShift) {
+      if (e.p0 < 0 || e.p1 < e.p0) fail(i, "shift needs 0 <= p0 <= p1");
+      std::vector<int32_t> moved = positions;
+      for (int32_t& p : moved) {
+        if (p < e.p0 || p >= e.p1) continue;
+        const long long to = (long long)p + e.delta;
+        if (to < 0 || to >= config.max_pos) fail(i, "a shifted position leaves [0, max_pos)");
+        p = int32_t(to);
+      }
+      std::vector<int32_t> sorted = moved;
+      std::sort(sorted.begin(), sorted.end());
+      if (std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end()) {
+        fail(i, "the shift makes two cells hold one position");
+      }
+      positions = std::move(moved);
+      continue;
+    }
+    // A fed token at the largest held position + 1.
+    int position = 0;
+    for (int32_t p : positions) position = std::max(position, p + 1);
+    if (position >= config.max_pos) fail(i, "the next position reaches max_pos");
+    if (e.token < 0 || e.token >= V) fail(i, "token out of range");
+    const std::span<const float> token_row = row(weights.tok_embedding, e.token, E);
+    for (int d = 0; d < E; ++d) x[size_t(d)] = token_row[size_t(d)];
+    positions.push_back(position);
+    const size_t cells = positions.size();
+    for (int l = 0; l < L; ++l) {
+      const LayerWeights& layer = weights.layers[size_t(l)];
+      norm(config, x, layer.attn_norm, layer.attn_norm_bias, h);
+      linear(h, layer.wq, layer.bq, H * D, q);
+      linear(h, layer.wk, layer.bk, KVH * D, k);
+      linear(h, layer.wv, layer.bv, KVH * D, v);
+      k_raw[size_t(l)].insert(k_raw[size_t(l)].end(), k.begin(), k.end());
+      v_of[size_t(l)].insert(v_of[size_t(l)].end(), v.begin(), v.end());
+      for (int hq = 0; hq < H; ++hq) apply_rope(row(q, hq, D), position, config.rope_theta);
+      // Every alive cell (this token's included) at its current position.
+      std::vector<double> keys(cells * KV);  // [C][KVH][D] rotated
+      std::copy(k_raw[size_t(l)].begin(), k_raw[size_t(l)].end(), keys.begin());
+      for (size_t c = 0; c < cells; ++c) {
+        for (int g = 0; g < KVH; ++g) {
+          apply_rope(std::span<double>(keys).subspan(c * KV + size_t(g) * D, size_t(D)),
+                     positions[c], config.rope_theta);
+        }
+      }
+      for (int hq = 0; hq < H; ++hq) {
+        const int g = kv_head_of(hq, H, KVH);
+        std::vector<double> scores(cells);  // [C]
+        for (size_t c = 0; c < cells; ++c) {
+          double dot = 0;
+          for (int d = 0; d < D; ++d) {
+            dot += q[size_t(hq * D + d)] * keys[c * KV + size_t(g * D + d)];
+          }
+          scores[c] = dot / std::sqrt(double(D));
+        }
+        const std::vector<double> p = softmax(scores);
+        for (int d = 0; d < D; ++d) {
+          double sum = 0;
+          for (size_t c = 0; c < cells; ++c)
+            sum += p[c] * v_of[size_t(l)][c * KV + size_t(g * D + d)];
+          attended[size_t(hq * D + d)] = sum;
+        }
+      }
+      linear(attended, layer.wo, layer.bo, E, update);
+      for (int d = 0; d < E; ++d) x[size_t(d)] += update[size_t(d)];
+      norm(config, x, layer.mlp_norm, layer.mlp_norm_bias, h);
+      mlp(config, layer, h, mlp_buffers, update);
+      for (int d = 0; d < E; ++d) x[size_t(d)] += update[size_t(d)];
+    }
+    norm(config, x, weights.final_norm, weights.final_norm_bias, h);
+    out.logits.resize(out.logits.size() + size_t(V));
+    linear(h, weights.lm_head, {}, V,
+           std::span<double>(out.logits).subspan(out.logits.size() - size_t(V), size_t(V)));
+  }
+  const size_t C = positions.size();
+  out.positions = positions;
+  out.k.assign(size_t(L) * C * KV, 0.0);
+  out.v.assign(out.k.size(), 0.0);
+  for (int l = 0; l < L; ++l) {
+    for (size_t c = 0; c < C; ++c) {
+      for (int g = 0; g < KVH; ++g) {
+        const size_t at = (size_t(l) * C + c) * KV + size_t(g) * D;
+        std::copy_n(k_raw[size_t(l)].begin() + std::ptrdiff_t(c * KV + size_t(g) * D), D,
+                    out.k.begin() + std::ptrdiff_t(at));
+        apply_rope(std::span<double>(out.k).subspan(at, size_t(D)), positions[c],
+                   config.rope_theta);
+      }
+    }
+    std::copy(v_of[size_t(l)].begin(), v_of[size_t(l)].end(),
+              out.v.begin() + std::ptrdiff_t(size_t(l) * C * KV));
   }
   return out;
 }

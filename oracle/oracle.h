@@ -28,4 +28,37 @@ struct Output {
 // T <= max_pos; violations throw InputError.
 Output forward(const Config& config, const Weights& weights, std::span<const int32_t> tokens);
 
+// The cache-level definition of erase and shift (docs/ORACLE.md, "Context
+// shift"): one sequence's history of events, replayed cell by cell. A fed
+// token goes at the largest held position + 1 (0 when empty), computes its
+// K/V once, from the cells alive then at their positions then, and keeps
+// them: an erase removes cells, a shift moves their positions (a key is
+// always the token's un-rotated key rotated to the cell's current position;
+// values never change), a truncation drops the last n cells.
+struct Event {
+  enum class Kind : uint8_t { kFeed, kErase, kShift, kTruncate };
+  Kind kind = Kind::kFeed;
+  int32_t token = 0;   // kFeed
+  int p0 = 0, p1 = 0;  // kErase, kShift: positions [p0, p1)
+  int delta = 0;       // kShift
+  int n = 0;           // kTruncate: cells dropped from the end
+
+  static Event feed(int32_t t) { return {Kind::kFeed, t}; }
+  static Event erase(int p0, int p1) { return {Kind::kErase, 0, p0, p1}; }
+  static Event shift(int p0, int p1, int d) { return {Kind::kShift, 0, p0, p1, d}; }
+  static Event truncate(int n) { return {Kind::kTruncate, 0, 0, 0, 0, n}; }
+};
+
+struct CellOutput {
+  std::vector<double> logits;      // [feeds][V] one row per kFeed event, in order
+  std::vector<int32_t> positions;  // [C] the cells alive after the last event, in slot order
+  std::vector<double> k;           // [L][C][KVH][D] rotated to each cell's current position
+  std::vector<double> v;           // [L][C][KVH][D]
+};
+
+// llama family only; invalid events (a shift making positions collide or
+// leave [0, max_pos), a truncation past the cells, a position reaching
+// max_pos) throw InputError naming the event.
+CellOutput replay(const Config& config, const Weights& weights, std::span<const Event> events);
+
 }  // namespace kvcheck::oracle

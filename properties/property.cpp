@@ -71,6 +71,9 @@ struct Context {
 struct SequenceReference {
   oracle::Output oracle;
   ErrorBounds bounds;
+  // A history reference (erase, shift): the position each cell holds,
+  // [cell]; empty for a plain one (cell i holds position i).
+  std::vector<int32_t> positions;
 };
 
 // The references of the most recent model (config, weight seed, KV dtype),
@@ -150,6 +153,31 @@ std::shared_ptr<const SequenceReference> reference_for(const Context& context,
   return cache.get(context.scenario.config, context.scenario.weight_seed,
                    context.scenario.model.get(), context.scenario.kv_dtype,
                    context.subject.traits.arithmetic.rope_angles_in_float, context.weights, tokens);
+}
+
+// The reference of one segment: the oracle of its content, or for a
+// sequence with an erase or shift the replay of its history
+// (docs/ORACLE.md, "Context shift"): oracle rows per feed, K/V per cell.
+std::shared_ptr<const SequenceReference> reference_for(const Context& context,
+                                                       const Segment& segment) {
+  if (segment.history.empty()) return reference_for(context, segment.tokens);
+  const Config& config = context.scenario.config;
+  oracle::CellOutput replay = oracle::replay(config, context.weights, segment.history);
+  HistoryBounds bounds =
+      derive_history_bounds(config, context.weights, segment.history, context.scenario.kv_dtype);
+  auto reference = std::make_shared<SequenceReference>();
+  reference->oracle.n_tokens = static_cast<int>(replay.positions.size());
+  reference->oracle.logits = std::move(replay.logits);
+  reference->oracle.k = std::move(replay.k);
+  reference->oracle.v = std::move(replay.v);
+  reference->positions = std::move(replay.positions);
+  reference->bounds.n_tokens = reference->oracle.n_tokens;
+  reference->bounds.logits = std::move(bounds.logits);
+  reference->bounds.k = std::move(bounds.k);
+  reference->bounds.v = std::move(bounds.v);
+  reference->bounds.k_computed = std::move(bounds.k_computed);
+  reference->bounds.v_computed = std::move(bounds.v_computed);
+  return reference;
 }
 
 std::string describe_chunks(const std::vector<int>& chunks) {
@@ -404,8 +432,7 @@ Verdict check_oracle(const Context& context) {
     // prefix; a truncation opens a new segment). docs/OPERATIONS.md.
     for (const Segment& segment : context.plan.segments[s]) {
       if (segment.fed.empty()) continue;
-      const std::shared_ptr<const SequenceReference> cached =
-          reference_for(context, segment.tokens);
+      const std::shared_ptr<const SequenceReference> cached = reference_for(context, segment);
       const oracle::Output& reference = cached->oracle;
       const ErrorBounds& bounds = cached->bounds;
       for (const auto& [k, position] : segment.fed) {
@@ -762,9 +789,7 @@ std::string cache_table(const Engine& engine, SequenceId id, const SequenceRefer
   for (int r = 0; r < ranges; ++r) {
     const int first = r * length / ranges, last = (r + 1) * length / ranges - 1;
     spans.push_back({first, last});
-    char header[32];
-    std::snprintf(header, sizeof(header), " | pos %d..%d K, V", first, last);
-    out << header;
+    out << " | pos " << first << ".." << last << " K, V";
   }
   out << "\n";
   for (int l = 0; l < config.n_layers; ++l) {
@@ -821,8 +846,9 @@ Verdict check_cache_state(const Context& context) {
   std::vector<std::vector<std::shared_ptr<const SequenceReference>>> references(n);  // [s][segment]
   for (size_t s = 0; s < n; ++s) {
     for (const Segment& segment : context.plan.segments[s]) {
-      references[s].push_back(segment.tokens.empty() ? empty
-                                                     : reference_for(context, segment.tokens));
+      references[s].push_back(segment.tokens.empty() && segment.history.empty()
+                                  ? empty
+                                  : reference_for(context, segment));
     }
   }
 
@@ -841,7 +867,16 @@ Verdict check_cache_state(const Context& context) {
       where.sequence = sequence;
       for (int l = 0; l < L; ++l) {
         const CacheSnapshot snap = runner.engine().cache(runner.id(sequence), l);
-        const std::string coverage = snapshot_coverage_error(snap, config, l, length);
+        // A replayed history (erase, shift) is a list of cells, slot i the
+        // reference's cell i; its positions are checked just below. Else
+        // slot i holds position i, or the position a window's ring lists.
+        const bool cells = !reference.positions.empty();
+        const std::string coverage =
+            cells ? (snap.length == length ? std::string()
+                                           : "the cache holds " + std::to_string(snap.length) +
+                                                 " cells, " + std::to_string(length) +
+                                                 " are held")
+                  : snapshot_coverage_error(snap, config, l, length);
         if (!coverage.empty() || snap.n_kv_heads != KVH || snap.head_dim != D) {
           where.layer = l;
           where.position = std::min(snap.length, length);
@@ -856,11 +891,31 @@ Verdict check_cache_state(const Context& context) {
           failed = true;
           return false;
         }
+        // An engine that reports the positions its cells hold (erase,
+        // shift) must report the reference's.
+        if (!reference.positions.empty() && !snap.positions.empty() &&
+            snap.positions != reference.positions) {
+          where.layer = l;
+          size_t at = 0;
+          while (at < snap.positions.size() && at < reference.positions.size() &&
+                 snap.positions[at] == reference.positions[at]) {
+            ++at;
+          }
+          where.position = static_cast<int>(at);
+          fail(verdict, where,
+               "after call " + std::to_string(call) + ", s" + std::to_string(s) + " cell " +
+                   std::to_string(at) + ": the cache reports the wrong position",
+               "the engine's snapshot positions differ from the replay's from cell " +
+                   std::to_string(at) + "\n");
+          failed = true;
+          return false;
+        }
         int first_bad = -1, last_bad = -1, bad_head = -1, bad_dim = -1, bad_kind = 0;
         ElementCheck bad;
-        // Slot i holds position pos: i itself, or the snapshot's positions[i].
+        // Slot i holds reference entry pos: i itself (no positions listed, or
+        // a replayed history's cells), or the ring's listed positions[i].
         for (int i = 0; i < snap.length; ++i) {
-          const int pos = snap.positions.empty() ? i : snap.positions[size_t(i)];
+          const int pos = cells || snap.positions.empty() ? i : snap.positions[size_t(i)];
           if (pos >= T) break;
           for (int g = 0; g < KVH; ++g) {
             const size_t base =
@@ -1287,6 +1342,9 @@ Verdict check_replay(const Context& context, Property property) {
         prefix ? s < run.reused.size() && std::find(run.reused[s].begin(), run.reused[s].end(),
                                                     true) != run.reused[s].end()
                : (sharing ? plan.forked[s] || plan.forked_from[s] >= 0 : plan.truncated[s]);
+    // An erased or shifted sequence's cache is not a replay of its content
+    // (the kept K/V saw the erased context): P1 and P6 check it instead.
+    if (plan.shifted[s]) continue;
     const bool fed_kept =
         std::any_of(plan.content_stream[s].begin(), plan.content_stream[s].end(),
                     [&](int k) { return k >= 0 && !reused_at(run, s, size_t(k)); });
@@ -1468,7 +1526,7 @@ Verdict check_poison(const Context& context) {
       std::any_of(scenario.calls.begin(), scenario.calls.end(), [](const Call& c) {
         return c.kind == Call::Kind::kFinish || c.kind == Call::Kind::kReset ||
                c.kind == Call::Kind::kFork || c.kind == Call::Kind::kTruncate ||
-               c.kind == Call::Kind::kFlush;
+               c.kind == Call::Kind::kFlush || c.kind == Call::Kind::kErase;
       });
   // A prefix cache (or a pool that runs dry) also frees blocks inside steps:
   // evictions.
@@ -1597,6 +1655,12 @@ std::string traits_exclude(const EngineTraits& traits, const Scenario& scenario)
         break;
       case Call::Kind::kFlush:
         if (!op.prefix_cache) return "a prefix cache";
+        break;
+      case Call::Kind::kErase:
+        if (!op.erase) return "erase";
+        break;
+      case Call::Kind::kShift:
+        if (!op.shift) return "shift";
         break;
       case Call::Kind::kStep: {
         if (call.chunks.size() > 1 && !op.multi_sequence_step) {

@@ -24,14 +24,28 @@ SchedulePlan plan_schedule(const Scenario& scenario) {
   plan.forked_from.assign(n, -1);
   plan.forked.assign(n, false);
   plan.truncated.assign(n, false);
+  plan.shifted.assign(n, false);
+  plan.history.assign(n, {});
+  plan.cells.assign(n, {});
   plan.segments.assign(n, {});
   plan.content.assign(n, {});
   plan.content_stream.assign(n, {});
   plan.content_chunks.assign(n, {});
   std::vector<bool> running(n, false);  // [sequence]
-  const auto open = [&](size_t s, int call) { plan.segments[s].push_back({call, {}, {}}); };
+  const auto open = [&](size_t s, int call) { plan.segments[s].push_back({call, {}, {}, {}}); };
   const auto close = [&](size_t s) {
     if (!plan.segments[s].empty()) plan.segments[s].back().tokens = plan.content[s];
+  };
+  // A shifted sequence gets a segment after every call that changes it,
+  // whose reference is the replay of its history so far (the caller closes
+  // a plain segment before changing the content).
+  const auto open_history = [&](size_t s, int call) {
+    plan.segments[s].push_back({call, plan.content[s], {}, plan.history[s]});
+  };
+  const auto feeds = [](const std::vector<oracle::Event>& history) {
+    return int(std::count_if(history.begin(), history.end(), [](const oracle::Event& e) {
+      return e.kind == oracle::Event::Kind::kFeed;
+    }));
   };
   for (size_t c = 0; c < scenario.calls.size(); ++c) {
     const Call& call = scenario.calls[c];
@@ -48,12 +62,20 @@ SchedulePlan plan_schedule(const Scenario& scenario) {
           const size_t s = size_t(chunk.sequence);
           plan.chunks[s].push_back(chunk.length);
           plan.content_chunks[s].push_back(chunk.length);
+          if (plan.shifted[s]) open_history(s, ci);
+          const int next = next_position(plan.cells[s]);
           for (int i = 0; i < chunk.length; ++i) {
             const int k = plan.fed[s] + i;
-            plan.segments[s].back().fed.push_back({k, int(plan.content[s].size())});
-            plan.content[s].push_back(scenario.sequences[s][size_t(k)]);
+            const int32_t token = scenario.sequences[s][size_t(k)];
+            const int feed = feeds(plan.history[s]);
+            plan.segments[s].back().fed.push_back(
+                {k, plan.shifted[s] ? feed : int(plan.content[s].size())});
+            plan.content[s].push_back(token);
             plan.content_stream[s].push_back(k);
+            plan.cells[s].push_back(next + i);
+            plan.history[s].push_back(oracle::Event::feed(token));
           }
+          if (plan.shifted[s]) plan.segments[s].back().history = plan.history[s];
           plan.fed[s] += chunk.length;
           plan.call_of_position[s].resize(size_t(plan.fed[s]), ci);
           plan.max_content = std::max(plan.max_content, int(plan.content[s].size()));
@@ -81,6 +103,10 @@ SchedulePlan plan_schedule(const Scenario& scenario) {
         const size_t keep = size_t(call.count);
         plan.content[q].assign(plan.content[p].begin(),
                                plan.content[p].begin() + std::ptrdiff_t(keep));
+        plan.cells[q].assign(plan.cells[p].begin(), plan.cells[p].begin() + std::ptrdiff_t(keep));
+        plan.history[q] = plan.history[p];
+        plan.history[q].push_back(oracle::Event::truncate(int(plan.cells[p].size() - keep)));
+        plan.shifted[q] = plan.shifted[p];
         plan.content_stream[q].assign(keep, -1);
         // The parent's chunks, cut at n: how the inherited prefix was fed.
         int left = call.count;
@@ -89,7 +115,11 @@ SchedulePlan plan_schedule(const Scenario& scenario) {
           plan.content_chunks[q].push_back(std::min(length, left));
           left -= plan.content_chunks[q].back();
         }
-        open(q, ci);
+        if (plan.shifted[q]) {
+          open_history(q, ci);
+        } else {
+          open(q, ci);
+        }
         break;
       }
       case Call::Kind::kFlush:
@@ -102,6 +132,8 @@ SchedulePlan plan_schedule(const Scenario& scenario) {
         const size_t keep = plan.content[q].size() - size_t(call.count);
         plan.content[q].resize(keep);
         plan.content_stream[q].resize(keep);
+        plan.cells[q].resize(keep);
+        plan.history[q].push_back(oracle::Event::truncate(call.count));
         std::vector<int>& chunks = plan.content_chunks[q];
         for (int drop = call.count; drop > 0;) {
           const int cut = std::min(drop, chunks.back());
@@ -109,7 +141,39 @@ SchedulePlan plan_schedule(const Scenario& scenario) {
           drop -= cut;
           if (chunks.back() == 0) chunks.pop_back();
         }
-        open(q, ci);
+        if (plan.shifted[q]) {
+          open_history(q, ci);
+        } else {
+          open(q, ci);
+        }
+        break;
+      }
+      case Call::Kind::kErase:
+      case Call::Kind::kShift: {
+        // From here on the content no longer defines the cache: the
+        // reference replays the history (docs/OPERATIONS.md).
+        plan.plain[q] = false;
+        plan.shifted[q] = true;
+        close(q);  // what it held before this call
+        if (call.kind == Call::Kind::kErase) {
+          std::vector<int32_t>& c = plan.cells[q];
+          std::vector<bool> kept(c.size());  // [cell]
+          for (size_t i = 0; i < c.size(); ++i) kept[i] = c[i] < call.p0 || c[i] >= call.p1;
+          std::vector<int32_t> content, stream;
+          for (size_t i = 0; i < c.size(); ++i) {
+            if (!kept[i]) continue;
+            content.push_back(plan.content[q][i]);
+            stream.push_back(plan.content_stream[q][i]);
+          }
+          plan.content[q] = std::move(content);
+          plan.content_stream[q] = std::move(stream);
+          erase_cells(c, call.p0, call.p1);
+          plan.history[q].push_back(oracle::Event::erase(call.p0, call.p1));
+        } else {
+          shift_cells(plan.cells[q], call.p0, call.p1, call.delta, scenario.config.max_pos);
+          plan.history[q].push_back(oracle::Event::shift(call.p0, call.p1, call.delta));
+        }
+        open_history(q, ci);
         break;
       }
     }
@@ -136,6 +200,7 @@ ScenarioRunner::ScenarioRunner(const Scenario& scenario, const Config& config,
       running_(scenario.sequences.size(), false),
       fed_(scenario.sequences.size(), 0),
       held_(scenario.sequences.size(), 0),
+      cells_(scenario.sequences.size()),
       logits_(scenario.sequences.size()),
       reused_(scenario.sequences.size()) {}
 
@@ -173,17 +238,32 @@ void ScenarioRunner::execute(const Call& call) {
         std::fill_n(reused_[s].begin() + fed_[s], k, true);
         fed_[s] += chunk.length;
         held_[s] += chunk.length;
+        const int next = next_position(cells_[s]);
+        for (int i = 0; i < chunk.length; ++i) cells_[s].push_back(next + i);
       }
       break;
     }
-    case Call::Kind::kFork:
+    case Call::Kind::kFork: {
       ids_[size_t(call.sequence)] = engine_->fork(ids_[size_t(call.parent)], call.count);
       running_[size_t(call.sequence)] = true;
       held_[size_t(call.sequence)] = call.count;
+      const std::vector<int32_t>& parent = cells_[size_t(call.parent)];
+      cells_[size_t(call.sequence)].assign(parent.begin(), parent.begin() + call.count);
       break;
+    }
     case Call::Kind::kTruncate:
       engine_->truncate(ids_[size_t(call.sequence)], call.count);
       held_[size_t(call.sequence)] -= call.count;
+      cells_[size_t(call.sequence)].resize(size_t(held_[size_t(call.sequence)]));
+      break;
+    case Call::Kind::kErase:
+      engine_->erase(ids_[size_t(call.sequence)], call.p0, call.p1);
+      held_[size_t(call.sequence)] -= erase_cells(cells_[size_t(call.sequence)], call.p0, call.p1);
+      break;
+    case Call::Kind::kShift:
+      engine_->shift(ids_[size_t(call.sequence)], call.p0, call.p1, call.delta);
+      shift_cells(cells_[size_t(call.sequence)], call.p0, call.p1, call.delta,
+                  scenario_.config.max_pos);
       break;
     case Call::Kind::kFinish:
       engine_->finish(ids_[size_t(call.sequence)]);

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "engine/engine.h"
+#include "oracle/oracle.h"
 #include "properties/property.h"
 #include "properties/scenario.h"
 
@@ -25,6 +26,10 @@ struct Segment {
   int begin_call = -1;                   // the call that opened it (start, fork, truncate)
   std::vector<int32_t> tokens;           // [position] content when it closed
   std::vector<std::pair<int, int>> fed;  // [token fed in it] (stream index, position)
+  // A sequence whose lineage holds an erase or shift: its reference is
+  // oracle::replay of this history (the state after begin_call), and `fed`
+  // pairs each stream index with its feed index in the history.
+  std::vector<oracle::Event> history;
 };
 
 // What a valid scenario's schedule implies, computed without an engine. One
@@ -39,12 +44,15 @@ struct SchedulePlan {
   std::vector<bool> shared_step;  // [sequence] fed in a step together with another sequence
   // The operations: a plain sequence is never forked into and never
   // truncated, so its content is its stream (P2..P5, P9 solo runs need it).
-  std::vector<bool> plain;                       // [sequence]
-  std::vector<int> forked_from;                  // [sequence] parent, or -1
-  std::vector<bool> forked;                      // [sequence] some fork took from it
-  std::vector<bool> truncated;                   // [sequence] lost tokens to a truncation
-  std::vector<std::vector<Segment>> segments;    // [sequence][segment] in call order
-  std::vector<std::vector<int32_t>> content;     // [sequence][position] what it held last
+  std::vector<bool> plain;       // [sequence]
+  std::vector<int> forked_from;  // [sequence] parent, or -1
+  std::vector<bool> forked;      // [sequence] some fork took from it
+  std::vector<bool> truncated;   // [sequence] lost tokens to a truncation
+  std::vector<bool> shifted;  // [sequence] its lineage holds an erase or shift (Segment::history)
+  std::vector<std::vector<oracle::Event>> history;  // [sequence] every feed and operation so far
+  std::vector<std::vector<int32_t>> cells;          // [sequence][cell] position it holds, last
+  std::vector<std::vector<Segment>> segments;       // [sequence][segment] in call order
+  std::vector<std::vector<int32_t>> content;        // [sequence][position] what it held last
   std::vector<std::vector<int>> content_stream;  // [sequence][position] stream index, -1 inherited
   std::vector<std::vector<int>> content_chunks;  // [sequence][chunk] how its content was fed
   int max_content = 0;                           // the longest content at any time
@@ -115,14 +123,15 @@ class ScenarioRunner {
   const Scenario& scenario_;
   std::unique_ptr<Engine> engine_;
   int vocab_;
-  std::vector<SequenceId> ids_;             // [sequence]
-  std::vector<bool> running_;               // [sequence]
-  std::vector<int> fed_;                    // [sequence] stream tokens fed
-  std::vector<int> held_;                   // [sequence] content length
-  std::vector<std::vector<float>> logits_;  // [sequence][position][V]
-  std::vector<std::vector<bool>> reused_;   // [sequence][stream index] logits not computed
-  std::vector<BatchEntry> batch_;           // [chunk] of the current step
-  std::vector<float> step_logits_;          // [tokens in step][V]
+  std::vector<SequenceId> ids_;              // [sequence]
+  std::vector<bool> running_;                // [sequence]
+  std::vector<int> fed_;                     // [sequence] stream tokens fed
+  std::vector<int> held_;                    // [sequence] content length
+  std::vector<std::vector<int32_t>> cells_;  // [sequence][cell] position (erase needs it)
+  std::vector<std::vector<float>> logits_;   // [sequence][position][V]
+  std::vector<std::vector<bool>> reused_;    // [sequence][stream index] logits not computed
+  std::vector<BatchEntry> batch_;            // [chunk] of the current step
+  std::vector<float> step_logits_;           // [tokens in step][V]
 };
 
 // The scenario on a fresh engine built from its own config and weights.

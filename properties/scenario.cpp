@@ -1,5 +1,6 @@
 #include "properties/scenario.h"
 
+#include <algorithm>
 #include <charconv>
 #include <sstream>
 
@@ -19,6 +20,38 @@ std::string exact(double value) {
 }
 
 }  // namespace
+
+int next_position(const std::vector<int32_t>& cells) {
+  int next = 0;
+  for (int32_t p : cells) next = std::max(next, p + 1);
+  return next;
+}
+
+int erase_cells(std::vector<int32_t>& cells, int p0, int p1) {
+  const size_t before = cells.size();
+  std::erase_if(cells, [&](int32_t p) { return p >= p0 && p < p1; });
+  return static_cast<int>(before - cells.size());
+}
+
+std::string shift_cells(std::vector<int32_t>& cells, int p0, int p1, int delta, int max_pos) {
+  std::vector<int32_t> moved = cells;
+  for (int32_t& p : moved) {
+    if (p < p0 || p >= p1) continue;
+    const long long to = (long long)p + delta;
+    if (to < 0 || to >= max_pos) {
+      return "position " + std::to_string(p) + " + " + std::to_string(delta) +
+             " leaves [0, max_pos " + std::to_string(max_pos) + ")";
+    }
+    p = int32_t(to);
+  }
+  std::vector<int32_t> sorted = moved;
+  std::sort(sorted.begin(), sorted.end());
+  if (std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end()) {
+    return "two cells would hold one position";
+  }
+  cells = std::move(moved);
+  return {};
+}
 
 EngineOptions Scenario::engine_options() const {
   EngineOptions options;
@@ -81,6 +114,7 @@ std::string Scenario::validate() const {
   std::vector<State> state(sequences.size(), State::kNotStarted);  // [sequence]
   std::vector<int> fed(sequences.size(), 0);                       // [sequence] stream
   std::vector<int> held(sequences.size(), 0);                      // [sequence] content
+  std::vector<std::vector<int32_t>> cells(sequences.size());       // [sequence][cell] position
   int running = 0;
   const auto in_range = [&](int s) { return s >= 0 && s < n_sequences; };
   for (size_t c = 0; c < calls.size(); ++c) {
@@ -143,8 +177,15 @@ std::string Scenario::validate() const {
                 << held[size_t(s)] + chunk.length - 1 << ", past the capacity of " << capacity;
             return out.str();
           }
+          const int next = next_position(cells[size_t(s)]);
+          if (next + chunk.length > config.max_pos) {
+            out << "step feeds sequence " << s << " up to position " << next + chunk.length - 1
+                << ", past max_pos " << config.max_pos;
+            return out.str();
+          }
           fed[size_t(s)] = end;
           held[size_t(s)] += chunk.length;
+          for (int i = 0; i < chunk.length; ++i) cells[size_t(s)].push_back(next + i);
         }
         break;
       }
@@ -183,6 +224,8 @@ std::string Scenario::validate() const {
         }
         state[size_t(call.sequence)] = State::kRunning;
         held[size_t(call.sequence)] = call.count;
+        cells[size_t(call.sequence)].assign(cells[size_t(call.parent)].begin(),
+                                            cells[size_t(call.parent)].begin() + call.count);
         ++running;
         break;
       case Call::Kind::kTruncate:
@@ -196,7 +239,46 @@ std::string Scenario::validate() const {
           return out.str();
         }
         held[size_t(call.sequence)] -= call.count;
+        cells[size_t(call.sequence)].resize(size_t(held[size_t(call.sequence)]));
         break;
+      case Call::Kind::kErase:
+      case Call::Kind::kShift: {
+        const char* what = call.kind == Call::Kind::kErase ? "erase" : "shift";
+        if (!in_range(call.sequence) || state[size_t(call.sequence)] != State::kRunning) {
+          out << what << " of sequence " << call.sequence << " which is not running";
+          return out.str();
+        }
+        if (config.family != Family::kLlama) {
+          out << what << ": needs a RoPE model (llama family); gpt2's learned positions are "
+              << "not applicable";
+          return out.str();
+        }
+        if (block_size != 0) {
+          out << what << ": needs contiguous storage (block_size 0)";
+          return out.str();
+        }
+        if (config.sliding_window > 0) {
+          // No engine keeps a ring and moves its cells yet.
+          out << what << ": not with a sliding window (sliding_window " << config.sliding_window
+              << ")";
+          return out.str();
+        }
+        if (call.p0 < 0 || call.p1 < call.p0) {
+          out << what << " of [" << call.p0 << ", " << call.p1 << "): needs 0 <= p0 <= p1";
+          return out.str();
+        }
+        std::vector<int32_t>& c = cells[size_t(call.sequence)];
+        if (call.kind == Call::Kind::kErase) {
+          held[size_t(call.sequence)] -= erase_cells(c, call.p0, call.p1);
+        } else if (const std::string error =
+                       shift_cells(c, call.p0, call.p1, call.delta, config.max_pos);
+                   !error.empty()) {
+          out << "shift of s" << call.sequence << " [" << call.p0 << ", " << call.p1 << ") by "
+              << call.delta << ": " << error;
+          return out.str();
+        }
+        break;
+      }
       case Call::Kind::kFlush:
         if (!prefix_cache) {
           out << "flush of the prefix cache, which the scenario does not have (prefix_cache 0)";
@@ -284,6 +366,12 @@ std::string Scenario::to_text() const {
         break;
       case Call::Kind::kFlush:
         out << "flush";
+        break;
+      case Call::Kind::kErase:
+        out << "erase s" << call.sequence << " " << call.p0 << " " << call.p1;
+        break;
+      case Call::Kind::kShift:
+        out << "shift s" << call.sequence << " " << call.p0 << " " << call.p1 << " " << call.delta;
         break;
     }
     out << "\n";

@@ -27,13 +27,25 @@ struct ChunkSpec {
 };
 
 struct Call {
-  enum class Kind : uint8_t { kStart, kStep, kFinish, kReset, kFork, kTruncate, kFlush };
+  enum class Kind : uint8_t {
+    kStart,
+    kStep,
+    kFinish,
+    kReset,
+    kFork,
+    kTruncate,
+    kFlush,
+    kErase,
+    kShift
+  };
   Kind kind = Kind::kStep;
   int sequence = 0;               // kStart, kFinish, kTruncate; kFork: the child
   std::vector<ChunkSpec> chunks;  // kStep: the batch, in order
   int parent = 0;                 // kFork: the sequence forked from
   int count = 0;                  // kFork: parent tokens the child starts with;
                                   // kTruncate: tokens forgotten
+  int p0 = 0, p1 = 0;             // kErase, kShift: the positions [p0, p1)
+  int delta = 0;                  // kShift: added to those positions
 
   static Call start(int s) { return {Kind::kStart, s, {}}; }
   static Call step(std::vector<ChunkSpec> c) { return {Kind::kStep, 0, std::move(c)}; }
@@ -42,6 +54,10 @@ struct Call {
   static Call fork(int child, int parent, int n) { return {Kind::kFork, child, {}, parent, n}; }
   static Call truncate(int s, int n) { return {Kind::kTruncate, s, {}, 0, n}; }
   static Call flush() { return {Kind::kFlush, 0, {}}; }  // Engine::flush_prefix_cache
+  static Call erase(int s, int p0, int p1) { return {Kind::kErase, s, {}, 0, 0, p0, p1}; }
+  static Call shift(int s, int p0, int p1, int delta) {
+    return {Kind::kShift, s, {}, 0, 0, p0, p1, delta};
+  }
 
   bool operator==(const Call&) const = default;
 };
@@ -83,6 +99,18 @@ struct Scenario {
   // Readable multi-line text form (RapidCheck's showValue uses it too).
   std::string to_text() const;
 };
+
+// Context shift on the positions a sequence's cells hold, in slot order
+// (docs/OPERATIONS.md, "Erase and shift"); the one definition validate(),
+// plan_schedule and the runner share.
+// Where the next fed token goes: the largest held position + 1, 0 when empty.
+int next_position(const std::vector<int32_t>& cells);
+// Removes the cells holding positions [p0, p1); returns how many.
+int erase_cells(std::vector<int32_t>& cells, int p0, int p1);
+// Adds delta to the positions in [p0, p1); "" on success, else why the
+// engine must refuse it (a position leaving [0, max_pos) or two cells on one
+// position), and `cells` is unchanged.
+std::string shift_cells(std::vector<int32_t>& cells, int p0, int p1, int delta, int max_pos);
 
 // The weights a scenario runs: its checkpoint's, else init_weights(config,
 // weight_seed), computed once per thread for the most recent (config, seed)

@@ -1,5 +1,7 @@
 #include "properties/tolerance.h"
 
+#include "model/weights.h"
+
 #include <algorithm>
 #include <cmath>
 #include <numbers>
@@ -137,6 +139,198 @@ void rope_var(double* head, double* var, const std::vector<double>& cos_angle,
   }
 }
 
+// What P6 compares, for one token's K or V ([KVH][D]) as computed (value,
+// var): kConfidence deviations of the computed value, then storage's
+// rounding of it at its worst, |x^ (1 + r) - x| <= |x^ - x| (1 + r) + r |x|
+// + a (+ h s for q8_0: half a code of the block's scale s, at most
+// fl((amax + the block's largest computed bound) / 127)). Attention reads
+// the stored value, whose storage rounding enters its variance (updated in
+// place) as one more bounded term. computed (q8_0 only, else null): the
+// bound before storage.
+//   value, var, bound, computed: [KVH][D].
+void store_var(const double* value, double* var, double* bound, double* computed, int KVH, int D,
+               KvDtype kv_dtype) {
+  const KvStorageError storage = kv_storage_error(kv_dtype);
+  const bool quantized = kv_dtype == KvDtype::kQ8_0;
+  if (computed != nullptr) {
+    for (int i = 0; i < KVH * D; ++i) computed[i] = kConfidence * std::sqrt(var[i]);
+  }
+  for (int g = 0; g < KVH; ++g) {
+    for (int first = 0; first < D; first += int(kQ8Block)) {
+      const int end = quantized ? std::min(D, first + int(kQ8Block)) : D;
+      double amax = 0, computed_max = 0;
+      for (int i = g * D + first; i < g * D + end; ++i) {
+        amax = std::max(amax, std::abs(value[i]));
+        computed_max = std::max(computed_max, kConfidence * std::sqrt(var[i]));
+      }
+      const double scale_max = (amax + computed_max) / 127 * (1 + u);
+      for (int i = g * D + first; i < g * D + end; ++i) {
+        const double stored = storage.relative * std::abs(value[i]) + storage.absolute +
+                              storage.per_scale * scale_max;
+        bound[i] = kConfidence * std::sqrt(var[i]) * (1 + storage.relative) + stored;
+        var[i] = var[i] * sq(1 + storage.relative) + stored * stored;
+      }
+      if (!quantized) break;
+    }
+  }
+}
+
+// Scratch of attend_var, sized once per pass.
+struct AttendScratch {
+  std::vector<double> p, var_sigma;               // [keys] one query head
+  std::vector<double> o_sum, o_var, o_magnitude;  // [D] one query head
+};
+
+// One query position's attention over keys 0..n_keys-1 (rows of k/v), with
+// the error variance of its output (docs/TOLERANCE.md, "Attention").
+//   q_t, var_q_t: [H][D];  k, var_k, v, var_v: [n_keys][KVH][D];  att, var_att: [H][D].
+void attend_var(const double* q_t, const double* var_q_t, const double* k, const double* var_k,
+                const double* v, const double* var_v, int n_keys, int H, int group, int D,
+                AttendScratch& s, double* att, double* var_att) {
+  const auto sz = [](int n) { return static_cast<size_t>(n); };
+  const int KV = H / group * D;
+  const double scale = 1.0 / std::sqrt(double(D));
+  // dot of D, * scale, the float scale
+  const double score_rounding = (D + 2) * u * u * scale * scale;
+  const double exp_var = sq(kExpRelativeError);
+  const double sum_rounding = n_keys * u * u;
+  if (s.p.size() < sz(n_keys)) s.p.resize(sz(n_keys)), s.var_sigma.resize(sz(n_keys));
+  s.o_sum.resize(sz(D)), s.o_var.resize(sz(D)), s.o_magnitude.resize(sz(D));
+  for (int hq = 0; hq < H; ++hq) {
+    const int g = hq / group;
+    const double* qh = q_t + sz(hq) * sz(D);
+    const double* vqh = var_q_t + sz(hq) * sz(D);
+    // Score s_j = scale q.k_j: first-order variance scale^2 sum (k^2 var_q
+    // + q^2 var_k) plus the dot product's rounding.
+    double max_score = -INFINITY;
+    for (int j = 0; j < n_keys; ++j) {
+      const size_t kv_at = sz(j) * sz(KV) + sz(g) * sz(D);
+      const double* kj = k + kv_at;
+      const double* vkj = var_k + kv_at;
+      double dot = 0, abs_dot = 0, var = 0;
+      for (int d = 0; d < D; ++d) {
+        dot += qh[d] * kj[d];
+        abs_dot += std::abs(qh[d] * kj[d]);
+        var += kj[d] * kj[d] * vqh[d] + qh[d] * qh[d] * vkj[d];
+      }
+      s.p[sz(j)] = dot * scale;
+      s.var_sigma[sz(j)] = scale * scale * var + score_rounding * abs_dot * abs_dot;
+      max_score = std::max(max_score, s.p[sz(j)]);
+    }
+    // Weight j is exp(s_j - max) (1 + sigma_j): score error, the float
+    // rounding of s_j - max and exp's own error (kept at its worst).
+    double total = 0;
+    for (int j = 0; j < n_keys; ++j) {
+      const double shifted = s.p[sz(j)] - max_score;
+      s.var_sigma[sz(j)] += sq(u * shifted) + exp_var;
+      s.p[sz(j)] = std::exp(shifted);
+      total += s.p[sz(j)];
+    }
+    for (int j = 0; j < n_keys; ++j) s.p[sz(j)] /= total;
+    // o = sum p_j v_j; first order do = sum p_j dv_j + sum p_j sigma_j (v_j - o)
+    // (a shift common to all sigma_j cancels); then the float sums
+    // (n_keys terms each) and the division.
+    double* o = att + sz(hq) * sz(D);
+    double* var_o = var_att + sz(hq) * sz(D);
+    // Each of the D sums runs over the keys in order j = 0, 1, ...; the
+    // key loop is outside so the rows of v are read contiguously.
+    std::fill(s.o_sum.begin(), s.o_sum.end(), 0.0);
+    for (int j = 0; j < n_keys; ++j) {
+      const double pj = s.p[sz(j)];
+      const double* vj = v + sz(j) * sz(KV) + sz(g) * sz(D);
+      for (int d = 0; d < D; ++d) s.o_sum[sz(d)] += pj * vj[d];
+    }
+    std::fill(s.o_var.begin(), s.o_var.end(), 0.0);
+    std::fill(s.o_magnitude.begin(), s.o_magnitude.end(), 0.0);
+    for (int j = 0; j < n_keys; ++j) {
+      const double pj = s.p[sz(j)], sigma = s.var_sigma[sz(j)];
+      const size_t at = sz(j) * sz(KV) + sz(g) * sz(D);
+      const double* vj = v + at;
+      const double* vvj = var_v + at;
+      for (int d = 0; d < D; ++d) {
+        s.o_var[sz(d)] += pj * pj * (vvj[d] + sigma * sq(vj[d] - s.o_sum[sz(d)]));
+        s.o_magnitude[sz(d)] += pj * std::abs(vj[d]);
+      }
+    }
+    for (int d = 0; d < D; ++d) {
+      const double value = s.o_sum[sz(d)];
+      o[d] = value;
+      var_o[d] = s.o_var[sz(d)] + sum_rounding * sq(s.o_magnitude[sz(d)] + std::abs(value)) +
+                 sq(u * value);
+    }
+  }
+}
+
+// Buffers of mlp_var.
+struct MlpScratch {
+  std::vector<double> h, var_h;        // [E] normed row
+  std::vector<double> up, var_up;      // [F]
+  std::vector<double> gate, var_gate;  // [F] llama
+  std::vector<double> proj, var_proj;  // [E] the block's output
+  MlpScratch(int E, int F)
+      : h(size_t(E)),
+        var_h(size_t(E)),
+        up(size_t(F)),
+        var_up(size_t(F)),
+        gate(size_t(F)),
+        var_gate(size_t(F)),
+        proj(size_t(E)),
+        var_proj(size_t(E)) {}
+};
+
+// The feed-forward block of one position with its residual add, values and
+// variances in place.   xt, vxt: [E].
+void mlp_var(bool gpt2, const LayerWeights& w, int E, int F, double eps, double* xt, double* vxt,
+             MlpScratch& b) {
+  const auto sz = [](int n) { return static_cast<size_t>(n); };
+  norm_var(gpt2, xt, vxt, w.mlp_norm, w.mlp_norm_bias, E, eps, b.h.data(), b.var_h.data());
+  if (gpt2) {
+    linear_var(w.w_up, w.b_up, b.h.data(), b.var_h.data(), E, F, b.up.data(), b.var_up.data());
+    // GELU: the input variance through gelu'^2; rounding of inner =
+    // (x^3 k + x) c: 3 roundings on the x term (add, product, float c)
+    // and 7 on the cubic (three products, float k, add, product, float
+    // c); tanh's ulp error plus (1 - t^2) times inner's; then
+    // (t + 1) x / 2 rounds twice. All kept at their worst.
+    const double c = std::sqrt(2.0 / std::numbers::pi), kc = 0.044715;
+    for (int i = 0; i < F; ++i) {
+      const double z = b.up[sz(i)], az = std::abs(z);
+      const double th = std::tanh(c * (z + kc * z * z * z));
+      const double sech2 = 1 - th * th;
+      const double derivative = 0.5 * (1 + th) + 0.5 * z * sech2 * c * (1 + 3 * kc * z * z);
+      const double dt = sech2 * (3 * u * c * az + 7 * u * c * kc * az * az * az) +
+                        kTanhRelativeError * std::abs(th);
+      const double y = 0.5 * z * (1 + th);
+      const double rounding = az / 2 * (dt + u * std::abs(1 + th)) + u * std::abs(y);
+      b.up[sz(i)] = y;
+      b.var_up[sz(i)] = sq(derivative) * b.var_up[sz(i)] + sq(rounding);
+    }
+  } else {
+    linear_var(w.w_gate, {}, b.h.data(), b.var_h.data(), E, F, b.gate.data(), b.var_gate.data());
+    linear_var(w.w_up, {}, b.h.data(), b.var_h.data(), E, F, b.up.data(), b.var_up.data());
+    // silu(g) up: variances through silu'(g) up and silu(g); rounding:
+    // exp(-g)'s ulp error enters g / (1 + e) scaled by e / (1 + e), then
+    // add, divide, multiply: 3u, all at their worst.
+    for (int i = 0; i < F; ++i) {
+      const double g = b.gate[sz(i)];
+      const double e = std::exp(-g);
+      const double sigma = 1 / (1 + e);
+      const double silu = g * sigma;
+      const double derivative = sigma * (1 + g * (1 - sigma));
+      const double y = silu * b.up[sz(i)];
+      const double rounding = std::abs(y) * (kExpRelativeError * e * sigma + 3 * u);
+      b.var_up[sz(i)] = sq(derivative * b.up[sz(i)]) * b.var_gate[sz(i)] +
+                        sq(silu) * b.var_up[sz(i)] + sq(rounding);
+      b.up[sz(i)] = y;
+    }
+  }
+  linear_var(w.w_down, w.b_down, b.up.data(), b.var_up.data(), F, E, b.proj.data(),
+             b.var_proj.data());
+  for (int e = 0; e < E; ++e) {
+    xt[e] += b.proj[sz(e)];
+    vxt[e] += b.var_proj[sz(e)] + sq(u * xt[e]);
+  }
+}
+
 }  // namespace
 
 ErrorBounds derive_error_bounds(const Config& config, const Weights& weights,
@@ -147,7 +341,6 @@ ErrorBounds derive_error_bounds(const Config& config, const Weights& weights,
             D = config.head_dim, F = config.d_ff, V = config.vocab, Q = config.q_width(),
             KV = config.kv_width(), group = config.group();
   const bool gpt2 = config.family == Family::kGpt2;
-  const KvStorageError storage = kv_storage_error(kv_dtype);
   const auto sz = [](int n) { return static_cast<size_t>(n); };
   const size_t t_count = sz(T);
 
@@ -171,9 +364,8 @@ ErrorBounds derive_error_bounds(const Config& config, const Weights& weights,
   std::vector<double> v(t_count * sz(KV)), var_v(v.size());  // [T][KVH][D] as cached
   std::vector<double> att(sz(Q)), var_att(sz(Q));            // [H][D] one position
   std::vector<double> proj(sz(E)), var_proj(sz(E));          // [E] a block's output
-  std::vector<double> up(sz(F)), var_up(sz(F));              // [F]
-  std::vector<double> gate(sz(F)), var_gate(sz(F));          // [F] llama
-  std::vector<double> p(t_count), var_sigma(t_count);        // [keys] one query head
+  AttendScratch scratch;                                     // one query head
+  MlpScratch mlp(E, F);                                      // one position
   std::vector<double> inv_freq(sz(D / 2));                   // [D/2] RoPE frequencies
   for (int i = 0; i < D / 2; ++i) inv_freq[sz(i)] = std::pow(config.rope_theta, -2.0 * i / D);
   std::vector<double> cos_angle(sz(D / 2)), sin_angle(sz(D / 2));  // [D/2] at one position
@@ -184,7 +376,6 @@ ErrorBounds derive_error_bounds(const Config& config, const Weights& weights,
   // for the rounded exponent, 2u for powf (within 1 ulp); each product adds
   // u. To first order |angle_i error| <= angle_i * i * (scale error + u).
   const double scale_error = (1 + std::log(config.rope_theta) * 2.0 / D + 2) * u;
-  std::vector<double> o_sum(sz(D)), o_var(sz(D)), o_magnitude(sz(D));  // [D] one query head
 
   for (int t = 0; t < T; ++t) {
     const float* token_row = weights.tok_embedding.data() + sz(tokens[sz(t)]) * sz(E);
@@ -199,10 +390,6 @@ ErrorBounds derive_error_bounds(const Config& config, const Weights& weights,
     }
   }
 
-  const double scale = 1.0 / std::sqrt(double(D));
-  // dot of D, * scale, the float scale
-  const double score_rounding = (D + 2) * u * u * scale * scale;
-  const double exp_var = sq(kExpRelativeError);
   for (int l = 0; l < L; ++l) {
     const LayerWeights& w = weights.layers[sz(l)];
     for (int t = 0; t < T; ++t) {
@@ -232,41 +419,17 @@ ErrorBounds derive_error_bounds(const Config& config, const Weights& weights,
           rope_var(kt + g * D, vkt + g * D, cos_angle, sin_angle, angle_error, D);
         }
       }
-      // What P6 compares: kConfidence deviations of the computed value, then
-      // storage's rounding of it at its worst, |x^ (1 + r) - x| <= |x^ - x|
-      // (1 + r) + r |x| + a (+ h s for q8_0: half a code of the block's
-      // scale s, at most fl((amax + the block's largest computed bound) /
-      // 127)). Attention reads the stored value, whose storage rounding
-      // enters its variance as one more bounded term.
+      // What P6 compares (store_var).
       double* k_bound = out.k.data() + (sz(l) * t_count + row) * sz(KV);
       double* v_bound = out.v.data() + (sz(l) * t_count + row) * sz(KV);
       for (int kind = 0; kind < 2; ++kind) {
-        const double* value = kind == 0 ? kt : vt;
-        double* var = kind == 0 ? vkt : vvt;
-        double* bound = kind == 0 ? k_bound : v_bound;
+        double* computed = nullptr;
         if (quantized) {
-          double* computed = (kind == 0 ? out.k_computed.data() : out.v_computed.data()) +
-                             (sz(l) * t_count + row) * sz(KV);
-          for (int i = 0; i < KV; ++i) computed[i] = kConfidence * std::sqrt(var[i]);
+          computed = (kind == 0 ? out.k_computed.data() : out.v_computed.data()) +
+                     (sz(l) * t_count + row) * sz(KV);
         }
-        for (int g = 0; g < KVH; ++g) {
-          for (int first = 0; first < D; first += int(kQ8Block)) {
-            const int end = quantized ? std::min(D, first + int(kQ8Block)) : D;
-            double amax = 0, computed_max = 0;
-            for (int i = g * D + first; i < g * D + end; ++i) {
-              amax = std::max(amax, std::abs(value[i]));
-              computed_max = std::max(computed_max, kConfidence * std::sqrt(var[i]));
-            }
-            const double scale_max = (amax + computed_max) / 127 * (1 + u);
-            for (int i = g * D + first; i < g * D + end; ++i) {
-              const double stored = storage.relative * std::abs(value[i]) + storage.absolute +
-                                    storage.per_scale * scale_max;
-              bound[i] = kConfidence * std::sqrt(var[i]) * (1 + storage.relative) + stored;
-              var[i] = var[i] * sq(1 + storage.relative) + stored * stored;
-            }
-            if (!quantized) break;
-          }
-        }
+        store_var(kind == 0 ? kt : vt, kind == 0 ? vkt : vvt, kind == 0 ? k_bound : v_bound,
+                  computed, KVH, D, kv_dtype);
       }
     }
 
@@ -275,70 +438,10 @@ ErrorBounds derive_error_bounds(const Config& config, const Weights& weights,
     for (int t = 0; t < T; ++t) {
       const int first = window > 0 ? std::max(0, t + 1 - window) : 0;
       const int n_keys = t + 1;
-      const double sum_rounding = (n_keys - first) * u * u;
-      for (int hq = 0; hq < H; ++hq) {
-        const int g = hq / group;
-        const double* qh = q.data() + sz(t) * sz(Q) + sz(hq) * sz(D);
-        const double* vqh = var_q.data() + sz(t) * sz(Q) + sz(hq) * sz(D);
-        // Score s_j = scale q.k_j: first-order variance scale^2 sum (k^2 var_q
-        // + q^2 var_k) plus the dot product's rounding.
-        double max_score = -INFINITY;
-        for (int j = first; j < n_keys; ++j) {
-          const size_t kv_at = sz(j) * sz(KV) + sz(g) * sz(D);
-          const double* kj = k.data() + kv_at;
-          const double* vkj = var_k.data() + kv_at;
-          double dot = 0, abs_dot = 0, var = 0;
-          for (int d = 0; d < D; ++d) {
-            dot += qh[d] * kj[d];
-            abs_dot += std::abs(qh[d] * kj[d]);
-            var += kj[d] * kj[d] * vqh[d] + qh[d] * qh[d] * vkj[d];
-          }
-          p[sz(j)] = dot * scale;
-          var_sigma[sz(j)] = scale * scale * var + score_rounding * abs_dot * abs_dot;
-          max_score = std::max(max_score, p[sz(j)]);
-        }
-        // Weight j is exp(s_j - max) (1 + sigma_j): score error, the float
-        // rounding of s_j - max and exp's own error (kept at its worst).
-        double total = 0;
-        for (int j = first; j < n_keys; ++j) {
-          const double shifted = p[sz(j)] - max_score;
-          var_sigma[sz(j)] += sq(u * shifted) + exp_var;
-          p[sz(j)] = std::exp(shifted);
-          total += p[sz(j)];
-        }
-        for (int j = first; j < n_keys; ++j) p[sz(j)] /= total;
-        // o = sum p_j v_j; first order do = sum p_j dv_j + sum p_j sigma_j (v_j - o)
-        // (a shift common to all sigma_j cancels); then the float sums
-        // (n_keys terms each) and the division.
-        double* o = att.data() + sz(hq) * sz(D);
-        double* var_o = var_att.data() + sz(hq) * sz(D);
-        // Each of the D sums runs over the keys in order j = 0, 1, ...; the
-        // key loop is outside so the rows of v are read contiguously.
-        std::fill(o_sum.begin(), o_sum.end(), 0.0);
-        for (int j = first; j < n_keys; ++j) {
-          const double pj = p[sz(j)];
-          const double* vj = v.data() + sz(j) * sz(KV) + sz(g) * sz(D);
-          for (int d = 0; d < D; ++d) o_sum[sz(d)] += pj * vj[d];
-        }
-        std::fill(o_var.begin(), o_var.end(), 0.0);
-        std::fill(o_magnitude.begin(), o_magnitude.end(), 0.0);
-        for (int j = first; j < n_keys; ++j) {
-          const double pj = p[sz(j)], sigma = var_sigma[sz(j)];
-          const size_t at = sz(j) * sz(KV) + sz(g) * sz(D);
-          const double* vj = v.data() + at;
-          const double* vvj = var_v.data() + at;
-          for (int d = 0; d < D; ++d) {
-            o_var[sz(d)] += pj * pj * (vvj[d] + sigma * sq(vj[d] - o_sum[sz(d)]));
-            o_magnitude[sz(d)] += pj * std::abs(vj[d]);
-          }
-        }
-        for (int d = 0; d < D; ++d) {
-          const double value = o_sum[sz(d)];
-          o[d] = value;
-          var_o[d] = o_var[sz(d)] + sum_rounding * sq(o_magnitude[sz(d)] + std::abs(value)) +
-                     sq(u * value);
-        }
-      }
+      const size_t skip = sz(first) * sz(KV);  // keys before the window
+      attend_var(q.data() + sz(t) * sz(Q), var_q.data() + sz(t) * sz(Q), k.data() + skip,
+                 var_k.data() + skip, v.data() + skip, var_v.data() + skip, n_keys - first, H,
+                 group, D, scratch, att.data(), var_att.data());
       linear_var(w.wo, w.bo, att.data(), var_att.data(), Q, E, proj.data(), var_proj.data());
       for (int e = 0; e < E; ++e) {
         const size_t at = sz(t) * sz(E) + sz(e);
@@ -350,52 +453,7 @@ ErrorBounds derive_error_bounds(const Config& config, const Weights& weights,
     for (int t = 0; t < T; ++t) {
       double* xt = x.data() + sz(t) * sz(E);
       double* vxt = var_x.data() + sz(t) * sz(E);
-      norm_var(gpt2, xt, vxt, w.mlp_norm, w.mlp_norm_bias, E, config.norm_eps, h.data(),
-               var_h.data());
-      if (gpt2) {
-        linear_var(w.w_up, w.b_up, h.data(), var_h.data(), E, F, up.data(), var_up.data());
-        // GELU: the input variance through gelu'^2; rounding of inner =
-        // (x^3 k + x) c: 3 roundings on the x term (add, product, float c)
-        // and 7 on the cubic (three products, float k, add, product, float
-        // c); tanh's ulp error plus (1 - t^2) times inner's; then
-        // (t + 1) x / 2 rounds twice. All kept at their worst.
-        const double c = std::sqrt(2.0 / std::numbers::pi), kc = 0.044715;
-        for (int i = 0; i < F; ++i) {
-          const double z = up[sz(i)], az = std::abs(z);
-          const double th = std::tanh(c * (z + kc * z * z * z));
-          const double sech2 = 1 - th * th;
-          const double derivative = 0.5 * (1 + th) + 0.5 * z * sech2 * c * (1 + 3 * kc * z * z);
-          const double dt = sech2 * (3 * u * c * az + 7 * u * c * kc * az * az * az) +
-                            kTanhRelativeError * std::abs(th);
-          const double y = 0.5 * z * (1 + th);
-          const double rounding = az / 2 * (dt + u * std::abs(1 + th)) + u * std::abs(y);
-          up[sz(i)] = y;
-          var_up[sz(i)] = sq(derivative) * var_up[sz(i)] + sq(rounding);
-        }
-      } else {
-        linear_var(w.w_gate, {}, h.data(), var_h.data(), E, F, gate.data(), var_gate.data());
-        linear_var(w.w_up, {}, h.data(), var_h.data(), E, F, up.data(), var_up.data());
-        // silu(g) up: variances through silu'(g) up and silu(g); rounding:
-        // exp(-g)'s ulp error enters g / (1 + e) scaled by e / (1 + e), then
-        // add, divide, multiply: 3u, all at their worst.
-        for (int i = 0; i < F; ++i) {
-          const double g = gate[sz(i)];
-          const double e = std::exp(-g);
-          const double sigma = 1 / (1 + e);
-          const double silu = g * sigma;
-          const double derivative = sigma * (1 + g * (1 - sigma));
-          const double y = silu * up[sz(i)];
-          const double rounding = std::abs(y) * (kExpRelativeError * e * sigma + 3 * u);
-          var_up[sz(i)] = sq(derivative * up[sz(i)]) * var_gate[sz(i)] + sq(silu) * var_up[sz(i)] +
-                          sq(rounding);
-          up[sz(i)] = y;
-        }
-      }
-      linear_var(w.w_down, w.b_down, up.data(), var_up.data(), F, E, proj.data(), var_proj.data());
-      for (int e = 0; e < E; ++e) {
-        xt[e] += proj[sz(e)];
-        vxt[e] += var_proj[sz(e)] + sq(u * xt[e]);
-      }
+      mlp_var(gpt2, w, E, F, config.norm_eps, xt, vxt, mlp);
     }
   }
 
@@ -406,6 +464,143 @@ ErrorBounds derive_error_bounds(const Config& config, const Weights& weights,
     double* bound = out.logits.data() + sz(t) * sz(V);
     linear_var(weights.lm_head, {}, h.data(), var_h.data(), E, V, logits.data(), bound);
     for (int i = 0; i < V; ++i) bound[i] = kConfidence * std::sqrt(bound[i]);
+  }
+  return out;
+}
+
+HistoryBounds derive_history_bounds(const Config& config, const Weights& weights,
+                                    std::span<const oracle::Event> events, KvDtype kv_dtype) {
+  using Kind = oracle::Event::Kind;
+  const int L = config.n_layers, E = config.d_model, H = config.n_heads, KVH = config.n_kv_heads,
+            D = config.head_dim, F = config.d_ff, V = config.vocab, Q = config.q_width(),
+            KV = config.kv_width(), group = config.group();
+  const auto sz = [](int n) { return static_cast<size_t>(n); };
+  const bool quantized = kv_dtype == KvDtype::kQ8_0;
+  // Per layer, the cells as the engine holds them: value and error variance
+  // of the stored K/V, and P6's bound (and q8_0's pre-storage bound).
+  struct Layer {
+    std::vector<double> k, var_k, v, var_v, k_bound, v_bound, k_comp, v_comp;  // [C][KVH][D]
+  };
+  std::vector<Layer> cells(sz(L));
+  std::vector<int32_t> positions;  // [C]
+  HistoryBounds out;
+  std::vector<double> x(sz(E)), var_x(sz(E)), h(sz(E)), var_h(sz(E));      // [E] one position
+  std::vector<double> q(sz(Q)), var_q(sz(Q)), att(sz(Q)), var_att(sz(Q));  // [H][D]
+  std::vector<double> k(sz(KV)), var_k(sz(KV)), v(sz(KV)), var_v(sz(KV));  // [KVH][D]
+  std::vector<double> kb(sz(KV)), vb(sz(KV)), kc(sz(KV)), vc(sz(KV));      // [KVH][D]
+  std::vector<double> proj(sz(E)), var_proj(sz(E));                        // [E]
+  std::vector<double> inv_freq(sz(D / 2));  // [D/2] RoPE frequencies, as the engine's
+  for (int i = 0; i < D / 2; ++i) inv_freq[sz(i)] = std::pow(config.rope_theta, -2.0 * i / D);
+  std::vector<double> cos_angle(sz(D / 2)), sin_angle(sz(D / 2));  // [D/2]
+  const std::vector<double> no_angle_error(sz(D / 2), 0.0);        // [D/2]
+  const auto angles = [&](int angle_position) {
+    for (int i = 0; i < D / 2; ++i) {
+      cos_angle[sz(i)] = std::cos(angle_position * inv_freq[sz(i)]);
+      sin_angle[sz(i)] = std::sin(angle_position * inv_freq[sz(i)]);
+    }
+  };
+  AttendScratch scratch;
+  MlpScratch mlp(E, F);
+  const auto keep = [&](const std::vector<bool>& kept) {
+    for (Layer& c : cells) {
+      for (std::vector<double>* a :
+           {&c.k, &c.var_k, &c.v, &c.var_v, &c.k_bound, &c.v_bound, &c.k_comp, &c.v_comp}) {
+        size_t to = 0;
+        for (size_t i = 0; i < kept.size(); ++i) {
+          if (!kept[i]) continue;
+          std::copy_n(a->begin() + std::ptrdiff_t(i * sz(KV)), KV,
+                      a->begin() + std::ptrdiff_t(to * sz(KV)));
+          ++to;
+        }
+        a->resize(to * sz(KV));
+      }
+    }
+    size_t to = 0;
+    for (size_t i = 0; i < kept.size(); ++i) {
+      if (kept[i]) positions[to++] = positions[i];
+    }
+    positions.resize(to);
+  };
+  for (const oracle::Event& e : events) {
+    if (e.kind == Kind::kTruncate || e.kind == Kind::kErase) {
+      std::vector<bool> kept(positions.size(), true);
+      for (size_t i = 0; i < positions.size(); ++i) {
+        kept[i] = e.kind == Kind::kTruncate ? i + size_t(e.n) < positions.size()
+                                            : positions[i] < e.p0 || positions[i] >= e.p1;
+      }
+      keep(kept);
+      continue;
+    }
+    if (e.kind == Kind::kShift) {
+      // The engine reads each moved cell's stored key, rotates it by delta
+      // in float and stores it again.
+      angles(e.delta);
+      for (size_t c = 0; c < positions.size(); ++c) {
+        if (positions[c] < e.p0 || positions[c] >= e.p1) continue;
+        positions[c] += e.delta;
+        for (Layer& layer : cells) {
+          double* value = layer.k.data() + c * sz(KV);
+          double* var = layer.var_k.data() + c * sz(KV);
+          for (int g = 0; g < KVH; ++g) {
+            rope_var(value + g * D, var + g * D, cos_angle, sin_angle, no_angle_error, D);
+          }
+          store_var(value, var, layer.k_bound.data() + c * sz(KV),
+                    quantized ? layer.k_comp.data() + c * sz(KV) : nullptr, KVH, D, kv_dtype);
+        }
+      }
+      continue;
+    }
+    int position = 0;
+    for (int32_t p : positions) position = std::max(position, p + 1);
+    positions.push_back(position);
+    const float* token_row = weights.tok_embedding.data() + sz(e.token) * sz(E);
+    for (int d = 0; d < E; ++d) x[sz(d)] = token_row[d], var_x[sz(d)] = 0;  // an exact copy
+    angles(position);
+    for (int l = 0; l < L; ++l) {
+      const LayerWeights& w = weights.layers[sz(l)];
+      Layer& c = cells[sz(l)];
+      norm_var(false, x.data(), var_x.data(), w.attn_norm, w.attn_norm_bias, E, config.norm_eps,
+               h.data(), var_h.data());
+      linear_var(w.wq, w.bq, h.data(), var_h.data(), E, Q, q.data(), var_q.data());
+      linear_var(w.wk, w.bk, h.data(), var_h.data(), E, KV, k.data(), var_k.data());
+      linear_var(w.wv, w.bv, h.data(), var_h.data(), E, KV, v.data(), var_v.data());
+      for (int hq = 0; hq < H; ++hq) {
+        rope_var(q.data() + hq * D, var_q.data() + hq * D, cos_angle, sin_angle, no_angle_error, D);
+      }
+      for (int g = 0; g < KVH; ++g) {
+        rope_var(k.data() + g * D, var_k.data() + g * D, cos_angle, sin_angle, no_angle_error, D);
+      }
+      store_var(k.data(), var_k.data(), kb.data(), quantized ? kc.data() : nullptr, KVH, D,
+                kv_dtype);
+      store_var(v.data(), var_v.data(), vb.data(), quantized ? vc.data() : nullptr, KVH, D,
+                kv_dtype);
+      const auto append = [](std::vector<double>& to, const std::vector<double>& from) {
+        to.insert(to.end(), from.begin(), from.end());
+      };
+      append(c.k, k), append(c.var_k, var_k), append(c.v, v), append(c.var_v, var_v);
+      append(c.k_bound, kb), append(c.v_bound, vb), append(c.k_comp, kc), append(c.v_comp, vc);
+      attend_var(q.data(), var_q.data(), c.k.data(), c.var_k.data(), c.v.data(), c.var_v.data(),
+                 int(positions.size()), H, group, D, scratch, att.data(), var_att.data());
+      linear_var(w.wo, w.bo, att.data(), var_att.data(), Q, E, proj.data(), var_proj.data());
+      for (int d = 0; d < E; ++d) {
+        x[sz(d)] += proj[sz(d)];
+        var_x[sz(d)] += var_proj[sz(d)] + sq(u * x[sz(d)]);  // the residual add rounds once
+      }
+      mlp_var(false, w, E, F, config.norm_eps, x.data(), var_x.data(), mlp);
+    }
+    norm_var(false, x.data(), var_x.data(), weights.final_norm, weights.final_norm_bias, E,
+             config.norm_eps, h.data(), var_h.data());
+    std::vector<double> logits(sz(V)), bound(sz(V));  // [V]
+    linear_var(weights.lm_head, {}, h.data(), var_h.data(), E, V, logits.data(), bound.data());
+    for (double b : bound) out.logits.push_back(kConfidence * std::sqrt(b));
+  }
+  for (const Layer& c : cells) {
+    out.k.insert(out.k.end(), c.k_bound.begin(), c.k_bound.end());
+    out.v.insert(out.v.end(), c.v_bound.begin(), c.v_bound.end());
+    if (quantized) {
+      out.k_computed.insert(out.k_computed.end(), c.k_comp.begin(), c.k_comp.end());
+      out.v_computed.insert(out.v_computed.end(), c.v_comp.begin(), c.v_comp.end());
+    }
   }
   return out;
 }

@@ -19,6 +19,7 @@
 #include "engine/kv_dtype.h"
 #include "model/config.h"
 #include "model/weights.h"
+#include "oracle/oracle.h"
 
 namespace kvcheck {
 
@@ -83,5 +84,23 @@ struct ErrorBounds {
 ErrorBounds derive_error_bounds(const Config& config, const Weights& weights,
                                 std::span<const int32_t> tokens, KvDtype kv_dtype,
                                 bool rope_angles_in_float = false);
+
+// The bounds of one sequence's history of feeds, erases, shifts and
+// truncations (oracle::replay's events; llama family): each fed token's
+// logits, and the cells alive after the last event. A shift re-rotates a
+// stored key in float, as the engine does: the stored value's variance
+// passes through the rotation by delta (rope_var: cos^2, sin^2 and 3u of
+// each output's two terms) and the rotated key is stored again, adding the
+// dtype's storage rounding once more (docs/TOLERANCE.md, "Re-rotating a
+// stored key"). Angles are computed in double (rope_angles_in_float is not
+// modelled here).
+struct HistoryBounds {
+  std::vector<double> logits;      // [feeds][V]
+  std::vector<double> k, v;        // [L][C][KVH][D] the cells after the last event
+  std::vector<double> k_computed;  // q8_0 only: [L][C][KVH][D] before the last storage
+  std::vector<double> v_computed;  // q8_0 only: [L][C][KVH][D]
+};
+HistoryBounds derive_history_bounds(const Config& config, const Weights& weights,
+                                    std::span<const oracle::Event> events, KvDtype kv_dtype);
 
 }  // namespace kvcheck

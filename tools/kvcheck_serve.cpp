@@ -65,6 +65,16 @@ class Server {
       e.engine->truncate(e.sequence(id(request, "sequence")), int(id(request, "n")));
       return json::object();
     }
+    if (op == "erase" || op == "shift") {
+      const SequenceId s = e.sequence(id(request, "sequence"));
+      const int p0 = int(id(request, "p0")), p1 = int(id(request, "p1"));
+      if (op == "erase") {
+        e.engine->erase(s, p0, p1);
+      } else {
+        e.engine->shift(s, p0, p1, int(id(request, "delta")));
+      }
+      return json::object();
+    }
     if (op == "pool") return pool(e);
     if (op == "flush") return e.engine->flush_prefix_cache(), json::object();
     if (op == "storage_check") return {{"problem", e.engine->unheld_storage_check()}};
@@ -96,6 +106,7 @@ class Server {
     OperationTraits& ops = traits.operations;
     ops.fork = ops.truncate = ops.paged = ops.pool_report = ops.storage_check = true;
     ops.prefix_cache = true;
+    ops.erase = ops.shift = true;
     traits.identity.name += "-serve";
     // The highest version both speak.
     version_ = r.value("protocol", 1) >= 2 && max_version_ >= 2 ? 2 : 1;

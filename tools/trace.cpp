@@ -85,6 +85,12 @@ std::string call_text(const Call& call) {
       return "truncate s" + std::to_string(call.sequence) + " " + std::to_string(call.count);
     case Call::Kind::kFlush:
       return "flush";
+    case Call::Kind::kErase:
+      return "erase s" + std::to_string(call.sequence) + " " + std::to_string(call.p0) + " " +
+             std::to_string(call.p1);
+    case Call::Kind::kShift:
+      return "shift s" + std::to_string(call.sequence) + " " + std::to_string(call.p0) + " " +
+             std::to_string(call.p1) + " " + std::to_string(call.delta);
   }
   return "?";
 }

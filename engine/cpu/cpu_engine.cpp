@@ -98,6 +98,18 @@ class CpuEngine final : public Engine {
     table_.truncate(id, n, poison_slots());
   }
 
+  void erase(SequenceId id, int p0, int p1) override {
+    table_.erase(
+        id, p0, p1,
+        [this](int row, int from, int to, int n) { cache_.move_slots(row, from, to, n); },
+        poison_slots());
+  }
+
+  void shift(SequenceId id, int p0, int p1, int delta) override {
+    table_.shift(id, p0, p1, delta,
+                 [this](int row, int slot, int d) { rotate_stored(row, slot, d); });
+  }
+
   PoolReport pool() const override { return table_.pool_report(); }
 
   std::string unheld_storage_check() const override {
@@ -274,6 +286,31 @@ class CpuEngine final : public Engine {
     }
   }
 
+  // Context shift: the stored key of one cell, every layer and KV head, is
+  // read, rotated by `delta` through the same rope() a fed key goes through,
+  // and stored again (a reduced-precision dtype rounds again; q8_0 takes a
+  // new scale). Values stay. The shift faults live here.
+  void rotate_stored(int row, int slot, int delta) {
+    if (config_.family != Family::kLlama || slot >= options_.capacity) return;
+    if (has(Fault::kShiftKeepsK)) return;
+    const int D = config_.head_dim;
+    const int angle = has(Fault::kShiftWrongSign) ? -delta : delta;
+    std::vector<float> head(size_t(D), 0.0f);  // [D] one head, widened
+    for (int layer = 0; layer < config_.n_layers; ++layer) {
+      for (int g = 0; g < config_.n_kv_heads; ++g) {
+        for (int kind = 0; kind < (has(Fault::kShiftRotatesV) ? 2 : 1); ++kind) {
+          uint8_t* stored = kind == 0 ? cache_.k(storage_layer(layer), row, g, slot)
+                                      : cache_.v(storage_layer(layer), row, g, slot);
+          for (int d = 0; d < D; ++d) {
+            head[size_t(d)] = kv_load(stored, options_.kv_dtype, size_t(D), size_t(d));
+          }
+          rope(head.data(), angle);
+          kv_store_row(head.data(), options_.kv_dtype, size_t(D), stored);
+        }
+      }
+    }
+  }
+
   // Fault: rotates each already-cached key of the sequence once more.
   void rotate_cached_keys_again(int layer, const BatchEntry& e) {
     const SequenceState& s = table_.lookup(e.sequence, "step");
@@ -289,7 +326,7 @@ class CpuEngine final : public Engine {
         for (int d = 0; d < D; ++d) {
           key[size_t(d)] = kv_load(stored, options_.kv_dtype, size_t(D), size_t(d));
         }
-        rope(key.data(), s.position_base + slot - s.slot_base);
+        rope(key.data(), s.position_base + s.position_of(slot - s.slot_base));
         kv_store_row(key.data(), options_.kv_dtype, size_t(D), stored);
       }
     }

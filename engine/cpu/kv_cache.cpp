@@ -78,6 +78,18 @@ void KvCache::copy_slots(int from, int to, int n) {
   }
 }
 
+void KvCache::move_slots(int row, int from, int to, int n) {
+  n = std::min(n, capacity_ - std::max(from, to));
+  if (from == to || n <= 0) return;
+  const size_t bytes = size_t(n) * slot_bytes_;
+  for (int l = 0; l < n_layers_; ++l) {
+    for (int g = 0; g < n_kv_heads_; ++g) {
+      std::memmove(k(l, row, g, to), k(l, row, g, from), bytes);
+      std::memmove(v(l, row, g, to), v(l, row, g, from), bytes);
+    }
+  }
+}
+
 void KvCache::copy_row(int from, int to) {
   if (from == to) return;
   for (int l = 0; l < n_layers_; ++l) {

@@ -54,6 +54,9 @@ class KvCache {
   void copy_row(int from, int to);
   // Copies slots [0, n) of every layer and head from row `from` to row `to`.
   void copy_slots(int from, int to, int n);
+  // Within one row, every layer and head: slots [from, from + n) move to
+  // [to, to + n) (overlap allowed; clipped to the capacity).
+  void move_slots(int row, int from, int to, int n);
   // True when the element at (layer, row, kv_head, slot, d) of K or V is the
   // poison (NaN) a clear writes.
   bool poisoned(bool key, int layer, int row, int kv_head, int slot, int d) const;

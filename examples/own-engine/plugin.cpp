@@ -139,7 +139,9 @@ const kvcheck_plugin_v1 kTable = {KVCHECK_PLUGIN_ABI_VERSION,
                                   nullptr,   // pool_json
                                   nullptr,   // storage_check
                                   nullptr,   // reused: no prefix cache
-                                  nullptr};  // flush_prefix_cache
+                                  nullptr,   // flush_prefix_cache
+                                  nullptr,   // erase
+                                  nullptr};  // shift
 
 }  // namespace
 

@@ -138,6 +138,20 @@ typedef struct kvcheck_plugin_v1 {
   /* Prefix cache: forgets every cached block; blocks no table holds become
    * free (and poisoned). Running sequences keep their blocks. */
   int32_t (*flush_prefix_cache)(kvcheck_engine* engine, kvcheck_error* error);
+
+  /* ---- appended: erase and shift (docs/OPERATIONS.md, "Erase and shift")
+   * Read only when struct_size covers them; NULL unless the traits declare
+   * "erase" / "shift". */
+
+  /* Removes the cells holding positions [p0, p1) (0 <= p0 <= p1), leaving a
+   * gap; the next fed token goes at the largest held position + 1. */
+  int32_t (*erase)(kvcheck_engine* engine, int64_t sequence, int32_t p0, int32_t p1,
+                   kvcheck_error* error);
+  /* Adds delta to the positions of the cells in [p0, p1), re-rotating their
+   * keys (values unchanged); KVCHECK_ERR_BAD_BATCH, changing nothing, when a
+   * position would leave [0, max_pos) or two cells would hold one. */
+  int32_t (*shift)(kvcheck_engine* engine, int64_t sequence, int32_t p0, int32_t p1, int32_t delta,
+                   kvcheck_error* error);
 } kvcheck_plugin_v1;
 
 /* struct_size of a table that ends at `cache` (the first version of this

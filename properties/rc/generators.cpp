@@ -159,7 +159,9 @@ rc::Gen<OpGenes> op_genes() {
       rc::gen::set(&OpGenes::snap, weighted_choice<int>({{3, 0}, {2, 1}, {1, 2}})),
       rc::gen::set(&OpGenes::child_tokens, between(0, 8)),
       rc::gen::set(&OpGenes::child_finishes, rarely_true(2, 1)),
-      rc::gen::set(&OpGenes::flush, rarely_true(4, 1)));
+      rc::gen::set(&OpGenes::flush, rarely_true(4, 1)),
+      rc::gen::set(&OpGenes::context_shift,
+                   weighted_choice<int>({{6, 0}, {3, 1}, {1, 2}, {1, 3}})));
 }
 
 }  // namespace
@@ -428,6 +430,25 @@ Scenario decode(const ScenarioGenes& genes, const EngineTraits& traits,
       const int target = running[size_t(std::max(0, op.target)) % running.size()];
       const int length = held[size_t(target)];
       const int amount = std::max(0, op.amount) % (length + 1);
+      if (op.context_shift > 0 && ops.erase && ops.shift && c.family == Family::kLlama &&
+          s.block_size == 0 && !windowed && length > 0) {
+        const int n = std::max(1, amount);
+        const int keep = std::clamp(op.child_tokens, 0, 8) % (length - n + 1);
+        if (op.context_shift == 2) {
+          s.calls.push_back(Call::erase(target, keep, c.max_pos));
+          held[size_t(target)] = keep;
+          continue;
+        }
+        // 3: the same context shift twice in a row, while it fits.
+        for (int round = 0; round < (op.context_shift == 3 ? 2 : 1); ++round) {
+          const int now = held[size_t(target)];
+          if (keep + n > now) break;
+          s.calls.push_back(Call::erase(target, keep, keep + n));
+          if (keep + n < now) s.calls.push_back(Call::shift(target, keep + n, c.max_pos, -n));
+          held[size_t(target)] -= n;
+        }
+        continue;
+      }
       if (op.truncate) {
         if (!ops.truncate || windowed || length == 0) continue;
         const int to_boundary =
@@ -590,7 +611,10 @@ Coverage& Coverage::operator|=(const Coverage& o) {
                       &Coverage::shared_prompt,
                       &Coverage::window,
                       &Coverage::window_wraps,
-                      &Coverage::window_straddle}) {
+                      &Coverage::window_straddle,
+                      &Coverage::erase,
+                      &Coverage::shift,
+                      &Coverage::shifts_in_a_row}) {
     this->*member = this->*member || o.*member;
   }
   return *this;
@@ -607,6 +631,7 @@ Coverage coverage(const Scenario& s) {
   cov.q8_multi_block = s.kv_dtype == KvDtype::kQ8_0 && c.head_dim > int(kQ8Block);
 
   std::vector<int> fed(s.sequences.size(), 0);
+  std::vector<bool> shifted(s.sequences.size(), false);  // [sequence] shifted before
   std::vector<bool> had_one_token_chunk(s.sequences.size(), false);
   bool finished_since_reset = false;
   for (const Call& call : s.calls) {
@@ -677,6 +702,14 @@ Coverage coverage(const Scenario& s) {
         fed[i] = after;
         break;
       }
+      case Call::Kind::kErase:
+        cov.erase = true;
+        break;
+      case Call::Kind::kShift:
+        cov.shifts_in_a_row = cov.shifts_in_a_row || (cov.shift && shifted[size_t(call.sequence)]);
+        cov.shift = true;
+        shifted[size_t(call.sequence)] = true;
+        break;
     }
   }
   cov.paged = s.block_size > 0;

@@ -77,6 +77,12 @@ struct OpGenes {
   int child_tokens = 1;   // fork: tokens the child is fed afterwards
   bool child_finishes = false;
   bool flush = false;  // instead: flush the prefix cache (scenarios that have one)
+  // Instead (RoPE models with contiguous storage, engines that declare erase
+  // and shift): 1 a context shift, erase n = amount cells from position
+  // keep = child_tokens and shift the rest by -n; 2 erase the tail from
+  // keep; 3 the context shift of 1 twice in a row. All keep the positions
+  // contiguous, so `held` stays the content.
+  int context_shift = 0;
 
   bool operator==(const OpGenes&) const = default;
 };
@@ -153,6 +159,8 @@ struct Coverage {
   bool window = false;           // a sliding window
   bool window_wraps = false;     // a windowed sequence holds more than W tokens (the ring wraps)
   bool window_straddle = false;  // a chunk crosses the ring's edge (a multiple of W)
+  bool erase = false, shift = false;
+  bool shifts_in_a_row = false;  // one sequence shifted twice or more
 
   // Every tag either side has (coverage over many scenarios).
   Coverage& operator|=(const Coverage& other);

@@ -338,6 +338,21 @@ class Parser {
       Config& config = c_.scenario.config;
       (key == "sliding_window" ? config.sliding_window : config.sliding_window_pattern) =
           parse_int(line, key, value, 0);
+    } else if (key == "erase") {
+      // erase sN P0 P1: the cells holding positions [P0, P1) are removed.
+      const int sequence = parse_sequence_ref(line, "erase", next_word(rest));
+      const int p0 = parse_int(line, "erase p0", next_word(rest));
+      const int p1 = parse_int(line, "erase p1", next_word(rest));
+      expect_end(line, key, rest);
+      add_call(line, Call::erase(sequence, p0, p1));
+    } else if (key == "shift") {
+      // shift sN P0 P1 DELTA: the positions in [P0, P1) move by DELTA.
+      const int sequence = parse_sequence_ref(line, "shift", next_word(rest));
+      const int p0 = parse_int(line, "shift p0", next_word(rest));
+      const int p1 = parse_int(line, "shift p1", next_word(rest));
+      const int delta = parse_int(line, "shift delta", next_word(rest), -(1 << 30), 1 << 30);
+      expect_end(line, key, rest);
+      add_call(line, Call::shift(sequence, p0, p1, delta));
     } else if (key == "block_size" || key == "pool_blocks") {
       once(line, key);
       const std::string_view value = next_word(rest);
@@ -372,7 +387,7 @@ class Parser {
                   "; expected one of note, property, fault, backend, engine, model, model_hash, "
                   "the model and engine fields (family ... kv_dtype, sliding_window, "
                   "sliding_window_pattern, block_size, pool_blocks, prefix_cache), sequence, "
-                  "start, step, finish, reset, fork, truncate, flush, "
+                  "start, step, finish, reset, fork, truncate, flush, erase, shift, "
                   "verdict, where, summary "
                   "(docs/CASE_FORMAT.md)");
     }
@@ -711,6 +726,12 @@ std::string print_case(const CaseFile& c) {
         break;
       case Call::Kind::kFlush:
         out << "flush";
+        break;
+      case Call::Kind::kErase:
+        out << "erase s" << call.sequence << " " << call.p0 << " " << call.p1;
+        break;
+      case Call::Kind::kShift:
+        out << "shift s" << call.sequence << " " << call.p0 << " " << call.p1 << " " << call.delta;
         break;
     }
     out << "\n";

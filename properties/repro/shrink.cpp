@@ -37,7 +37,8 @@ void drop_sequence(Scenario& s, int k) {
   std::vector<Call> calls;
   for (Call call : s.calls) {
     const bool own = call.kind == Call::Kind::kStart || call.kind == Call::Kind::kFinish ||
-                     call.kind == Call::Kind::kTruncate || call.kind == Call::Kind::kFork;
+                     call.kind == Call::Kind::kTruncate || call.kind == Call::Kind::kFork ||
+                     call.kind == Call::Kind::kErase || call.kind == Call::Kind::kShift;
     if (own && call.sequence == k) continue;
     // A fork from the dropped sequence goes too; normalize then drops the
     // child, which is never started.
@@ -113,6 +114,9 @@ std::pair<int, int> peak_rows_and_length(const Scenario& s) {
         break;
       case Call::Kind::kTruncate:
         if (valid(call.sequence)) fed[size_t(call.sequence)] -= call.count;
+        break;
+      case Call::Kind::kErase:  // fewer cells; the peak was before
+      case Call::Kind::kShift:
         break;
       case Call::Kind::kFinish:
         --running;
@@ -207,6 +211,28 @@ void schedule_candidates(const Scenario& s, CandidateList& out) {
       }
       c.calls.erase(c.calls.begin() + std::ptrdiff_t(i));
       out.add(std::move(c));
+    }
+    if (call.kind == Call::Kind::kErase || call.kind == Call::Kind::kShift) {
+      // A narrower range (invalid shifts are dropped by validation), and
+      // a smaller delta of the same sign.
+      for (int p1 : smaller_values(call.p1, call.p0)) {
+        Scenario c = s;
+        c.calls[i].p1 = p1;
+        out.add(std::move(c));
+      }
+      for (int p0 : smaller_values(call.p0, 0)) {
+        Scenario c = s;
+        c.calls[i].p0 = p0;
+        out.add(std::move(c));
+      }
+      if (call.kind == Call::Kind::kShift) {
+        for (int d : smaller_values(std::abs(call.delta), 1)) {
+          Scenario c = s;
+          c.calls[i].delta = call.delta < 0 ? -d : d;
+          out.add(std::move(c));
+        }
+      }
+      continue;
     }
     if (call.kind == Call::Kind::kFork || call.kind == Call::Kind::kTruncate) {
       // A shorter fork prefix or a shorter truncation.

@@ -83,7 +83,9 @@ const kvcheck_plugin_v1 kTable = {kAbi,    kSize,  traits_json, create, destroy,
                                   nullptr,   // pool_json
                                   nullptr,   // storage_check
                                   nullptr,   // reused
-                                  nullptr};  // flush_prefix_cache
+                                  nullptr,   // flush_prefix_cache
+                                  nullptr,   // erase
+                                  nullptr};  // shift
 
 }  // namespace
 

@@ -124,6 +124,7 @@ const char* traits_json(const char* options, kvcheck_error* error) {
     OperationTraits& ops = t.operations;  // the appended functions
     ops.fork = ops.truncate = ops.paged = ops.pool_report = ops.storage_check = true;
     ops.prefix_cache = true;
+    ops.erase = ops.shift = true;
     return traits_to_json(t).dump();
   }();
   return json.c_str();
@@ -272,6 +273,16 @@ int32_t truncate(kvcheck_engine* engine, int64_t sequence, int32_t n, kvcheck_er
   return guarded(error, [&] { engine->engine->truncate(sequence, n); });
 }
 
+int32_t erase(kvcheck_engine* engine, int64_t sequence, int32_t p0, int32_t p1,
+              kvcheck_error* error) {
+  return guarded(error, [&] { engine->engine->erase(sequence, p0, p1); });
+}
+
+int32_t shift(kvcheck_engine* engine, int64_t sequence, int32_t p0, int32_t p1, int32_t delta,
+              kvcheck_error* error) {
+  return guarded(error, [&] { engine->engine->shift(sequence, p0, p1, delta); });
+}
+
 const char* pool_json(kvcheck_engine* engine, kvcheck_error* error) {
   const int32_t code = guarded(
       error, [&] { engine->text = wire::encode_pool_reply(engine->engine->pool()).dump(); });
@@ -308,7 +319,9 @@ const kvcheck_plugin_v1 kTable = {KVCHECK_PLUGIN_ABI_VERSION,
                                   pool_json,
                                   storage_check,
                                   reused,
-                                  flush_prefix_cache};
+                                  flush_prefix_cache,
+                                  erase,
+                                  shift};
 
 }  // namespace
 

@@ -41,6 +41,7 @@ EngineTraits plugin_traits() {
   OperationTraits& ops = t.operations;
   ops.fork = ops.truncate = ops.paged = ops.pool_report = ops.storage_check = true;
   ops.prefix_cache = true;
+  ops.erase = ops.shift = true;
   return t;
 }
 

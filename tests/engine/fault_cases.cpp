@@ -1,5 +1,7 @@
 #include "tests/engine/fault_cases.h"
 
+#include <algorithm>
+
 #include "tests/engine/engine_test_util.h"
 
 namespace kvcheck::test {
@@ -29,8 +31,13 @@ Op try_step(std::vector<std::pair<int, int>> e) {
   return {Op::kTryStep, std::move(e)};
 }
 
+Op shift(int sequence, int delta) {
+  return {Op::kShift, {}, sequence, delta};
+}
+
 bool MinimalCase::cpu_only() const {
-  return kv_dtype == KvDtype::kQ8_0 || sliding_window > 0;
+  return kv_dtype == KvDtype::kQ8_0 || sliding_window > 0 ||
+         std::any_of(ops.begin(), ops.end(), [](const Op& op) { return op.kind == Op::kShift; });
 }
 
 Outcome run_minimal_case(const MinimalCase& m, FaultSet faults, const MakeEngine& make_engine) {
@@ -96,6 +103,9 @@ Outcome run_minimal_case(const MinimalCase& m, FaultSet faults, const MakeEngine
           break;
         case Op::kTruncate:
           engine->truncate(ids[size_t(op.sequence)], op.count);
+          break;
+        case Op::kShift:
+          engine->shift(ids[size_t(op.sequence)], 0, c.max_pos, op.count);
           break;
         case Op::kObserve: {
           const PoolReport pool = engine->pool();
@@ -321,6 +331,28 @@ const std::vector<MinimalCase>& minimal_cases() {
        false,
        {},
        1},
+      // One cell moved from position 0 to 1, then a decode at 2 reads it.
+      {Fault::kShiftKeepsK,
+       F::kLlama,
+       1,
+       1,
+       1,
+       4,
+       {start(), step({{0, 1}}), shift(0, 1), step({{0, 1}})}},
+      {Fault::kShiftRotatesV,
+       F::kLlama,
+       1,
+       1,
+       1,
+       4,
+       {start(), step({{0, 1}}), shift(0, 1), step({{0, 1}})}},
+      {Fault::kShiftWrongSign,
+       F::kLlama,
+       1,
+       1,
+       1,
+       4,
+       {start(), step({{0, 1}}), shift(0, 1), step({{0, 1}})}},
   };
   return cases;
 }

@@ -21,10 +21,12 @@ struct Op {
   // outcome, for faults that show in the pool or storage, not in logits.
   // kTryStep is a step the engine may refuse (a pool that runs dry): the
   // refusal is recorded as -1 in the outcome and the script goes on.
-  enum Kind { kStart, kStep, kFinish, kReset, kFork, kTruncate, kObserve, kTryStep } kind;
+  // kShift moves every cached position of `sequence` by `count` (an
+  // erase-free context shift).
+  enum Kind { kStart, kStep, kFinish, kReset, kFork, kTruncate, kObserve, kTryStep, kShift } kind;
   std::vector<std::pair<int, int>> entries = {};  // kStep: (sequence index, tokens)
   int sequence = 0;                               // kFinish, kFork (parent), kTruncate
-  int count = 0;                                  // kFork, kTruncate
+  int count = 0;                                  // kFork, kTruncate; kShift: delta
 };
 
 Op start();
@@ -35,6 +37,7 @@ Op fork(int parent, int n);
 Op truncate(int sequence, int n);
 Op observe();
 Op try_step(std::vector<std::pair<int, int>> entries);
+Op shift(int sequence, int delta);
 
 struct MinimalCase {
   Fault fault;
@@ -50,7 +53,7 @@ struct MinimalCase {
   int sliding_window = 0;                          // Config::sliding_window (every layer)
 
   // Uses what only the CPU engine offers (docs/OPERATIONS.md): q8_0 K/V,
-  // sliding windows.
+  // sliding windows; erase and shift.
   bool cpu_only() const;
 };
 

@@ -175,7 +175,9 @@ TEST(PrefixCache, FlushFreesEveryCachedBlockPoisoned) {
   EXPECT_EQ(engine->reused(d), 0);
 }
 
-TEST(PrefixCache, ARegisteredBlockIsCopiedBeforeAWrite) {
+TEST(PrefixCache, ATruncationIntoARegisteredBlockHeldAloneTakesItOutOfTheCache) {
+  // Its tail is about to be rewritten; copying it would need a block the
+  // default pool does not have (corpus/regressions/truncate_into_cached_block).
   const Config c = model_cases()[0].config;
   const Weights w = init_weights(c, 1);
   auto engine = make_cpu_engine(c, w, prefix_options(2, 0));
@@ -183,14 +185,34 @@ TEST(PrefixCache, ARegisteredBlockIsCopiedBeforeAWrite) {
   step_one(*engine, a, {1, 2, 3, 4});  // both blocks registered, held by a alone
   const std::vector<int> table = engine->pool().tables[0].second;
   engine->truncate(a, 1);  // length 3: slot 3 of the registered [3 4] is no longer a's
+  EXPECT_EQ(engine->unheld_storage_check(), "");  // slot 3 is poisoned now
+  step_one(*engine, a, {7});
+  EXPECT_EQ(engine->pool().tables[0].second, table) << "written in place, not copied";
+  EXPECT_EQ(engine->pool().cached, 0);
+  const SequenceId b = engine->start();
+  step_one(*engine, b, {1, 2, 3, 4, 5});
+  EXPECT_EQ(engine->reused(b), 2) << "only [1 2] is still cached";
+  EXPECT_EQ(engine->unheld_storage_check(), "");
+}
+
+TEST(PrefixCache, AWriteIntoARegisteredBlockOthersHoldCopiesItFirst) {
+  const Config c = model_cases()[0].config;
+  const Weights w = init_weights(c, 1);
+  auto engine = make_cpu_engine(c, w, prefix_options(2, 0));
+  const SequenceId a = engine->start();
+  step_one(*engine, a, {1, 2, 3, 4});  // both blocks registered
+  const SequenceId b = engine->fork(a, 4);  // b shares both
+  const std::vector<int> table = engine->pool().tables[0].second;
+  engine->truncate(a, 1);
   step_one(*engine, a, {7});
   const std::vector<int> after = engine->pool().tables[0].second;
   EXPECT_EQ(after[0], table[0]);
   EXPECT_NE(after[1], table[1]) << "a write into a registered block must copy it first";
+  engine->finish(b);
   EXPECT_EQ(engine->pool().cached, 1);  // the old [3 4] stays cached, intact
-  const SequenceId b = engine->start();
-  step_one(*engine, b, {1, 2, 3, 4, 5});
-  EXPECT_EQ(engine->reused(b), 4);
+  const SequenceId d = engine->start();
+  step_one(*engine, d, {1, 2, 3, 4, 5});
+  EXPECT_EQ(engine->reused(d), 4);
   EXPECT_EQ(engine->unheld_storage_check(), "");
 }
 

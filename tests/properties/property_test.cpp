@@ -138,13 +138,17 @@ TEST(Generators, EveryOperationCoverageTagOccursWhenTheEngineDeclaresThem) {
   EXPECT_TRUE(seen.prefix_cache && seen.flush && seen.small_pool && seen.shared_prompt);
   // Windows smaller than the prompts (rings that wrap), chunks across the edge.
   EXPECT_TRUE(seen.window && seen.window_wraps && seen.window_straddle);
+  // Context shifts (llama, contiguous), several on one sequence too.
+  EXPECT_TRUE(seen.erase);
+  EXPECT_TRUE(seen.shift);
+  EXPECT_TRUE(seen.shifts_in_a_row);
   // Without the operations declared, none is drawn; without q8_0, no q8_0.
   const rc::Gen<Scenario> strict = rcgen::scenario();
   for (uint64_t seed = 1; seed <= 100; ++seed) {
     const Scenario s = strict(rc::Random(seed), int(seed % 101)).value();
     const rcgen::Coverage c = rcgen::coverage(s);
     EXPECT_FALSE(c.paged || c.fork || c.truncate || c.prefix_cache || c.flush || c.small_pool ||
-                 c.window)
+                 c.window || c.erase || c.shift)
         << seed;
     EXPECT_NE(s.kv_dtype, KvDtype::kQ8_0) << seed;
   }
@@ -166,6 +170,8 @@ TEST(Generators, TheCudaTraitsDrawEveryOperationAndNoQ8) {
   EXPECT_TRUE(seen.paged && seen.fork && seen.fork_mid_block && seen.fork_at_boundary);
   EXPECT_TRUE(seen.truncate && seen.truncate_to_zero && seen.truncate_across_blocks);
   EXPECT_TRUE(seen.prefix_cache && seen.flush && seen.small_pool && seen.shared_prompt);
+  // The CUDA engine does not implement erase and shift: never drawn.
+  EXPECT_FALSE(seen.erase || seen.shift);
 }
 
 }  // namespace

@@ -82,6 +82,10 @@ const std::vector<FaultCase>& fault_cases() {
       {Fault::kWindowPerChunk, {{P::kOracle, 1, 0, 2}, {P::kChunking, 1, 0, 2}}},
       // W=1, a 2-token chunk: position 1's write is lost, the ring keeps k0.
       {Fault::kRingIndexUnwrapped, {{P::kOracle, 1, 0, 1}, {P::kCacheState, 1, 0, 1, 0, 0, 1, 1}}},
+      // The shift of the one cached cell (call 2): its K (or V) is wrong.
+      {Fault::kShiftKeepsK, {{P::kCacheState, 2, 0, 0, 0, 0, 0, 0}}},
+      {Fault::kShiftRotatesV, {{P::kCacheState, 2, 0, 0, 0, 0, 0, 0}}},
+      {Fault::kShiftWrongSign, {{P::kCacheState, 2, 0, 0, 0, 0, 0, 0}}},
   };
   return cases;
 }
@@ -157,9 +161,10 @@ TEST(Faults, EveryFaultIsKilledOnTheRichScenario) {
         const Fault fault = static_cast<Fault>(f);
         const Scenario& scenario = fault_needs(fault) == "sliding_window" ? windowed : plain;
         if (fault == Fault::kRopeReapplied && family == Family::kGpt2) continue;
-        // The rich scenario has no fork, truncation, paged storage or prefix cache.
+        // The rich scenario has no fork, truncation, paged storage, prefix
+        // cache, erase or shift.
         if (fault_needs(fault) == "truncate" || fault_needs(fault) == "paged" ||
-            fault_needs(fault) == "prefix_cache") {
+            fault_needs(fault) == "prefix_cache" || fault_needs(fault) == "shift") {
           continue;
         }
         // The scale faults live in q8_0 storage only.

@@ -44,7 +44,10 @@ TEST(Scenario, SizeMatchesTheFaultCatalogue) {
                                          {Fault::kRefusalLeavesHalfTable, 6},
                                          {Fault::kWindowOffByOne, 5},
                                          {Fault::kWindowPerChunk, 7},
-                                         {Fault::kRingIndexUnwrapped, 6}};
+                                         {Fault::kRingIndexUnwrapped, 6},
+                                         {Fault::kShiftKeepsK, 6},
+                                         {Fault::kShiftRotatesV, 6},
+                                         {Fault::kShiftWrongSign, 6}};
   for (const auto& [fault, size] : sizes) {
     EXPECT_EQ(minimal_fault_scenario(fault).size(), size) << fault_name(fault);
   }

@@ -211,6 +211,14 @@ Scenario minimal_fault_scenario(Fault fault) {
       s.config.sliding_window = 1;
       s.calls = {S(0), P({{0, 2}})};
       break;
+    case Fault::kShiftKeepsK:
+    case Fault::kShiftRotatesV:
+    case Fault::kShiftWrongSign:
+      // One cached token moved from position 0 to 1: its key must be
+      // rotated by +1, its value left alone (P6 after the shift).
+      model(Family::kLlama, 1, 1, 1);
+      s.calls = {S(0), P({{0, 1}}), Call::shift(0, 0, 1, 1)};
+      break;
     case Fault::kCount:
       break;
   }

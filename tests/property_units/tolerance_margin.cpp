@@ -3,7 +3,11 @@
 // smallest error/bound among the faulty runs P1 fails, how often P1 misses a
 // fault that changed the logits, and the time each property takes per case.
 //
-//   tolerance_margin [cases] [seed] [--faults] [--timing]
+//   tolerance_margin [cases] [seed] [--faults] [--timing] [--shift]
+//
+// --shift: llama scenarios on contiguous storage with context shifts (erase
+// a range, shift the rest by -n) after random steps, checked against the
+// replay's history bounds (docs/TOLERANCE.md, "Re-rotating a stored key").
 //
 // Portable randomness only (SplitMix64); the seed is printed, so a run is
 // reproducible on any machine.
@@ -29,10 +33,10 @@ int pick(SplitMix64& rng, int lo, int hi) {
 constexpr int kDtypes = 4;  // f32, bf16, f16, q8_0: the KvDtype order
 
 // A random valid scenario at "small" sizes: what a campaign case looks like.
-Scenario random_scenario(SplitMix64& rng) {
+Scenario random_scenario(SplitMix64& rng, bool shifts) {
   Scenario s;
   Config& c = s.config;
-  c.family = rng.below(2) ? Family::kLlama : Family::kGpt2;
+  c.family = rng.below(2) || shifts ? Family::kLlama : Family::kGpt2;
   c.n_layers = pick(rng, 1, 4);
   c.n_kv_heads = pick(rng, 1, 4);
   c.n_heads = c.n_kv_heads * pick(rng, 1, 4);
@@ -60,6 +64,7 @@ Scenario random_scenario(SplitMix64& rng) {
   // Walk a schedule: start when a row is free, feed random chunks of random
   // subsets, finish a sequence that is done, reset now and then.
   std::vector<int> fed(size_t(n_sequences), 0);
+  std::vector<int> held(size_t(n_sequences), 0);   // cells (positions stay 0..held-1)
   std::vector<int> state(size_t(n_sequences), 0);  // 0 waiting, 1 running, 2 done
   int next = 0, running = 0;
   for (int guard = 0; guard < 200; ++guard) {
@@ -83,9 +88,19 @@ Scenario random_scenario(SplitMix64& rng) {
       const int n = rng.below(2) ? 1 : pick(rng, 1, left);
       chunks.push_back({i, n});
       fed[size_t(i)] += n;
+      held[size_t(i)] += n;
     }
     std::reverse(chunks.begin(), chunks.end());
     if (!chunks.empty()) s.calls.push_back(Call::step(chunks));
+    for (int i = 0; shifts && i < n_sequences; ++i) {
+      // A context shift: erase n cells at keep, move the rest down by n.
+      const int h = held[size_t(i)];
+      if (state[size_t(i)] != 1 || h < 2 || rng.below(3) != 0) continue;
+      const int n = pick(rng, 1, h - 1), keep = pick(rng, 0, h - n);
+      s.calls.push_back(Call::erase(i, keep, keep + n));
+      if (keep + n < h) s.calls.push_back(Call::shift(i, keep + n, c.max_pos, -n));
+      held[size_t(i)] -= n;
+    }
     for (int i = 0; i < n_sequences; ++i) {
       const bool done = fed[size_t(i)] == static_cast<int>(s.sequences[size_t(i)].size());
       if (state[size_t(i)] == 1 && (done || rng.below(10) == 0) && rng.below(2) == 0) {
@@ -118,10 +133,11 @@ int main(int argc, char** argv) {
   using namespace kvcheck;
   const long cases = argc > 1 ? std::atol(argv[1]) : 10000;
   const uint64_t seed = argc > 2 ? std::strtoull(argv[2], nullptr, 0) : 20240601;
-  bool faults = false, timing = false;
+  bool faults = false, timing = false, shifts = false;
   for (int i = 3; i < argc; ++i) {
     faults |= std::strcmp(argv[i], "--faults") == 0;
     timing |= std::strcmp(argv[i], "--timing") == 0;
+    shifts |= std::strcmp(argv[i], "--shift") == 0;
   }
   std::printf("tolerance_margin: %ld cases, seed %llu\n", cases,
               static_cast<unsigned long long>(seed));
@@ -129,9 +145,12 @@ int main(int argc, char** argv) {
   const EngineFactory paths[2] = {cpu_engine_factory({}, KernelPath::kReference),
                                   cpu_engine_factory({}, KernelPath::kOptimized)};
   // With the CPU engine's own traits: they declare q8_0 (the strict default does not).
+  // --shift: with the operations declared (erase, shift).
   const EngineUnderTest subjects[2] = {
-      EngineUnderTest(paths[0], cpu_engine_traits(KernelPath::kReference)),
-      EngineUnderTest(paths[1], cpu_engine_traits(KernelPath::kOptimized))};
+      EngineUnderTest(paths[0], shifts ? cpu_engine_traits_with_operations(KernelPath::kReference)
+                                       : cpu_engine_traits(KernelPath::kReference)),
+      EngineUnderTest(paths[1], shifts ? cpu_engine_traits_with_operations(KernelPath::kOptimized)
+                                       : cpu_engine_traits(KernelPath::kOptimized))};
   double worst[2][kDtypes] = {};     // [P1, P6][dtype]
   long applicable[2][kDtypes] = {};  // [P1, P6][dtype] cases the property applied to
   long logits_compared = 0, invalid = 0, failures = 0;
@@ -143,7 +162,7 @@ int main(int argc, char** argv) {
   double property_seconds[kPropertyCount] = {};
   long property_runs[kPropertyCount] = {};
   for (long n = 0; n < cases; ++n) {
-    const Scenario s = random_scenario(rng);
+    const Scenario s = random_scenario(rng, shifts);
     if (!s.validate().empty()) {
       ++invalid;
       continue;
@@ -185,7 +204,8 @@ int main(int argc, char** argv) {
         const FaultSet set(static_cast<Fault>(f));
         const Verdict v = check_property(
             Property::kOracle, s,
-            EngineUnderTest(cpu_engine_factory(set, KernelPath::kOptimized), cpu_engine_traits()));
+            EngineUnderTest(cpu_engine_factory(set, KernelPath::kOptimized),
+                            shifts ? cpu_engine_traits_with_operations() : cpu_engine_traits()));
         if (!v.passed) {
           ++fault_caught[f];
           // A refusal of a valid call fails P1 without a ratio.

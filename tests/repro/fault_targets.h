@@ -55,6 +55,9 @@ inline const std::vector<FaultTarget>& fault_targets() {
         P::kOracle,      // window_off_by_one
         P::kOracle,      // window_per_chunk
         P::kCacheState,  // ring_index_unwrapped
+        P::kCacheState,  // shift_keeps_k
+        P::kCacheState,  // shift_rotates_v
+        P::kCacheState,  // shift_wrong_sign
     };
     static_assert(std::size(property_of) == size_t(kFaultCount));
     std::vector<FaultTarget> out;

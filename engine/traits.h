@@ -45,8 +45,8 @@ struct OperationTraits {
   // calls (docs/OPERATIONS.md, "Sliding windows"); no engine combines it with
   // fork, truncate, paged storage or a prefix cache yet.
   bool sliding_window = false;
-  bool erase = false;          // Engine::erase (P1/P6 replay the history)
-  bool shift = false;          // Engine::shift (P1/P6 replay the history)
+  bool erase = false;  // Engine::erase (P1/P6 replay the history)
+  bool shift = false;  // Engine::shift (P1/P6 replay the history)
 };
 
 // Limits as constraints: a scenario outside them is not applicable.

@@ -874,8 +874,7 @@ Verdict check_cache_state(const Context& context) {
         const std::string coverage =
             cells ? (snap.length == length ? std::string()
                                            : "the cache holds " + std::to_string(snap.length) +
-                                                 " cells, " + std::to_string(length) +
-                                                 " are held")
+                                                 " cells, " + std::to_string(length) + " are held")
                   : snapshot_coverage_error(snap, config, l, length);
         if (!coverage.empty() || snap.n_kv_heads != KVH || snap.head_dim != D) {
           where.layer = l;

@@ -200,7 +200,7 @@ TEST(PrefixCache, AWriteIntoARegisteredBlockOthersHoldCopiesItFirst) {
   const Weights w = init_weights(c, 1);
   auto engine = make_cpu_engine(c, w, prefix_options(2, 0));
   const SequenceId a = engine->start();
-  step_one(*engine, a, {1, 2, 3, 4});  // both blocks registered
+  step_one(*engine, a, {1, 2, 3, 4});       // both blocks registered
   const SequenceId b = engine->fork(a, 4);  // b shares both
   const std::vector<int> table = engine->pool().tables[0].second;
   engine->truncate(a, 1);

@@ -512,33 +512,36 @@ void mutate_program(ScheduleProgram& program, uint64_t random_state) {
   };
   switch (static_cast<Edit>(random.below(kEditCount))) {
     case kInsertCall: {
+      // Each draw is its own statement: the order of a call's arguments is
+      // unspecified (g++ and clang differ), and the edit must not be.
       Call call;
-      switch (random.below(9)) {
+      const int kind = random.below(9);
+      const int sequence = any_sequence();
+      const int a = random.between(0, kMaxTokens - 1), b = random.between(1, kMaxTokens);
+      switch (kind) {
         case 0:
-          call = Call::step({{any_sequence(), random.between(1, kMaxChunk)}});
+          call = Call::step({{sequence, 1 + (b - 1) % kMaxChunk}});
           break;
         case 1:
           call = Call::start(starts);
           break;
         case 2:
-          call = Call::finish(any_sequence());
+          call = Call::finish(sequence);
           break;
         case 3:
-          call = Call::fork(starts, any_sequence(), random.between(0, kMaxTokens));
+          call = Call::fork(starts, sequence, a);
           break;
         case 4:
-          call = Call::truncate(any_sequence(), random.between(1, kMaxTokens));
+          call = Call::truncate(sequence, b);
           break;
         case 5:
           call = Call::flush();
           break;
         case 6:
-          call = Call::erase(any_sequence(), random.between(0, kMaxTokens - 1),
-                             random.between(1, kMaxTokens));
+          call = Call::erase(sequence, a, b);
           break;
         case 7:
-          call = Call::shift(any_sequence(), random.between(0, kMaxTokens - 1),
-                             random.between(1, kMaxTokens), -random.between(1, kMaxTokens));
+          call = Call::shift(sequence, a, b, -random.between(1, kMaxTokens));
           break;
         default:
           call = Call::reset();

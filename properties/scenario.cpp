@@ -312,6 +312,43 @@ std::shared_ptr<const Weights> scenario_weights(const Scenario& scenario) {
   return last.weights;
 }
 
+std::string Call::to_text() const {
+  std::ostringstream out;
+  switch (kind) {
+    case Call::Kind::kStart:
+      out << "start s" << sequence;
+      break;
+    case Call::Kind::kStep:
+      out << "step";
+      for (const ChunkSpec& chunk : chunks) {
+        out << " s" << chunk.sequence << ":" << chunk.length;
+      }
+      break;
+    case Call::Kind::kFinish:
+      out << "finish s" << sequence;
+      break;
+    case Call::Kind::kReset:
+      out << "reset";
+      break;
+    case Call::Kind::kFork:
+      out << "fork s" << sequence << " s" << parent << " " << count;
+      break;
+    case Call::Kind::kTruncate:
+      out << "truncate s" << sequence << " " << count;
+      break;
+    case Call::Kind::kFlush:
+      out << "flush";
+      break;
+    case Call::Kind::kErase:
+      out << "erase s" << sequence << " " << p0 << " " << p1;
+      break;
+    case Call::Kind::kShift:
+      out << "shift s" << sequence << " " << p0 << " " << p1 << " " << delta;
+      break;
+  }
+  return out.str();
+}
+
 std::string Scenario::to_text() const {
   std::ostringstream out;
   out << "config " << family_name(config.family) << " layers=" << config.n_layers
@@ -339,43 +376,8 @@ std::string Scenario::to_text() const {
     for (int32_t token : sequences[s]) out << " " << token;
     out << "\n";
   }
-  for (size_t c = 0; c < calls.size(); ++c) {
-    const Call& call = calls[c];
-    out << "call " << c << ": ";
-    switch (call.kind) {
-      case Call::Kind::kStart:
-        out << "start s" << call.sequence;
-        break;
-      case Call::Kind::kStep:
-        out << "step";
-        for (const ChunkSpec& chunk : call.chunks) {
-          out << " s" << chunk.sequence << ":" << chunk.length;
-        }
-        break;
-      case Call::Kind::kFinish:
-        out << "finish s" << call.sequence;
-        break;
-      case Call::Kind::kReset:
-        out << "reset";
-        break;
-      case Call::Kind::kFork:
-        out << "fork s" << call.sequence << " s" << call.parent << " " << call.count;
-        break;
-      case Call::Kind::kTruncate:
-        out << "truncate s" << call.sequence << " " << call.count;
-        break;
-      case Call::Kind::kFlush:
-        out << "flush";
-        break;
-      case Call::Kind::kErase:
-        out << "erase s" << call.sequence << " " << call.p0 << " " << call.p1;
-        break;
-      case Call::Kind::kShift:
-        out << "shift s" << call.sequence << " " << call.p0 << " " << call.p1 << " " << call.delta;
-        break;
-    }
-    out << "\n";
-  }
+  for (size_t c = 0; c < calls.size(); ++c)
+    out << "call " << c << ": " << calls[c].to_text() << "\n";
   return out.str();
 }
 

@@ -59,6 +59,10 @@ struct Call {
     return {Kind::kShift, s, {}, 0, 0, p0, p1, delta};
   }
 
+  // The call as a case file's schedule line writes it ("step s0:3 s1:1"),
+  // which Scenario::to_text numbers too.
+  std::string to_text() const;
+
   bool operator==(const Call&) const = default;
 };
 

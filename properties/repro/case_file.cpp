@@ -701,41 +701,7 @@ std::string print_case(const CaseFile& c) {
     out << "\n";
   }
   out << "\n# schedule: one engine call per line, in order\n";
-  for (const Call& call : s.calls) {
-    switch (call.kind) {
-      case Call::Kind::kStart:
-        out << "start s" << call.sequence;
-        break;
-      case Call::Kind::kFinish:
-        out << "finish s" << call.sequence;
-        break;
-      case Call::Kind::kReset:
-        out << "reset";
-        break;
-      case Call::Kind::kStep:
-        out << "step";
-        for (const ChunkSpec& chunk : call.chunks) {
-          out << " s" << chunk.sequence << ":" << chunk.length;
-        }
-        break;
-      case Call::Kind::kFork:
-        out << "fork s" << call.sequence << " s" << call.parent << " " << call.count;
-        break;
-      case Call::Kind::kTruncate:
-        out << "truncate s" << call.sequence << " " << call.count;
-        break;
-      case Call::Kind::kFlush:
-        out << "flush";
-        break;
-      case Call::Kind::kErase:
-        out << "erase s" << call.sequence << " " << call.p0 << " " << call.p1;
-        break;
-      case Call::Kind::kShift:
-        out << "shift s" << call.sequence << " " << call.p0 << " " << call.p1 << " " << call.delta;
-        break;
-    }
-    out << "\n";
-  }
+  for (const Call& call : s.calls) out << call.to_text() << "\n";
   if (c.has_verdict) {
     const RecordedVerdict& v = c.verdict;
     const Location& w = v.where;

@@ -598,7 +598,8 @@ void mutate_program(ScheduleProgram& program, uint64_t random_state) {
       const std::vector<size_t> found =
           indices_of(move_reset ? Call::Kind::kReset : Call::Kind::kFinish);
       if (found.empty()) {
-        calls.insert(any_position(), move_reset ? Call::reset() : Call::finish(any_sequence()));
+        const Call added = move_reset ? Call::reset() : Call::finish(any_sequence());
+        calls.insert(any_position(), added);
         return;
       }
       const size_t from = pick(found);
@@ -621,8 +622,9 @@ void mutate_program(ScheduleProgram& program, uint64_t random_state) {
       if (steps.empty()) return;
       auto& chunks = calls[pick(steps)].chunks;
       if (chunks.size() >= 2) {
-        std::swap(chunks[size_t(random.below(int(chunks.size())))],
-                  chunks[size_t(random.below(int(chunks.size())))]);
+        const size_t first = size_t(random.below(int(chunks.size())));
+        const size_t second = size_t(random.below(int(chunks.size())));
+        std::swap(chunks[first], chunks[second]);
       }
       return;
     }
@@ -630,7 +632,8 @@ void mutate_program(ScheduleProgram& program, uint64_t random_state) {
       if (steps.empty()) return;
       auto& chunks = calls[pick(steps)].chunks;
       if (!chunks.empty()) {
-        chunks[size_t(random.below(int(chunks.size())))].length = random.between(1, kMaxChunk);
+        const size_t resized = size_t(random.below(int(chunks.size())));
+        chunks[resized].length = random.between(1, kMaxChunk);
       }
       return;
     }

@@ -164,6 +164,47 @@ void BM_OracleByPath(benchmark::State& state) {
 }
 BENCHMARK(BM_OracleByPath)->Unit(benchmark::kMillisecond)->MinTime(5.0)->Repetitions(3);
 
+// Engine creation alone (create, one step of one token, destroy) through the
+// direct factory and through the plugin, taking turns per scenario: P1 makes
+// a new engine for nearly every case, so this is where a per-engine shim cost
+// shows. Thread CPU; the ratio is plugin time over direct time per create.
+void BM_CreateByPath(benchmark::State& state) {
+  const std::vector<Scenario>& set = scenarios(rcgen::Emphasis::kAny);
+  const EngineUnderTest paths[2] = {oracle_path(0), oracle_path(2)};
+  const int repeats = int(state.range(0));  // engines per model in a row
+  double seconds[2] = {0, 0};
+  int64_t creates = 0;
+  std::vector<float> logits;  // [1][vocab], reused
+  for (auto _ : state) {
+    for (const Scenario& s : set) {
+      const std::shared_ptr<const Weights> weights = scenario_weights(s);
+      for (int k = 0; k < 2; ++k) {
+        const int path = int((creates + k) % 2);
+        const double begin = bench::thread_cpu_seconds();
+        for (int again = 0; again < repeats; ++again) {
+          std::unique_ptr<Engine> engine =
+              paths[path].factory(s.config, *weights, s.engine_options());
+          const SequenceId id = engine->start();
+          const int32_t token = 0;
+          const BatchEntry entry{id, {&token, 1}};
+          engine->step({&entry, 1}, logits);
+        }
+        seconds[path] += bench::thread_cpu_seconds() - begin;
+      }
+      ++creates;
+    }
+  }
+  state.counters["direct us/create"] = 1e6 * seconds[0] / double(creates * repeats);
+  state.counters["plugin us/create"] = 1e6 * seconds[1] / double(creates * repeats);
+  state.counters["plugin/direct"] = seconds[0] / seconds[1];
+}
+BENCHMARK(BM_CreateByPath)
+    ->Arg(1)
+    ->Arg(4)
+    ->Unit(benchmark::kMillisecond)
+    ->MinTime(3.0)
+    ->Repetitions(3);
+
 double wall_seconds() {
   timespec t{};
   clock_gettime(CLOCK_MONOTONIC, &t);

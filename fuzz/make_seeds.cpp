@@ -159,6 +159,11 @@ std::vector<ScheduleSeed> schedule_seeds() {
         {Call::start(0), Call::step({{0, 2}}), Call::step({{0, 5}}), Call::step({{0, 1}}),
          Call::step({{0, 1}})},
         Property::kChunking);
+    // Gemma 2's alternation: layer 0 windowed, layer 1 global.
+    h.window_pattern = 2;
+    add("sliding_window_alternating", h,
+        {Call::start(0), Call::step({{0, 4}}), Call::step({{0, 3}}), Call::step({{0, 1}})},
+        Property::kOracle);
   }
   return seeds;
 }

@@ -52,6 +52,7 @@ constexpr std::array kHeaderFields = {
     FieldRange{&ProgramHeader::pool_blocks, 0, kMaxPoolBlocks},
     FieldRange{&ProgramHeader::shared_prefix, 0, kMaxTokens},
     FieldRange{&ProgramHeader::sliding_window, 0, kMaxTokens},
+    FieldRange{&ProgramHeader::window_pattern, 0, 3},
 };
 
 // A flush applies only where the scenario has a prefix cache.
@@ -454,7 +455,10 @@ Scenario to_scenario(const ScheduleProgram& program) {
                   call.kind == Call::Kind::kFlush || call.kind == Call::Kind::kErase ||
                   call.kind == Call::Kind::kShift;
   }
-  if (b.block_size == 0 && !operations) config.sliding_window = b.sliding_window;
+  if (b.block_size == 0 && !operations && b.sliding_window > 0) {
+    config.sliding_window = b.sliding_window;
+    config.sliding_window_pattern = b.window_pattern;
+  }
   for (size_t s = 0; s < fed.size(); ++s) {
     std::vector<int32_t> tokens(static_cast<size_t>(fed[s]));
     for (size_t t = 0; t < tokens.size(); ++t) {

@@ -77,6 +77,9 @@ struct ProgramHeader {
   // Applied only to programs without paged storage, fork, truncate or flush,
   // which no engine combines with a window (the scenario would not apply).
   int sliding_window = 0;
+  // Config::sliding_window_pattern N (0 or 1: every layer windowed; N >= 2:
+  // layer l global when (l + 1) % N == 0), with the window only.
+  int window_pattern = 0;
 
   bool operator==(const ProgramHeader&) const = default;
 };

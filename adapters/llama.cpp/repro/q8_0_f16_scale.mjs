@@ -2,9 +2,9 @@
 // (docs/findings/llama_cpp_q8_0_f16_scale.md). Runs the corpus case
 // q8_0_f16_scale.cache_state.fails.case's model (1 layer, head_dim 32,
 // weight seed 0, token 7) with an f32 cache and with a q8_0 cache, and shows
-// for layer 0's K row: llama.cpp's stored codes and scale are what
-// quantize_row_q8_0 computes from the f32 row, and their elements lie up to
-// 0.5 + 127 * |d - fp16(d)| / fp16(d) stored scales from the f32 value,
+// for layer 0's K row: llama.cpp's stored codes and scale are what the CPU
+// backend's quantize_row_q8_0 computes from the f32 row, and its elements lie
+// up to 0.5 + 127 |d - fp16(d)| / fp16(d) stored scales from the f32 value,
 // past half a code.
 //   node adapters/llama.cpp/repro/q8_0_f16_scale.mjs [KVCHECK_EXPORT]
 import {execFileSync} from "node:child_process";
@@ -46,11 +46,13 @@ const kBlock = q8bytes.length - (4 + 8 + 34) - 34;
 const scale = halfToFloat(q8bytes.readUInt16LE(kBlock));
 const codes = Array.from({length: 32}, (_, i) => q8bytes.readInt8(kBlock + 2 + i));
 
-// quantize_row_q8_0_ref (ggml-quants.c): d = amax / 127, codes roundf(x / d),
-// d stored as f16.
+// quantize_row_q8_0 of the CPU backend (ggml/src/ggml-cpu/arch/x86/quants.c,
+// the path ggml_cpy into a q8_0 cache takes here): d = amax / 127 stored as
+// f16, codes round-half-even(x * (127 / amax)), from the unrounded scale.
 const amax = Math.max(...f32.map(Math.abs));
-const d = Math.fround(amax / 127), id = d ? Math.fround(1 / d) : 0;
-const ref = Array.from(f32, (x) => Math.round(Math.abs(Math.fround(x * id))) * Math.sign(x));
+const d = Math.fround(amax / 127), id = amax ? Math.fround(127 / amax) : 0;
+const halfEven = (y) => (Math.abs(y % 1) === 0.5 ? 2 * Math.round(y / 2) : Math.round(y));
+const ref = Array.from(f32, (x) => halfEven(Math.fround(x * id)));
 console.log(`f32 K amax ${amax}; d = amax/127 = ${d}; stored f16 scale ${scale} (d/scale - 1 = ${(d / scale - 1).toExponential(3)})`);
 console.log(`stored codes equal quantize_row_q8_0's from the f32 row: ${codes.every((q, i) => q === ref[i])}`);
 let worst = 0, at = 0;

@@ -199,7 +199,7 @@ class Engine {
         this.stateAsSaved = stateAsSaved;  // --state-as-saved: no update before a snapshot
         this.spare = context.getSequence({contextShift: {strategy: refuseContextShift}});  // one cell, for applyPendingUpdates
         this.snapshots = new Map();  // protocol id -> {generation, parsed state file}
-        this.sinceDecode = false;    // a call other than step since the last step (llama.cpp updates pending)
+        this.sinceDecode = false;    // a call since the last decode (llama.cpp updates may be pending)
         this.capacity = capacity;    // tokens per sequence
         this.maxRows = maxRows;
         this.sequences = new Map();  // protocol id -> LlamaContextSequence
@@ -250,6 +250,7 @@ class Engine {
         const pending = entries.map((entry) => this.sequence(entry.sequence).controlledEvaluate(
             entry.tokens.map((token) => [token, {generateNext: {logits: true}}])));
         const results = await Promise.all(pending);
+        this.sinceDecode = false;  // the decode ran llama.cpp's queued updates
         const total = entries.reduce((n, entry) => n + entry.tokens.length, 0);
         const out = new Float32Array(total * vocab);  // [N][V]
         let row = 0;
@@ -321,7 +322,10 @@ class Engine {
             throw new EngineError("input", `cache: layer ${layer} of ${shape.layers}`);
         let memo = this.snapshots.get(id);
         if (memo?.generation !== generation) {
-            if (this.sinceDecode && !this.stateAsSaved) await this.applyPendingUpdates();
+            if (this.sinceDecode && !this.stateAsSaved) {
+                await this.applyPendingUpdates();
+                this.sinceDecode = false;
+            }
             const file = path.join(scratch, `state-${id}.bin`);
             await sequence.saveStateToFile(file);
             const bytes = fs.readFileSync(file);
@@ -452,7 +456,7 @@ class Server {
     async handle(r) {
         if (r.op !== "cache" && r.op !== "length") ++this.generation;  // a call that may change a cache
         const target = this.engines.get(r.engine);
-        if (target && r.op !== "cache" && r.op !== "length") target.sinceDecode = r.op !== "step";
+        if (target && r.op !== "cache" && r.op !== "length") target.sinceDecode = true;  // until a decode
         switch (r.op) {
             case "hello":
                 return [{protocol: kProtocol, traits: traitsFor(this.options)}, []];

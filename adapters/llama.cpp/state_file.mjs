@@ -115,6 +115,7 @@ function ggmlType(id, what) {
 
 // One stream's cells: meta, then K of every layer, then V of every layer.
 function readStream(r, cells, expect, stream) {
+    r.need(12 * cells, `stream ${stream}'s ${cells} cells`);  // 12 bytes each at least
     const positions = new Int32Array(cells);
     for (let c = 0; c < cells; ++c) {
         positions[c] = r.i32(`cell ${c}'s position`);
@@ -180,8 +181,8 @@ export function parseSequenceState(bytes, expect) {
     const version = r.u32("the version");
     if (version !== kVersion) fail(`version ${version}, this reader knows ${kVersion} (llama.cpp's LLAMA_STATE_SEQ_VERSION)`);
     const nTokens = r.u32("the token count");
+    r.need(4 * nTokens, "the tokens");  // before allocating what a bad count asks for
     const tokens = new Int32Array(nTokens);
-    r.need(4 * nTokens, "the tokens");
     for (let i = 0; i < nTokens; ++i) tokens[i] = r.i32("a token");
     const nStream = r.u32("the stream count");
     if (nStream < 1 || nStream > 65536) fail(`${nStream} streams`);

@@ -179,6 +179,8 @@ function refused(name, bytes, pattern, want = two) {
 refused("magic", build({...good, magic: 0x67677370}), /magic 0x67677370, expected 0x67677371/);
 refused("version", build({...good, version: 2}), /version 2, this reader knows 3/);
 refused("truncated", build(good).subarray(0, build(good).length - 5), /the file ends inside layer 0's V rows/);
+refused("token count", Buffer.from(new Uint32Array([0x67677371, 3, 0xffffffff]).buffer), /the file ends inside the tokens/);
+refused("cell count", Buffer.from(new Uint32Array([0x67677371, 3, 0, 1, 0xffffffff]).buffer), /the file ends inside stream 0's 4294967295 cells/);
 refused("trailing bytes", Buffer.concat([build(good), Buffer.alloc(3)]), /3 bytes after the last stream/);
 refused("layer count", build(good), /1 layers, the model has 2/, {...two, layers: 2});
 refused("K type", build(good), /layer 0's K is f32, the cache was created f16/, {...two, type: "f16"});

@@ -26,8 +26,9 @@
 //   load     the folder's model.safetensors -> GGUF by `kvcheck-export --from`
 //            (one GGUF writer, model/gguf.cpp), loaded with gpuLayers 0
 //   create   one LlamaContext: `max_rows` context sequences of capacity + 1
-//            cells each (node-llama-cpp keeps one cell free), one thread,
-//            batch size = every cell, context shift refused (never an erase)
+//            cells each (node-llama-cpp keeps one cell free) and a spare one
+//            (Engine.applyPendingUpdates), one thread, batch size = every
+//            cell, context shift refused (never an erase)
 //   start    context.getSequence(); finish: sequence.dispose() (llama.cpp
 //            removes the sequence's cells); reset: every sequence disposed
 //   step     each entry's controlledEvaluate issued before any is awaited, so

@@ -13,6 +13,12 @@
 //                          kvcheck's properties show which ones llama.cpp breaks
 //   --arithmetic f32       measurement only: declare f32 arithmetic in any mode,
 //                          so P1 measures a mode against the f32 bound
+//   --raw-k                measurement only: cache snapshots return K as llama.cpp
+//                          stores it (adjacent-pair RoPE layout), not un-permuted,
+//                          so P6 shows that the permutation matters
+//   --state-as-saved       measurement only: snapshot llama.cpp's saved sequence
+//                          state without first applying pending stream copies
+//                          (shows docs/findings/llama_cpp_state_after_fork_stale.md)
 //   --gpt2                 also accept the gpt2 family (its GELU runs through an
 //                          f16 table: docs/LLAMA_CPP.md; off by default)
 //
@@ -20,8 +26,9 @@
 //   load     the folder's model.safetensors -> GGUF by `kvcheck-export --from`
 //            (one GGUF writer, model/gguf.cpp), loaded with gpuLayers 0
 //   create   one LlamaContext: `max_rows` context sequences of capacity + 1
-//            cells each (node-llama-cpp keeps one cell free), one thread,
-//            batch size = every cell, context shift refused (never an erase)
+//            cells each (node-llama-cpp keeps one cell free) and a spare one
+//            (Engine.applyPendingUpdates), one thread, batch size = every
+//            cell, context shift refused (never an erase)
 //   start    context.getSequence(); finish: sequence.dispose() (llama.cpp
 //            removes the sequence's cells); reset: every sequence disposed
 //   step     each entry's controlledEvaluate issued before any is awaited, so
@@ -31,7 +38,9 @@
 //            node-llama-cpp's private sequence._copyStateFromOtherSequence (3.22.1)
 //   truncate sequence.eraseContextTokenRanges of the last n tokens (llama_memory_seq_rm
 //            from position length - n to the end)
-//   cache    not offered: llama.cpp's sequence state is a private byte format
+//   cache    sequence.saveStateToFile (llama_state_seq_save_file) into the scratch
+//            folder, parsed by state_file.mjs: K/V widened to f32, K rows of
+//            the llama family un-permuted to kvcheck's rotate-half layout
 // Refusals (capacity, rows, unknown sequence, bad batch, bad token) are
 // checked before llama.cpp sees the step, so a refused step changes nothing.
 // Exit codes: 0 on end of input or "bye", 2 bad options.
@@ -44,6 +53,7 @@ import {parseArgs} from "node:util";
 
 import {getLlama, LlamaLogLevel} from "node-llama-cpp";
 
+import {parseSequenceState, snapshotLayer} from "./state_file.mjs";
 import {traitsFor} from "./traits.mjs";
 
 const kProtocol = 1;
@@ -66,7 +76,9 @@ function parseOptions() {
                 "export": {type: "string"},
                 "gpt2": {type: "boolean", default: false},
                 "declare": {type: "string", default: "measured"},
-                "arithmetic": {type: "string", default: "measured"}
+                "arithmetic": {type: "string", default: "measured"},
+                "raw-k": {type: "boolean", default: false},
+                "state-as-saved": {type: "boolean", default: false}
             }
         }));
     } catch (error) {
@@ -82,7 +94,8 @@ function parseOptions() {
     if (values.arithmetic !== "measured" && values.arithmetic !== "f32")
         usage(`--arithmetic: expected measured or f32, got "${values.arithmetic}"`);
     return {kv: values.kv, flashAttention: flash === "on", exportPath: values.export, gpt2: values.gpt2,
-            declare: values.declare, arithmetic: values.arithmetic};
+            declare: values.declare, arithmetic: values.arithmetic, rawK: values["raw-k"],
+            stateAsSaved: values["state-as-saved"]};
 }
 
 // kvcheck-export: --export, $KVCHECK_EXPORT, else the newest build of this checkout.
@@ -100,6 +113,17 @@ function findExport(given) {
     if (found.length === 0)
         usage(`no kvcheck-export found (looked at ${candidates.join(", ") || "build/*/tools"}); build it or pass --export PATH`);
     return found[0];
+}
+
+// What the cache snapshot needs of a model, from the GGUF that kvcheck-export
+// wrote (model/gguf.cpp): layers, K/V heads, head size, and whether K rows are
+// permuted per head (the llama family, docs/WEIGHTS.md).
+function kvShape(metadata) {
+    const arch = metadata.general.architecture;
+    const m = metadata[arch];
+    const heads = m.attention.head_count;
+    const headDim = m.attention.key_length ?? m.embedding_length / heads;
+    return {layers: m.block_count, kvHeads: m.attention.head_count_kv ?? heads, headDim, permutedK: arch === "llama"};
 }
 
 class EngineError extends Error {
@@ -168,9 +192,15 @@ function refuseContextShift() {
 }
 
 class Engine {
-    constructor(context, model, capacity, maxRows) {
+    constructor(context, model, capacity, maxRows, {kv, rawK, stateAsSaved}) {
         this.context = context;      // LlamaContext: maxRows sequences of capacity + 1 cells
-        this.model = model;          // {model, vocab}
+        this.model = model;          // {model, vocab, shape}
+        this.kv = kv;                // "f32" | "f16" | "q8_0": the cache's ggml type
+        this.rawK = rawK;            // --raw-k (measurement only): K as llama.cpp stores it
+        this.stateAsSaved = stateAsSaved;  // --state-as-saved: no update before a snapshot
+        this.spare = context.getSequence({contextShift: {strategy: refuseContextShift}});  // one cell, for applyPendingUpdates
+        this.snapshots = new Map();  // protocol id -> {generation, parsed state file}
+        this.sinceDecode = false;    // a call since the last decode (llama.cpp updates may be pending)
         this.capacity = capacity;    // tokens per sequence
         this.maxRows = maxRows;
         this.sequences = new Map();  // protocol id -> LlamaContextSequence
@@ -221,6 +251,7 @@ class Engine {
         const pending = entries.map((entry) => this.sequence(entry.sequence).controlledEvaluate(
             entry.tokens.map((token) => [token, {generateNext: {logits: true}}])));
         const results = await Promise.all(pending);
+        this.sinceDecode = false;  // the decode ran llama.cpp's queued updates
         const total = entries.reduce((n, entry) => n + entry.tokens.length, 0);
         const out = new Float32Array(total * vocab);  // [N][V]
         let row = 0;
@@ -282,6 +313,47 @@ class Engine {
             throw new Error(`truncate: node-llama-cpp left ${sequence.nextTokenIndex} tokens where ${length - n} were asked`);
     }
 
+    // The stored K/V of one layer (docs/LLAMA_CPP.md, "K/V snapshot (P6)").
+    // One state file per sequence and generation (any call but cache and
+    // length starts a new one) serves every layer's request.
+    async cache(id, layer, generation, scratch) {
+        const sequence = this.sequence(id);
+        const {shape} = this.model;
+        if (!Number.isInteger(layer) || layer < 0 || layer >= shape.layers)
+            throw new EngineError("input", `cache: layer ${layer} of ${shape.layers}`);
+        let memo = this.snapshots.get(id);
+        if (memo?.generation !== generation) {
+            if (this.sinceDecode && !this.stateAsSaved) {
+                await this.applyPendingUpdates();
+                this.sinceDecode = false;
+            }
+            const file = path.join(scratch, `state-${id}.bin`);
+            await sequence.saveStateToFile(file);
+            const bytes = fs.readFileSync(file);
+            fs.rmSync(file, {force: true});
+            const state = parseSequenceState(bytes, {layers: shape.layers, width: shape.kvHeads * shape.headDim,
+                                                     type: this.kv, seqId: sequence._sequenceId});
+            if (state.positions.length !== sequence.nextTokenIndex)
+                throw new Error(`cache: llama.cpp's state holds ${state.positions.length} cells, the sequence ${sequence.nextTokenIndex} tokens`);
+            memo = {generation, state};
+            this.snapshots.set(id, memo);
+        }
+        return snapshotLayer(memo.state, layer, {kvHeads: shape.kvHeads, headDim: shape.headDim,
+                                                 permuted: shape.permutedK && !this.rawK});
+    }
+
+    // llama.cpp applies a fork's stream copy (and a K shift) only at the
+    // start of the next llama_decode, and llama_state_seq_save_file writes
+    // the buffers as they are: without a decode in between, a forked
+    // sequence's state holds its stream's old K/V (zeros) - finding
+    // docs/findings/llama_cpp_state_after_fork_stale.md. One token decoded in
+    // the spare sequence (its own stream) runs that update; its cell is
+    // removed again, no sequence under test is touched.
+    async applyPendingUpdates() {
+        await this.spare.controlledEvaluate([[0, {}]]);
+        await this.spare.clearHistory();
+    }
+
     async finish(id) {
         const sequence = this.sequence(id);
         this.sequences.delete(id);
@@ -327,6 +399,7 @@ class Server {
         this.models = new Map();   // id -> {model, vocab}
         this.engines = new Map();  // id -> Engine
         this.nextId = 0;
+        this.generation = 0;       // counts calls that may change a cache (cache snapshots' memo)
     }
 
     newId() {
@@ -352,7 +425,7 @@ class Server {
         const model = await (await this.llama).loadModel({modelPath: gguf, gpuLayers: 0});
         const vocab = model.fileInfo.metadata.tokenizer.ggml.tokens.length;
         fs.rmSync(gguf, {force: true});  // loaded into memory (no mmap needed afterwards)
-        this.models.set(id, {model, vocab});
+        this.models.set(id, {model, vocab, shape: kvShape(model.fileInfo.metadata)});
         return id;
     }
 
@@ -362,13 +435,12 @@ class Server {
         const {capacity, max_rows: maxRows} = request;
         if (!Number.isInteger(capacity) || capacity < 1) throw new EngineError("input", `capacity ${capacity}`);
         if (!Number.isInteger(maxRows) || maxRows < 1) throw new EngineError("input", `max_rows ${maxRows}`);
-        const expected = this.options.kv === "q8_0" ? "f32" : this.options.kv;
-        if (request.kv_dtype !== expected)
+        if (request.kv_dtype !== this.options.kv)
             throw new EngineError("input", `kv_dtype ${request.kv_dtype}: this adapter runs --kv ${this.options.kv}`);
         const type = kKvTypes[this.options.kv];
         const context = await model.model.createContext({
             contextSize: capacity + 1,
-            sequences: maxRows,
+            sequences: maxRows + 1,  // and the spare (Engine.applyPendingUpdates)
             batchSize: (capacity + 1) * maxRows,
             threads: 1,
             flashAttention: this.options.flashAttention,
@@ -377,12 +449,15 @@ class Server {
         });
         if (process.env.KVCHECK_LLAMA_COUNT_DECODES) countDecodes(context);
         const id = this.newId();
-        this.engines.set(id, new Engine(context, model, capacity, maxRows));
+        this.engines.set(id, new Engine(context, model, capacity, maxRows, this.options));
         return id;
     }
 
     // One request -> [reply, payloads].
     async handle(r) {
+        if (r.op !== "cache" && r.op !== "length") ++this.generation;  // a call that may change a cache
+        const target = this.engines.get(r.engine);
+        if (target && r.op !== "cache" && r.op !== "length") target.sinceDecode = true;  // until a decode
         switch (r.op) {
             case "hello":
                 return [{protocol: kProtocol, traits: traitsFor(this.options)}, []];
@@ -421,8 +496,11 @@ class Server {
                 return [{}, []];
             case "length":
                 return [{length: this.engine(r).sequence(r.sequence).nextTokenIndex}, []];
-            case "cache":
-                throw new EngineError("unsupported", "cache snapshots: llama.cpp's sequence state is not exposed as K/V");
+            case "cache": {
+                const {length, k, v} = await this.engine(r).cache(r.sequence, r.layer, this.generation, this.scratch);
+                return [{length, payloads: [k.byteLength, v.byteLength]},
+                        [Buffer.from(k.buffer, k.byteOffset, k.byteLength), Buffer.from(v.buffer, v.byteOffset, v.byteLength)]];
+            }
             default:
                 throw new EngineError("input", `unknown op ${JSON.stringify(r.op)}`);
         }

@@ -45,12 +45,13 @@ export function traitsFor(options) {
         : kMeasured[mode];
     return {
         identity: {name: `llama.cpp-kv-${options.kv}-fa-${options.flashAttention ? "on" : "off"}`, version: kVersion},
-        operations: {multi_sequence_step: true, finish: true, reset: true, cache_snapshot: false,
+        operations: {multi_sequence_step: true, finish: true, reset: true, cache_snapshot: true,
                      capacity_refusal: true, fault_switches: false, fork: true, truncate: true},
         limits: {
             families: options.gpt2 ? ["gpt2", "llama"] : ["llama"],
-            // q8_0 has no kvcheck dtype: the scenario says f32, the identity says q8_0.
-            kv_dtypes: [options.kv === "q8_0" ? "f32" : options.kv],
+            // The cache's storage type: P6 compares the stored K/V within its
+            // storage bound (docs/TOLERANCE.md, "The KV dtype").
+            kv_dtypes: [options.kv],
             // a q8_0 row is whole blocks of 32 values (llama.cpp refuses others)
             head_dim_multiple: options.kv === "q8_0" ? 32 : 1,
             max_rows: 64

@@ -1,0 +1,237 @@
+// llama.cpp's per-sequence state file, as node-llama-cpp 3.22.1's
+// LlamaContextSequence.saveStateToFile writes it (llama_state_seq_save_file),
+// read back as kvcheck's cache snapshot (docs/ENGINE_PROTOCOL.md, `cache`).
+// Layout, from the bundled llama.cpp source (src/llama-context.cpp
+// state_seq_save_file, src/llama-kv-cache.cpp state_write, state_write_meta,
+// state_write_data), all little-endian:
+//
+//   u32 magic 'ggsq' (0x67677371), u32 version 3, u32 n_tokens, i32 tokens[n_tokens]
+//   u32 n_stream; per stream:
+//     u32 cell_count; if cell_count > 0:
+//       per cell (cell order): i32 pos, u32 n_seq_id, i32 seq_id[n_seq_id]
+//       u32 v_trans, u32 n_layer
+//       per layer: i32 k_type, u64 k_row_bytes, k rows [cell_count][k_row_bytes]
+//       v_trans 0: per layer: i32 v_type, u64 v_row_bytes, v rows [cell_count][v_row_bytes]
+//       v_trans 1: per layer: i32 v_type, u32 v_element_bytes, u32 v_width,
+//                  v [v_width][cell_count] elements
+//
+// Nothing is guessed: every count, type and size is checked against what the
+// model implies, and a file that differs anywhere is an error that names the
+// field, never a snapshot of misread bytes.
+
+export const kGgmlTypes = {0: "f32", 1: "f16", 8: "q8_0"};  // ggml_type ids read here
+const kMagic = 0x67677371;
+const kVersion = 3;
+const kQ8Block = 32;  // elements per q8_0 block: an f16 scale, then 32 int8 codes
+
+export class StateFileError extends Error {}
+
+function fail(message) {
+    throw new StateFileError(`llama.cpp sequence state: ${message}`);
+}
+
+// Bytes of one row of `width` elements (ggml_row_size).
+function rowBytes(type, width) {
+    if (type === "f32") return 4 * width;
+    if (type === "f16") return 2 * width;
+    if (width % kQ8Block !== 0) fail(`a q8_0 row of ${width} elements (not whole blocks of ${kQ8Block})`);
+    return (width / kQ8Block) * (2 + kQ8Block);
+}
+
+// IEEE binary16 bits to a number (exact: every f16 is a float).
+export function halfToFloat(bits) {
+    const sign = bits & 0x8000 ? -1 : 1;
+    const exponent = (bits >> 10) & 0x1f, fraction = bits & 0x3ff;
+    if (exponent === 0) return sign * fraction * 2 ** -24;
+    if (exponent === 31) return fraction === 0 ? sign * Infinity : NaN;
+    return sign * (1024 + fraction) * 2 ** (exponent - 25);
+}
+
+// One stored row of `width` elements at bytes[offset..] widened to f32 into
+// out[at..]. q8_0: code * scale, the product llama.cpp's dequantize_row_q8_0
+// computes in float (Math.fround of an exact double product).
+function decodeRow(type, bytes, offset, width, out, at) {
+    const view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+    if (type === "f32") {
+        for (let i = 0; i < width; ++i) out[at + i] = view.getFloat32(offset + 4 * i, true);
+    } else if (type === "f16") {
+        for (let i = 0; i < width; ++i) out[at + i] = halfToFloat(view.getUint16(offset + 2 * i, true));
+    } else {
+        for (let b = 0; b < width / kQ8Block; ++b) {
+            const block = offset + b * (2 + kQ8Block);
+            const scale = halfToFloat(view.getUint16(block, true));
+            for (let i = 0; i < kQ8Block; ++i)
+                out[at + b * kQ8Block + i] = Math.fround(view.getInt8(block + 2 + i) * scale);
+        }
+    }
+}
+
+class Reader {
+    constructor(bytes) {
+        this.bytes = bytes;
+        this.view = new DataView(bytes.buffer, bytes.byteOffset, bytes.byteLength);
+        this.at = 0;
+    }
+
+    need(n, what) {
+        if (this.at + n > this.bytes.length)
+            fail(`the file ends inside ${what} (offset ${this.at}, ${n} bytes needed, ${this.bytes.length - this.at} left)`);
+    }
+
+    u32(what) {
+        this.need(4, what);
+        const value = this.view.getUint32(this.at, true);
+        this.at += 4;
+        return value;
+    }
+
+    i32(what) {
+        this.need(4, what);
+        const value = this.view.getInt32(this.at, true);
+        this.at += 4;
+        return value;
+    }
+
+    u64(what) {
+        this.need(8, what);
+        const value = this.view.getBigUint64(this.at, true);
+        this.at += 8;
+        return value;
+    }
+
+    skip(n, what) {
+        this.need(n, what);
+        const start = this.at;
+        this.at += n;
+        return start;
+    }
+}
+
+function ggmlType(id, what) {
+    const type = kGgmlTypes[id];
+    if (type == null) fail(`${what} is ggml type ${id} (this reader knows ${Object.entries(kGgmlTypes).map(([k, v]) => `${k} ${v}`).join(", ")})`);
+    return type;
+}
+
+// One stream's cells: meta, then K of every layer, then V of every layer.
+function readStream(r, cells, expect, stream) {
+    r.need(12 * cells, `stream ${stream}'s ${cells} cells`);  // 12 bytes each at least
+    const positions = new Int32Array(cells);
+    for (let c = 0; c < cells; ++c) {
+        positions[c] = r.i32(`cell ${c}'s position`);
+        const nSeq = r.u32(`cell ${c}'s sequence count`);
+        if (nSeq !== 1) fail(`stream ${stream} cell ${c} lists ${nSeq} sequences (a one-sequence state lists exactly 1)`);
+        const seq = r.i32(`cell ${c}'s sequence id`);
+        if (expect.seqId != null && seq !== expect.seqId) fail(`stream ${stream} cell ${c} belongs to sequence ${seq}, expected ${expect.seqId}`);
+        if (positions[c] < 0) fail(`stream ${stream} cell ${c} holds position ${positions[c]}`);
+    }
+    const vTrans = r.u32("v_trans");
+    if (vTrans > 1) fail(`v_trans ${vTrans} (0 or 1)`);
+    const nLayer = r.u32("the layer count");
+    if (nLayer !== expect.layers) fail(`${nLayer} layers, the model has ${expect.layers}`);
+    const layers = [];
+    for (let l = 0; l < nLayer; ++l) {
+        const type = ggmlType(r.i32(`layer ${l}'s K type`), `layer ${l}'s K`);
+        if (type !== expect.type) fail(`layer ${l}'s K is ${type}, the cache was created ${expect.type}`);
+        const bytes = r.u64(`layer ${l}'s K row size`);
+        if (bytes !== BigInt(rowBytes(type, expect.width)))
+            fail(`layer ${l}'s K rows are ${bytes} bytes, ${expect.width} ${type} elements take ${rowBytes(type, expect.width)}`);
+        const k = new Float32Array(cells * expect.width);  // [cell][KVH*D], file order
+        const start = r.skip(cells * Number(bytes), `layer ${l}'s K rows`);
+        for (let c = 0; c < cells; ++c) decodeRow(type, r.bytes, start + c * Number(bytes), expect.width, k, c * expect.width);
+        layers.push({k, v: null});
+    }
+    for (let l = 0; l < nLayer; ++l) {
+        const type = ggmlType(r.i32(`layer ${l}'s V type`), `layer ${l}'s V`);
+        if (type !== expect.type) fail(`layer ${l}'s V is ${type}, the cache was created ${expect.type}`);
+        const v = new Float32Array(cells * expect.width);  // [cell][KVH*D], file order
+        if (vTrans === 0) {
+            const bytes = r.u64(`layer ${l}'s V row size`);
+            if (bytes !== BigInt(rowBytes(type, expect.width)))
+                fail(`layer ${l}'s V rows are ${bytes} bytes, ${expect.width} ${type} elements take ${rowBytes(type, expect.width)}`);
+            const start = r.skip(cells * Number(bytes), `layer ${l}'s V rows`);
+            for (let c = 0; c < cells; ++c) decodeRow(type, r.bytes, start + c * Number(bytes), expect.width, v, c * expect.width);
+        } else {
+            // Transposed: [element][cell]; only f32 and f16 can be (llama.cpp
+            // refuses a quantized V without flash attention, which never transposes).
+            if (type === "q8_0") fail(`layer ${l}'s V is q8_0 and transposed`);
+            const elementBytes = r.u32(`layer ${l}'s V element size`);
+            if (elementBytes !== rowBytes(type, 1)) fail(`layer ${l}'s V elements are ${elementBytes} bytes, ${type} takes ${rowBytes(type, 1)}`);
+            const width = r.u32(`layer ${l}'s V width`);
+            if (width !== expect.width) fail(`layer ${l}'s V is ${width} wide, the model's K/V is ${expect.width}`);
+            const start = r.skip(width * cells * elementBytes, `layer ${l}'s V elements`);
+            const column = new Float32Array(cells);
+            for (let j = 0; j < width; ++j) {
+                decodeRow(type, r.bytes, start + j * cells * elementBytes, cells, column, 0);
+                for (let c = 0; c < cells; ++c) v[c * width + j] = column[c];
+            }
+        }
+        layers[l].v = v;
+    }
+    return {positions, layers};
+}
+
+// expect: {layers, width (KVH*D), type ("f32" | "f16" | "q8_0"), seqId (optional)}.
+// Returns {tokens: Int32Array, positions: Int32Array [cells] (file order),
+// layers: [{k, v}]: Float32Array [cells][width] in file order}.
+export function parseSequenceState(bytes, expect) {
+    const r = new Reader(bytes);
+    const magic = r.u32("the magic");
+    if (magic !== kMagic) fail(`magic 0x${magic.toString(16)}, expected 0x${kMagic.toString(16)} ('ggsq')`);
+    const version = r.u32("the version");
+    if (version !== kVersion) fail(`version ${version}, this reader knows ${kVersion} (llama.cpp's LLAMA_STATE_SEQ_VERSION)`);
+    const nTokens = r.u32("the token count");
+    r.need(4 * nTokens, "the tokens");  // before allocating what a bad count asks for
+    const tokens = new Int32Array(nTokens);
+    for (let i = 0; i < nTokens; ++i) tokens[i] = r.i32("a token");
+    const nStream = r.u32("the stream count");
+    if (nStream < 1 || nStream > 65536) fail(`${nStream} streams`);
+    let found = null;
+    for (let s = 0; s < nStream; ++s) {
+        const cells = r.u32(`stream ${s}'s cell count`);
+        if (cells === 0) continue;
+        if (found != null) fail(`cells of the sequence in streams ${found.stream} and ${s} (one stream per sequence expected)`);
+        found = {stream: s, ...readStream(r, cells, expect, s)};
+    }
+    if (r.at !== bytes.length) fail(`${bytes.length - r.at} bytes after the last stream (offset ${r.at})`);
+    if (found == null) return {tokens, positions: new Int32Array(0), layers: []};
+    return {tokens, positions: found.positions, layers: found.layers};
+}
+
+// Undoes the GGUF writer's q/k row permutation (model/tensor_layout.h,
+// docs/WEIGHTS.md): within each head of D rows, canonical element
+// j*(D/2) + i was written as element 2i + j, llama.cpp's adjacent-pair RoPE
+// layout, so its cached K holds each head in that order.
+export function unpermuteHeads(row, kvHeads, headDim) {
+    const out = new Float32Array(row.length);
+    const half = headDim / 2;
+    for (let h = 0; h < kvHeads; ++h) {
+        const base = h * headDim;
+        for (let i = 0; i < half; ++i)
+            for (let j = 0; j < 2; ++j) out[base + j * half + i] = row[base + 2 * i + j];
+    }
+    return out;
+}
+
+// One layer of a parsed state as kvcheck's snapshot: K and V [n][KVH][D] f32
+// in ascending position order (the order a contiguous cache holds them),
+// K in kvcheck's rotate-half head layout when `permuted` (llama family).
+export function snapshotLayer(state, layer, {kvHeads, headDim, permuted}) {
+    const n = state.positions.length;
+    const width = kvHeads * headDim;
+    if (n === 0) return {length: 0, k: new Float32Array(0), v: new Float32Array(0)};
+    if (layer < 0 || layer >= state.layers.length) fail(`layer ${layer} of ${state.layers.length}`);
+    const order = Array.from(state.positions.keys()).sort((a, b) => state.positions[a] - state.positions[b]);
+    for (let i = 1; i < n; ++i) {
+        if (state.positions[order[i]] === state.positions[order[i - 1]])
+            fail(`two cells hold position ${state.positions[order[i]]}`);
+    }
+    const {k, v} = state.layers[layer];
+    const outK = new Float32Array(n * width), outV = new Float32Array(n * width);  // [n][KVH][D]
+    order.forEach((cell, i) => {
+        const row = k.subarray(cell * width, (cell + 1) * width);
+        outK.set(permuted ? unpermuteHeads(row, kvHeads, headDim) : row, i * width);
+        outV.set(v.subarray(cell * width, (cell + 1) * width), i * width);
+    });
+    return {length: n, k: outK, v: outV, positions: order.map((cell) => state.positions[cell])};
+}

@@ -164,7 +164,8 @@ std::shared_ptr<const SequenceReference> reference_for(const Context& context,
   const Config& config = context.scenario.config;
   oracle::CellOutput replay = oracle::replay(config, context.weights, segment.history);
   HistoryBounds bounds =
-      derive_history_bounds(config, context.weights, segment.history, context.scenario.kv_dtype);
+      derive_history_bounds(config, context.weights, segment.history, context.scenario.kv_dtype,
+                            context.subject.traits.arithmetic.rope_angles_in_float);
   auto reference = std::make_shared<SequenceReference>();
   reference->oracle.n_tokens = static_cast<int>(replay.positions.size());
   reference->oracle.logits = std::move(replay.logits);

@@ -331,6 +331,18 @@ void mlp_var(bool gpt2, const LayerWeights& w, int E, int F, double eps, double*
   }
 }
 
+// Angles in float, as llama.cpp computes them (ggml-cpu rope_f32, for fed
+// keys and for a shift's re-rotation alike): scale = powf(base, -2.0f / D),
+// then angle_i = pos * scale^i by i float products. scale's relative error:
+// u for base as a float, ln(base) 2/D u for the rounded exponent, 2u for
+// powf (within 1 ulp); each product adds u. To first order
+// |angle_i error| <= |angle_i| * i * (scale error + u): this returns the
+// factor after i.
+double float_angle_error_per_step(const Config& config) {
+  const double scale_error = (1 + std::log(config.rope_theta) * 2.0 / config.head_dim + 2) * u;
+  return scale_error + u;
+}
+
 }  // namespace
 
 ErrorBounds derive_error_bounds(const Config& config, const Weights& weights,
@@ -370,12 +382,7 @@ ErrorBounds derive_error_bounds(const Config& config, const Weights& weights,
   for (int i = 0; i < D / 2; ++i) inv_freq[sz(i)] = std::pow(config.rope_theta, -2.0 * i / D);
   std::vector<double> cos_angle(sz(D / 2)), sin_angle(sz(D / 2));  // [D/2] at one position
   std::vector<double> angle_error(sz(D / 2), 0.0);                 // [D/2] at one position
-  // Angles in float, as llama.cpp computes them (ggml-cpu rope_f32):
-  // scale = powf(base, -2.0f / D), then angle_i = pos * scale^i by i float
-  // products. scale's relative error: u for base as a float, ln(base) 2/D u
-  // for the rounded exponent, 2u for powf (within 1 ulp); each product adds
-  // u. To first order |angle_i error| <= angle_i * i * (scale error + u).
-  const double scale_error = (1 + std::log(config.rope_theta) * 2.0 / D + 2) * u;
+  const double angle_error_per_step = float_angle_error_per_step(config);
 
   for (int t = 0; t < T; ++t) {
     const float* token_row = weights.tok_embedding.data() + sz(tokens[sz(t)]) * sz(E);
@@ -410,7 +417,7 @@ ErrorBounds derive_error_bounds(const Config& config, const Weights& weights,
           const double angle = t * inv_freq[sz(i)];
           cos_angle[sz(i)] = std::cos(angle);
           sin_angle[sz(i)] = std::sin(angle);
-          if (rope_angles_in_float) angle_error[sz(i)] = angle * i * (scale_error + u);
+          if (rope_angles_in_float) angle_error[sz(i)] = angle * i * angle_error_per_step;
         }
         for (int hq = 0; hq < H; ++hq) {
           rope_var(qt + hq * D, vqt + hq * D, cos_angle, sin_angle, angle_error, D);
@@ -469,7 +476,8 @@ ErrorBounds derive_error_bounds(const Config& config, const Weights& weights,
 }
 
 HistoryBounds derive_history_bounds(const Config& config, const Weights& weights,
-                                    std::span<const oracle::Event> events, KvDtype kv_dtype) {
+                                    std::span<const oracle::Event> events, KvDtype kv_dtype,
+                                    bool rope_angles_in_float) {
   using Kind = oracle::Event::Kind;
   const int L = config.n_layers, E = config.d_model, H = config.n_heads, KVH = config.n_kv_heads,
             D = config.head_dim, F = config.d_ff, V = config.vocab, Q = config.q_width(),
@@ -492,11 +500,16 @@ HistoryBounds derive_history_bounds(const Config& config, const Weights& weights
   std::vector<double> inv_freq(sz(D / 2));  // [D/2] RoPE frequencies, as the engine's
   for (int i = 0; i < D / 2; ++i) inv_freq[sz(i)] = std::pow(config.rope_theta, -2.0 * i / D);
   std::vector<double> cos_angle(sz(D / 2)), sin_angle(sz(D / 2));  // [D/2]
-  const std::vector<double> no_angle_error(sz(D / 2), 0.0);        // [D/2]
+  std::vector<double> angle_error(sz(D / 2), 0.0);                 // [D/2]
+  const double angle_error_per_step = float_angle_error_per_step(config);
+  // A fed token's angles are position * freq, a shift's delta * freq: an
+  // engine with float angles errs in each by the same rule.
   const auto angles = [&](int angle_position) {
     for (int i = 0; i < D / 2; ++i) {
-      cos_angle[sz(i)] = std::cos(angle_position * inv_freq[sz(i)]);
-      sin_angle[sz(i)] = std::sin(angle_position * inv_freq[sz(i)]);
+      const double angle = angle_position * inv_freq[sz(i)];
+      cos_angle[sz(i)] = std::cos(angle);
+      sin_angle[sz(i)] = std::sin(angle);
+      if (rope_angles_in_float) angle_error[sz(i)] = std::abs(angle) * i * angle_error_per_step;
     }
   };
   AttendScratch scratch;
@@ -542,7 +555,7 @@ HistoryBounds derive_history_bounds(const Config& config, const Weights& weights
           double* value = layer.k.data() + c * sz(KV);
           double* var = layer.var_k.data() + c * sz(KV);
           for (int g = 0; g < KVH; ++g) {
-            rope_var(value + g * D, var + g * D, cos_angle, sin_angle, no_angle_error, D);
+            rope_var(value + g * D, var + g * D, cos_angle, sin_angle, angle_error, D);
           }
           store_var(value, var, layer.k_bound.data() + c * sz(KV),
                     quantized ? layer.k_comp.data() + c * sz(KV) : nullptr, KVH, D, kv_dtype);
@@ -565,10 +578,10 @@ HistoryBounds derive_history_bounds(const Config& config, const Weights& weights
       linear_var(w.wk, w.bk, h.data(), var_h.data(), E, KV, k.data(), var_k.data());
       linear_var(w.wv, w.bv, h.data(), var_h.data(), E, KV, v.data(), var_v.data());
       for (int hq = 0; hq < H; ++hq) {
-        rope_var(q.data() + hq * D, var_q.data() + hq * D, cos_angle, sin_angle, no_angle_error, D);
+        rope_var(q.data() + hq * D, var_q.data() + hq * D, cos_angle, sin_angle, angle_error, D);
       }
       for (int g = 0; g < KVH; ++g) {
-        rope_var(k.data() + g * D, var_k.data() + g * D, cos_angle, sin_angle, no_angle_error, D);
+        rope_var(k.data() + g * D, var_k.data() + g * D, cos_angle, sin_angle, angle_error, D);
       }
       store_var(k.data(), var_k.data(), kb.data(), quantized ? kc.data() : nullptr, KVH, D,
                 kv_dtype);

@@ -92,8 +92,8 @@ ErrorBounds derive_error_bounds(const Config& config, const Weights& weights,
 // passes through the rotation by delta (rope_var: cos^2, sin^2 and 3u of
 // each output's two terms) and the rotated key is stored again, adding the
 // dtype's storage rounding once more (docs/TOLERANCE.md, "Re-rotating a
-// stored key"). Angles are computed in double (rope_angles_in_float is not
-// modelled here).
+// stored key"). rope_angles_in_float: as for derive_error_bounds, for the
+// fed keys' angles and each shift's angles (delta * frequency) alike.
 struct HistoryBounds {
   std::vector<double> logits;      // [feeds][V]
   std::vector<double> k, v;        // [L][C][KVH][D] the cells after the last event
@@ -101,6 +101,7 @@ struct HistoryBounds {
   std::vector<double> v_computed;  // q8_0 only: [L][C][KVH][D]
 };
 HistoryBounds derive_history_bounds(const Config& config, const Weights& weights,
-                                    std::span<const oracle::Event> events, KvDtype kv_dtype);
+                                    std::span<const oracle::Event> events, KvDtype kv_dtype,
+                                    bool rope_angles_in_float = false);
 
 }  // namespace kvcheck

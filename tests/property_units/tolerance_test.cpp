@@ -141,6 +141,43 @@ TEST(Tolerance, FloatRopeAnglesCoverLlamaCppsAngles) {
   for (size_t i = 0; i < exact.logits.size(); ++i) ASSERT_GE(in_float.logits[i], exact.logits[i]);
 }
 
+TEST(Tolerance, FloatRopeAnglesCoverAShiftsAnglesInAHistory) {
+  // llama.cpp re-rotates a shifted key by delta * scale^i in float; at a
+  // large delta that angle's error is what the history bound must cover.
+  Config c = small_config(Family::kLlama, 1, 2, 2);
+  c.head_dim = 8;
+  c.max_pos = 32100;
+  const Weights weights = init_weights(c, 5);
+  const int delta = 31999;  // 32000 * 0.1f rounds back to 3200 exactly; 31999's does not
+  std::vector<oracle::Event> events;
+  const std::vector<std::vector<int32_t>> tokens = token_table(9, {3}, c.vocab);
+  for (const int32_t token : tokens[0]) events.push_back(oracle::Event::feed(token));
+  events.push_back(oracle::Event::shift(0, 3, delta));
+  const oracle::CellOutput ref = oracle::replay(c, weights, events);
+  const HistoryBounds exact = derive_history_bounds(c, weights, events, KvDtype::kF32);
+  const HistoryBounds in_float = derive_history_bounds(c, weights, events, KvDtype::kF32, true);
+  const int D = c.head_dim, half = D / 2, KV = c.kv_width();
+  const float scale = powf(float(c.rope_theta), -2.0f / float(D));
+  int uncovered_by_exact = 0;
+  for (size_t cell = 0; cell < ref.positions.size(); ++cell) {
+    float angle = float(delta);
+    for (int i = 0; i < half; ++i, angle *= scale) {
+      const double error = double(angle) - delta * std::pow(c.rope_theta, -2.0 * i / D);
+      for (int g = 0; g < c.n_kv_heads; ++g) {
+        const size_t at = cell * size_t(KV) + size_t(g * D);
+        const double k1 = ref.k[at + size_t(i)], k2 = ref.k[at + size_t(i + half)];
+        const double moved1 = k1 * std::cos(error) - k2 * std::sin(error) - k1;
+        const double moved2 = k2 * std::cos(error) + k1 * std::sin(error) - k2;
+        ASSERT_LE(std::abs(moved1), in_float.k[at + size_t(i)]) << "cell " << cell << " i " << i;
+        ASSERT_LE(std::abs(moved2), in_float.k[at + size_t(i + half)]) << "cell " << cell;
+        uncovered_by_exact += std::abs(moved1) > exact.k[at + size_t(i)];
+        uncovered_by_exact += std::abs(moved2) > exact.k[at + size_t(i + half)];
+      }
+    }
+  }
+  EXPECT_GT(uncovered_by_exact, 0);
+}
+
 TEST(Tolerance, OneLogitOffByTenBoundsFailsP1) {
   // The flip side of the margin: the check really compares against the bound.
   const Fixture f = fixture(Family::kLlama);

@@ -80,12 +80,16 @@ TEST(CpuPlugin, EveryPropertyGivesTheInTreeVerdict) {
       checked[p] += a.applicable && a.passed;
     }
   }
-  // P10 has no reference here. P1-P9 check the eight scenarios but about one
-  // each that a scenario lacks (75 when written); P11 and P12 the three
+  // P10 has no reference here. P1-P9 check the twelve scenarios but about one
+  // each that a scenario lacks (110 in all when the windows and the context
+  // shift joined); P1 and P6 every one, the wrapped rings and the shifted
+  // cells included (their positions cross the ABI); P11 and P12 the three
   // operations scenarios, P13 the paged and the prefix-cache ones, P14 every
   // scenario with a finish, reset, fork or truncation, P15 the prefix-cache
   // one (its reused rows and flushes cross the ABI).
-  EXPECT_GE(applicable, 9 * 8 - 8 + 3 + 3 + 2 + 3 + 1);
+  EXPECT_GE(applicable, 9 * 12 - 12 + 3 + 3 + 2 + 3 + 1);
+  EXPECT_EQ(checked[int(Property::kOracle)], 12);
+  EXPECT_EQ(checked[int(Property::kCacheState)], 12);
   EXPECT_EQ(checked[int(Property::kSharing)], 3);
   EXPECT_EQ(checked[int(Property::kRollback)], 3);
   EXPECT_EQ(checked[int(Property::kPool)], 2);

@@ -372,6 +372,17 @@ class AdapterCheck {
     return named;
   }
 
+  // An engine of the tiny model: capacity kCapacity, kMaxRows rows, f32.
+  std::optional<int64_t> create(const std::string& what, int64_t model) {
+    return make(what,
+                {{"op", "create"},
+                 {"model", model},
+                 {"capacity", kCapacity},
+                 {"max_rows", kMaxRows},
+                 {"kv_dtype", "f32"}},
+                "engine");
+  }
+
   std::optional<int64_t> start(const std::string& what, int64_t engine) {
     const auto s = make(what, {{"op", "start"}, {"engine", engine}}, "sequence");
     if (s) ok(what + ": sequence " + std::to_string(*s));
@@ -387,13 +398,7 @@ class AdapterCheck {
         make(m + ": load", {{"op", "load"}, {"path", exec_model_folder(config, weights)}}, "model");
     if (!model) return;
     ok(m + ": load");
-    const auto engine = make(m + ": create",
-                             {{"op", "create"},
-                              {"model", *model},
-                              {"capacity", kCapacity},
-                              {"max_rows", kMaxRows},
-                              {"kv_dtype", "f32"}},
-                             "engine");
+    const auto engine = create(m + ": create", *model);
     if (!engine) return;
     ok(m + ": create");
     const int V = config.vocab;
@@ -471,13 +476,7 @@ class AdapterCheck {
   // their content, lengths, and the refusals the operations owe.
   void operations_session(const std::string& m, const OperationTraits& ops, const Config& config,
                           const Weights& weights, int64_t model) {
-    const auto engine = make(m + ": create (operations)",
-                             {{"op", "create"},
-                              {"model", model},
-                              {"capacity", kCapacity},
-                              {"max_rows", kMaxRows},
-                              {"kv_dtype", "f32"}},
-                             "engine");
+    const auto engine = create(m + ": create (operations)", model);
     if (!engine) return;
     const int V = config.vocab;
     auto tok = [V](int i) { return int32_t((i * 5 + 1) % V); };
@@ -530,13 +529,7 @@ class AdapterCheck {
   // oracle::replay of that history, then the refusals they owe.
   void context_shift_session(const std::string& m, const OperationTraits& ops, const Config& config,
                              const Weights& weights, int64_t model) {
-    const auto engine = make(m + ": create (erase and shift)",
-                             {{"op", "create"},
-                              {"model", model},
-                              {"capacity", kCapacity},
-                              {"max_rows", kMaxRows},
-                              {"kv_dtype", "f32"}},
-                             "engine");
+    const auto engine = create(m + ": create (erase and shift)", model);
     if (!engine) return;
     const int V = config.vocab;
     auto tok = [V](int i) { return int32_t((i * 11 + 2) % V); };

@@ -239,7 +239,8 @@ TEST(ExecServe, ForkAndTruncateThroughExec) {
 }
 
 // Every fault that lives in an operation (fork, truncate, paged storage,
-// the storage check), switched on in the child (the protocol carries no
+// the storage check, the prefix cache, sliding windows, erase and shift),
+// switched on in the child (the protocol carries no
 // fault switches): on its minimal scenario every property gives the in-tree
 // verdict through the protocol, and at least one fails; the clean child
 // passes the same scenario.

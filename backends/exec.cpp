@@ -379,6 +379,10 @@ class ExecEngine final : public Engine {
                                        " x " + std::to_string(row) + " bytes");
     }
     CacheSnapshot snap;
+    if (const std::string why =
+            wire::parse_cache_positions(reply.control, int(n), config_.max_pos, snap.positions);
+        !why.empty())
+      session_->malformed("cache", why);
     snap.dtype = KvDtype::kF32;  // v1 carries the stored values widened to f32
     snap.length = int(n);
     snap.n_kv_heads = config_.n_kv_heads;

@@ -227,6 +227,33 @@ std::string parse_step_reused(const json& control, std::span<const BatchEntry> b
   return "";
 }
 
+std::string parse_cache_positions(const json& control, int length, int max_pos,
+                                  std::vector<int32_t>& out) {
+  out.clear();
+  const auto field = control.find("positions");
+  if (field == control.end()) return "";
+  std::vector<int> listed;
+  if (std::string why = int_array(*field, "\"positions\"", listed); !why.empty()) return why;
+  if (listed.size() != size_t(length))
+    return "\"positions\" has " + std::to_string(listed.size()) + " elements for length " +
+           std::to_string(length);
+  std::vector<int32_t> positions(listed.begin(), listed.end());
+  if (std::string why = positions_problem(positions, max_pos, "\"positions\""); !why.empty())
+    return why;
+  out = std::move(positions);
+  return "";
+}
+
+std::string positions_problem(std::span<const int32_t> positions, int max_pos,
+                              const std::string& what) {
+  for (size_t i = 0; i < positions.size(); ++i) {
+    if (positions[i] < 0 || positions[i] >= max_pos)
+      return what + "[" + std::to_string(i) + "] is " + std::to_string(positions[i]) +
+             ", outside [0, max_pos " + std::to_string(max_pos) + ")";
+  }
+  return "";
+}
+
 json encode_pool_reply(const PoolReport& pool) {
   json tables = json::array();
   for (const auto& [sequence, blocks] : pool.tables)

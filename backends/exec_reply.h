@@ -75,4 +75,17 @@ nlohmann::json encode_pool_reply(const PoolReport& pool);
 std::string parse_step_reused(const nlohmann::json& control, std::span<const BatchEntry> batch,
                               std::vector<int>& out);
 
+// The optional "positions" of a cache reply (erase, shift, a sliding window's
+// ring; docs/ENGINE_PROTOCOL.md): the absolute position each of the reply's
+// `length` slots holds, each in [0, max_pos); absent means slot i holds
+// position i (out empty). Empty, or why it is malformed. Whether they are
+// the right positions is P6's verdict on the engine, not a protocol check.
+std::string parse_cache_positions(const nlohmann::json& control, int length, int max_pos,
+                                  std::vector<int32_t>& out);
+
+// The range check of those positions, shared with the plugin ABI's
+// cache_positions: empty, or the first outside [0, max_pos), named `what`[i].
+std::string positions_problem(std::span<const int32_t> positions, int max_pos,
+                              const std::string& what);
+
 }  // namespace kvcheck::wire

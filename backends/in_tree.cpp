@@ -57,8 +57,9 @@ EngineTraits cpu_engine_traits_with_operations(KernelPath kernels) {
   EngineTraits t = cpu_engine_traits(kernels);
   declare_table_operations(t.operations);
   // Rings of W slots on contiguous storage (docs/OPERATIONS.md, "Sliding
-  // windows"); only the in-tree CPU backends declare them: the CUDA engine
-  // and the transports (kvcheck-serve, the test plugin) do not.
+  // windows"); the CUDA engine does not declare them. The transports
+  // (kvcheck-serve, the test plugin) declare these traits less the storage
+  // map and the fault switches.
   t.operations.sliding_window = true;
   // Context shift: contiguous storage only (a paged scenario's erase or
   // shift is refused; the generators never draw them together).

@@ -126,7 +126,10 @@ class PluginEngine final : public Engine {
     snap.dtype = KvDtype::kF32;
     snap.n_kv_heads = config_.n_kv_heads;
     snap.head_dim = config_.head_dim;
-    snap.length = length(sequence);
+    if (table().cache_positions != nullptr)
+      slots(sequence, layer, snap);
+    else
+      snap.length = length(sequence);
     const size_t floats = size_t(snap.length) * size_t(config_.kv_width());
     snap.k.assign(floats * 4, 0);
     snap.v.assign(floats * 4, 0);
@@ -208,6 +211,31 @@ class PluginEngine final : public Engine {
  private:
   const kvcheck_plugin_v1& table() const { return library_->table; }
 
+  // The snapshot's slots and, where the plugin lists them, their positions
+  // (cache_positions); a count or a position out of range is the plugin's
+  // failure, as a malformed reply is the exec child's.
+  void slots(SequenceId sequence, int layer, CacheSnapshot& snap) const {
+    std::vector<int32_t> positions(size_t(options_.capacity));  // [slot]
+    int32_t n = -1, listed = -1;
+    kvcheck_error e{};
+    check("cache_positions",
+          table().cache_positions(handle_, sequence, int32_t(layer), positions.data(),
+                                  int64_t(positions.size()), &n, &listed, &e),
+          e);
+    if (n < 0 || n > options_.capacity || (listed != 0 && listed != 1)) {
+      throw std::runtime_error("plugin cache_positions: " + std::to_string(n) + " slots (listed " +
+                               std::to_string(listed) + "), outside [0, capacity " +
+                               std::to_string(options_.capacity) + "] (listed 0 or 1)");
+    }
+    snap.length = n;
+    if (listed == 0) return;
+    positions.resize(size_t(n));
+    if (const std::string why = wire::positions_problem(positions, config_.max_pos, "positions");
+        !why.empty())
+      throw std::runtime_error("plugin cache_positions: " + why);
+    snap.positions = std::move(positions);
+  }
+
   std::shared_ptr<const Library> library_;
   kvcheck_engine* handle_;
   Config config_;
@@ -266,7 +294,8 @@ void check_declared_operations(const std::string& path, const kvcheck_plugin_v1&
   struct Declared {
     const char* name;
     bool contradiction;
-    size_t end;  // the table's bytes up to and including the function
+    size_t end;                 // the table's bytes up to and including the function
+    const char* function = "";  // named where it is not the trait's own
   };
   const auto end_of = [](size_t offset) { return offset + sizeof(void*); };
   const Declared declared[] = {
@@ -283,11 +312,15 @@ void check_declared_operations(const std::string& path, const kvcheck_plugin_v1&
       {"prefix_cache", ops.prefix_cache && (t.reused == nullptr || t.flush_prefix_cache == nullptr),
        end_of(offsetof(kvcheck_plugin_v1, flush_prefix_cache))},
       {"erase", ops.erase && t.erase == nullptr, end_of(offsetof(kvcheck_plugin_v1, erase))},
-      {"shift", ops.shift && t.shift == nullptr, end_of(offsetof(kvcheck_plugin_v1, shift))}};
+      {"shift", ops.shift && t.shift == nullptr, end_of(offsetof(kvcheck_plugin_v1, shift))},
+      // A ring's snapshot holds fewer slots than the sequence's length: the
+      // positions must say which.
+      {"sliding_window", ops.sliding_window && ops.cache_snapshot && t.cache_positions == nullptr,
+       end_of(offsetof(kvcheck_plugin_v1, cache_positions)), " cache_positions"}};
   for (const Declared& d : declared) {
     if (!d.contradiction) continue;
     throw InputError("--backend plugin:" + path + ": traits.operations." + d.name +
-                     " is true but its function is NULL" +
+                     " is true but its function" + d.function + " is NULL" +
                      (t.struct_size < d.end ? " (or past the table's struct_size " +
                                                   std::to_string(t.struct_size) + ")"
                                             : std::string()));

@@ -6,10 +6,13 @@
 // and have no complete shorter prefix. Every complete reply's control frame
 // also goes through the pool reply's parser (wire::parse_pool_reply): it must
 // not crash, must say why it refuses, and a report it accepts must survive
-// encode_pool_reply and parse back to the same report.
+// encode_pool_reply and parse back to the same report; the step reply's
+// "reused" and the cache reply's "positions" parsers may only accept what
+// fits.
 //
 // Input: 1 byte max_payloads (mod 4), 4 bytes max_payload_bytes (little
 // endian, mod 2^20), then the child's stdout: any number of replies.
+#include <algorithm>
 #include <cstdio>
 #include <cstdlib>
 #include <string>
@@ -81,6 +84,13 @@ void check_complete(std::span<const uint8_t> bytes, const ReplyParse& p,
   if (wire::parse_step_reused(r.control, batch, reused).empty() &&
       (reused.size() != 2 || reused[0] < 0 || reused[0] > 2 || reused[1] != 0))
     fail("an accepted \"reused\" that does not fit the batch");
+  // A cache reply's "positions" for a reply of 3 slots and max_pos 8: an
+  // accepted list has one position per slot, each in [0, 8).
+  std::vector<int32_t> positions;
+  if (wire::parse_cache_positions(r.control, 3, 8, positions).empty() && !positions.empty() &&
+      (positions.size() != 3 ||
+       std::any_of(positions.begin(), positions.end(), [](int32_t p) { return p < 0 || p >= 8; })))
+    fail("accepted \"positions\" that do not fit the slots");
 }
 
 }  // namespace

@@ -282,6 +282,13 @@ void add_exec_reply_files(Files& files) {
              R"("tables":[{"sequence":1,"blocks":[0,1]},{"sequence":2,"blocks":[0]}]})") +
            frame(R"({"problem":""})") +
            frame(R"({"problem":"block 2 slot 1 layer 0 holds 0.5, not NaN"})"));
+  // Cache replies listing their slots' positions (erase, shift, a window's
+  // ring): 3 slots within max_pos 8 (the fuzz target's check), one outside.
+  const std::string k3 = f32s({0.5f, -0.5f, 1.0f}), v3 = f32s({2.0f, 0.0f, -2.0f});
+  seed("cache_positions", 2, 64,
+       frame(R"({"length":3,"positions":[5,6,7],"payloads":[12,12]})") + frame(k3) + frame(v3) +
+           frame(R"({"length":3,"positions":[0,2,3],"payloads":[12,12]})") + frame(k3) + frame(v3) +
+           frame(R"({"length":3,"positions":[5,6,8],"payloads":[12,12]})") + frame(k3) + frame(v3));
 }
 
 std::vector<uint8_t> read_bytes(const fs::path& path) {

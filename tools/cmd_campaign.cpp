@@ -72,7 +72,9 @@ void count_coverage(const Scenario& s, std::map<std::string, int>& out) {
                                                   {"reused row", c.reused_row},
                                                   {"at capacity", c.at_capacity},
                                                   {"bf16/f16/q8_0", c.reduced_dtype},
-                                                  {"q8_0 2 blocks", c.q8_multi_block}};
+                                                  {"q8_0 2 blocks", c.q8_multi_block},
+                                                  {"window wraps", c.window_wraps},
+                                                  {"erase/shift", c.erase || c.shift}};
   for (const auto& [name, on] : classes) {
     if (on) ++out[name];
   }

@@ -9,7 +9,8 @@
 //    with (beyond the derived bound), a wrong length, a refusal that should
 //    have come and did not.
 // Where the traits declare fork or truncate, they are checked too, on an
-// engine of their own.
+// engine of their own; so are erase and shift (a context shift, on the llama
+// model) against oracle::replay of the history.
 // Exit 0 when clean, 1 when anything was found, 2 on bad input.
 #include <cmath>
 #include <cstdio>
@@ -24,6 +25,7 @@
 #include "backends/exec.h"
 #include "backends/exec_child.h"
 #include "backends/exec_models.h"
+#include "backends/exec_reply.h"
 #include "engine/traits_json.h"
 #include "model/status.h"
 #include "model/weights.h"
@@ -187,19 +189,26 @@ class AdapterCheck {
                       const std::vector<int32_t>& tokens, int from, const float* rows) {
     const oracle::Output exact = oracle::forward(config, weights, tokens);
     const ErrorBounds bound = derive_error_bounds(config, weights, tokens, KvDtype::kF32);
-    const int V = config.vocab;
+    compare_rows(what, config.vocab, exact.logits, bound.logits, from, int(tokens.size()), rows);
+  }
+
+  // Rows [from, to) of exact logits [rows][V] and their bounds against the
+  // engine's, rows[0] being row `from`.
+  void compare_rows(const std::string& what, int V, const std::vector<double>& exact,
+                    const std::vector<double>& bound, int from, int to, const float* rows,
+                    const char* unit = "positions") {
     int wrong = 0;
     std::string first;
-    for (int t = from; t < int(tokens.size()); ++t) {
+    for (int t = from; t < to; ++t) {
       for (int i = 0; i < V; ++i) {
         const size_t at = size_t(t) * size_t(V) + size_t(i);
         const double got = rows[size_t(t - from) * size_t(V) + size_t(i)];
-        if (!(std::fabs(got - exact.logits[at]) <= bound.logits[at])) {
+        if (!(std::fabs(got - exact[at]) <= bound[at])) {
           if (wrong++ == 0) {
             char text[200];
             std::snprintf(text, sizeof text,
-                          "position %d, vocabulary %d: engine %.6g, oracle %.6g, bound %.3g", t, i,
-                          got, exact.logits[at], bound.logits[at]);
+                          "%.*s %d, vocabulary %d: engine %.6g, oracle %.6g, bound %.3g",
+                          int(std::strlen(unit)) - 1, unit, t, i, got, exact[at], bound[at]);
             first = text;
           }
         }
@@ -209,8 +218,8 @@ class AdapterCheck {
       bug(what + ": " + std::to_string(wrong) + " logits disagree with the oracle; first at " +
           first);
     else
-      ok(what + ": logits of positions " + std::to_string(from) + ".." +
-         std::to_string(tokens.size() - 1) + " within the oracle's bound");
+      ok(what + ": logits of " + unit + " " + std::to_string(from) + ".." + std::to_string(to - 1) +
+         " within the oracle's bound");
   }
 
   // One step; entries are (sequence, all its tokens so far, how many are new).
@@ -269,45 +278,81 @@ class AdapterCheck {
              int64_t sequence, const std::vector<int32_t>& tokens) {
     const oracle::Output exact = oracle::forward(config, weights, tokens);
     const ErrorBounds bound = derive_error_bounds(config, weights, tokens, KvDtype::kF32);
-    const size_t T = tokens.size(), width = size_t(config.kv_width());
-    for (int layer = 0; layer < config.n_layers; ++layer) {
-      const std::string at = what + " layer " + std::to_string(layer);
-      const auto r = call_ok(
-          at, {{"op", "cache"}, {"engine", engine}, {"sequence", sequence}, {"layer", layer}},
-          {4, size_t(kCapacity) * width * 4 * 4 + 4096});
-      if (!r) continue;
-      const auto n = integer(at, *r, "length");
-      if (!n) continue;
-      const size_t bytes = size_t(std::max<int64_t>(*n, 0)) * width * 4;
-      if (r->payloads.size() != 2 || r->payloads[0].size() != bytes ||
-          r->payloads[1].size() != bytes) {
-        violation(at + ": k and v must be two payloads of length " + std::to_string(*n) +
-                  " x KVH " + std::to_string(config.n_kv_heads) + " x D " +
-                  std::to_string(config.head_dim) + " x 4 = " + std::to_string(bytes) + " bytes");
-        continue;
-      }
-      if (size_t(*n) != T) {
-        bug(at + ": the cache holds " + std::to_string(*n) + " positions, " + std::to_string(T) +
-            " tokens fed");
-        continue;
-      }
-      int wrong = 0;
-      for (int kv = 0; kv < 2; ++kv) {
-        const std::vector<double>& want = kv == 0 ? exact.k : exact.v;
-        const std::vector<double>& b = kv == 0 ? bound.k : bound.v;
-        for (size_t i = 0; i < T * width; ++i) {
-          float got;
-          std::memcpy(&got, r->payloads[size_t(kv)].data() + 4 * i, 4);
-          const size_t o = size_t(layer) * T * width + i;
-          wrong += !(std::fabs(double(got) - want[o]) <= b[o]);
-        }
-      }
-      if (wrong > 0)
-        bug(at + ": " + std::to_string(wrong) + " cached K/V values disagree with the oracle");
-      else
-        ok(at + ": K and V [" + std::to_string(T) + "][" + std::to_string(config.n_kv_heads) +
-           "][" + std::to_string(config.head_dim) + "] within the oracle's bound");
+    const CachedKv want{exact.k, exact.v, bound.k, bound.v, {}};
+    for (int layer = 0; layer < config.n_layers; ++layer)
+      cache_layer(what + " layer " + std::to_string(layer), config, engine, sequence, layer,
+                  tokens.size(), want);
+  }
+
+  // What a layer's cache must hold: K and V [L][slots][KVH][D] with their
+  // bounds, and the slots' positions (empty: slot i holds position i).
+  struct CachedKv {
+    const std::vector<double>&k, &v, &k_bound, &v_bound;
+    std::vector<int32_t> positions;
+  };
+
+  // One layer's cache reply: its shape (a protocol matter), then its slot
+  // count, listed positions and K/V against `want` (the engine's).
+  void cache_layer(const std::string& at, const Config& config, int64_t engine, int64_t sequence,
+                   int layer, size_t T, const CachedKv& want) {
+    const size_t width = size_t(config.kv_width());
+    const auto r =
+        call_ok(at, {{"op", "cache"}, {"engine", engine}, {"sequence", sequence}, {"layer", layer}},
+                {4, size_t(kCapacity) * width * 4 * 4 + 4096});
+    if (!r) return;
+    const auto n = integer(at, *r, "length");
+    if (!n) return;
+    const size_t bytes = size_t(std::max<int64_t>(*n, 0)) * width * 4;
+    if (r->payloads.size() != 2 || r->payloads[0].size() != bytes ||
+        r->payloads[1].size() != bytes) {
+      violation(at + ": k and v must be two payloads of length " + std::to_string(*n) + " x KVH " +
+                std::to_string(config.n_kv_heads) + " x D " + std::to_string(config.head_dim) +
+                " x 4 = " + std::to_string(bytes) + " bytes");
+      return;
     }
+    std::vector<int32_t> positions;  // [slot], empty when the reply lists none
+    if (const std::string why =
+            wire::parse_cache_positions(r->control, int(*n), config.max_pos, positions);
+        !why.empty()) {
+      violation(at + ": " + why);
+      return;
+    }
+    if (size_t(*n) != T) {
+      bug(at + ": the cache holds " + std::to_string(*n) + " positions, " + std::to_string(T) +
+          (want.positions.empty() ? " tokens fed" : " cells are held"));
+      return;
+    }
+    // Listed positions must be the history's (slot i at position i without
+    // one); a reply that lists none is checked on its K/V alone, as P6 does.
+    if (!positions.empty()) {
+      std::vector<int32_t> expected = want.positions;
+      for (size_t i = expected.size(); i < T; ++i) expected.push_back(int32_t(i));
+      if (positions != expected) {
+        size_t i = 0;
+        while (positions[i] == expected[i]) ++i;
+        bug(at + ": slot " + std::to_string(i) + " holds position " + std::to_string(positions[i]) +
+            ", the history puts " + std::to_string(expected[i]) + " there");
+        return;
+      }
+    }
+    int wrong = 0;
+    for (int kv = 0; kv < 2; ++kv) {
+      const std::vector<double>& exact = kv == 0 ? want.k : want.v;
+      const std::vector<double>& b = kv == 0 ? want.k_bound : want.v_bound;
+      for (size_t i = 0; i < T * width; ++i) {
+        float got;
+        std::memcpy(&got, r->payloads[size_t(kv)].data() + 4 * i, 4);
+        const size_t o = size_t(layer) * T * width + i;
+        wrong += !(std::fabs(double(got) - exact[o]) <= b[o]);
+      }
+    }
+    if (wrong > 0)
+      bug(at + ": " + std::to_string(wrong) + " cached K/V values disagree with the oracle");
+    else
+      ok(at + ": K and V [" + std::to_string(T) + "][" + std::to_string(config.n_kv_heads) + "][" +
+         std::to_string(config.head_dim) + "] within the oracle's bound" +
+         (positions.empty() ? std::string(want.positions.empty() ? "" : " (no positions listed)")
+                            : std::string(", positions as the history's")));
   }
 
   // A request that makes an id: protocol 2 names it in `key` (and a reply
@@ -327,6 +372,17 @@ class AdapterCheck {
     return named;
   }
 
+  // An engine of the tiny model: capacity kCapacity, kMaxRows rows, f32.
+  std::optional<int64_t> create(const std::string& what, int64_t model) {
+    return make(what,
+                {{"op", "create"},
+                 {"model", model},
+                 {"capacity", kCapacity},
+                 {"max_rows", kMaxRows},
+                 {"kv_dtype", "f32"}},
+                "engine");
+  }
+
   std::optional<int64_t> start(const std::string& what, int64_t engine) {
     const auto s = make(what, {{"op", "start"}, {"engine", engine}}, "sequence");
     if (s) ok(what + ": sequence " + std::to_string(*s));
@@ -342,13 +398,7 @@ class AdapterCheck {
         make(m + ": load", {{"op", "load"}, {"path", exec_model_folder(config, weights)}}, "model");
     if (!model) return;
     ok(m + ": load");
-    const auto engine = make(m + ": create",
-                             {{"op", "create"},
-                              {"model", *model},
-                              {"capacity", kCapacity},
-                              {"max_rows", kMaxRows},
-                              {"kv_dtype", "f32"}},
-                             "engine");
+    const auto engine = create(m + ": create", *model);
     if (!engine) return;
     ok(m + ": create");
     const int V = config.vocab;
@@ -416,6 +466,8 @@ class AdapterCheck {
     }
     if (call_ok(m + ": destroy", {{"op", "destroy"}, {"engine", *engine}})) ok(m + ": destroy");
     if (ops.fork || ops.truncate) operations_session(m, ops, config, weights, *model);
+    if ((ops.erase || ops.shift) && config.family == Family::kLlama)
+      context_shift_session(m, ops, config, weights, *model);
     if (call_ok(m + ": unload", {{"op", "unload"}, {"model", *model}})) ok(m + ": unload");
   }
 
@@ -424,13 +476,7 @@ class AdapterCheck {
   // their content, lengths, and the refusals the operations owe.
   void operations_session(const std::string& m, const OperationTraits& ops, const Config& config,
                           const Weights& weights, int64_t model) {
-    const auto engine = make(m + ": create (operations)",
-                             {{"op", "create"},
-                              {"model", model},
-                              {"capacity", kCapacity},
-                              {"max_rows", kMaxRows},
-                              {"kv_dtype", "f32"}},
-                             "engine");
+    const auto engine = create(m + ": create (operations)", model);
     if (!engine) return;
     const int V = config.vocab;
     auto tok = [V](int i) { return int32_t((i * 5 + 1) % V); };
@@ -473,6 +519,102 @@ class AdapterCheck {
     }
     if (call_ok(m + ": destroy (operations)", {{"op", "destroy"}, {"engine", *engine}}))
       ok(m + ": destroy (operations)");
+  }
+
+  // erase and shift (docs/OPERATIONS.md, "Erase and shift"; llama only) on
+  // an engine of their own: 4 tokens fed, a context shift (erase position 1,
+  // shift the later cells down by 1; the one declared alone: erase, or shift
+  // every cell up by 2), the length, a new token's logits and every layer's
+  // cache (K/V, and the positions where the reply lists them) against
+  // oracle::replay of that history, then the refusals they owe.
+  void context_shift_session(const std::string& m, const OperationTraits& ops, const Config& config,
+                             const Weights& weights, int64_t model) {
+    const auto engine = create(m + ": create (erase and shift)", model);
+    if (!engine) return;
+    const int V = config.vocab;
+    auto tok = [V](int i) { return int32_t((i * 11 + 2) % V); };
+    std::vector<int32_t> p = {tok(1), tok(2), tok(3), tok(4)};
+    const auto s = start(m + ": start (erase and shift)", *engine);
+    if (!s) return;
+    step(m + ": step (4 tokens)", config, weights, *engine, {{*s, &p, 4}});
+    std::vector<oracle::Event> history;
+    for (const int32_t t : p) history.push_back(oracle::Event::feed(t));
+    int cells = 4;
+    if (ops.erase) {
+      if (call_ok(m + ": erase position 1",
+                  {{"op", "erase"}, {"engine", *engine}, {"sequence", *s}, {"p0", 1}, {"p1", 2}}))
+        ok(m + ": erase position 1");
+      history.push_back(oracle::Event::erase(1, 2));
+      cells = 3;
+      length(m + ": length after erase", *engine, *s, cells);
+    }
+    if (ops.shift) {
+      const int p0 = ops.erase ? 2 : 0, delta = ops.erase ? -1 : 2;
+      const std::string what = m + ": shift [" + std::to_string(p0) + ", " +
+                               std::to_string(config.max_pos) + ") by " + std::to_string(delta);
+      if (call_ok(what, {{"op", "shift"},
+                         {"engine", *engine},
+                         {"sequence", *s},
+                         {"p0", p0},
+                         {"p1", config.max_pos},
+                         {"delta", delta}}))
+        ok(what);
+      history.push_back(oracle::Event::shift(p0, config.max_pos, delta));
+      length(m + ": length after shift", *engine, *s, cells);
+    }
+    const int32_t next = tok(5);
+    history.push_back(oracle::Event::feed(next));
+    ++cells;
+    const oracle::CellOutput exact = oracle::replay(config, weights, history);
+    const HistoryBounds bound = derive_history_bounds(config, weights, history, KvDtype::kF32);
+    const std::string what = m + ": step after the context shift";
+    const size_t bytes = size_t(V) * 4;
+    if (const auto r = call_ok(what,
+                               {{"op", "step"},
+                                {"engine", *engine},
+                                {"entries", {{{"sequence", *s}, {"tokens", {next}}}}}},
+                               {4, 4 * bytes + 4096})) {
+      if (r->payloads.size() != 1 || r->payloads[0].size() != bytes) {
+        violation(what + ": logits must be one payload of 1 token x vocab " + std::to_string(V) +
+                  " x 4 = " + std::to_string(bytes) + " bytes");
+      } else {
+        std::vector<float> row(static_cast<size_t>(V));
+        std::memcpy(row.data(), r->payloads[0].data(), bytes);
+        const int feeds = int(exact.logits.size()) / V;
+        compare_rows(what, V, exact.logits, bound.logits, feeds - 1, feeds, row.data(), "feeds");
+      }
+    }
+    length(m + ": length after the context shift", *engine, *s, cells);
+    if (ops.cache_snapshot) {
+      const CachedKv want{exact.k, exact.v, bound.k, bound.v, exact.positions};
+      for (int layer = 0; layer < config.n_layers; ++layer)
+        cache_layer(m + ": cache after the context shift layer " + std::to_string(layer), config,
+                    *engine, *s, layer, size_t(cells), want);
+    }
+    const int64_t unknown = *s + 1000;
+    if (ops.erase) {
+      expect_refusal(
+          m + ": erase of an unknown sequence",
+          {{"op", "erase"}, {"engine", *engine}, {"sequence", unknown}, {"p0", 0}, {"p1", 1}},
+          "unknown_sequence");
+      expect_refusal(m + ": erase [2, 1)",
+                     {{"op", "erase"}, {"engine", *engine}, {"sequence", *s}, {"p0", 2}, {"p1", 1}},
+                     "bad_batch");
+      length(m + ": length after the refusal", *engine, *s, cells);
+    }
+    if (ops.shift) {
+      expect_refusal(m + ": shift below position 0",
+                     {{"op", "shift"},
+                      {"engine", *engine},
+                      {"sequence", *s},
+                      {"p0", 0},
+                      {"p1", config.max_pos},
+                      {"delta", -config.max_pos}},
+                     "bad_batch");
+      length(m + ": length after the refusal", *engine, *s, cells);
+    }
+    if (call_ok(m + ": destroy (erase and shift)", {{"op", "destroy"}, {"engine", *engine}}))
+      ok(m + ": destroy (erase and shift)");
   }
 
   void op_unknown() { expect_refusal("an unknown op", {{"op", "kvcheck-no-such-op"}}, "input"); }

@@ -98,15 +98,15 @@ class Server {
   };
 
   json hello(const json& r) {
-    EngineTraits traits = cpu_engine_traits(kernels_);
-    traits.operations.fault_switches = false;  // the protocol carries no fault switches
-    // The protocol carries the operations of docs/OPERATIONS.md
-    // (docs/ENGINE_PROTOCOL.md); the engine keeps them bitwise like
-    // everything else.
-    OperationTraits& ops = traits.operations;
-    ops.fork = ops.truncate = ops.paged = ops.pool_report = ops.storage_check = true;
-    ops.prefix_cache = true;
-    ops.erase = ops.shift = true;
+    // Every operation of docs/OPERATIONS.md (the protocol carries each;
+    // the engine keeps them bitwise like everything else), the sliding
+    // window included: the config's window reaches the engine through the
+    // model file's kvcheck.config, and a ring's positions come back in the
+    // cache reply. Not the storage map nor fault switches: the protocol
+    // carries neither.
+    EngineTraits traits = cpu_engine_traits_with_operations(kernels_);
+    traits.operations.fault_switches = false;
+    traits.operations.storage_map = false;
     traits.identity.name += "-serve";
     // The highest version both speak.
     version_ = r.value("protocol", 1) >= 2 && max_version_ >= 2 ? 2 : 1;
@@ -217,7 +217,11 @@ class Server {
     }
     payloads.push_back(std::move(k));
     payloads.push_back(std::move(v));
-    return {{"length", s.length}, {"payloads", {n * 4, n * 4}}};
+    json reply = {{"length", s.length}, {"payloads", {n * 4, n * 4}}};
+    // Only where the engine lists them (erase, shift, a window's ring): an
+    // absent "positions" is slot i at position i.
+    if (!s.positions.empty()) reply["positions"] = s.positions;
+    return reply;
   }
 
   Served& engine(const json& r) {

@@ -18,8 +18,16 @@ server side, standard library only. An engine is any object with
     reused(sequence) -> int                          optional ("prefix_cache": leading tokens of
                                                      the sequence's last step taken from the cache)
     flush_prefix_cache()                             optional ("prefix_cache")
+    erase(sequence, p0, p1)                          optional ("erase": remove the cells holding
+                                                     positions [p0, p1), leaving a gap)
+    shift(sequence, p0, p1, delta)                   optional ("shift": add delta to the positions
+                                                     of the cells in [p0, p1), re-rotating keys)
     length(sequence) -> int
     cache(sequence, layer) -> (k, v)                 each [length][KVH][D] float32
+                        or (k, v, positions)         positions: each slot's absolute position
+                                                     (after an erase or shift, or a sliding
+                                                     window's ring), or None for slot i at i;
+                                                     k and v then hold len(positions) slots
 
 where logits, k and v may be torch tensors, numpy arrays, bytes, or nested
 lists of floats. Refusals are raised as EngineError(kind, message) with a kind
@@ -285,14 +293,27 @@ class _Server:
         if op == "flush":
             self._optional(engine, "flush_prefix_cache")()
             return {}, []
+        if op == "erase":
+            self._optional(engine, "erase")(self._sequence(r, r["sequence"]), r["p0"], r["p1"])
+            return {}, []
+        if op == "shift":
+            self._optional(engine, "shift")(self._sequence(r, r["sequence"]), r["p0"], r["p1"],
+                                            r["delta"])
+            return {}, []
         if op == "length":
             return {"length": int(engine.length(self._sequence(r, r["sequence"])))}, []
         if op == "cache":
             sequence = self._sequence(r, r["sequence"])
-            k, v = self._optional(engine, "cache")(sequence, r["layer"])
-            k, v = f32_bytes(k), f32_bytes(v)
-            n = int(engine.length(sequence))
-            return {"length": n, "payloads": [len(k), len(v)]}, [k, v]
+            snapshot = tuple(self._optional(engine, "cache")(sequence, r["layer"]))
+            k, v = f32_bytes(snapshot[0]), f32_bytes(snapshot[1])
+            positions = snapshot[2] if len(snapshot) > 2 else None
+            reply = {"payloads": [len(k), len(v)]}
+            if positions is None:
+                reply["length"] = int(engine.length(sequence))
+            else:
+                reply["positions"] = [int(p) for p in positions]
+                reply["length"] = len(reply["positions"])
+            return reply, [k, v]
         raise EngineError("input", "unknown op %r" % (op,))
 
 

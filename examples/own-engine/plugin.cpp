@@ -141,7 +141,8 @@ const kvcheck_plugin_v1 kTable = {KVCHECK_PLUGIN_ABI_VERSION,
                                   nullptr,   // reused: no prefix cache
                                   nullptr,   // flush_prefix_cache
                                   nullptr,   // erase
-                                  nullptr};  // shift
+                                  nullptr,   // shift
+                                  nullptr};  // cache_positions: slot i holds position i
 
 }  // namespace
 

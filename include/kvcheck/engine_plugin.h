@@ -152,6 +152,23 @@ typedef struct kvcheck_plugin_v1 {
    * position would leave [0, max_pos) or two cells would hold one. */
   int32_t (*shift)(kvcheck_engine* engine, int64_t sequence, int32_t p0, int32_t p1, int32_t delta,
                    kvcheck_error* error);
+
+  /* ---- appended: the positions of a snapshot's slots (docs/OPERATIONS.md,
+   * "Erase and shift" and "Sliding windows"). Read only when struct_size
+   * covers it; required with the traits "sliding_window" and
+   * "cache_snapshot", optional otherwise (without it kvcheck takes `cache`
+   * to write `length` slots, slot i at position i). */
+
+  /* Called before `cache` for the same sequence and layer: writes to *slots
+   * how many slots `cache` writes (the sequence's length, or a windowed
+   * layer's ring of R slots once it holds more than R tokens), and, when
+   * slot i does not hold position i (after an erase or a shift, a ring that
+   * has wrapped), their absolute positions in slot order to
+   * positions[0 .. *slots) and 1 to *listed; else 0 to *listed (positions
+   * untouched). `capacity` is the room of `positions` in elements. */
+  int32_t (*cache_positions)(kvcheck_engine* engine, int64_t sequence, int32_t layer,
+                             int32_t* positions, int64_t capacity, int32_t* slots, int32_t* listed,
+                             kvcheck_error* error);
 } kvcheck_plugin_v1;
 
 /* struct_size of a table that ends at `cache` (the first version of this

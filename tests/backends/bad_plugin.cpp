@@ -29,6 +29,10 @@ int32_t length(kvcheck_engine*, int64_t, int32_t*, kvcheck_error*) {
 [[maybe_unused]] int32_t fork(kvcheck_engine*, int64_t, int32_t, int64_t*, kvcheck_error*) {
   return KVCHECK_ERR_INTERNAL;
 }
+[[maybe_unused]] int32_t cache(kvcheck_engine*, int64_t, int32_t, float*, float*, int64_t,
+                               kvcheck_error*) {
+  return KVCHECK_ERR_INTERNAL;
+}
 
 const char* traits_json(const char*, kvcheck_error*) {
 #if defined(BAD_TRAITS_INVALID)
@@ -43,6 +47,11 @@ const char* traits_json(const char*, kvcheck_error*) {
   // fork is declared but the table has no fork function (NULL below).
   return R"({"identity": {"name": "bad"}, "operations": {"finish": false, "reset": false,
              "cache_snapshot": false, "fork": true}})";
+#elif defined(BAD_WINDOW_NO_POSITIONS)
+  // A sliding window with snapshots, but no cache_positions (NULL below):
+  // a ring's snapshot could not say which positions its slots hold.
+  return R"({"identity": {"name": "bad"}, "operations": {"finish": false, "reset": false,
+             "sliding_window": true}})";
 #else
   return R"({"identity": {"name": "bad"}, "operations": {"finish": false, "reset": false,
              "cache_snapshot": false}})";
@@ -73,7 +82,12 @@ const kvcheck_plugin_v1 kTable = {kAbi,    kSize,  traits_json, create, destroy,
                                   step,
 #endif
                                   nullptr,  // finish
-                                  nullptr, length, nullptr,
+                                  nullptr, length,
+#ifdef BAD_WINDOW_NO_POSITIONS
+                                  cache,
+#else
+                                  nullptr,
+#endif
 #if defined(BAD_SHORT_TABLE_FORK) || defined(OLD_TABLE)
                                   fork,
 #else
@@ -85,7 +99,8 @@ const kvcheck_plugin_v1 kTable = {kAbi,    kSize,  traits_json, create, destroy,
                                   nullptr,   // reused
                                   nullptr,   // flush_prefix_cache
                                   nullptr,   // erase
-                                  nullptr};  // shift
+                                  nullptr,   // shift
+                                  nullptr};  // cache_positions
 
 }  // namespace
 

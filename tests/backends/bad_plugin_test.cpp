@@ -42,6 +42,9 @@ INSTANTIATE_TEST_SUITE_P(
         BadPlugin{"declared_null", ": traits.operations.finish is true but its function is NULL"},
         BadPlugin{"declared_fork_null",
                   ": traits.operations.fork is true but its function is NULL"},
+        BadPlugin{"window_no_positions",
+                  ": traits.operations.sliding_window is true but its function cache_positions "
+                  "is NULL"},
         BadPlugin{"short_table_fork",
                   ": traits.operations.fork is true but its function is NULL (or past the "
                   "table's struct_size 80)"}),

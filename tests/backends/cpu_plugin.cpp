@@ -6,7 +6,10 @@
 // differ only by the ABI shim.
 //
 // Options ("&"-separated): "finish=internal_error" makes finish() fail with
-// KVCHECK_ERR_INTERNAL (a plugin's own bug, not a refusal); "fault=NAME[,NAME]"
+// KVCHECK_ERR_INTERNAL (a plugin's own bug, not a refusal);
+// "positions=off_by_one" makes cache_positions list each position + 1 (a
+// shim that reports a ring's or a shifted cache's slots wrongly, its K/V
+// right); "fault=NAME[,NAME]"
 // turns on the engine's fault switches (engine/faults.h), which the ABI does
 // not carry, so that a fault in fork or truncate can be shown caught through
 // the plugin path.
@@ -35,6 +38,7 @@ using namespace kvcheck;
 struct kvcheck_engine {
   std::unique_ptr<Engine> engine;
   bool finish_fails = false;
+  bool positions_off_by_one = false;
   std::vector<BatchEntry> batch;  // [entry] of the current step
   std::vector<float> logits;      // [tokens][vocab] of the current step
   std::string text;               // the last pool_json or storage_check answer
@@ -83,6 +87,7 @@ int32_t guarded(kvcheck_error* error, F&& body) {
 
 struct PluginOptions {
   bool finish_fails = false;
+  bool positions_off_by_one = false;
   FaultSet faults;
 };
 
@@ -95,6 +100,8 @@ PluginOptions parse_options(const char* options, kvcheck_error* error) {
     rest = amp == std::string::npos ? "" : rest.substr(amp + 1);
     if (o == "finish=internal_error") {
       out.finish_fails = true;
+    } else if (o == "positions=off_by_one") {
+      out.positions_off_by_one = true;
     } else if (o.rfind("fault=", 0) == 0) {
       const Result<FaultSet> faults = parse_fault_list(o.substr(6));
       if (!faults.ok()) {
@@ -104,7 +111,8 @@ PluginOptions parse_options(const char* options, kvcheck_error* error) {
       out.faults = faults.value();
     } else {
       fail(error, KVCHECK_ERR_INPUT,
-           "unknown option \"" + o + "\" (known: finish=internal_error, fault=NAME)");
+           "unknown option \"" + o +
+               "\" (known: finish=internal_error, positions=off_by_one, fault=NAME)");
       throw InputError(error->message);
     }
   }
@@ -118,13 +126,13 @@ const char* traits_json(const char* options, kvcheck_error* error) {
     return nullptr;
   }
   static const std::string json = [] {
-    EngineTraits t = cpu_engine_traits();
+    // Every operation of docs/OPERATIONS.md through the appended functions,
+    // the sliding window included (cache_positions lists a ring's slots);
+    // not the storage map nor fault switches, which the ABI does not carry.
+    EngineTraits t = cpu_engine_traits_with_operations();
     t.identity.name = "kvcheck-cpu-plugin";
-    t.operations.fault_switches = false;  // the ABI carries none
-    OperationTraits& ops = t.operations;  // the appended functions
-    ops.fork = ops.truncate = ops.paged = ops.pool_report = ops.storage_check = true;
-    ops.prefix_cache = true;
-    ops.erase = ops.shift = true;
+    t.operations.fault_switches = false;
+    t.operations.storage_map = false;
     return traits_to_json(t).dump();
   }();
   return json.c_str();
@@ -189,6 +197,7 @@ kvcheck_engine* create(const kvcheck_create_args* args, kvcheck_error* error) {
   const int32_t code = guarded(error, [&] {
     const PluginOptions parsed = parse_options(args->options, error);
     handle->finish_fails = parsed.finish_fails;
+    handle->positions_off_by_one = parsed.positions_off_by_one;
     // kvcheck sends the same model for several engines in a row: parse once.
     thread_local std::string parsed_json;
     thread_local Result<Config> config = Result<Config>::failure("no model yet");
@@ -264,6 +273,19 @@ int32_t cache(kvcheck_engine* engine, int64_t sequence, int32_t layer, float* k,
   });
 }
 
+int32_t cache_positions(kvcheck_engine* engine, int64_t sequence, int32_t layer, int32_t* positions,
+                        int64_t capacity, int32_t* slots, int32_t* listed, kvcheck_error* error) {
+  return guarded(error, [&] {
+    const CacheSnapshot snap = engine->engine->cache(sequence, layer);
+    if (int64_t(snap.positions.size()) > capacity)
+      throw std::runtime_error("cache_positions: buffer too small");
+    *slots = snap.length;
+    *listed = snap.positions.empty() ? 0 : 1;
+    for (size_t i = 0; i < snap.positions.size(); ++i)
+      positions[i] = snap.positions[i] + (engine->positions_off_by_one ? 1 : 0);
+  });
+}
+
 int32_t fork(kvcheck_engine* engine, int64_t parent, int32_t n, int64_t* child,
              kvcheck_error* error) {
   return guarded(error, [&] { *child = engine->engine->fork(parent, n); });
@@ -321,7 +343,8 @@ const kvcheck_plugin_v1 kTable = {KVCHECK_PLUGIN_ABI_VERSION,
                                   reused,
                                   flush_prefix_cache,
                                   erase,
-                                  shift};
+                                  shift,
+                                  cache_positions};
 
 }  // namespace
 

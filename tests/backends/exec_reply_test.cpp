@@ -190,5 +190,32 @@ TEST(StepReused, AbsentIsNoneAndEachCountIsCheckedAgainstItsEntry) {
   }
 }
 
+// A cache reply's "positions" (erase, shift, a window's ring): absent is
+// slot i at position i; present, one position per slot, each in [0, max_pos).
+TEST(CachePositions, AbsentIsTheIdentityAndEachPositionIsChecked) {
+  std::vector<int32_t> positions = {9};
+  ASSERT_EQ("", parse_cache_positions(nlohmann::json::object(), 3, 16, positions));
+  EXPECT_TRUE(positions.empty());
+  ASSERT_EQ("", parse_cache_positions(nlohmann::json::parse(R"({"positions":[4,5,15]})"), 3, 16,
+                                      positions));
+  EXPECT_EQ(positions, (std::vector<int32_t>{4, 5, 15}));
+  // Out of order is the engine's bug (P6), not a malformed reply.
+  ASSERT_EQ(
+      "", parse_cache_positions(nlohmann::json::parse(R"({"positions":[2,0]})"), 2, 16, positions));
+  const std::pair<const char*, const char*> bad[] = {
+      {R"({"positions":"0,1"})", "\"positions\" must be an array of integers, got \"0,1\""},
+      {R"({"positions":[0,1.5]})", "an element of \"positions\" must be an integer, got 1.5"},
+      {R"({"positions":[0,4294967296]})",
+       "an element of \"positions\" must be an integer, got 4294967296"},
+      {R"({"positions":[0,1]})", "\"positions\" has 2 elements for length 3"},
+      {R"({"positions":[0,1,16]})", "\"positions\"[2] is 16, outside [0, max_pos 16)"},
+      {R"({"positions":[-1,1,2]})", "\"positions\"[0] is -1, outside [0, max_pos 16)"}};
+  for (const auto& [text, why] : bad) {
+    const std::string got = parse_cache_positions(nlohmann::json::parse(text), 3, 16, positions);
+    EXPECT_NE(got.find(why), std::string::npos) << text << "\n" << got;
+    EXPECT_TRUE(positions.empty()) << text;
+  }
+}
+
 }  // namespace
 }  // namespace kvcheck::wire

@@ -31,17 +31,19 @@ std::vector<Scenario> hand_made_scenarios() {
   out.push_back(test::operations_scenario(Family::kGpt2, 0, KvDtype::kBF16));
   out.push_back(test::operations_scenario(Family::kLlama, 4, KvDtype::kF32));  // paged
   out.push_back(test::prefix_scenario(Family::kLlama, 2, 0));                  // prefix cache
+  // Rings that wrap (their snapshots list positions through cache_positions)
+  // and context shifts (erase, shift: the cells' positions, P6).
+  out.push_back(test::window_scenario(Family::kLlama, 3, 2, KvDtype::kF32));
+  out.push_back(test::window_scenario(Family::kGpt2, 4, 0, KvDtype::kBF16));
+  out.push_back(test::context_shift_scenario());
   return out;
 }
 
 // The in-tree engine as the ABI carries it: the core calls and the
 // operations of docs/OPERATIONS.md (no storage map, no fault switches).
 EngineTraits plugin_traits() {
-  EngineTraits t = cpu_engine_traits();
-  OperationTraits& ops = t.operations;
-  ops.fork = ops.truncate = ops.paged = ops.pool_report = ops.storage_check = true;
-  ops.prefix_cache = true;
-  ops.erase = ops.shift = true;
+  EngineTraits t = cpu_engine_traits_with_operations();
+  t.operations.storage_map = false;
   return t;
 }
 
@@ -78,12 +80,16 @@ TEST(CpuPlugin, EveryPropertyGivesTheInTreeVerdict) {
       checked[p] += a.applicable && a.passed;
     }
   }
-  // P10 has no reference here. P1-P9 check the eight scenarios but about one
-  // each that a scenario lacks (75 when written); P11 and P12 the three
+  // P10 has no reference here. P1-P9 check the twelve scenarios but about one
+  // each that a scenario lacks (110 in all when the windows and the context
+  // shift joined); P1 and P6 every one, the wrapped rings and the shifted
+  // cells included (their positions cross the ABI); P11 and P12 the three
   // operations scenarios, P13 the paged and the prefix-cache ones, P14 every
   // scenario with a finish, reset, fork or truncation, P15 the prefix-cache
   // one (its reused rows and flushes cross the ABI).
-  EXPECT_GE(applicable, 9 * 8 - 8 + 3 + 3 + 2 + 3 + 1);
+  EXPECT_GE(applicable, 9 * 12 - 12 + 3 + 3 + 2 + 3 + 1);
+  EXPECT_EQ(checked[int(Property::kOracle)], 12);
+  EXPECT_EQ(checked[int(Property::kCacheState)], 12);
   EXPECT_EQ(checked[int(Property::kSharing)], 3);
   EXPECT_EQ(checked[int(Property::kRollback)], 3);
   EXPECT_EQ(checked[int(Property::kPool)], 2);
@@ -100,6 +106,23 @@ TEST(CpuPlugin, OperationFaultsAreCaughtThroughTheAbi) {
         return backend_registry().resolve(kCpuPlugin + "?fault=" + fault).under_test();
       },
       backend_registry().resolve(kCpuPlugin).under_test());
+}
+
+// cache_positions carries a wrapped ring's slots and a context shift's
+// cells: P6 holds through the ABI, and a shim that lists every position one
+// too high (its K/V right) fails it on both.
+TEST(CpuPlugin, SnapshotPositionsCrossTheAbi) {
+  const EngineUnderTest plugin = backend_registry().resolve(kCpuPlugin).under_test();
+  const EngineUnderTest wrong =
+      backend_registry().resolve(kCpuPlugin + "?positions=off_by_one").under_test();
+  for (const Scenario& s : {test::window_scenario(Family::kLlama, 3, 2, KvDtype::kF32),
+                            test::context_shift_scenario()}) {
+    const Verdict clean = check_property(Property::kCacheState, s, plugin);
+    EXPECT_TRUE(clean.applicable && clean.passed) << clean.summary;
+    const Verdict v = check_property(Property::kCacheState, s, wrong);
+    EXPECT_FALSE(v.passed) << s.to_text();
+    EXPECT_NE(v.summary.find("position"), std::string::npos) << v.summary;
+  }
 }
 
 // A fork through the ABI is a new sequence holding the parent's prefix: its

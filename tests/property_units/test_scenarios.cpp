@@ -51,6 +51,35 @@ Scenario rich_scenario(Family family, int n_heads, int n_kv_heads, KvDtype dtype
   return s;
 }
 
+Scenario window_scenario(Family family, int window, int pattern, KvDtype dtype) {
+  Scenario s = rich_scenario(family, 2, family == Family::kLlama ? 1 : 2, dtype);
+  s.config.sliding_window = window;
+  s.config.sliding_window_pattern = pattern;
+  return s;
+}
+
+Scenario context_shift_scenario() {
+  Scenario s;
+  s.config = small_config(Family::kLlama, 2, 4, 2);
+  s.weight_seed = 17;
+  s.capacity = 12;
+  s.max_rows = 2;
+  s.sequences = token_table(23, {7, 6}, s.config.vocab);
+  const int max_pos = s.config.max_pos;
+  s.calls = {S(0),
+             P({{0, 5}}),
+             Call::erase(0, 1, 3),
+             Call::shift(0, 3, max_pos, -2),
+             P({{0, 2}}),
+             S(1),
+             P({{1, 3}}),
+             Call::erase(1, 2, 3),
+             P({{1, 2}}),
+             Call::shift(1, 0, max_pos - 4, 4),
+             P({{1, 1}})};
+  return s;
+}
+
 Scenario operations_scenario(Family family, int block_size, KvDtype dtype) {
   Scenario s;
   s.config = small_config(family, 2, 2, 2);

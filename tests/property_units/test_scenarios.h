@@ -59,6 +59,17 @@ Scenario operations_scenario(Family family, int block_size, KvDtype dtype);
 // pool_blocks 0 keeps the default pool.
 Scenario prefix_scenario(Family family, int block_size, int pool_blocks);
 
+// rich_scenario with a sliding window of W on every layer (pattern 0) or
+// on alternate ones (pattern 2, layer 0 windowed): its sequences run past
+// W, so the windowed layers' rings wrap and their snapshots list positions.
+Scenario window_scenario(Family family, int window, int pattern, KvDtype dtype);
+
+// Context shifts (docs/OPERATIONS.md, "Erase and shift"; llama): s0 is fed
+// 5, loses positions 1..2 and its later cells move down by 2, then decodes;
+// s1 is fed 3, its last position is erased and a token refed there, and
+// its cells are shifted up by 4 before one more decode.
+Scenario context_shift_scenario();
+
 // The smallest scenario of docs/FAULTS.md for a fault.
 Scenario minimal_fault_scenario(Fault fault);
 

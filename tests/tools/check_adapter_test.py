@@ -4,7 +4,9 @@
         kvcheck-serve is clean (exit 0); a proxy that sends a wrong-shape
         logits payload, or omits a reply, is a protocol violation and no cache
         bug (exit 1), and so is a proxy that refuses the fork its traits
-        declare; a backend that is not exec: is bad input (exit 2).
+        declare; kvcheck-serve --fault shift_wrong_sign and a proxy that lists
+        wrong snapshot positions are cache bugs only (exit 1); a backend that
+        is not exec: is bad input (exit 2).
     check_adapter_test.py KVCHECK PYTHON_WITH_TORCH torch
         adapters/torch/engine.py is clean; each of its traps is a cache bug and
         no protocol violation (exit 1).
@@ -47,6 +49,13 @@ def main():
               "malformed reply: a control frame of 2147483647 bytes")
         check(kvcheck, proxy % "unsupported_fork", 1, "PROTOCOL VIOLATION  llama gqa: fork of 2 "
               "tokens: a well-formed request got error unsupported: faulty_proxy: no fork")
+        # A context shift whose keys are re-rotated the wrong way, and a child
+        # that lists every snapshot position one too high: the engine's side.
+        check(kvcheck, "exec:%s --fault shift_wrong_sign" % tool, 1, " 0 protocol violations",
+              "CACHE BUG           llama gqa: step after the context shift")
+        check(kvcheck, proxy % "wrong_positions", 1, " 0 protocol violations",
+              "CACHE BUG           llama gqa: cache after the context shift layer 0: slot 0 "
+              "holds position 1, the history puts 0 there")
         check(kvcheck, "cpu", 2, "check-adapter checks exec: backends only")
     elif mode == "torch":
         engine = "exec:%s %s/adapters/torch/engine.py" % (tool, ROOT)

@@ -239,7 +239,8 @@ TEST(ExecServe, ForkAndTruncateThroughExec) {
 }
 
 // Every fault that lives in an operation (fork, truncate, paged storage,
-// the storage check), switched on in the child (the protocol carries no
+// the storage check, the prefix cache, sliding windows, erase and shift),
+// switched on in the child (the protocol carries no
 // fault switches): on its minimal scenario every property gives the in-tree
 // verdict through the protocol, and at least one fails; the clean child
 // passes the same scenario.
@@ -249,6 +250,52 @@ TEST(ExecServe, OperationFaultsAreCaughtThroughExec) {
         return backend_registry().resolve(kServe + " --fault " + fault).under_test();
       },
       backend_registry().resolve(kServe).under_test());
+}
+
+// Sliding windows and context shifts through the protocol: the config's
+// window reaches the child, and the cache reply's "positions" carry a
+// wrapped ring's slots and the shifted cells' positions, so every property
+// gives the in-process verdict (P6 on the rings needs the positions: the
+// snapshot holds fewer slots than tokens). A child that drops the positions
+// fails P6 on the rings; one that reports them off by one fails P6 on
+// both, the K/V being right.
+TEST(ExecServe, WindowsAndContextShiftsGiveTheInTreeVerdicts) {
+  const EngineUnderTest serve = backend_registry().resolve(kServe).under_test();
+  ASSERT_TRUE(serve.traits.operations.sliding_window);
+  const EngineUnderTest cpu = backend_registry().resolve("cpu").under_test();
+  const std::string proxy =
+      std::string("exec:python3 ") + KVCHECK_SOURCE_DIR + "/tests/tools/faulty_proxy.py --fault ";
+  const EngineUnderTest dropped =
+      backend_registry().resolve(proxy + "drop_positions -- " + KVCHECK_SERVE).under_test();
+  const EngineUnderTest wrong =
+      backend_registry().resolve(proxy + "wrong_positions -- " + KVCHECK_SERVE).under_test();
+  const Scenario ring = test::window_scenario(Family::kLlama, 3, 2, KvDtype::kF32);
+  const Scenario shift = test::context_shift_scenario();
+  for (const Scenario& s :
+       {ring, test::window_scenario(Family::kGpt2, 4, 0, KvDtype::kBF16), shift}) {
+    ASSERT_EQ("", s.validate());
+    for (int p = 0; p < kPropertyCount; ++p) {
+      const Verdict a = check_property(Property(p), s, serve);
+      const Verdict b = check_property(Property(p), s, cpu);
+      SCOPED_TRACE(std::string(property_label(Property(p))) + " on\n" + s.to_text());
+      EXPECT_EQ(a.applicable, b.applicable) << a.summary << " vs " << b.summary;
+      EXPECT_EQ(a.passed, b.passed) << a.summary << " vs " << b.summary;
+      EXPECT_EQ(a.summary, b.summary);
+      EXPECT_EQ(a.worst_ratio, b.worst_ratio);
+    }
+    EXPECT_TRUE(check_property(Property::kCacheState, s, cpu).passed);
+  }
+  const Verdict no_ring = check_property(Property::kCacheState, ring, dropped);
+  EXPECT_FALSE(no_ring.passed) << no_ring.summary;
+  EXPECT_NE(no_ring.summary.find("the cache holds 3 positions"), std::string::npos)
+      << no_ring.summary;
+  // Without positions a context shift's cells are checked by their K/V only.
+  EXPECT_TRUE(check_property(Property::kCacheState, shift, dropped).passed);
+  for (const Scenario& s : {ring, shift}) {
+    const Verdict v = check_property(Property::kCacheState, s, wrong);
+    EXPECT_FALSE(v.passed) << s.to_text();
+    EXPECT_NE(v.summary.find("position"), std::string::npos) << v.summary;
+  }
 }
 
 // A child whose traits declare fork but that answers it "unsupported" is

@@ -11,7 +11,10 @@ adapter that breaks the protocol once, for `kvcheck check-adapter`.
 refuse_start refuses the first start with kind rows (not relayed): a refusal
 of a request kvcheck sent without waiting (protocol 2). unsupported_fork
 answers every fork with kind unsupported (not relayed) while the traits still
-declare fork: a child that contradicts its traits.
+declare fork: a child that contradicts its traits. drop_positions removes the
+"positions" of every cache reply, wrong_positions adds 1 to each listed
+position (both relayed otherwise): a child that reports a ring's or a
+shifted cache's slots wrongly, whose K/V are right.
 
 --once FILE: misbehave only if FILE does not exist yet (and create it), so that
 of all the children a campaign starts only the first fails.
@@ -70,7 +73,7 @@ def main():
     parser.add_argument("--fault", required=True,
                         choices=["exit", "signal", "hang", "garbage", "bad_json", "short_payload",
                                  "wrong_shape", "omit_reply", "refuse_start",
-                                 "unsupported_fork"])
+                                 "unsupported_fork", "drop_positions", "wrong_positions"])
     parser.add_argument("--at", type=int, default=1, help="misbehave on this step request")
     parser.add_argument("--once", help="misbehave only if this file does not exist; create it")
     parser.add_argument("command", nargs=argparse.REMAINDER)
@@ -102,12 +105,20 @@ def main():
                 else:
                     open(args.once, "w").close()
             if now and args.fault not in ("wrong_shape", "omit_reply", "refuse_start",
-                                          "unsupported_fork"):
+                                          "unsupported_fork", "drop_positions",
+                                          "wrong_positions"):
                 misbehave(args.fault, out)
         inner.stdin.write(frame(request))
         inner.stdin.flush()
         control = read_frame(inner.stdout)
         payloads = [read_frame(inner.stdout) for _ in json.loads(control).get("payloads", [])]
+        if op == "cache" and "positions" in json.loads(control):
+            reply = json.loads(control)
+            if args.fault == "drop_positions":
+                del reply["positions"]
+            elif args.fault == "wrong_positions":
+                reply["positions"] = [p + 1 for p in reply["positions"]]
+            control = json.dumps(reply).encode()
         if now and args.fault == "omit_reply":
             continue
         if now and args.fault == "wrong_shape" and payloads:

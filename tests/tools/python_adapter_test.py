@@ -1,5 +1,6 @@
 """adapters/python/kvcheck_adapter.py's dispatch of the optional operations
-(pool, storage_check, the prefix cache, the paged create keys) on a stand-in
+(pool, storage_check, the prefix cache, the paged create keys, erase, shift
+and a snapshot's positions) on a stand-in
 engine: the replies must have the protocol's form (docs/ENGINE_PROTOCOL.md),
 with kvcheck's version-2 ids, and an engine without a method must answer
 "unsupported". The torch engine covers the core calls end to end.
@@ -42,6 +43,16 @@ class PagedEngine:
     def length(self, sequence):
         return 0
 
+    def erase(self, sequence, p0, p1):
+        self.moved = ("erase", sequence, p0, p1)
+
+    def shift(self, sequence, p0, p1, delta):
+        self.moved = ("shift", sequence, p0, p1, delta)
+
+    def cache(self, sequence, layer):
+        """Two slots holding positions 3 and 4 (a ring or shifted cells)."""
+        return b"\0" * 8, b"\0" * 8, [3, 4]
+
 
 class PlainEngine:
     def start(self):
@@ -49,6 +60,12 @@ class PlainEngine:
 
     def step(self, entries):
         return b"\0" * 4 * sum(len(tokens) for _, tokens in entries)
+
+    def length(self, sequence):
+        return 1
+
+    def cache(self, sequence, layer):
+        return b"\0" * 4, b"\0" * 4
 
 
 failures = []
@@ -85,6 +102,15 @@ def main():
            {"problem": "block 2 slot 0 holds 1.5"})
     expect("flush", server.handle({"op": "flush", "engine": 5})[0], {})
     expect("flushed once", server.engines[5].flushed, 1)
+    expect("erase", server.handle({"op": "erase", "engine": 5, "sequence": 41, "p0": 1,
+                                   "p1": 3})[0], {})
+    expect("erase reaches the engine's id", server.engines[5].moved, ("erase", 101, 1, 3))
+    expect("shift", server.handle({"op": "shift", "engine": 5, "sequence": 40, "p0": 3,
+                                   "p1": 64, "delta": -2})[0], {})
+    expect("shift reaches the engine's id", server.engines[5].moved, ("shift", 100, 3, 64, -2))
+    reply, payloads = server.handle({"op": "cache", "engine": 5, "sequence": 40, "layer": 0})
+    expect("cache positions", (reply.get("positions"), reply["length"]), ([3, 4], 2))
+    expect("cache payloads", [len(p) for p in payloads], [8, 8])
 
     # An engine without the optional methods: no paged keys, no "reused",
     # and "unsupported" for each operation.
@@ -95,9 +121,12 @@ def main():
     reply, _ = server.handle({"op": "step", "engine": 6, "entries": [
         {"sequence": 50, "tokens": [1]}]})
     expect("no reused without the method", "reused" in reply, False)
-    for op in ("pool", "storage_check", "flush"):
+    reply, _ = server.handle({"op": "cache", "engine": 6, "sequence": 50, "layer": 0})
+    expect("cache without positions", (reply.get("positions"), reply["length"]), (None, 1))
+    for op in ("pool", "storage_check", "flush", "erase", "shift"):
         try:
-            server.handle({"op": op, "engine": 6})
+            server.handle({"op": op, "engine": 6, "sequence": 50, "p0": 0, "p1": 1,
+                           "delta": 1})
             failures.append("%s on an engine without it was not refused" % op)
         except kv.EngineError as e:
             expect(op + " refusal kind", e.kind, "unsupported")

@@ -277,10 +277,21 @@ int run_campaign(const CampaignOptions& o) {
       h.model = model;
       h.seed = batch_seeds.next();
       h.max_cases = o.cases ? std::min(kBatch, o.cases - t.cases) : kBatch;
+      // Shrinking may overrun the property budget by a tenth of --time at
+      // most; past that the smallest failing case found so far is reported.
+      const double shrink_seconds = std::max(property_budget - elapsed(), 0.1 * o.seconds);
+      h.shrink_deadline = std::chrono::steady_clock::now() +
+                          std::chrono::duration_cast<std::chrono::steady_clock::duration>(
+                              std::chrono::duration<double>(shrink_seconds));
       bool shrinking = false;
+      int shrink_tries = 0;
       const auto check = [&](const Scenario& s) {
         Verdict v = check_property(t.property, s, subject);
-        if (!shrinking) {
+        if (shrinking) {
+          progress.update(std::string(property_label(t.property)) + " on " + t.backend +
+                          ": shrinking a failure, " + std::to_string(++shrink_tries) +
+                          " candidates run, " + std::to_string(int(elapsed())) + " s");
+        } else {
           ++t.cases, ++total_cases;
           if (!v.applicable) ++t.not_applicable, ++t.not_applicable_why[not_applicable_reason(v)];
           if (v.passed) ++t.passed;
@@ -304,6 +315,13 @@ int run_campaign(const CampaignOptions& o) {
       progress_made = true;
       if (r.failed) {
         progress.done();
+        if (r.shrinks_skipped > 0) {
+          std::printf(
+              "%s on %s: shrinking stopped by the time budget (%d candidates not run); "
+              "the case below is the smallest failing one found\n",
+              std::string(property_label(t.property)).c_str(), t.backend.c_str(),
+              r.shrinks_skipped);
+        }
         t.failed = true;
         any_failure = true;
         t.failure = r.verdict.summary;

@@ -33,9 +33,14 @@ HuntResult hunt(const std::function<Verdict(const Scenario&)>& check, Emphasis e
   // shrink to report it), so the last failing evaluation is the shrunk case.
   std::optional<Scenario> last_failing;
   Verdict last_failing_verdict;
-  int evaluations = 0, failing_evaluations = 0;
+  int evaluations = 0, failing_evaluations = 0, shrinks_skipped = 0;
   const auto property = [&] {
     const Scenario s = *scenarios;
+    if (last_failing && options.shrink_deadline &&
+        std::chrono::steady_clock::now() >= *options.shrink_deadline) {
+      ++shrinks_skipped;
+      return;
+    }
     ++evaluations;
     Verdict v = check(s);
     if (!v.passed) {
@@ -61,6 +66,7 @@ HuntResult hunt(const std::function<Verdict(const Scenario&)>& check, Emphasis e
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
   result.evaluations = evaluations;
   result.failing_evaluations = failing_evaluations;
+  result.shrinks_skipped = shrinks_skipped;
 
   std::ostringstream message;
   rc::detail::printResultMessage(outcome, message);

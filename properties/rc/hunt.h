@@ -3,6 +3,7 @@
 // matrix and the property suite both drive properties through here.
 #pragma once
 
+#include <chrono>
 #include <cstdint>
 #include <functional>
 #include <optional>
@@ -26,6 +27,11 @@ struct HuntOptions {
   int max_cases = 100;
   int max_size = 100;
   bool shrink = true;
+  // Shrinking stops here: later candidates are not run (counted as not
+  // failing), so the smallest failing case found so far is the result. A
+  // crashing child engine costs a restart per candidate, which made a
+  // campaign's shrinking outlast its budget. Unset: no deadline.
+  std::optional<std::chrono::steady_clock::time_point> shrink_deadline;
   EngineTraits traits = EngineTraits::strict();  // scenarios are drawn within them
   std::shared_ptr<const Checkpoint> model;       // --model: its config and weights; null: seeded
 };
@@ -39,6 +45,7 @@ struct HuntResult {
   std::optional<Scenario> counterexample;  // shrunk; set when failed
   Verdict verdict;                         // of the shrunk counterexample
   std::string rapidcheck_message;          // RapidCheck's own report
+  int shrinks_skipped = 0;                 // candidates not run because the shrink deadline passed
 };
 
 // Runs `check` on up to max_cases scenarios from scenario(emphasis) under

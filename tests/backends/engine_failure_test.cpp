@@ -83,5 +83,36 @@ TEST(EngineFailure, AHuntOnAPluginsInternalErrorKeepsACounterexample) {
   expect_hunt_keeps_the_scenario(finish_internal_error_plugin());
 }
 
+TEST(EngineFailure, AShrinkDeadlineKeepsTheSmallestFailureFoundSoFar) {
+  // A failing property that costs nothing: a scenario fails when it has a
+  // finish. With no deadline RapidCheck shrinks it; with a deadline already
+  // past, no candidate runs and the first failing scenario is the result.
+  const auto fails_with_a_finish = [](const Scenario& s) {
+    Verdict v;
+    v.passed = true;
+    for (const Call& c : s.calls) v.passed = v.passed && c.kind != Call::Kind::kFinish;
+    v.summary = v.passed ? "" : "a finish";
+    return v;
+  };
+  rcgen::HuntOptions options;
+  options.max_cases = 200;
+  const rcgen::HuntResult shrunk = rcgen::hunt(fails_with_a_finish, rcgen::Emphasis::kAny, options);
+  ASSERT_TRUE(shrunk.failed);
+  EXPECT_EQ(shrunk.shrinks_skipped, 0);
+  EXPECT_GT(shrunk.failing_evaluations, 1);  // shrinks accepted
+
+  options.shrink_deadline = std::chrono::steady_clock::now();
+  const rcgen::HuntResult stopped =
+      rcgen::hunt(fails_with_a_finish, rcgen::Emphasis::kAny, options);
+  ASSERT_TRUE(stopped.failed);
+  ASSERT_TRUE(stopped.counterexample.has_value());
+  EXPECT_FALSE(stopped.verdict.passed);
+  EXPECT_GT(stopped.shrinks_skipped, 0);
+  EXPECT_EQ(stopped.failing_evaluations, 1);  // the first failure only
+  EXPECT_EQ(stopped.evaluations, stopped.cases_run);
+  EXPECT_FALSE(fails_with_a_finish(*stopped.counterexample).passed);
+  EXPECT_GE(stopped.counterexample->size(), shrunk.counterexample->size());
+}
+
 }  // namespace
 }  // namespace kvcheck

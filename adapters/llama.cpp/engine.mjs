@@ -13,6 +13,11 @@
 //                          kvcheck's properties show which ones llama.cpp breaks
 //   --arithmetic f32       measurement only: declare f32 arithmetic in any mode,
 //                          so P1 measures a mode against the f32 bound
+//   --erase-shift on|off   declare erase and shift (default on); off leaves them
+//                          out of the traits, e.g. for a q8_0 campaign on the
+//                          other properties (a q8_0 K shift crashes llama.cpp at
+//                          head sizes not a multiple of 64: docs/findings/
+//                          llama_cpp_quantized_k_shift_crash.md)
 //   --gpt2                 also accept the gpt2 family (its GELU runs through an
 //                          f16 table: docs/LLAMA_CPP.md; off by default)
 //
@@ -73,6 +78,7 @@ function parseOptions() {
                 "flash-attn": {type: "string", default: "off"},
                 "export": {type: "string"},
                 "gpt2": {type: "boolean", default: false},
+                "erase-shift": {type: "string", default: "on"},
                 "declare": {type: "string", default: "measured"},
                 "arithmetic": {type: "string", default: "measured"}
             }
@@ -85,12 +91,14 @@ function parseOptions() {
     if (flash !== "on" && flash !== "off") usage(`--flash-attn: expected on or off, got "${flash}"`);
     // llama.cpp refuses a quantized V cache without flash attention.
     if (values.kv === "q8_0" && flash !== "on") usage("--kv q8_0 needs --flash-attn on (llama.cpp refuses a quantized V cache without it)");
+    const eraseShift = values["erase-shift"];
+    if (eraseShift !== "on" && eraseShift !== "off") usage(`--erase-shift: expected on or off, got "${eraseShift}"`);
     if (values.declare !== "measured" && values.declare !== "bitwise")
         usage(`--declare: expected measured or bitwise, got "${values.declare}"`);
     if (values.arithmetic !== "measured" && values.arithmetic !== "f32")
         usage(`--arithmetic: expected measured or f32, got "${values.arithmetic}"`);
     return {kv: values.kv, flashAttention: flash === "on", exportPath: values.export, gpt2: values.gpt2,
-            declare: values.declare, arithmetic: values.arithmetic};
+            declare: values.declare, arithmetic: values.arithmetic, eraseShift: eraseShift === "on"};
 }
 
 // kvcheck-export: --export, $KVCHECK_EXPORT, else the newest build of this checkout.

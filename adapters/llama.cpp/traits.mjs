@@ -50,10 +50,12 @@ export function traitsFor(options) {
         // positions have nothing a shift could correct), so --gpt2 declaring
         // them changes nothing for gpt2 scenarios. Declared in every mode: in
         // f32/off P1 checks the shifted sequences, elsewhere (no f16 bound)
-        // P8 and freedom from crashes do (docs/LLAMA_CPP.md, "Erase and shift").
+        // P8 and freedom from crashes do (docs/LLAMA_CPP.md, "Erase and shift");
+        // with a q8_0 K cache that finds the shift crash of docs/findings/
+        // llama_cpp_quantized_k_shift_crash.md. --erase-shift off leaves them out.
         operations: {multi_sequence_step: true, finish: true, reset: true, cache_snapshot: false,
                      capacity_refusal: true, fault_switches: false, fork: true, truncate: true,
-                     erase: true, shift: true},
+                     erase: options.eraseShift, shift: options.eraseShift},
         limits: {
             families: options.gpt2 ? ["gpt2", "llama"] : ["llama"],
             // q8_0 has no kvcheck dtype: the scenario says f32, the identity says q8_0.

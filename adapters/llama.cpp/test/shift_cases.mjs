@@ -93,7 +93,10 @@ for (let c = 0; c < count; ++c) {
         const op = below(10);
         if (op < 3) contextShift(s);
         else if (op < 5) erase(s);
-        else if (op < 8) shift(s);
+        else if (op < 8) {
+            shift(s);
+            if (below(3) === 0) shift(s);  // two shifts before the next decode
+        }
         else if (op === 8 && cells[s].length > 0) {
             const n = 1 + below(cells[s].length);
             cells[s] = cells[s].slice(0, cells[s].length - n);

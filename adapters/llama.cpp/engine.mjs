@@ -19,28 +19,42 @@
 //   --state-as-saved       measurement only: snapshot llama.cpp's saved sequence
 //                          state without first applying pending stream copies
 //                          (shows docs/findings/llama_cpp_state_after_fork_stale.md)
+//   --erase-shift on|off   declare erase and shift (default on); off leaves them
+//                          out of the traits, e.g. for a q8_0 campaign on the
+//                          other properties (a q8_0 K shift crashes llama.cpp at
+//                          head sizes not a multiple of 64: docs/findings/
+//                          llama_cpp_quantized_k_shift_crash.md)
 //   --gpt2                 also accept the gpt2 family (its GELU runs through an
 //                          f16 table: docs/LLAMA_CPP.md; off by default)
 //
 // Mapping (docs/LLAMA_CPP.md, "The adapter"):
 //   load     the folder's model.safetensors -> GGUF by `kvcheck-export --from`
 //            (one GGUF writer, model/gguf.cpp), loaded with gpuLayers 0
-//   create   one LlamaContext: `max_rows` context sequences of capacity + 1
-//            cells each (node-llama-cpp keeps one cell free) and a spare one
-//            (Engine.applyPendingUpdates), one thread, batch size = every
-//            cell, context shift refused (never an erase)
+//   create   one LlamaContext: `max_rows` context sequences of max(capacity,
+//            max_pos) + 1 cells each (node-llama-cpp keeps one cell free) and a
+//            spare one (Engine.applyPendingUpdates), one thread, context shift
+//            refused (never an erase); the adapter keeps each sequence's cells
+//            (positions, slot order) and refuses past `capacity` cells or
+//            `max_pos` positions itself
 //   start    context.getSequence(); finish: sequence.dispose() (llama.cpp
 //            removes the sequence's cells); reset: every sequence disposed
 //   step     each entry's controlledEvaluate issued before any is awaited, so
 //            node-llama-cpp's batch dispatcher decodes them in one llama_decode
 //   fork     a new context sequence copies the parent's cells (llama_memory_seq_cp,
-//            the whole range) and erases its own from n on (llama_memory_seq_rm):
-//            node-llama-cpp's private sequence._copyStateFromOtherSequence (3.22.1)
-//   truncate sequence.eraseContextTokenRanges of the last n tokens (llama_memory_seq_rm
-//            from position length - n to the end)
+//            the whole range: node-llama-cpp's private
+//            sequence._copyStateFromOtherSequence, 3.22.1), then loses those of
+//            the parent's slots n.. (llama_memory_seq_rm)
+//   truncate llama_memory_seq_rm of the positions of the last n cells
+//   erase    llama_memory_seq_rm(seq, p0, p1): the gap stays
+//   shift    llama_memory_seq_add(seq, p0, p1, delta): llama.cpp re-rotates K
+//            at the next decode. erase, shift, truncate and the fork's removal
+//            call the private addon (context._ctx) and rebuild node-llama-cpp's
+//            private position bookkeeping (syncBookkeeping): the next token goes
+//            at the largest held position + 1
 //   cache    sequence.saveStateToFile (llama_state_seq_save_file) into the scratch
 //            folder, parsed by state_file.mjs: K/V widened to f32, K rows of
-//            the llama family un-permuted to kvcheck's rotate-half layout
+//            the llama family un-permuted to kvcheck's rotate-half layout, in
+//            the adapter's slot order with each cell's position
 // Refusals (capacity, rows, unknown sequence, bad batch, bad token) are
 // checked before llama.cpp sees the step, so a refused step changes nothing.
 // Exit codes: 0 on end of input or "bye", 2 bad options.
@@ -75,6 +89,7 @@ function parseOptions() {
                 "flash-attn": {type: "string", default: "off"},
                 "export": {type: "string"},
                 "gpt2": {type: "boolean", default: false},
+                "erase-shift": {type: "string", default: "on"},
                 "declare": {type: "string", default: "measured"},
                 "arithmetic": {type: "string", default: "measured"},
                 "raw-k": {type: "boolean", default: false},
@@ -89,13 +104,15 @@ function parseOptions() {
     if (flash !== "on" && flash !== "off") usage(`--flash-attn: expected on or off, got "${flash}"`);
     // llama.cpp refuses a quantized V cache without flash attention.
     if (values.kv === "q8_0" && flash !== "on") usage("--kv q8_0 needs --flash-attn on (llama.cpp refuses a quantized V cache without it)");
+    const eraseShift = values["erase-shift"];
+    if (eraseShift !== "on" && eraseShift !== "off") usage(`--erase-shift: expected on or off, got "${eraseShift}"`);
     if (values.declare !== "measured" && values.declare !== "bitwise")
         usage(`--declare: expected measured or bitwise, got "${values.declare}"`);
     if (values.arithmetic !== "measured" && values.arithmetic !== "f32")
         usage(`--arithmetic: expected measured or f32, got "${values.arithmetic}"`);
     return {kv: values.kv, flashAttention: flash === "on", exportPath: values.export, gpt2: values.gpt2,
             declare: values.declare, arithmetic: values.arithmetic, rawK: values["raw-k"],
-            stateAsSaved: values["state-as-saved"]};
+            stateAsSaved: values["state-as-saved"], eraseShift: eraseShift === "on"};
 }
 
 // kvcheck-export: --export, $KVCHECK_EXPORT, else the newest build of this checkout.
@@ -191,19 +208,95 @@ function refuseContextShift() {
     throw new Error("context shift is disabled: the sequence outgrew its capacity");
 }
 
+// node-llama-cpp 3.22.1 positions a sequence's next chunk at its private
+// `_nextTokenIndex` (LlamaContextSequence._decodeTokens hands it to the batch
+// as the first token's position and checks it against the context size) and
+// keeps the private `_contextTokens`, one token per index, which it appends to
+// and which `_copyStateFromOtherSequence` copies (the fork's token count). Its
+// own bookkeeping assumes cell i holds position i. After the adapter moved or
+// removed cells itself (erase, shift, truncate, fork), both are rebuilt from
+// the adapter's cell list: the next position is the largest held + 1
+// (llama.cpp requires exactly seq_pos_max + 1, llama-batch.cpp), index p
+// holds the token at position p, a gap holds token 0 (never read: the adapter
+// uses no token predictor, checkpoints or prefix matching).
+function syncBookkeeping(sequence, cells) {
+    if (sequence._loadedTokenPredictions?.length !== 0)
+        throw new Error("node-llama-cpp holds token predictions (not 3.22.1, or a token predictor?)");
+    const next = nextPosition(cells);
+    const tokens = new Array(next).fill(0);
+    for (const cell of cells) tokens[cell.pos] = cell.token;
+    sequence._contextTokens = tokens;
+    sequence._nextTokenIndex = next;
+}
+
+// The next fed token's position: the largest held + 1, 0 when none is held.
+function nextPosition(cells) {
+    return cells.reduce((next, cell) => Math.max(next, cell.pos + 1), 0);
+}
+
+// The position ranges [p0, p1) that cover exactly the given positions.
+function positionRuns(positions) {
+    const sorted = [...positions].sort((a, b) => a - b);
+    const runs = [];
+    for (const p of sorted) {
+        const last = runs[runs.length - 1];
+        if (last != null && last[1] === p) last[1] = p + 1;
+        else runs.push([p, p + 1]);
+    }
+    return runs;
+}
+
+// A snapshot in position order (snapshotLayer) rearranged into the
+// sequence's slot order, with each slot's position: after a shift the slots
+// need not hold ascending positions (docs/OPERATIONS.md, "Erase and shift").
+// llama.cpp must hold exactly the positions the adapter's cells hold.
+function inSlotOrder(byPosition, cells, width) {
+    const row = new Map((byPosition.positions ?? []).map((pos, i) => [pos, i]));
+    const k = new Float32Array(cells.length * width), v = new Float32Array(cells.length * width);  // [n][KVH][D]
+    cells.forEach((cell, slot) => {
+        const i = row.get(cell.pos);
+        if (i === undefined)
+            throw new Error(`cache: llama.cpp holds positions ${(byPosition.positions ?? []).join(",")}, the adapter's cells ${cells.map((c) => c.pos).join(",")}`);
+        k.set(byPosition.k.subarray(i * width, (i + 1) * width), slot * width);
+        v.set(byPosition.v.subarray(i * width, (i + 1) * width), slot * width);
+    });
+    return {length: cells.length, k, v, positions: cells.map((cell) => cell.pos)};
+}
+
 class Engine {
     constructor(context, model, capacity, maxRows, {kv, rawK, stateAsSaved}) {
-        this.context = context;      // LlamaContext: maxRows sequences of capacity + 1 cells
-        this.model = model;          // {model, vocab, shape}
+        this.context = context;      // LlamaContext: maxRows sequences of max(capacity, max_pos) + 1 cells, and a spare
+        this.model = model;          // {model, vocab, shape, maxPos}
         this.kv = kv;                // "f32" | "f16" | "q8_0": the cache's ggml type
         this.rawK = rawK;            // --raw-k (measurement only): K as llama.cpp stores it
         this.stateAsSaved = stateAsSaved;  // --state-as-saved: no update before a snapshot
         this.spare = context.getSequence({contextShift: {strategy: refuseContextShift}});  // one cell, for applyPendingUpdates
         this.snapshots = new Map();  // protocol id -> {generation, parsed state file}
         this.sinceDecode = false;    // a call since the last decode (llama.cpp updates may be pending)
-        this.capacity = capacity;    // tokens per sequence
+        this.capacity = capacity;    // cells per sequence
         this.maxRows = maxRows;
         this.sequences = new Map();  // protocol id -> LlamaContextSequence
+        // protocol id -> [{pos, token}]: the sequence's cells in slot order
+        // (the order they were fed), as docs/OPERATIONS.md defines them. It is
+        // what llama.cpp holds for the sequence (every call that changes the
+        // cells goes through this adapter), so refusals are decided here,
+        // before llama.cpp sees anything.
+        this.cells = new Map();
+    }
+
+    // The addon object (node-llama-cpp's private `context._ctx`, 3.22.1):
+    // removeTokenCellsFromSequence(seq, p0, p1) is llama_memory_seq_rm and
+    // shiftSequenceTokenCells(seq, p0, p1, delta) is llama_memory_seq_add
+    // (llama/addon/AddonContext.cpp). The public eraseContextTokenRanges
+    // always shifts what follows a removed range and re-evaluates when the
+    // range starts at the smallest held position, so it can express neither a
+    // gap nor a lone shift (docs/LLAMA_CPP.md, "Erase and shift").
+    native() {
+        const native = this.context._ctx;
+        if (typeof native?.removeTokenCellsFromSequence !== "function" ||
+            typeof native?.shiftSequenceTokenCells !== "function")
+            throw new EngineError("unsupported", "node-llama-cpp has no _ctx.removeTokenCellsFromSequence / shiftSequenceTokenCells (not 3.22.1?)");
+        return native;
     }
 
     start(newId) {
@@ -212,6 +305,7 @@ class Engine {
         const sequence = this.context.getSequence({contextShift: {strategy: refuseContextShift}});
         const id = newId();
         this.sequences.set(id, sequence);
+        this.cells.set(id, []);
         return id;
     }
 
@@ -221,12 +315,17 @@ class Engine {
         return sequence;
     }
 
+    length(id) {
+        this.sequence(id);
+        return this.cells.get(id).length;
+    }
+
     // Every refusal before llama.cpp sees anything, so a refused step changes nothing.
     validate(entries) {
         if (!Array.isArray(entries) || entries.length === 0) throw new EngineError("bad_batch", "a step without entries");
         const seen = new Set();
         for (const entry of entries) {
-            const sequence = this.sequence(entry.sequence);
+            this.sequence(entry.sequence);
             if (seen.has(entry.sequence)) throw new EngineError("bad_batch", `sequence ${entry.sequence} twice in one step`);
             seen.add(entry.sequence);
             if (!Array.isArray(entry.tokens) || entry.tokens.length === 0)
@@ -235,9 +334,13 @@ class Engine {
                 if (!Number.isInteger(token) || token < 0 || token >= this.model.vocab)
                     throw new EngineError("bad_token", `token ${token} outside [0, ${this.model.vocab})`);
             }
-            const held = sequence.nextTokenIndex;
-            if (held + entry.tokens.length > this.capacity)
-                throw new EngineError("capacity", `sequence ${entry.sequence} has ${held} of ${this.capacity} positions, the step adds ${entry.tokens.length}`);
+            const cells = this.cells.get(entry.sequence);
+            if (cells.length + entry.tokens.length > this.capacity)
+                throw new EngineError("capacity", `sequence ${entry.sequence} has ${cells.length} of ${this.capacity} cells, the step adds ${entry.tokens.length}`);
+            // After an erase the cells no longer bound the positions.
+            const next = nextPosition(cells);
+            if (next + entry.tokens.length > this.model.maxPos)
+                throw new EngineError("capacity", `sequence ${entry.sequence}: ${entry.tokens.length} tokens at position ${next} pass max_pos ${this.model.maxPos}`);
         }
     }
 
@@ -263,18 +366,43 @@ class Engine {
                 for (const [token, value] of logits) out[row * vocab + token] = value;
             }
         });
+        for (const entry of entries) {
+            const cells = this.cells.get(entry.sequence);
+            const first = nextPosition(cells);
+            entry.tokens.forEach((token, i) => cells.push({pos: first + i, token}));
+            const sequence = this.sequence(entry.sequence);
+            if (sequence.nextTokenIndex !== nextPosition(cells))
+                throw new Error(`sequence ${entry.sequence}: node-llama-cpp is at position ${sequence.nextTokenIndex}, the adapter at ${nextPosition(cells)}`);
+        }
         return Buffer.from(out.buffer, out.byteOffset, out.byteLength);
     }
 
-    // A fresh context sequence holding the parent's first n tokens: llama.cpp
-    // copies the parent's cells into it (llama_memory_seq_cp; with a unified
-    // cache the cells are shared, not duplicated) and removes its cells from
-    // position n on (llama_memory_seq_rm). node-llama-cpp 3.22.1 does both in
-    // its private _copyStateFromOtherSequence, which also copies the token
-    // list that positions the next step.
+    // Removes the given cells of a sequence from llama.cpp (llama_memory_seq_rm
+    // of the runs of their positions) and from the adapter's list.
+    removeCells(id, doomed) {
+        if (doomed.length === 0) return;
+        const sequence = this.sequence(id);
+        const native = this.native();
+        for (const [p0, p1] of positionRuns(doomed.map((cell) => cell.pos))) {
+            if (!native.removeTokenCellsFromSequence(sequence._sequenceId, p0, p1))
+                throw new Error(`llama_memory_seq_rm(${sequence._sequenceId}, ${p0}, ${p1}) failed`);
+        }
+        const gone = new Set(doomed);
+        this.cells.set(id, this.cells.get(id).filter((cell) => !gone.has(cell)));
+        syncBookkeeping(sequence, this.cells.get(id));
+    }
+
+    // A fresh context sequence holding the parent's first n cells (slot order)
+    // with their positions: llama.cpp copies every cell of the parent into it
+    // (llama_memory_seq_cp; node-llama-cpp runs one KV stream per sequence, so
+    // the stream's K/V are copied at the next update), then the adapter
+    // removes the child's cells of the parent's slots n.. (llama_memory_seq_rm).
+    // node-llama-cpp 3.22.1 copies in its private _copyStateFromOtherSequence,
+    // which also copies the token list; asked for every token, it erases none.
     async fork(parentId, n, newId) {
         const parent = this.sequence(parentId);
-        const length = parent.nextTokenIndex;
+        const parentCells = this.cells.get(parentId);
+        const length = parentCells.length;
         if (!Number.isInteger(n) || n < 0 || n > length)
             throw new EngineError("bad_batch", `fork of ${n} tokens from sequence ${parentId} of ${length}`);
         if (this.sequences.size >= this.maxRows)
@@ -282,35 +410,70 @@ class Engine {
         if (typeof parent._copyStateFromOtherSequence !== "function")
             throw new EngineError("unsupported", "fork: node-llama-cpp has no sequence._copyStateFromOtherSequence (not 3.22.1?)");
         const child = this.context.getSequence({contextShift: {strategy: refuseContextShift}});
+        const id = newId();
         // A fork of 0 tokens holds nothing: a fresh sequence is exactly that.
         // (node-llama-cpp's copy reports failure for a parent with no tokens,
         // docs/LLAMA_CPP.md "Fork and truncate".)
         if (n === 0) {
-            const id = newId();
             this.sequences.set(id, child);
+            this.cells.set(id, []);
             return id;
         }
-        const copied = await child._copyStateFromOtherSequence(parent, n);
-        if (!copied || child.nextTokenIndex !== n) {
+        const all = parent.nextTokenIndex;
+        const copied = await child._copyStateFromOtherSequence(parent, all);
+        if (!copied || child.nextTokenIndex !== all) {
             const held = child.nextTokenIndex;
             await child.dispose();
-            throw new Error(`fork: node-llama-cpp's copy left ${held} tokens where ${n} were asked (copy ${copied ? "succeeded" : "failed"})`);
+            throw new Error(`fork: node-llama-cpp's copy left ${held} positions where ${all} were asked (copy ${copied ? "succeeded" : "failed"})`);
         }
-        const id = newId();
         this.sequences.set(id, child);
+        this.cells.set(id, parentCells.map((cell) => ({...cell})));
+        this.removeCells(id, this.cells.get(id).slice(n));
+        syncBookkeeping(child, this.cells.get(id));
         return id;
     }
 
-    // Forgets the last n tokens: llama_memory_seq_rm(seq, length - n, -1)
-    // through eraseContextTokenRanges, which also shortens the token list.
-    async truncate(id, n) {
+    // Forgets the last n cells in slot order (llama_memory_seq_rm of their
+    // positions); the next position is then the largest remaining + 1.
+    truncate(id, n) {
+        this.sequence(id);
+        const cells = this.cells.get(id);
+        if (!Number.isInteger(n) || n < 0 || n > cells.length)
+            throw new EngineError("bad_batch", `truncate of ${n} tokens from sequence ${id} of ${cells.length}`);
+        this.removeCells(id, cells.slice(cells.length - n));
+    }
+
+    // Removes the cells holding positions [p0, p1), leaving the gap
+    // (llama_memory_seq_rm(seq, p0, p1)). A range that holds no cell changes nothing.
+    erase(id, p0, p1) {
+        this.sequence(id);
+        if (!Number.isInteger(p0) || !Number.isInteger(p1) || p0 < 0 || p1 < p0)
+            throw new EngineError("bad_batch", `erase: sequence ${id}: range [${p0}, ${p1}) needs 0 <= p0 <= p1`);
+        this.removeCells(id, this.cells.get(id).filter((cell) => cell.pos >= p0 && cell.pos < p1));
+    }
+
+    // Adds delta to the positions of the cells holding [p0, p1)
+    // (llama_memory_seq_add(seq, p0, p1, delta); llama.cpp re-rotates their
+    // K by delta at the next llama_decode, V untouched). Refused, changing
+    // nothing, when a moved position leaves [0, max_pos) (llama.cpp would
+    // silently drop a cell moved below 0) or two cells would hold one position.
+    shift(id, p0, p1, delta) {
         const sequence = this.sequence(id);
-        const length = sequence.nextTokenIndex;
-        if (!Number.isInteger(n) || n < 0 || n > length)
-            throw new EngineError("bad_batch", `truncate of ${n} tokens from sequence ${id} of ${length}`);
-        if (n > 0) await sequence.eraseContextTokenRanges([{start: length - n, end: length}]);
-        if (sequence.nextTokenIndex !== length - n)
-            throw new Error(`truncate: node-llama-cpp left ${sequence.nextTokenIndex} tokens where ${length - n} were asked`);
+        if (!Number.isInteger(p0) || !Number.isInteger(p1) || !Number.isInteger(delta) || p0 < 0 || p1 < p0)
+            throw new EngineError("bad_batch", `shift: sequence ${id}: range [${p0}, ${p1}) needs 0 <= p0 <= p1`);
+        const cells = this.cells.get(id);
+        const inRange = (cell) => cell.pos >= p0 && cell.pos < p1;
+        const moved = cells.map((cell) => inRange(cell) ? cell.pos + delta : cell.pos);
+        cells.forEach((cell, i) => {
+            if (inRange(cell) && (moved[i] < 0 || moved[i] >= this.model.maxPos))
+                throw new EngineError("bad_batch", `shift: sequence ${id}: position ${cell.pos} + delta ${delta} leaves [0, max_pos ${this.model.maxPos})`);
+        });
+        if (new Set(moved).size !== moved.length)
+            throw new EngineError("bad_batch", `shift: sequence ${id}: shifting [${p0}, ${p1}) by ${delta} makes two cells hold one position`);
+        if (delta === 0 || !cells.some(inRange)) return;
+        this.native().shiftSequenceTokenCells(sequence._sequenceId, p0, p1, delta);
+        cells.forEach((cell, i) => (cell.pos = moved[i]));
+        syncBookkeeping(sequence, cells);
     }
 
     // The stored K/V of one layer (docs/LLAMA_CPP.md, "K/V snapshot (P6)").
@@ -333,13 +496,15 @@ class Engine {
             fs.rmSync(file, {force: true});
             const state = parseSequenceState(bytes, {layers: shape.layers, width: shape.kvHeads * shape.headDim,
                                                      type: this.kv, seqId: sequence._sequenceId});
-            if (state.positions.length !== sequence.nextTokenIndex)
-                throw new Error(`cache: llama.cpp's state holds ${state.positions.length} cells, the sequence ${sequence.nextTokenIndex} tokens`);
+            const cells = this.cells.get(id);
+            if (state.positions.length !== cells.length)
+                throw new Error(`cache: llama.cpp's state holds ${state.positions.length} cells, the adapter ${cells.length}`);
             memo = {generation, state};
             this.snapshots.set(id, memo);
         }
-        return snapshotLayer(memo.state, layer, {kvHeads: shape.kvHeads, headDim: shape.headDim,
-                                                 permuted: shape.permutedK && !this.rawK});
+        const byPosition = snapshotLayer(memo.state, layer, {kvHeads: shape.kvHeads, headDim: shape.headDim,
+                                                            permuted: shape.permutedK && !this.rawK});
+        return inSlotOrder(byPosition, this.cells.get(id), shape.kvHeads * shape.headDim);
     }
 
     // llama.cpp applies a fork's stream copy (and a K shift) only at the
@@ -357,12 +522,14 @@ class Engine {
     async finish(id) {
         const sequence = this.sequence(id);
         this.sequences.delete(id);
+        this.cells.delete(id);
         await sequence.dispose();
     }
 
     async reset() {
         const all = [...this.sequences.values()];
         this.sequences.clear();
+        this.cells.clear();
         for (const sequence of all) await sequence.dispose();
     }
 
@@ -388,6 +555,17 @@ function countDecodes(context) {
         get: (target, key) => key === "decodeBatch" ? decode
             : typeof target[key] === "function" ? target[key].bind(target) : target[key]
     });
+}
+
+// Diagnosis only: with KVCHECK_LLAMA_TRACE=FILE, every erase, shift, truncate
+// and fork request is appended to FILE as one JSON line with the reply's error
+// kind ("ok" if none), so that a campaign's use of them can be counted
+// (kvcheck's coverage line does not list them).
+const kTraced = new Set(["erase", "shift", "truncate", "fork"]);
+function trace(request, reply) {
+    const file = process.env.KVCHECK_LLAMA_TRACE;
+    if (!file || !kTraced.has(request?.op)) return;
+    fs.appendFileSync(file, JSON.stringify({...request, result: reply.error?.kind ?? "ok"}) + "\n");
 }
 
 class Server {
@@ -425,7 +603,12 @@ class Server {
         const model = await (await this.llama).loadModel({modelPath: gguf, gpuLayers: 0});
         const vocab = model.fileInfo.metadata.tokenizer.ggml.tokens.length;
         fs.rmSync(gguf, {force: true});  // loaded into memory (no mmap needed afterwards)
-        this.models.set(id, {model, vocab, shape: kvShape(model.fileInfo.metadata)});
+        // max_pos bounds the positions a shift may reach and the next fed
+        // position (docs/OPERATIONS.md, "Erase and shift"); the GGUF's
+        // context_length is not read back, the folder's config is the source.
+        const maxPos = JSON.parse(fs.readFileSync(path.join(folder, "config.json"), "utf8")).max_pos;
+        if (!Number.isInteger(maxPos) || maxPos < 1) throw new EngineError("input", `load: ${folder}/config.json: max_pos ${maxPos}`);
+        this.models.set(id, {model, vocab, shape: kvShape(model.fileInfo.metadata), maxPos});
         return id;
     }
 
@@ -439,9 +622,13 @@ class Server {
             throw new EngineError("input", `kv_dtype ${request.kv_dtype}: this adapter runs --kv ${this.options.kv}`);
         const type = kKvTypes[this.options.kv];
         const context = await model.model.createContext({
-            contextSize: capacity + 1,
+            // node-llama-cpp keeps one cell free and refuses a position past
+            // contextSize - 1; after an erase, positions run ahead of the
+            // cells (up to max_pos), so the context covers both. The adapter
+            // refuses a step past `capacity` cells itself (validate).
+            contextSize: Math.max(capacity, model.maxPos) + 1,
             sequences: maxRows + 1,  // and the spare (Engine.applyPendingUpdates)
-            batchSize: (capacity + 1) * maxRows,
+            batchSize: (capacity + 1) * maxRows,  // a step feeds at most `capacity` tokens per sequence
             threads: 1,
             flashAttention: this.options.flashAttention,
             experimentalKvCacheKeyType: type,
@@ -486,7 +673,13 @@ class Server {
             case "fork":
                 return [{sequence: await this.engine(r).fork(r.parent, r.n, () => this.newId())}, []];
             case "truncate":
-                await this.engine(r).truncate(r.sequence, r.n);
+                this.engine(r).truncate(r.sequence, r.n);
+                return [{}, []];
+            case "erase":
+                this.engine(r).erase(r.sequence, r.p0, r.p1);
+                return [{}, []];
+            case "shift":
+                this.engine(r).shift(r.sequence, r.p0, r.p1, r.delta);
                 return [{}, []];
             case "finish":
                 await this.engine(r).finish(r.sequence);
@@ -495,10 +688,10 @@ class Server {
                 await this.engine(r).reset();
                 return [{}, []];
             case "length":
-                return [{length: this.engine(r).sequence(r.sequence).nextTokenIndex}, []];
+                return [{length: this.engine(r).length(r.sequence)}, []];
             case "cache": {
-                const {length, k, v} = await this.engine(r).cache(r.sequence, r.layer, this.generation, this.scratch);
-                return [{length, payloads: [k.byteLength, v.byteLength]},
+                const {length, k, v, positions} = await this.engine(r).cache(r.sequence, r.layer, this.generation, this.scratch);
+                return [{length, positions, payloads: [k.byteLength, v.byteLength]},
                         [Buffer.from(k.buffer, k.byteOffset, k.byteLength), Buffer.from(v.buffer, v.byteOffset, v.byteLength)]];
             }
             default:
@@ -536,6 +729,7 @@ async function main() {
                 reply = {error: {kind, message: error instanceof EngineError ? error.message : String(error?.stack ?? error)}};
                 payloads = [];
             }
+            trace(request, reply);
             const parts = frame(Buffer.from(JSON.stringify(reply)));
             for (const payload of payloads) parts.push(...frame(payload));
             process.stdout.write(Buffer.concat(parts));

@@ -45,8 +45,17 @@ export function traitsFor(options) {
         : kMeasured[mode];
     return {
         identity: {name: `llama.cpp-kv-${options.kv}-fa-${options.flashAttention ? "on" : "off"}`, version: kVersion},
+        // erase and shift: llama_memory_seq_rm / llama_memory_seq_add (engine.mjs).
+        // kvcheck draws them for the llama family only (RoPE: gpt2's learned
+        // positions have nothing a shift could correct), so --gpt2 declaring
+        // them changes nothing for gpt2 scenarios. Declared in every mode: in
+        // f32/off P1 checks the shifted sequences, elsewhere (no f16 bound)
+        // P8 and freedom from crashes do (docs/LLAMA_CPP.md, "Erase and shift");
+        // with a q8_0 K cache that finds the shift crash of docs/findings/
+        // llama_cpp_quantized_k_shift_crash.md. --erase-shift off leaves them out.
         operations: {multi_sequence_step: true, finish: true, reset: true, cache_snapshot: true,
-                     capacity_refusal: true, fault_switches: false, fork: true, truncate: true},
+                     capacity_refusal: true, fault_switches: false, fork: true, truncate: true,
+                     erase: options.eraseShift, shift: options.eraseShift},
         limits: {
             families: options.gpt2 ? ["gpt2", "llama"] : ["llama"],
             // The cache's storage type: P6 compares the stored K/V within its

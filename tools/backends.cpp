@@ -56,7 +56,9 @@ std::string traits_summary(const EngineTraits& t, const std::string& indent) {
               yes_no(op.fault_switches, "fault switches"), yes_no(op.storage_map, "storage map"),
               yes_no(op.fork, "fork"), yes_no(op.truncate, "truncate"),
               yes_no(op.paged, "paged storage"), yes_no(op.pool_report, "pool report"),
-              yes_no(op.storage_check, "storage check"), yes_no(op.prefix_cache, "prefix cache")})
+              yes_no(op.storage_check, "storage check"), yes_no(op.prefix_cache, "prefix cache"),
+              yes_no(op.sliding_window, "sliding window"), yes_no(op.erase, "erase"),
+              yes_no(op.shift, "shift")})
       << "\n";
   const ShapeLimits& l = t.limits;
   std::vector<std::string> families, dtypes;

@@ -3,6 +3,7 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <functional>
 
 #include "backends/in_tree.h"
 #include "oracle/oracle.h"
@@ -104,9 +105,42 @@ TEST(Tolerance, CorrectEngineWithinBoundOnBothPathsAndAllDtypes) {
 
 // llama.cpp computes RoPE angles in float (ggml-cpu rope_f32): scale =
 // powf(base, -2.0f / D), angle_i = pos * scale^i by repeated float products.
-// The K it caches differs from the exact rotation by that angle error. With
-// rope_angles_in_float the K bound covers that difference at every position;
-// the double-angle bound does not at the far ones (so the term is needed).
+// The K it caches differs from the exact rotation by that angle error. For
+// each row of exact K ([rows][KVH][D]) rotated by angle_position(row), this
+// checks that the float-angle bound covers that difference and returns how
+// many elements the double-angle bound leaves uncovered.
+int float_angle_cover(const Config& c, const std::vector<double>& k,
+                      const std::vector<double>& exact_bound,
+                      const std::vector<double>& float_bound, int rows,
+                      const std::function<int(int)>& angle_position) {
+  const int D = c.head_dim, half = D / 2, KV = c.kv_width();
+  const float scale = powf(float(c.rope_theta), -2.0f / float(D));
+  int uncovered_by_exact = 0;
+  for (int row = 0; row < rows; ++row) {
+    const int p = angle_position(row);
+    float angle = float(p);  // llama.cpp's theta, multiplied by scale per pair
+    for (int i = 0; i < half; ++i, angle *= scale) {
+      const double error = double(angle) - p * std::pow(c.rope_theta, -2.0 * i / D);
+      for (int g = 0; g < c.n_kv_heads; ++g) {
+        const size_t at = size_t(row) * size_t(KV) + size_t(g * D);
+        // Rotating the exact K further by the error is K with llama.cpp's angle.
+        const double k1 = k[at + size_t(i)], k2 = k[at + size_t(i + half)];
+        const double moved[2] = {k1 * std::cos(error) - k2 * std::sin(error) - k1,
+                                 k2 * std::cos(error) + k1 * std::sin(error) - k2};
+        for (int j = 0; j < 2; ++j) {
+          const size_t e = at + size_t(i + j * half);
+          EXPECT_LE(std::abs(moved[j]), float_bound[e]) << "row " << row << " i " << i;
+          uncovered_by_exact += std::abs(moved[j]) > exact_bound[e];
+        }
+      }
+    }
+  }
+  return uncovered_by_exact;
+}
+
+// With rope_angles_in_float the K bound covers that difference at every
+// position; the double-angle bound does not at the far ones (so the term is
+// needed).
 TEST(Tolerance, FloatRopeAnglesCoverLlamaCppsAngles) {
   Config c = small_config(Family::kLlama, 1, 2, 2);
   c.head_dim = 16;
@@ -116,34 +150,15 @@ TEST(Tolerance, FloatRopeAnglesCoverLlamaCppsAngles) {
   const oracle::Output ref = oracle::forward(c, weights, tokens);
   const ErrorBounds exact = derive_error_bounds(c, weights, tokens, KvDtype::kF32);
   const ErrorBounds in_float = derive_error_bounds(c, weights, tokens, KvDtype::kF32, true);
-  const int D = c.head_dim, half = D / 2, KV = c.kv_width();
-  const float scale = powf(float(c.rope_theta), -2.0f / float(D));
-  int uncovered_by_exact = 0;
-  for (int t = 0; t < int(tokens.size()); ++t) {
-    float angle = float(t);  // llama.cpp's theta, multiplied by scale per pair
-    for (int i = 0; i < half; ++i, angle *= scale) {
-      const double exact_angle = t * std::pow(c.rope_theta, -2.0 * i / D);
-      const double delta = double(angle) - exact_angle;
-      for (int g = 0; g < c.n_kv_heads; ++g) {
-        const size_t at = size_t(t) * size_t(KV) + size_t(g * D);
-        // Rotating the exact K further by delta is K with llama.cpp's angle.
-        const double k1 = ref.k[at + size_t(i)], k2 = ref.k[at + size_t(i + half)];
-        const double moved1 = k1 * std::cos(delta) - k2 * std::sin(delta) - k1;
-        const double moved2 = k2 * std::cos(delta) + k1 * std::sin(delta) - k2;
-        ASSERT_LE(std::abs(moved1), in_float.k[at + size_t(i)]) << "t " << t << " i " << i;
-        ASSERT_LE(std::abs(moved2), in_float.k[at + size_t(i + half)]) << "t " << t << " i " << i;
-        uncovered_by_exact += std::abs(moved1) > exact.k[at + size_t(i)];
-        uncovered_by_exact += std::abs(moved2) > exact.k[at + size_t(i + half)];
-      }
-    }
-  }
-  EXPECT_GT(uncovered_by_exact, 0);
+  EXPECT_GT(
+      float_angle_cover(c, ref.k, exact.k, in_float.k, int(tokens.size()), [](int t) { return t; }),
+      0);
   for (size_t i = 0; i < exact.logits.size(); ++i) ASSERT_GE(in_float.logits[i], exact.logits[i]);
 }
 
+// A shift re-rotates a stored key by delta * scale^i in float: at a large
+// delta that angle's error is what the history bound must cover.
 TEST(Tolerance, FloatRopeAnglesCoverAShiftsAnglesInAHistory) {
-  // llama.cpp re-rotates a shifted key by delta * scale^i in float; at a
-  // large delta that angle's error is what the history bound must cover.
   Config c = small_config(Family::kLlama, 1, 2, 2);
   c.head_dim = 8;
   c.max_pos = 32100;
@@ -156,26 +171,9 @@ TEST(Tolerance, FloatRopeAnglesCoverAShiftsAnglesInAHistory) {
   const oracle::CellOutput ref = oracle::replay(c, weights, events);
   const HistoryBounds exact = derive_history_bounds(c, weights, events, KvDtype::kF32);
   const HistoryBounds in_float = derive_history_bounds(c, weights, events, KvDtype::kF32, true);
-  const int D = c.head_dim, half = D / 2, KV = c.kv_width();
-  const float scale = powf(float(c.rope_theta), -2.0f / float(D));
-  int uncovered_by_exact = 0;
-  for (size_t cell = 0; cell < ref.positions.size(); ++cell) {
-    float angle = float(delta);
-    for (int i = 0; i < half; ++i, angle *= scale) {
-      const double error = double(angle) - delta * std::pow(c.rope_theta, -2.0 * i / D);
-      for (int g = 0; g < c.n_kv_heads; ++g) {
-        const size_t at = cell * size_t(KV) + size_t(g * D);
-        const double k1 = ref.k[at + size_t(i)], k2 = ref.k[at + size_t(i + half)];
-        const double moved1 = k1 * std::cos(error) - k2 * std::sin(error) - k1;
-        const double moved2 = k2 * std::cos(error) + k1 * std::sin(error) - k2;
-        ASSERT_LE(std::abs(moved1), in_float.k[at + size_t(i)]) << "cell " << cell << " i " << i;
-        ASSERT_LE(std::abs(moved2), in_float.k[at + size_t(i + half)]) << "cell " << cell;
-        uncovered_by_exact += std::abs(moved1) > exact.k[at + size_t(i)];
-        uncovered_by_exact += std::abs(moved2) > exact.k[at + size_t(i + half)];
-      }
-    }
-  }
-  EXPECT_GT(uncovered_by_exact, 0);
+  EXPECT_GT(float_angle_cover(c, ref.k, exact.k, in_float.k, int(ref.positions.size()),
+                              [&](int) { return delta; }),
+            0);
 }
 
 TEST(Tolerance, OneLogitOffByTenBoundsFailsP1) {

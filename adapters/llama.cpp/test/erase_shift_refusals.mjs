@@ -16,18 +16,12 @@ import assert from "node:assert/strict";
 import {execFileSync, spawn} from "node:child_process";
 import {existsSync, mkdtempSync, rmSync, writeFileSync} from "node:fs";
 import {tmpdir} from "node:os";
-import {dirname, join} from "node:path";
-import {fileURLToPath} from "node:url";
+import {join} from "node:path";
 
-const adapter = dirname(dirname(fileURLToPath(import.meta.url)));
-if (Number(process.versions.node.split(".")[0]) < 20) {
-    console.log(`SKIPPED: node ${process.versions.node} is older than 20, which node-llama-cpp needs`);
-    process.exit(77);
-}
-if (!existsSync(join(adapter, "node_modules", "node-llama-cpp", "package.json"))) {
-    console.log(`SKIPPED: ${join(adapter, "node_modules")} lacks node-llama-cpp: run ci/setup`);
-    process.exit(77);
-}
+import {adapterDir, skipUnlessNodeLlamaCpp} from "./requirements.mjs";
+
+skipUnlessNodeLlamaCpp();
+const adapter = adapterDir;
 const exportTool = process.argv[2];
 if (exportTool == null || !existsSync(exportTool)) {
     console.error("usage: node test/erase_shift_refusals.mjs PATH/TO/kvcheck-export");

@@ -52,6 +52,12 @@ std::string Config::validate() const {
   if (sliding_window_pattern < 0 || sliding_window_pattern > kMaxLayers) {
     return out_of_range("sliding_window_pattern", sliding_window_pattern, 0, kMaxLayers);
   }
+  // A pattern picks the windowed layers; without a window it would be a second
+  // spelling of "no window", which files and JSON could not round-trip.
+  if (sliding_window == 0 && sliding_window_pattern != 0) {
+    return "sliding_window_pattern: " + std::to_string(sliding_window_pattern) +
+           " needs a sliding_window > 0 (without a window the pattern must be 0)";
+  }
   std::ostringstream out;
   if (n_heads % n_kv_heads != 0) {
     out << "n_kv_heads: " << n_kv_heads << " does not divide n_heads " << n_heads;

@@ -380,7 +380,9 @@ Scenario decode(const ScenarioGenes& genes, const EngineTraits& traits,
   // and paged scenarios (the prefix cache's faults live there) keep theirs.
   if (ops.sliding_window && !model && s.block_size == 0) {
     c.sliding_window = std::clamp(genes.sliding_window, 0, kMaxPrompt + kMaxDecode);
-    c.sliding_window_pattern = std::clamp(genes.window_pattern, 0, kMaxLayers);
+    if (c.sliding_window > 0) {
+      c.sliding_window_pattern = std::clamp(genes.window_pattern, 0, kMaxLayers);
+    }
   }
   const bool windowed = c.sliding_window > 0;
   s.prefix_cache = s.block_size > 0 && ops.prefix_cache && genes.prefix_cache;

@@ -33,6 +33,8 @@ TEST(Config, RejectsEveryInconsistency) {
        "n_heads*head_dim: 4194304 exceeds 65536"},
       {"negative eps", [](Config& c) { c.norm_eps = -1e-5; },
        "norm_eps: -1e-05 must be finite and in (0, 1]"},
+      {"window pattern without a window", [](Config& c) { c.sliding_window_pattern = 2; },
+       "sliding_window_pattern: 2 needs a sliding_window > 0"},
       {"parameter overflow",
        [](Config& c) { c.n_layers = 256, c.d_model = 65536, c.d_ff = 262144; },
        "parameter count: "},

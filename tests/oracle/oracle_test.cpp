@@ -288,6 +288,7 @@ TEST(Oracle, SlidingWindowPatternAndWideWindows) {
   wide.sliding_window = 5;
   Config none = c;
   none.sliding_window = 0;
+  none.sliding_window_pattern = 0;  // a pattern needs a window (Config::validate)
   const Weights weights = init_weights(c, 9);
   EXPECT_EQ(forward(wide, weights, tokens).logits, forward(none, weights, tokens).logits);
   EXPECT_NE(forward(c, weights, tokens).logits, forward(none, weights, tokens).logits);

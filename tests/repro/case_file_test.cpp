@@ -167,6 +167,11 @@ std::vector<Malformed> malformed_cases() {
        "(docs/CASE_FORMAT.md)"},
       {"negative window", with_line("backend", "sliding_window -2"),
        "line 7: sliding_window: expected an integer in [0, 2147483647], got \"-2\""},
+      // Found by case_file_fuzz in CI: a pattern without a window printed as
+      // no window, so the file did not round-trip.
+      {"pattern without window", with_line("backend", "sliding_window_pattern 2"),
+       "line 7: invalid scenario: config: sliding_window_pattern: 2 needs a sliding_window > 0 "
+       "(without a window the pattern must be 0)"},
       {"model without hash", with_line("backend", "model /tmp/my model"),
        "line 7: model: expected a line \"model_hash fnv1a64:...\" too (the hash of the "
        "checkpoint's files)"},

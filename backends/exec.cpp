@@ -46,8 +46,7 @@ class Session {
   }
 
   // Loads the model if needed and creates an engine: {generation, engine id}.
-  // In protocol 2 kvcheck names the ids, so load goes out without waiting and
-  // create is the one round trip.
+  // In protocol 2 kvcheck names the ids, so neither waits for its reply.
   std::pair<int, int64_t> create(const std::string& folder, const EngineOptions& options) {
     std::lock_guard lock(mutex_);
     ensure_child();
@@ -64,10 +63,16 @@ class Session {
       request["pool_blocks"] = options.pool_blocks;
     }
     if (options.prefix_cache) request["prefix_cache"] = true;
-    if (version_ >= 2) request["engine"] = ++next_id_;
-    const json reply = call_ok(request);
     ++model.users;
-    return {generation_, version_ >= 2 ? next_id_ : integer(reply, "engine", "create")};
+    if (version_ >= 2) {
+      // The traits accept these options, so create must succeed: it goes
+      // out with the engine's first call, and a refusal fails that call.
+      request["engine"] = ++next_id_;
+      guarded([&] { child_->post(request, /*refusal_matters=*/true); });
+      return {generation_, next_id_};
+    }
+    const json reply = call_ok(request);
+    return {generation_, integer(reply, "engine", "create")};
   }
 
   // The protocol version this child speaks (1 or 2) and, in 2, a fresh id.

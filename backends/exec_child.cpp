@@ -68,6 +68,9 @@ ChildProcess::ChildProcess(std::string command, std::chrono::milliseconds timeou
 
 ChildProcess::~ChildProcess() {
   if (pid_ > 0) {
+    // Posted requests (a destroy, an unload) still go out, best effort: a
+    // child may log or count them, and ends at end of file either way.
+    if (!unsent_.empty()) (void)!::write(to_child_, unsent_.data(), unsent_.size());
     close_fd(to_child_);                         // end of file on stdin: a well-behaved child exits
     for (int i = 0; i < 500 && pid_ > 0; ++i) {  // up to 1 s to exit cleanly
       int status = 0;
@@ -214,12 +217,19 @@ Reply ChildProcess::read_reply(const std::string& call, const wire::ReplyLimits&
 void ChildProcess::post(const nlohmann::json& request, bool refusal_matters) {
   const std::string name = request.value("op", std::string("request"));
   if (pid_ <= 0) throw ChildFault("exec " + command_ + ": " + name + ": the child is gone");
-  deadline_ = std::chrono::steady_clock::now() + timeout_;
-  write_request(wire::frame(request.dump()), name);
+  unsent_ += wire::frame(request.dump());
   posted_.push_back({name, refusal_matters});
 }
 
+void ChildProcess::flush(const std::string& call) {
+  if (unsent_.empty()) return;
+  deadline_ = std::chrono::steady_clock::now() + timeout_;
+  write_request(unsent_, call);
+  unsent_.clear();
+}
+
 void ChildProcess::drain() {
+  flush(posted_.empty() ? std::string("request") : posted_.back().op);
   deadline_ = std::chrono::steady_clock::now() + timeout_;
   for (const Posted& earlier : posted_) {
     const Reply r = read_reply(earlier.op, {});
@@ -235,8 +245,8 @@ void ChildProcess::drain() {
 Reply ChildProcess::call(const nlohmann::json& request, const wire::ReplyLimits& limits) {
   const std::string name = request.value("op", std::string("request"));
   if (pid_ <= 0) throw ChildFault("exec " + command_ + ": " + name + ": the child is gone");
-  deadline_ = std::chrono::steady_clock::now() + timeout_;
-  write_request(wire::frame(request.dump()), name);
+  unsent_ += wire::frame(request.dump());
+  flush(name);
   drain();
   Reply reply = read_reply(name, limits);
   if (!refused_ahead_.empty()) throw RefusedAhead(std::exchange(refused_ahead_, ""));

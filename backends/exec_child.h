@@ -47,8 +47,9 @@ class ChildProcess {
   Reply call(const nlohmann::json& request, const wire::ReplyLimits& limits);
 
   // Sends a request whose reply carries nothing the caller needs without
-  // waiting: the child works on it while kvcheck goes on, and its reply is
-  // read before the next call's. A malformed reply fails that next call like
+  // waiting: it leaves with the next call's request, in one write (one
+  // wake-up of the child instead of one per request), and its reply is read
+  // before the next call's. A malformed reply fails that next call like
   // its own; an error reply is dropped where `refusal_matters` is false
   // (destroy, unload), else the next call throws a RefusedAhead after reading
   // its own reply (the stream stays in step).
@@ -66,6 +67,7 @@ class ChildProcess {
 
  private:
   void write_request(const std::string& bytes, const std::string& call);
+  void flush(const std::string& call);  // writes unsent_
   Reply read_reply(const std::string& call, const wire::ReplyLimits& limits);
   bool wait_ready(int fd, short events);  // false on the deadline; drains stderr meanwhile
   bool fill(size_t needed, const std::string& call);  // false on end of file
@@ -85,6 +87,7 @@ class ChildProcess {
     bool refusal_matters;
   };
   std::vector<Posted> posted_;  // [request] whose replies are still unread, oldest first
+  std::string unsent_;          // [bytes] framed posted requests not yet written
   std::string refused_ahead_;   // the first refusal of a posted request, not yet thrown
   std::string err_tail_;        // the last few KiB of the child's stderr
 };

@@ -2,6 +2,7 @@
 
 #include <cstdlib>
 #include <cstring>
+#include <deque>
 #include <map>
 #include <memory>
 #include <mutex>
@@ -96,8 +97,33 @@ class Session {
     });
   }
 
+  // A step sent without waiting (protocol 2); take_step returns its reply.
+  void post_step(int generation, int64_t engine, const json& request,
+                 const wire::ReplyLimits& limits) {
+    std::lock_guard lock(mutex_);
+    if (generation != generation_ || !child_ || !child_->alive()) {
+      throw std::runtime_error("exec " + command_ +
+                               ": step: the child that served this engine is gone: " + last_fault_);
+    }
+    guarded([&] { child_->post_keeping(request, engine, limits); });
+  }
+
+  // The oldest posted step's reply; error replies become the engine's
+  // exceptions. Replies read before the child died are still returned.
+  Reply take_step(int generation, int64_t engine) {
+    std::lock_guard lock(mutex_);
+    if (generation != generation_ || !child_) {
+      throw std::runtime_error("exec " + command_ +
+                               ": step: the child that served this engine is gone: " + last_fault_);
+    }
+    Reply reply = guarded([&] { return child_->take_kept(engine); });
+    if (reply.error) throw_error("step", *reply.error);
+    return reply;
+  }
+
   void destroy(int generation, int64_t engine, const std::string& folder) {
     std::lock_guard lock(mutex_);
+    if (generation == generation_ && child_) child_->forget(engine);
     if (generation != generation_ || !child_ || !child_->alive()) return;
     guarded([&] { child_->post({{"op", "destroy"}, {"engine", engine}}, false); });
     if (auto it = models_.find(folder); it != models_.end()) --it->second.users;
@@ -278,33 +304,28 @@ class ExecEngine final : public Engine {
   }
 
   void step(std::span<const BatchEntry> batch, std::vector<float>& logits) override {
-    json entries = json::array();
-    size_t tokens = 0;
-    for (const BatchEntry& b : batch) {
-      entries.push_back({{"sequence", b.sequence},
-                         {"tokens", std::vector<int32_t>(b.tokens.begin(), b.tokens.end())}});
-      tokens += b.tokens.size();
-    }
-    const size_t bytes = tokens * size_t(config_.vocab) * sizeof(float);
-    Reply reply =
-        call({{"op", "step"}, {"engine", id_}, {"entries", std::move(entries)}}, 1, bytes);
-    if (reply.payloads.size() != 1 || reply.payloads[0].size() != bytes) {
-      session_->malformed(
-          "step",
-          "logits of " +
-              (reply.payloads.empty() ? std::string("no payload")
-                                      : std::to_string(reply.payloads[0].size()) + " bytes") +
-              " where " + std::to_string(tokens) + " tokens x vocab " +
-              std::to_string(config_.vocab) + " need " + std::to_string(bytes));
-    }
-    std::vector<int> reused;  // [entry]
-    if (const std::string why = wire::parse_step_reused(reply.control, batch, reused); !why.empty())
-      session_->malformed("step", why);
-    for (size_t i = 0; i < batch.size(); ++i) reused_[batch[i].sequence] = reused[i];
-    logits.resize(tokens * size_t(config_.vocab));
-    std::memcpy(logits.data(), reply.payloads[0].data(), bytes);
+    size_t bytes = 0;
+    json request = step_request(batch, bytes);
+    take_logits(call(request, 1, bytes), batch, bytes, logits);
   }
 
+  // Protocol 2: the step goes out with the next request that waits, and its
+  // reply is read then (ChildProcess::post_keeping).
+  bool post_step(std::span<const BatchEntry> batch) override {
+    if (session_->version() < 2) return false;
+    size_t bytes = 0;
+    const json request = step_request(batch, bytes);
+    session_->post_step(generation_, id_, request, {1, bytes});
+    posted_.push_back({std::vector<BatchEntry>(batch.begin(), batch.end()), bytes});
+    return true;
+  }
+
+  void collect_step(std::vector<float>& logits) override {
+    if (posted_.empty()) throw std::logic_error("collect_step: no step was posted");
+    const PostedStep step = std::move(posted_.front());
+    posted_.pop_front();
+    take_logits(session_->take_step(generation_, id_), step.batch, step.bytes, logits);
+  }
   int reused(SequenceId sequence) const override {
     const auto it = reused_.find(sequence);
     return it == reused_.end() ? 0 : it->second;
@@ -420,6 +441,40 @@ class ExecEngine final : public Engine {
     return session_->call(generation_, request, max_payloads, max_bytes);
   }
 
+  // The request of a step, and in `bytes` the size of the logits it owes.
+  json step_request(std::span<const BatchEntry> batch, size_t& bytes) const {
+    json entries = json::array();
+    size_t tokens = 0;
+    for (const BatchEntry& b : batch) {
+      entries.push_back({{"sequence", b.sequence},
+                         {"tokens", std::vector<int32_t>(b.tokens.begin(), b.tokens.end())}});
+      tokens += b.tokens.size();
+    }
+    bytes = tokens * size_t(config_.vocab) * sizeof(float);
+    return {{"op", "step"}, {"engine", id_}, {"entries", std::move(entries)}};
+  }
+
+  // Checks a step reply against its batch and takes its logits.
+  void take_logits(const Reply& reply, std::span<const BatchEntry> batch, size_t bytes,
+                   std::vector<float>& logits) {
+    if (reply.payloads.size() != 1 || reply.payloads[0].size() != bytes) {
+      session_->malformed(
+          "step",
+          "logits of " +
+              (reply.payloads.empty() ? std::string("no payload")
+                                      : std::to_string(reply.payloads[0].size()) + " bytes") +
+              " where " + std::to_string(bytes / (size_t(config_.vocab) * sizeof(float))) +
+              " tokens x vocab " + std::to_string(config_.vocab) + " need " +
+              std::to_string(bytes));
+    }
+    std::vector<int> reused;  // [entry]
+    if (const std::string why = wire::parse_step_reused(reply.control, batch, reused); !why.empty())
+      session_->malformed("step", why);
+    for (size_t i = 0; i < batch.size(); ++i) reused_[batch[i].sequence] = reused[i];
+    logits.resize(bytes / sizeof(float));
+    std::memcpy(logits.data(), reply.payloads[0].data(), bytes);
+  }
+
   std::shared_ptr<Session> session_;
   Config config_;
   EngineOptions options_;
@@ -429,6 +484,11 @@ class ExecEngine final : public Engine {
   int64_t id_ = 0;
   std::set<SequenceId> live_;         // sequences started and not finished (protocol 2)
   std::map<SequenceId, int> reused_;  // [sequence] cached tokens of its last step
+  struct PostedStep {
+    std::vector<BatchEntry> batch;  // [entry], tokens pointing into the caller's scenario
+    size_t bytes = 0;               // the logits it owes
+  };
+  std::deque<PostedStep> posted_;  // steps posted and not yet collected, oldest first
 };
 
 }  // namespace

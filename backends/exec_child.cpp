@@ -23,6 +23,9 @@ namespace {
 constexpr size_t kErrTailBytes = 8192;
 constexpr int kErrTailLines = 20;
 constexpr size_t kReadChunk = 65536;
+// Posted request bytes at most before they are written and their replies
+// read: half of Linux's default pipe buffer.
+constexpr size_t kMaxUnsent = 32768;
 
 // A child that dies while we write must not kill kvcheck with SIGPIPE; the
 // write then fails with EPIPE and the death is reported as a result.
@@ -215,10 +218,52 @@ Reply ChildProcess::read_reply(const std::string& call, const wire::ReplyLimits&
 }
 
 void ChildProcess::post(const nlohmann::json& request, bool refusal_matters) {
-  const std::string name = request.value("op", std::string("request"));
-  if (pid_ <= 0) throw ChildFault("exec " + command_ + ": " + name + ": the child is gone");
+  enqueue(request,
+          {request.value("op", std::string("request")), refusal_matters, std::nullopt, {}});
+}
+
+void ChildProcess::post_keeping(const nlohmann::json& request, int64_t tag,
+                                const wire::ReplyLimits& limits) {
+  enqueue(request, {request.value("op", std::string("request")), false, tag, limits});
+}
+
+void ChildProcess::enqueue(const nlohmann::json& request, Posted posted) {
+  if (pid_ <= 0) throw ChildFault("exec " + command_ + ": " + posted.op + ": the child is gone");
   unsent_ += wire::frame(request.dump());
-  posted_.push_back({name, refusal_matters});
+  posted_.push_back(std::move(posted));
+  // Requests go out before they could fill the pipe: the child must never
+  // block on a full stdout while kvcheck blocks on a full stdin.
+  if (unsent_.size() > kMaxUnsent) drain();
+}
+
+Reply ChildProcess::take_kept(int64_t tag) {
+  auto it = kept_.find(tag);
+  if (it == kept_.end() || it->second.empty()) {
+    // Replies read before the child failed are still returned, in order; the
+    // fault is thrown to the call whose reply never came.
+    if (!fault_.empty()) throw ChildFault(fault_);
+    if (pid_ <= 0) throw ChildFault("exec " + command_ + ": step: the child is gone");
+    try {
+      drain();
+    } catch (const ChildFault& e) {
+      fault_ = e.what();
+    }
+    it = kept_.find(tag);
+    if ((it == kept_.end() || it->second.empty()) && !fault_.empty()) throw ChildFault(fault_);
+  }
+  if (!refused_ahead_.empty()) throw RefusedAhead(std::exchange(refused_ahead_, ""));
+  if (it == kept_.end() || it->second.empty())
+    throw std::logic_error("exec: no reply posted for engine " + std::to_string(tag));
+  Reply reply = std::move(it->second.front());
+  it->second.pop_front();
+  return reply;
+}
+
+void ChildProcess::forget(int64_t tag) {
+  kept_.erase(tag);
+  for (const Posted& p : posted_) {
+    if (p.keep == tag) forgotten_.insert(tag);
+  }
 }
 
 void ChildProcess::flush(const std::string& call) {
@@ -232,7 +277,11 @@ void ChildProcess::drain() {
   flush(posted_.empty() ? std::string("request") : posted_.back().op);
   deadline_ = std::chrono::steady_clock::now() + timeout_;
   for (const Posted& earlier : posted_) {
-    const Reply r = read_reply(earlier.op, {});
+    Reply r = read_reply(earlier.op, earlier.keep ? earlier.limits : wire::ReplyLimits{});
+    if (earlier.keep) {
+      if (!forgotten_.count(*earlier.keep)) kept_[*earlier.keep].push_back(std::move(r));
+      continue;
+    }
     if (r.error && earlier.refusal_matters && refused_ahead_.empty()) {
       refused_ahead_ = "exec " + command_ + ": " + earlier.op +
                        " (sent without waiting) was refused: " + r.error->kind + ": " +
@@ -240,6 +289,7 @@ void ChildProcess::drain() {
     }
   }
   posted_.clear();
+  forgotten_.clear();
 }
 
 Reply ChildProcess::call(const nlohmann::json& request, const wire::ReplyLimits& limits) {

@@ -9,6 +9,10 @@
 
 #include <chrono>
 #include <cstdint>
+#include <deque>
+#include <map>
+#include <optional>
+#include <set>
 #include <stdexcept>
 #include <string>
 #include <vector>
@@ -55,6 +59,13 @@ class ChildProcess {
   // its own reply (the stream stays in step).
   void post(const nlohmann::json& request, bool refusal_matters);
 
+  // Posts a request whose reply the caller takes later with take_kept(tag),
+  // parsed within `limits` and returned as is (an error reply included).
+  // Replies of one tag come back in order; forget(tag) drops those not taken.
+  void post_keeping(const nlohmann::json& request, int64_t tag, const wire::ReplyLimits& limits);
+  Reply take_kept(int64_t tag);
+  void forget(int64_t tag);
+
   // Replies of posted requests not yet read. A caller that posts many in a
   // row drains them (drain()) so that the child never blocks on a full pipe.
   size_t posted() const { return posted_.size(); }
@@ -68,6 +79,8 @@ class ChildProcess {
  private:
   void write_request(const std::string& bytes, const std::string& call);
   void flush(const std::string& call);  // writes unsent_
+  struct Posted;
+  void enqueue(const nlohmann::json& request, Posted posted);
   Reply read_reply(const std::string& call, const wire::ReplyLimits& limits);
   bool wait_ready(int fd, short events);  // false on the deadline; drains stderr meanwhile
   bool fill(size_t needed, const std::string& call);  // false on end of file
@@ -85,11 +98,16 @@ class ChildProcess {
   struct Posted {
     std::string op;
     bool refusal_matters;
+    std::optional<int64_t> keep;  // the tag its reply is kept under
+    wire::ReplyLimits limits;
   };
   std::vector<Posted> posted_;  // [request] whose replies are still unread, oldest first
   std::string unsent_;          // [bytes] framed posted requests not yet written
-  std::string refused_ahead_;   // the first refusal of a posted request, not yet thrown
-  std::string err_tail_;        // the last few KiB of the child's stderr
+  std::map<int64_t, std::deque<Reply>> kept_;  // [tag] replies read and not yet taken
+  std::set<int64_t> forgotten_;                // tags whose replies are dropped
+  std::string fault_;                          // how the child failed while kept replies were read
+  std::string refused_ahead_;  // the first refusal of a posted request, not yet thrown
+  std::string err_tail_;       // the last few KiB of the child's stderr
 };
 
 }  // namespace kvcheck

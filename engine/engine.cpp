@@ -1,6 +1,7 @@
 #include "engine/engine.h"
 
 #include <cstring>
+#include <stdexcept>
 
 namespace kvcheck {
 
@@ -78,6 +79,14 @@ std::string Engine::unheld_storage_check() const {
   throw EngineError(EngineError::Kind::kBadBatch,
                     "unheld_storage_check: not supported by " + name() +
                         " (traits.operations.storage_check is false)");
+}
+
+bool Engine::post_step(std::span<const BatchEntry>) {
+  return false;
+}
+
+void Engine::collect_step(std::vector<float>&) {
+  throw std::logic_error("collect_step: " + name() + " posted no step");
 }
 
 int Engine::reused(SequenceId) const {

@@ -118,6 +118,15 @@ class Engine {
   // The whole batch is checked before anything changes.
   virtual void step(std::span<const BatchEntry> batch, std::vector<float>& logits) = 0;
 
+  // Pipelining, for an engine in another process, where a step's reply is a
+  // round trip: post_step sends the step and returns true without waiting;
+  // collect_step then returns the logits of the oldest step posted and not
+  // yet collected, and throws what step() would have thrown for it. Calls
+  // in between behave as if each posted step had completed in order. The
+  // default returns false (nothing sent): the caller uses step() instead.
+  virtual bool post_step(std::span<const BatchEntry> batch);
+  virtual void collect_step(std::vector<float>& logits);
+
   // EOS: frees the sequence's row; compaction may move other rows.
   virtual void finish(SequenceId sequence) = 0;
 

@@ -204,7 +204,7 @@ ScenarioRunner::ScenarioRunner(const Scenario& scenario, const Config& config,
       logits_(scenario.sequences.size()),
       reused_(scenario.sequences.size()) {}
 
-void ScenarioRunner::execute(const Call& call) {
+void ScenarioRunner::execute(const Call& call, int call_index) {
   switch (call.kind) {
     case Call::Kind::kStart:
       ids_[size_t(call.sequence)] = engine_->start();
@@ -212,30 +212,21 @@ void ScenarioRunner::execute(const Call& call) {
       break;
     case Call::Kind::kStep: {
       batch_.clear();
+      std::vector<int> fed_at;  // [chunk]
       for (const ChunkSpec& chunk : call.chunks) {
         const size_t s = size_t(chunk.sequence);
         const std::span<const int32_t> tokens(scenario_.sequences[s]);
         batch_.push_back({ids_[s], tokens.subspan(size_t(fed_[s]), size_t(chunk.length))});
+        fed_at.push_back(fed_[s]);
       }
-      engine_->step(batch_, step_logits_);
-      // Logits come back [sum of n][V] in batch order.
-      size_t at = 0;
+      if (post_steps_ && engine_->post_step(batch_)) {
+        posted_.push_back({call_index, fed_at});
+      } else {
+        engine_->step(batch_, step_logits_);
+        file_step(call, fed_at);
+      }
       for (const ChunkSpec& chunk : call.chunks) {
         const size_t s = size_t(chunk.sequence);
-        const size_t count = size_t(chunk.length) * size_t(vocab_);
-        logits_[s].insert(logits_[s].end(), step_logits_.begin() + std::ptrdiff_t(at),
-                          step_logits_.begin() + std::ptrdiff_t(at + count));
-        at += count;
-        // A prefix hit: the chunk's first k tokens were not computed.
-        const int k = engine_->reused(ids_[s]);
-        if (k < 0 || k >= chunk.length) {
-          throw std::runtime_error("reused: the engine says " + std::to_string(k) +
-                                   " tokens of a chunk of " + std::to_string(chunk.length) +
-                                   " came from the prefix cache; expected 0.." +
-                                   std::to_string(chunk.length - 1));
-        }
-        reused_[s].resize(size_t(fed_[s]) + size_t(chunk.length), false);
-        std::fill_n(reused_[s].begin() + fed_[s], k, true);
         fed_[s] += chunk.length;
         held_[s] += chunk.length;
         const int next = next_position(cells_[s]);
@@ -300,6 +291,62 @@ std::string ScenarioRunner::state_digest() const {
   return out;
 }
 
+void ScenarioRunner::file_step(const Call& call, std::span<const int> fed_at) {
+  // Logits come back [sum of n][V] in batch order.
+  size_t at = 0;
+  for (size_t i = 0; i < call.chunks.size(); ++i) {
+    const ChunkSpec& chunk = call.chunks[i];
+    const size_t s = size_t(chunk.sequence);
+    const size_t count = size_t(chunk.length) * size_t(vocab_);
+    logits_[s].insert(logits_[s].end(), step_logits_.begin() + std::ptrdiff_t(at),
+                      step_logits_.begin() + std::ptrdiff_t(at + count));
+    at += count;
+    // A prefix hit: the chunk's first k tokens were not computed.
+    const int k = engine_->reused(ids_[s]);
+    if (k < 0 || k >= chunk.length) {
+      throw std::runtime_error("reused: the engine says " + std::to_string(k) +
+                               " tokens of a chunk of " + std::to_string(chunk.length) +
+                               " came from the prefix cache; expected 0.." +
+                               std::to_string(chunk.length - 1));
+    }
+    reused_[s].resize(size_t(fed_at[i]) + size_t(chunk.length), false);
+    std::fill_n(reused_[s].begin() + fed_at[i], k, true);
+  }
+}
+
+namespace {
+
+void record_failure(RunResult& result, int call, const EngineError* error, const char* what) {
+  result.engine_failed = true;
+  result.threw = error == nullptr;
+  result.failed_call = call;
+  if (error != nullptr) result.error_kind = error->kind();
+  result.error_message = what;
+}
+
+}  // namespace
+
+void ScenarioRunner::collect_posted(RunResult& result) {
+  for (const PostedStep& step : posted_) {
+    // A step after the failure: its logits are not read, and the engine is
+    // not asked for them (a child that died answers nothing).
+    if (result.engine_failed && step.call > result.failed_call) break;
+    try {
+      engine_->collect_step(step_logits_);
+      file_step(scenario_.calls[size_t(step.call)], step.fed_at);
+    } catch (const EngineError& e) {
+      record_failure(result, step.call, &e, e.what());
+      break;
+    } catch (const InputError&) {
+      throw;
+    } catch (const std::exception& e) {
+      record_failure(result, step.call, nullptr, e.what());
+      break;
+    }
+  }
+  posted_.clear();
+}
+
 RunResult ScenarioRunner::run(const CallHook& hook) {
   RunResult result = run_calls(hook);
   result.logits = logits_;
@@ -327,11 +374,12 @@ RunResult ScenarioRunner::run_calls(const CallHook& hook) {
   // backend option; its refusals are data the schedule cannot predict
   // (docs/OPERATIONS.md, "Small pools").
   const bool may_run_dry = scenario_.pool_blocks > 0 || engine_->options().pool_blocks > 0;
+  post_steps_ = !hook && !may_run_dry;
   for (size_t c = 0; c < scenario_.calls.size(); ++c) {
     const bool step = scenario_.calls[c].kind == Call::Kind::kStep;
     const std::string before = may_run_dry && step ? state_digest() : std::string();
     try {
-      execute(scenario_.calls[c]);
+      execute(scenario_.calls[c], static_cast<int>(c));
     } catch (const EngineError& e) {
       if (may_run_dry && step && e.kind() == EngineError::Kind::kCapacity) {
         const std::string after = state_digest();
@@ -341,27 +389,19 @@ RunResult ScenarioRunner::run_calls(const CallHook& hook) {
           result.error_message = e.what();
           break;
         }
-        result.engine_failed = true;
-        result.failed_call = static_cast<int>(c);
-        result.error_kind = e.kind();
-        result.error_message =
+        const std::string what =
             std::string(e.what()) +
             "\nand the refused step changed the engine's state:\n  before: " + before +
             "\n  after:  " + after;
+        record_failure(result, static_cast<int>(c), &e, what.c_str());
         break;
       }
-      result.engine_failed = true;
-      result.failed_call = static_cast<int>(c);
-      result.error_kind = e.kind();
-      result.error_message = e.what();
+      record_failure(result, static_cast<int>(c), &e, e.what());
       break;
     } catch (const InputError&) {
       throw;  // the engine could not be built or configured: check_property reports it
     } catch (const std::exception& e) {
-      result.engine_failed = true;
-      result.threw = true;
-      result.failed_call = static_cast<int>(c);
-      result.error_message = e.what();
+      record_failure(result, static_cast<int>(c), nullptr, e.what());
       break;
     }
     if (hook && !hook(static_cast<int>(c), *this)) {
@@ -369,6 +409,7 @@ RunResult ScenarioRunner::run_calls(const CallHook& hook) {
       break;
     }
   }
+  collect_posted(result);
   return result;
 }
 

@@ -115,7 +115,13 @@ class ScenarioRunner {
   std::vector<std::vector<float>> take_logits() { return std::move(logits_); }
 
  private:
-  void execute(const Call& call);
+  void execute(const Call& call, int call_index);
+  // Files a step's logits and prefix-cache counts; fed_at: [chunk] the
+  // sequence's stream tokens fed before the step.
+  void file_step(const Call& call, std::span<const int> fed_at);
+  // Collects the steps posted without waiting, in order; the first that
+  // fails becomes the run's failure if it came before `result`'s.
+  void collect_posted(RunResult& result);
   // What a refused step must leave as it was: the pool and every length.
   std::string state_digest() const;
   RunResult run_calls(const CallHook& hook);
@@ -132,6 +138,15 @@ class ScenarioRunner {
   std::vector<std::vector<bool>> reused_;    // [sequence][stream index] logits not computed
   std::vector<BatchEntry> batch_;            // [chunk] of the current step
   std::vector<float> step_logits_;           // [tokens in step][V]
+  // Steps sent with Engine::post_step, not yet collected (runs without a
+  // hook and without a pool that may run dry: nothing reads the engine
+  // between calls there).
+  bool post_steps_ = false;
+  struct PostedStep {
+    int call = -1;
+    std::vector<int> fed_at;  // [chunk]
+  };
+  std::vector<PostedStep> posted_;  // oldest first
 };
 
 // The scenario on a fresh engine built from its own config and weights.

@@ -175,8 +175,12 @@ class Server {
     if (!dtype.ok()) throw Refusal{"input", dtype.error()};
     options.kv_dtype = dtype.value();
     const int64_t engine = new_id(r, "engine");
+    // Built before it is registered: a refused create must leave no engine
+    // behind (the next request naming it would find a null one).
+    std::unique_ptr<Engine> built =
+        make_cpu_engine(it->second->config, it->second->weights, options);
     Served& served = engines_[engine];
-    served.engine = make_cpu_engine(it->second->config, it->second->weights, options);
+    served.engine = std::move(built);
     served.client_named = version_ >= 2;
     return {{"engine", engine}};
   }

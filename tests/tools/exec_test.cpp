@@ -206,6 +206,100 @@ TEST(ExecFaults, RefusedStartSentAheadFailsTheNextCall) {
       << message;
 }
 
+// A run without a hook posts its steps (Engine::post_step) and reads their
+// logits at the end: the same logits as a run that waits for each step (a
+// hook forces that), and a step that fails is reported at its own call, with
+// its kind, as a waiting run reports it.
+TEST(ExecServe, StepsSentAheadGiveTheWaitingRunsLogitsAndFailures) {
+  const Scenario s = test::rich_scenario(Family::kLlama, 4, 2, KvDtype::kF32);
+  ASSERT_EQ("", s.validate());
+  const Weights weights = init_weights(s.config, s.weight_seed);
+  const CallHook wait_for_each = [](int, const ScenarioRunner&) { return true; };
+  // A child each (a new timeout makes a new backend): a proxy counts steps.
+  const auto runs = [&](const std::string& backend) {
+    const auto factory = [&](const char* timeout) {
+      return backend_registry().resolve(backend + timeout).under_test().factory;
+    };
+    return std::pair{run_scenario(s, weights, factory("?timeout=30")),
+                     run_scenario(s, weights, factory("?timeout=31"), wait_for_each)};
+  };
+  // Protocol 2 posts steps (protocol 1 cannot: the child names the ids).
+  EngineOptions options;
+  options.capacity = s.capacity;
+  options.max_rows = s.max_rows;
+  for (const bool v1 : {false, true}) {
+    auto e = backend_registry()
+                 .resolve(kServe + (v1 ? " --protocol 1" : ""))
+                 .under_test()
+                 .factory(s.config, weights, options);
+    const SequenceId id = e->start();
+    const std::vector<int32_t> tokens = {1, 2, 3};
+    std::vector<float> posted, waited;
+    ASSERT_EQ(e->post_step(std::vector<BatchEntry>{{id, tokens}}), !v1);
+    if (v1) continue;
+    e->collect_step(posted);
+    e->truncate(id, 3);
+    e->step(std::vector<BatchEntry>{{id, tokens}}, waited);
+    EXPECT_EQ(posted, waited);
+  }
+  const auto [ahead, waiting] = runs(kServe);
+  ASSERT_FALSE(ahead.engine_failed) << ahead.error_message;
+  EXPECT_EQ(ahead.logits, waiting.logits);
+  EXPECT_EQ(
+      ahead.logits,
+      run_scenario(s, weights, backend_registry().resolve("cpu").under_test().factory).logits);
+
+  const std::string proxy =
+      std::string("exec:python3 ") + KVCHECK_SOURCE_DIR + "/tests/tools/faulty_proxy.py --fault ";
+  // The fifth step is call 9, after a finish and a start not waited for either.
+  const auto [refused, refused_waiting] = runs(proxy + "refuse_step --at 5 -- " + KVCHECK_SERVE);
+  for (const RunResult& r : {refused, refused_waiting}) {
+    EXPECT_TRUE(r.engine_failed && !r.threw);
+    EXPECT_EQ(r.failed_call, 9);
+    EXPECT_EQ(r.error_kind, EngineError::Kind::kCapacity);
+    EXPECT_NE(r.error_message.find("faulty_proxy refuses"), std::string::npos) << r.error_message;
+  }
+  const auto [died, died_waiting] = runs(proxy + "exit --at 2 -- " + KVCHECK_SERVE);
+  for (const RunResult& r : {died, died_waiting}) {
+    EXPECT_TRUE(r.engine_failed && r.threw);
+    EXPECT_EQ(r.failed_call, 3);
+    EXPECT_NE(r.error_message.find("the child exited with code 3"), std::string::npos)
+        << r.error_message;
+  }
+}
+
+// A create the child refuses is sent without waiting (protocol 2): the next
+// call fails naming it, the child stays up (kvcheck-serve used to keep a null
+// engine under the refused id and crash on the next request naming it), and
+// the next engine works.
+TEST(ExecServe, RefusedCreateFailsTheNextCallAndTheChildStaysUp) {
+  const Config config = llama_tiny();
+  const Weights weights = init_weights(config, 3);
+  const EngineFactory factory = backend_registry().resolve(kServe).under_test().factory;
+  EngineOptions too_long;
+  too_long.capacity = config.max_pos + 1;
+  auto refused = factory(config, weights, too_long);
+  const SequenceId s = refused->start();
+  std::string message;
+  try {
+    refused->length(s);
+  } catch (const std::runtime_error& e) {
+    message = e.what();
+  }
+  EXPECT_NE(message.find("create (sent without waiting) was refused"), std::string::npos)
+      << message;
+  EXPECT_NE(message.find("capacity: " + std::to_string(config.max_pos + 1) + " is out of range"),
+            std::string::npos)
+      << message;
+  EngineOptions fits;
+  fits.capacity = 8;
+  auto fresh = factory(config, weights, fits);
+  const SequenceId id = fresh->start();
+  std::vector<float> logits;
+  fresh->step(std::vector<BatchEntry>{{id, std::vector<int32_t>{1, 2}}}, logits);
+  EXPECT_EQ(fresh->length(id), 2);
+}
+
 // Fork and truncate over the protocol (both versions): the in-process
 // engine's bits, and the properties that need them (P11 sharing, P12
 // rollback) pass, with the oracle (P1) and the cache (P6) through them.

@@ -14,7 +14,9 @@ answers every fork with kind unsupported (not relayed) while the traits still
 declare fork: a child that contradicts its traits. drop_positions removes the
 "positions" of every cache reply, wrong_positions adds 1 to each listed
 position (both relayed otherwise): a child that reports a ring's or a
-shifted cache's slots wrongly, whose K/V are right.
+shifted cache's slots wrongly, whose K/V are right. refuse_step answers the
+Nth step with kind capacity (not relayed): a refusal of a step kvcheck may
+have sent without waiting.
 
 --once FILE: misbehave only if FILE does not exist yet (and create it), so that
 of all the children a campaign starts only the first fails.
@@ -73,7 +75,8 @@ def main():
     parser.add_argument("--fault", required=True,
                         choices=["exit", "signal", "hang", "garbage", "bad_json", "short_payload",
                                  "wrong_shape", "omit_reply", "refuse_start",
-                                 "unsupported_fork", "drop_positions", "wrong_positions"])
+                                 "unsupported_fork", "drop_positions", "wrong_positions",
+                                 "refuse_step"])
     parser.add_argument("--at", type=int, default=1, help="misbehave on this step request")
     parser.add_argument("--once", help="misbehave only if this file does not exist; create it")
     parser.add_argument("command", nargs=argparse.REMAINDER)
@@ -104,6 +107,10 @@ def main():
                     now = False
                 else:
                     open(args.once, "w").close()
+            if now and args.fault == "refuse_step":
+                out.write(frame(b'{"error":{"kind":"capacity","message":"faulty_proxy refuses"}}'))
+                out.flush()
+                continue
             if now and args.fault not in ("wrong_shape", "omit_reply", "refuse_start",
                                           "unsupported_fork", "drop_positions",
                                           "wrong_positions"):

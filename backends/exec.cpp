@@ -91,10 +91,7 @@ class Session {
       throw std::runtime_error("exec " + command_ + ": " + request.value("op", "") +
                                ": the child that served this engine is gone: " + last_fault_);
     }
-    guarded([&] {
-      if (child_->posted() >= kMaxPosted) child_->drain();
-      child_->post(request, /*refusal_matters=*/true);
-    });
+    guarded([&] { child_->post(request, /*refusal_matters=*/true); });
   }
 
   // A step sent without waiting (protocol 2); take_step returns its reply.
@@ -252,8 +249,6 @@ class Session {
       throw NotOffered(what + " (" + error.kind + ")");
     throw std::runtime_error(what + " (" + error.kind + ")");
   }
-
-  static constexpr size_t kMaxPosted = 64;  // replies left unread at most (pipe space)
 
   std::mutex mutex_;
   int version_ = 1;

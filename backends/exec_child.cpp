@@ -26,6 +26,8 @@ constexpr size_t kReadChunk = 65536;
 // Posted request bytes at most before they are written and their replies
 // read: half of Linux's default pipe buffer.
 constexpr size_t kMaxUnsent = 32768;
+// Replies left unread at most.
+constexpr size_t kMaxPosted = 64;
 
 // A child that dies while we write must not kill kvcheck with SIGPIPE; the
 // write then fails with EPIPE and the death is reported as a result.
@@ -229,11 +231,21 @@ void ChildProcess::post_keeping(const nlohmann::json& request, int64_t tag,
 
 void ChildProcess::enqueue(const nlohmann::json& request, Posted posted) {
   if (pid_ <= 0) throw ChildFault("exec " + command_ + ": " + posted.op + ": the child is gone");
-  unsent_ += wire::frame(request.dump());
+  std::string framed = wire::frame(request.dump());
+  make_room(framed.size());
+  unsent_ += framed;
   posted_.push_back(std::move(posted));
-  // Requests go out before they could fill the pipe: the child must never
-  // block on a full stdout while kvcheck blocks on a full stdin.
-  if (unsent_.size() > kMaxUnsent) drain();
+  if (unsent_.size() > kMaxUnsent || posted_.size() >= kMaxPosted) drain();
+}
+
+// A write of several requests must fit in the pipe: while kvcheck blocks on
+// a full stdin the child may block on a full stdout (the replies to the
+// first requests), and neither reads. So the requests waiting to go out are
+// written (and their replies read) before they would pass kMaxUnsent bytes;
+// a larger request then goes out alone, and the child reads it whole before
+// it replies.
+void ChildProcess::make_room(size_t bytes) {
+  if (!unsent_.empty() && unsent_.size() + bytes > kMaxUnsent) drain();
 }
 
 Reply ChildProcess::take_kept(int64_t tag) {
@@ -295,7 +307,9 @@ void ChildProcess::drain() {
 Reply ChildProcess::call(const nlohmann::json& request, const wire::ReplyLimits& limits) {
   const std::string name = request.value("op", std::string("request"));
   if (pid_ <= 0) throw ChildFault("exec " + command_ + ": " + name + ": the child is gone");
-  unsent_ += wire::frame(request.dump());
+  std::string framed = wire::frame(request.dump());
+  make_room(framed.size());
+  unsent_ += framed;
   flush(name);
   drain();
   Reply reply = read_reply(name, limits);

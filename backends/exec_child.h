@@ -66,9 +66,8 @@ class ChildProcess {
   Reply take_kept(int64_t tag);
   void forget(int64_t tag);
 
-  // Replies of posted requests not yet read. A caller that posts many in a
-  // row drains them (drain()) so that the child never blocks on a full pipe.
-  size_t posted() const { return posted_.size(); }
+  // Writes the posted requests and reads their replies (posting does so
+  // itself before the unread replies or the unsent bytes grow too many).
   void drain();
 
   // Kills the child and throws a ChildFault naming `call` and `reason`.
@@ -81,6 +80,7 @@ class ChildProcess {
   void flush(const std::string& call);  // writes unsent_
   struct Posted;
   void enqueue(const nlohmann::json& request, Posted posted);
+  void make_room(size_t bytes);
   Reply read_reply(const std::string& call, const wire::ReplyLimits& limits);
   bool wait_ready(int fd, short events);  // false on the deadline; drains stderr meanwhile
   bool fill(size_t needed, const std::string& call);  // false on end of file

@@ -268,6 +268,31 @@ TEST(ExecServe, StepsSentAheadGiveTheWaitingRunsLogitsAndFailures) {
   }
 }
 
+// More steps posted than kvcheck leaves unread (64), whose logits (200 KiB)
+// are more than a pipe holds: they are read as they come, and come back in
+// order.
+TEST(ExecServe, ManyPostedStepsComeBackInOrder) {
+  Config config = llama_tiny();
+  config.vocab = 512;
+  const Weights weights = init_weights(config, 4);
+  EngineOptions options;
+  options.capacity = 200;
+  const EngineFactory factory = backend_registry().resolve(kServe).under_test().factory;
+  auto ahead = factory(config, weights, options), waiting = factory(config, weights, options);
+  const SequenceId a = ahead->start(), w = waiting->start();
+  std::vector<std::vector<int32_t>> tokens;  // [step] two tokens
+  for (int i = 0; i < 100; ++i) tokens.push_back({i % 512, (7 * i) % 512});
+  for (const std::vector<int32_t>& t : tokens)
+    ASSERT_TRUE(ahead->post_step(std::vector<BatchEntry>{{a, t}}));
+  std::vector<float> posted, waited;
+  for (const std::vector<int32_t>& t : tokens) {
+    ahead->collect_step(posted);
+    waiting->step(std::vector<BatchEntry>{{w, t}}, waited);
+    ASSERT_EQ(posted, waited);
+  }
+  EXPECT_EQ(ahead->length(a), 200);
+}
+
 // A create the child refuses is sent without waiting (protocol 2): the next
 // call fails naming it, the child stays up (kvcheck-serve used to keep a null
 // engine under the refused id and crash on the next request naming it), and

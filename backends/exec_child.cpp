@@ -287,8 +287,10 @@ void ChildProcess::flush(const std::string& call) {
 
 void ChildProcess::drain() {
   flush(posted_.empty() ? std::string("request") : posted_.back().op);
-  deadline_ = std::chrono::steady_clock::now() + timeout_;
   for (const Posted& earlier : posted_) {
+    // The per-call timeout holds for each reply: a batch of slow steps is
+    // not a hang.
+    deadline_ = std::chrono::steady_clock::now() + timeout_;
     Reply r = read_reply(earlier.op, earlier.keep ? earlier.limits : wire::ReplyLimits{});
     if (earlier.keep) {
       if (!forgotten_.count(*earlier.keep)) kept_[*earlier.keep].push_back(std::move(r));
@@ -312,6 +314,7 @@ Reply ChildProcess::call(const nlohmann::json& request, const wire::ReplyLimits&
   unsent_ += framed;
   flush(name);
   drain();
+  deadline_ = std::chrono::steady_clock::now() + timeout_;
   Reply reply = read_reply(name, limits);
   if (!refused_ahead_.empty()) throw RefusedAhead(std::exchange(refused_ahead_, ""));
   return reply;

@@ -7,6 +7,9 @@
 #include <cstring>
 #include <memory>
 #include <optional>
+#include <span>
+#include <string_view>
+#include <vector>
 
 #include "backends/exec_reply.h"
 #include "engine/traits_json.h"
@@ -327,6 +330,51 @@ void check_declared_operations(const std::string& path, const kvcheck_plugin_v1&
   }
 }
 
+// The tensors as the ABI passes them, pointing into `weights`. P1 makes a
+// new model for nearly every engine, so the list is walked afresh each time;
+// the buffers are kept so that walking allocates nothing.
+const std::vector<kvcheck_tensor>& tensor_list(const Config& config, const Weights& weights) {
+  thread_local std::string names;                    // every name, each NUL-terminated
+  thread_local std::vector<size_t> name_at;          // [tensor] offset into names
+  thread_local std::vector<kvcheck_tensor> tensors;  // [tensor]
+  names.clear();
+  name_at.clear();
+  tensors.clear();
+  for_each_tensor(
+      config, weights,
+      [](std::string_view name, std::span<const int64_t> shape, const std::vector<float>& data) {
+        name_at.push_back(names.size());
+        names.append(name).push_back('\0');
+        kvcheck_tensor t{};
+        t.rank = int32_t(shape.size());
+        for (size_t i = 0; i < shape.size() && i < 4; ++i) t.shape[i] = shape[i];
+        t.data = data.data();
+        tensors.push_back(t);
+      });
+  for (size_t i = 0; i < tensors.size(); ++i) tensors[i].name = names.data() + name_at[i];
+  return tensors;
+}
+
+// The config in both of the ABI's forms. A case creates several engines of
+// one model: build them once.
+struct ConfigForms {
+  std::string json;
+  std::vector<kvcheck_config_value> values;  // [field], keys and texts static
+};
+const ConfigForms& config_forms(const Config& config) {
+  thread_local std::optional<Config> built_for;
+  thread_local ConfigForms forms;
+  if (!built_for || !(*built_for == config)) {
+    forms.json = config_to_json(config).dump();
+    forms.values.clear();
+    for (const ConfigValue& v : config_values(config)) {
+      forms.values.push_back({v.key.data(), v.text.empty() ? nullptr : v.text.data(), v.number});
+    }
+    built_for = config;
+  }
+  return forms;
+}
+
 Backend plugin_backend(const BackendSpec& spec) {
   const std::string path = spec.name.substr(std::strlen("plugin:"));
   if (path.empty())
@@ -356,26 +404,11 @@ Backend plugin_backend(const BackendSpec& spec) {
     return
         [library, options, name](const Config& config, const Weights& weights,
                                  const EngineOptions& engine_options) -> std::unique_ptr<Engine> {
-          const std::vector<TensorView> views = tensor_views(config, weights);
-          std::vector<kvcheck_tensor> tensors;  // [tensor], pointing into views and weights
-          for (const TensorView& view : views) {
-            kvcheck_tensor t{};
-            t.name = view.name.c_str();
-            t.rank = int32_t(view.shape.size());
-            for (size_t i = 0; i < view.shape.size() && i < 4; ++i) t.shape[i] = view.shape[i];
-            t.data = view.data->data();
-            tensors.push_back(t);
-          }
-          // A case creates several engines of one model: serialize it once.
-          thread_local std::optional<Config> json_of;
-          thread_local std::string config_json;
-          if (!json_of || !(*json_of == config)) {
-            config_json = config_to_json(config).dump();
-            json_of = config;
-          }
+          const std::vector<kvcheck_tensor>& tensors = tensor_list(config, weights);
+          const ConfigForms& forms = config_forms(config);
           kvcheck_create_args args{};
           args.struct_size = sizeof(args);
-          args.config_json = config_json.c_str();
+          args.config_json = forms.json.c_str();
           args.tensors = tensors.data();
           args.n_tensors = int64_t(tensors.size());
           args.capacity = engine_options.capacity;
@@ -385,6 +418,8 @@ Backend plugin_backend(const BackendSpec& spec) {
           args.block_size = engine_options.block_size;
           args.pool_blocks = engine_options.pool_blocks;
           args.prefix_cache = engine_options.prefix_cache ? 1 : 0;
+          args.config_values = forms.values.data();
+          args.n_config_values = int64_t(forms.values.size());
           kvcheck_error error{};
           kvcheck_engine* handle = library->table.create(&args, &error);
           if (handle == nullptr) {

@@ -1,6 +1,7 @@
 #include "model/config_json.h"
 
 #include <climits>
+#include <cmath>
 #include <cstdint>
 #include <iterator>
 #include <string>
@@ -19,8 +20,7 @@ std::string field_error(std::string_view field, std::string_view expected, const
 
 // Empty on success. JSON integers arrive signed or unsigned depending on their
 // sign, so both are range-checked against int before narrowing.
-std::string read_int(const json& object, const char* field, int& out) {
-  const json& value = object.at(field);
+std::string read_int(const json& value, const char* field, int& out) {
   if (value.is_number_unsigned()) {
     const uint64_t v = value.get<uint64_t>();
     if (v > static_cast<uint64_t>(INT_MAX)) return field_error(field, "an int", value);
@@ -38,20 +38,73 @@ std::string read_int(const json& object, const char* field, int& out) {
 
 // Integers are accepted too: a hand-written or Python-written config may say
 // 10000 for rope_theta.
-std::string read_double(const json& object, const char* field, double& out) {
-  const json& value = object.at(field);
+std::string read_double(const json& value, const char* field, double& out) {
   if (!value.is_number()) return field_error(field, "a number", value);
   out = value.get<double>();
   return {};
 }
 
-constexpr const char* kFields[] = {"family",     "n_layers",   "d_model",  "n_heads",
-                                   "n_kv_heads", "head_dim",   "d_ff",     "vocab",
-                                   "max_pos",    "rope_theta", "norm_eps", "qkv_bias"};
-// Optional (absent = 0), written only when a window is set, so that configs
-// without one keep their old JSON (and the safetensors/GGUF metadata built
-// from it) byte for byte.
-constexpr const char* kOptionalIntFields[] = {"sliding_window", "sliding_window_pattern"};
+// The one table of config fields, in the order errors are reported. The
+// window's two fields are optional (absent = 0) and written only when a
+// window is set, so that configs without one keep their old JSON (and the
+// safetensors/GGUF metadata built from it) byte for byte.
+enum class FieldKind { kFamily, kInt, kDouble, kBool };
+struct ConfigField {
+  const char* name;
+  FieldKind kind;
+  bool optional;
+  int Config::*int_member = nullptr;
+  double Config::*double_member = nullptr;
+  bool Config::*bool_member = nullptr;
+};
+const ConfigField kConfigFields[] = {
+    {"family", FieldKind::kFamily, false},
+    {"n_layers", FieldKind::kInt, false, &Config::n_layers},
+    {"d_model", FieldKind::kInt, false, &Config::d_model},
+    {"n_heads", FieldKind::kInt, false, &Config::n_heads},
+    {"n_kv_heads", FieldKind::kInt, false, &Config::n_kv_heads},
+    {"head_dim", FieldKind::kInt, false, &Config::head_dim},
+    {"d_ff", FieldKind::kInt, false, &Config::d_ff},
+    {"vocab", FieldKind::kInt, false, &Config::vocab},
+    {"max_pos", FieldKind::kInt, false, &Config::max_pos},
+    {"rope_theta", FieldKind::kDouble, false, nullptr, &Config::rope_theta},
+    {"norm_eps", FieldKind::kDouble, false, nullptr, &Config::norm_eps},
+    {"qkv_bias", FieldKind::kBool, false, nullptr, nullptr, &Config::qkv_bias},
+    {"sliding_window", FieldKind::kInt, true, &Config::sliding_window},
+    {"sliding_window_pattern", FieldKind::kInt, true, &Config::sliding_window_pattern}};
+
+bool written(const ConfigField& field, const Config& c) {
+  return !field.optional || c.sliding_window > 0;
+}
+
+const ConfigField* field_named(std::string_view name) {
+  for (const ConfigField& field : kConfigFields) {
+    if (name == field.name) return &field;
+  }
+  return nullptr;
+}
+
+// Reads one field's JSON value into `c`; empty on success.
+std::string read_field(const ConfigField& field, const json& value, Config& c) {
+  switch (field.kind) {
+    case FieldKind::kFamily: {
+      if (!value.is_string()) return field_error(field.name, "a string", value);
+      const Result<Family> family = parse_family(value.get<std::string>());
+      if (!family.ok()) return "config." + family.error();
+      c.family = family.value();
+      return {};
+    }
+    case FieldKind::kInt:
+      return read_int(value, field.name, c.*field.int_member);
+    case FieldKind::kDouble:
+      return read_double(value, field.name, c.*field.double_member);
+    case FieldKind::kBool:
+      if (!value.is_boolean()) return field_error(field.name, "a boolean", value);
+      c.*field.bool_member = value.get<bool>();
+      return {};
+  }
+  return {};
+}
 
 }  // namespace
 
@@ -64,22 +117,23 @@ std::string json_for_message(const json& value) {
 
 json config_to_json(const Config& c) {
   json out = json::object();
-  out["family"] = family_name(c.family);
-  out["n_layers"] = c.n_layers;
-  out["d_model"] = c.d_model;
-  out["n_heads"] = c.n_heads;
-  out["n_kv_heads"] = c.n_kv_heads;
-  out["head_dim"] = c.head_dim;
-  out["d_ff"] = c.d_ff;
-  out["vocab"] = c.vocab;
-  out["max_pos"] = c.max_pos;
-  // nlohmann prints the shortest text that parses back to the same double.
-  out["rope_theta"] = c.rope_theta;
-  out["norm_eps"] = c.norm_eps;
-  out["qkv_bias"] = c.qkv_bias;
-  if (c.sliding_window > 0) {
-    out["sliding_window"] = c.sliding_window;
-    out["sliding_window_pattern"] = c.sliding_window_pattern;
+  for (const ConfigField& field : kConfigFields) {
+    if (!written(field, c)) continue;
+    switch (field.kind) {
+      case FieldKind::kFamily:
+        out[field.name] = family_name(c.family);
+        break;
+      case FieldKind::kInt:
+        out[field.name] = c.*field.int_member;
+        break;
+      case FieldKind::kDouble:
+        // nlohmann prints the shortest text that parses back to the same double.
+        out[field.name] = c.*field.double_member;
+        break;
+      case FieldKind::kBool:
+        out[field.name] = c.*field.bool_member;
+        break;
+    }
   }
   return out;
 }
@@ -90,53 +144,76 @@ Result<Config> config_from_json(const json& object) {
     return R::failure("config: expected a JSON object, got " + json_for_message(object));
   }
   for (const auto& [key, value] : object.items()) {
-    bool known = false;
-    for (const char* field : kFields) known = known || key == field;
-    for (const char* field : kOptionalIntFields) known = known || key == field;
-    if (!known) return R::failure("config." + key + ": unknown field");
+    if (field_named(key) == nullptr) return R::failure("config." + key + ": unknown field");
   }
-  for (const char* field : kFields) {
-    if (!object.contains(field)) return R::failure(std::string("config.") + field + ": missing");
+  for (const ConfigField& field : kConfigFields) {
+    if (!field.optional && !object.contains(field.name)) {
+      return R::failure(std::string("config.") + field.name + ": missing");
+    }
   }
-
   Config c;
-  const json& family = object.at("family");
-  if (!family.is_string()) return R::failure(field_error("family", "a string", family));
-  const Result<Family> parsed_family = parse_family(family.get<std::string>());
-  if (!parsed_family.ok()) return R::failure("config." + parsed_family.error());
-  c.family = parsed_family.value();
+  for (const ConfigField& field : kConfigFields) {
+    const auto it = object.find(field.name);
+    if (it == object.end()) continue;
+    if (std::string error = read_field(field, *it, c); !error.empty()) return R::failure(error);
+  }
+  if (std::string error = c.validate(); !error.empty()) return R::failure("config: " + error);
+  return c;
+}
 
-  struct IntField {
-    const char* name;
-    int* target;
-  };
-  const IntField ints[] = {{"n_layers", &c.n_layers}, {"d_model", &c.d_model},
-                           {"n_heads", &c.n_heads},   {"n_kv_heads", &c.n_kv_heads},
-                           {"head_dim", &c.head_dim}, {"d_ff", &c.d_ff},
-                           {"vocab", &c.vocab},       {"max_pos", &c.max_pos}};
-  for (const IntField& f : ints) {
-    if (std::string error = read_int(object, f.name, *f.target); !error.empty()) {
-      return R::failure(error);
+std::vector<ConfigValue> config_values(const Config& c) {
+  std::vector<ConfigValue> values;
+  for (const ConfigField& field : kConfigFields) {
+    if (!written(field, c)) continue;
+    ConfigValue v{field.name, {}, 0.0};
+    switch (field.kind) {
+      case FieldKind::kFamily:
+        v.text = family_name(c.family);
+        break;
+      case FieldKind::kInt:
+        v.number = c.*field.int_member;
+        break;
+      case FieldKind::kDouble:
+        v.number = c.*field.double_member;
+        break;
+      case FieldKind::kBool:
+        v.number = c.*field.bool_member ? 1.0 : 0.0;
+        break;
+    }
+    values.push_back(v);
+  }
+  return values;
+}
+
+// The values go through the same checks as JSON: each is taken as the JSON
+// value it stands for, a scalar (no allocation but the family's text).
+Result<Config> config_from_values(std::span<const ConfigValue> values) {
+  using R = Result<Config>;
+  Config c;
+  uint32_t seen = 0;  // bit i: kConfigFields[i] given
+  for (const ConfigValue& v : values) {
+    const ConfigField* field = field_named(v.key);
+    if (field == nullptr) return R::failure("config." + std::string(v.key) + ": unknown field");
+    const uint32_t bit = 1u << (field - kConfigFields);
+    if (seen & bit) return R::failure("config." + std::string(v.key) + ": given twice");
+    seen |= bit;
+    json value;
+    if (field->kind == FieldKind::kFamily) {
+      value = std::string(v.text);
+    } else if (field->kind == FieldKind::kBool && (v.number == 0.0 || v.number == 1.0)) {
+      value = v.number == 1.0;
+    } else if (std::nearbyint(v.number) == v.number && std::fabs(v.number) < 0x1p53) {
+      value = int64_t(v.number);
+    } else {
+      value = v.number;
+    }
+    if (std::string error = read_field(*field, value, c); !error.empty()) return R::failure(error);
+  }
+  for (const ConfigField& field : kConfigFields) {
+    if (!field.optional && !(seen & (1u << (&field - kConfigFields)))) {
+      return R::failure(std::string("config.") + field.name + ": missing");
     }
   }
-  if (std::string error = read_double(object, "rope_theta", c.rope_theta); !error.empty()) {
-    return R::failure(error);
-  }
-  if (std::string error = read_double(object, "norm_eps", c.norm_eps); !error.empty()) {
-    return R::failure(error);
-  }
-  const json& qkv_bias = object.at("qkv_bias");
-  if (!qkv_bias.is_boolean()) return R::failure(field_error("qkv_bias", "a boolean", qkv_bias));
-  c.qkv_bias = qkv_bias.get<bool>();
-  int* const optional_targets[] = {&c.sliding_window, &c.sliding_window_pattern};
-  for (size_t i = 0; i < std::size(kOptionalIntFields); ++i) {
-    if (!object.contains(kOptionalIntFields[i])) continue;
-    if (std::string error = read_int(object, kOptionalIntFields[i], *optional_targets[i]);
-        !error.empty()) {
-      return R::failure(error);
-    }
-  }
-
   if (std::string error = c.validate(); !error.empty()) return R::failure("config: " + error);
   return c;
 }

@@ -1,6 +1,9 @@
 #include "model/weights.h"
 
 #include <cmath>
+#include <initializer_list>
+#include <span>
+#include <string_view>
 
 #include "model/rng.h"
 
@@ -8,53 +11,61 @@ namespace kvcheck {
 
 namespace {
 
-int64_t element_count(const std::vector<int64_t>& shape) {
+int64_t element_count(std::span<const int64_t> shape) {
   int64_t n = 1;
   for (int64_t d : shape) n *= d;
   return n;
 }
 
 // The one list of what a config's model contains. `visit` gets each tensor's
-// canonical name, shape, init rule, fan-in and storage, in a fixed order.
+// canonical name, shape, init rule, fan-in and storage, in a fixed order. The
+// name and shape are views valid during the call only: a plugin or exec
+// backend walks the list for every engine it creates, and building a string
+// and a vector per tensor was most of that cost.
 template <class W, class Visit>
 void walk_tensors(const Config& c, W& w, Visit&& visit) {
   const int64_t E = c.d_model, F = c.d_ff, V = c.vocab, Q = c.q_width(), KV = c.kv_width();
   const int e = c.d_model, q = c.q_width(), f = c.d_ff;
   const bool gpt2 = c.family == Family::kGpt2;
-  visit("tok_embedding", std::vector<int64_t>{V, E}, InitKind::kEmbedding, 0, w.tok_embedding);
-  if (gpt2) {
-    visit("pos_embedding", std::vector<int64_t>{c.max_pos, E}, InitKind::kEmbedding, 0,
-          w.pos_embedding);
-  }
+  std::string name;  // prefix + base, reused
+  size_t prefix = 0;
+  const auto emit = [&](std::string_view base, std::initializer_list<int64_t> shape, InitKind init,
+                        int fan_in, auto& data) {
+    name.resize(prefix);
+    name.append(base);
+    visit(std::string_view(name), std::span<const int64_t>(shape.begin(), shape.size()), init,
+          fan_in, data);
+  };
+  emit("tok_embedding", {V, E}, InitKind::kEmbedding, 0, w.tok_embedding);
+  if (gpt2) emit("pos_embedding", {c.max_pos, E}, InitKind::kEmbedding, 0, w.pos_embedding);
   for (int l = 0; l < c.n_layers && static_cast<size_t>(l) < w.layers.size(); ++l) {
     auto& lw = w.layers[static_cast<size_t>(l)];
-    const std::string p = "layers." + std::to_string(l) + ".";
-    visit(p + "attn_norm", std::vector<int64_t>{E}, InitKind::kNormGain, 0, lw.attn_norm);
-    if (gpt2)
-      visit(p + "attn_norm_bias", std::vector<int64_t>{E}, InitKind::kBias, 0, lw.attn_norm_bias);
-    visit(p + "wq", std::vector<int64_t>{Q, E}, InitKind::kLinear, e, lw.wq);
-    visit(p + "wk", std::vector<int64_t>{KV, E}, InitKind::kLinear, e, lw.wk);
-    visit(p + "wv", std::vector<int64_t>{KV, E}, InitKind::kLinear, e, lw.wv);
+    name = "layers." + std::to_string(l) + ".";
+    prefix = name.size();
+    emit("attn_norm", {E}, InitKind::kNormGain, 0, lw.attn_norm);
+    if (gpt2) emit("attn_norm_bias", {E}, InitKind::kBias, 0, lw.attn_norm_bias);
+    emit("wq", {Q, E}, InitKind::kLinear, e, lw.wq);
+    emit("wk", {KV, E}, InitKind::kLinear, e, lw.wk);
+    emit("wv", {KV, E}, InitKind::kLinear, e, lw.wv);
     if (c.qkv_bias) {
-      visit(p + "bq", std::vector<int64_t>{Q}, InitKind::kBias, 0, lw.bq);
-      visit(p + "bk", std::vector<int64_t>{KV}, InitKind::kBias, 0, lw.bk);
-      visit(p + "bv", std::vector<int64_t>{KV}, InitKind::kBias, 0, lw.bv);
+      emit("bq", {Q}, InitKind::kBias, 0, lw.bq);
+      emit("bk", {KV}, InitKind::kBias, 0, lw.bk);
+      emit("bv", {KV}, InitKind::kBias, 0, lw.bv);
     }
-    visit(p + "wo", std::vector<int64_t>{E, Q}, InitKind::kLinear, q, lw.wo);
-    if (gpt2) visit(p + "bo", std::vector<int64_t>{E}, InitKind::kBias, 0, lw.bo);
-    visit(p + "mlp_norm", std::vector<int64_t>{E}, InitKind::kNormGain, 0, lw.mlp_norm);
-    if (gpt2)
-      visit(p + "mlp_norm_bias", std::vector<int64_t>{E}, InitKind::kBias, 0, lw.mlp_norm_bias);
-    visit(p + "w_up", std::vector<int64_t>{F, E}, InitKind::kLinear, e, lw.w_up);
-    if (gpt2) visit(p + "b_up", std::vector<int64_t>{F}, InitKind::kBias, 0, lw.b_up);
-    if (!gpt2) visit(p + "w_gate", std::vector<int64_t>{F, E}, InitKind::kLinear, e, lw.w_gate);
-    visit(p + "w_down", std::vector<int64_t>{E, F}, InitKind::kLinear, f, lw.w_down);
-    if (gpt2) visit(p + "b_down", std::vector<int64_t>{E}, InitKind::kBias, 0, lw.b_down);
+    emit("wo", {E, Q}, InitKind::kLinear, q, lw.wo);
+    if (gpt2) emit("bo", {E}, InitKind::kBias, 0, lw.bo);
+    emit("mlp_norm", {E}, InitKind::kNormGain, 0, lw.mlp_norm);
+    if (gpt2) emit("mlp_norm_bias", {E}, InitKind::kBias, 0, lw.mlp_norm_bias);
+    emit("w_up", {F, E}, InitKind::kLinear, e, lw.w_up);
+    if (gpt2) emit("b_up", {F}, InitKind::kBias, 0, lw.b_up);
+    if (!gpt2) emit("w_gate", {F, E}, InitKind::kLinear, e, lw.w_gate);
+    emit("w_down", {E, F}, InitKind::kLinear, f, lw.w_down);
+    if (gpt2) emit("b_down", {E}, InitKind::kBias, 0, lw.b_down);
   }
-  visit("final_norm", std::vector<int64_t>{E}, InitKind::kNormGain, 0, w.final_norm);
-  if (gpt2)
-    visit("final_norm_bias", std::vector<int64_t>{E}, InitKind::kBias, 0, w.final_norm_bias);
-  visit("lm_head", std::vector<int64_t>{V, E}, InitKind::kLinear, e, w.lm_head);
+  prefix = 0;
+  emit("final_norm", {E}, InitKind::kNormGain, 0, w.final_norm);
+  if (gpt2) emit("final_norm_bias", {E}, InitKind::kBias, 0, w.final_norm_bias);
+  emit("lm_head", {V, E}, InitKind::kLinear, e, w.lm_head);
 }
 
 }  // namespace
@@ -62,23 +73,30 @@ void walk_tensors(const Config& c, W& w, Visit&& visit) {
 std::vector<TensorRef> tensor_table(const Config& c, Weights& w) {
   std::vector<TensorRef> table;
   w.layers.resize(static_cast<size_t>(c.n_layers));
-  walk_tensors(c, w,
-               [&](std::string name, std::vector<int64_t> shape, InitKind init, int fan_in,
-                   std::vector<float>& data) {
-                 data.resize(static_cast<size_t>(element_count(shape)));
-                 table.push_back({std::move(name), std::move(shape), init, fan_in, &data});
-               });
+  walk_tensors(
+      c, w,
+      [&](std::string_view name, std::span<const int64_t> shape, InitKind init, int fan_in,
+          std::vector<float>& data) {
+        data.resize(static_cast<size_t>(element_count(shape)));
+        table.push_back({std::string(name), {shape.begin(), shape.end()}, init, fan_in, &data});
+      });
   return table;
 }
 
 std::vector<TensorView> tensor_views(const Config& c, const Weights& w) {
   std::vector<TensorView> views;
   walk_tensors(c, w,
-               [&](std::string name, std::vector<int64_t> shape, InitKind, int,
+               [&](std::string_view name, std::span<const int64_t> shape, InitKind, int,
                    const std::vector<float>& data) {
-                 views.push_back({std::move(name), std::move(shape), &data});
+                 views.push_back({std::string(name), {shape.begin(), shape.end()}, &data});
                });
   return views;
+}
+
+void for_each_tensor(const Config& config, const Weights& weights, const TensorVisitor& visit) {
+  walk_tensors(config, weights,
+               [&](std::string_view name, std::span<const int64_t> shape, InitKind, int,
+                   const std::vector<float>& data) { visit(name, shape, data); });
 }
 
 Weights init_weights(const Config& config, uint64_t seed) {
@@ -116,11 +134,11 @@ std::string check_shapes(const Config& config, const Weights& weights) {
   }
   std::string error;
   walk_tensors(config, weights,
-               [&](const std::string& name, const std::vector<int64_t>& shape, InitKind, int,
+               [&](std::string_view name, std::span<const int64_t> shape, InitKind, int,
                    const std::vector<float>& data) {
                  const int64_t want = element_count(shape);
                  if (error.empty() && static_cast<int64_t>(data.size()) != want) {
-                   error = name + ": holds " + std::to_string(data.size()) +
+                   error = std::string(name) + ": holds " + std::to_string(data.size()) +
                            " values, shape needs " + std::to_string(want);
                  }
                });

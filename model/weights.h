@@ -5,7 +5,9 @@
 
 #include <cstdint>
 #include <functional>
+#include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "model/config.h"
@@ -75,6 +77,15 @@ struct TensorView {
   const std::vector<float>* data;
 };
 std::vector<TensorView> tensor_views(const Config& config, const Weights& weights);
+
+// The same walk without building the list: `visit` gets each tensor's name,
+// shape and storage, the name and shape valid during the call only, and
+// nothing is allocated per tensor. For callers that describe a model once per
+// engine they create (the plugin shim): a fresh list each time was most of
+// what the plugin path added to creating an engine.
+using TensorVisitor = std::function<void(std::string_view name, std::span<const int64_t> shape,
+                                         const std::vector<float>& data)>;
+void for_each_tensor(const Config& config, const Weights& weights, const TensorVisitor& visit);
 
 // Deterministic weights from a 64-bit seed: the same bits on every machine.
 // Each tensor draws from its own splitmix64 stream keyed by seed and name.

@@ -54,6 +54,15 @@ typedef struct kvcheck_tensor {
   const float* data; /* valid only during create */
 } kvcheck_tensor;
 
+/* One field of the model config, already parsed (kvcheck_create_args's
+ * config_values): the key as in config_json; `text` for a string field
+ * ("family"), NULL otherwise; `number` for the rest (booleans 0 or 1). */
+typedef struct kvcheck_config_value {
+  const char* key;
+  const char* text;
+  double number;
+} kvcheck_config_value;
+
 typedef struct kvcheck_create_args {
   uint32_t struct_size;    /* sizeof(kvcheck_create_args) of the caller */
   const char* config_json; /* the model config (docs/CASE_FORMAT.md keys) */
@@ -71,6 +80,12 @@ typedef struct kvcheck_create_args {
   /* Appended: 1 asks for the prefix cache (traits "prefix_cache"; paged
    * storage only, docs/OPERATIONS.md), 0 for none. */
   int32_t prefix_cache;
+  /* Appended: the same config as config_json, as (key, value) pairs, so that
+   * a plugin need not parse JSON for every engine (a campaign makes a new
+   * model for nearly every case). Both forms always hold the same fields;
+   * read either. */
+  const kvcheck_config_value* config_values;
+  int64_t n_config_values;
 } kvcheck_create_args;
 
 typedef struct kvcheck_batch_entry {

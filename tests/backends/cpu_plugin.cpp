@@ -13,6 +13,7 @@
 // turns on the engine's fault switches (engine/faults.h), which the ABI does
 // not carry, so that a fault in fork or truncate can be shown caught through
 // the plugin path.
+#include <algorithm>
 #include <cstddef>
 #include <cstdio>
 #include <cstring>
@@ -21,6 +22,8 @@
 #include <optional>
 #include <span>
 #include <string>
+#include <string_view>
+#include <utility>
 #include <vector>
 
 #include "backends/exec_reply.h"
@@ -139,57 +142,83 @@ const char* traits_json(const char* options, kvcheck_error* error) {
 }
 
 // The engine from the tensors kvcheck passes, read in place: the engine
-// packs them at create (its one copy) and keeps no reference. Per model, a
-// layout (a Weights of empty layers, whose fields stand for the tensors) and
-// its views are built once; a campaign changes the model on almost every
-// case, but a case creates several engines of one model. kvcheck passes the
-// tensors in tensor_views' order: matched by position, by name only where a
-// name differs there.
+// packs them at create (its one copy) and keeps no reference. A layout (a
+// Weights of empty layers, whose fields stand for the tensors) is built per
+// model; a campaign changes the model on almost every case, so the walk that
+// matches the tensors to its fields allocates nothing. kvcheck passes the
+// tensors in the walk's order: matched by position, by name only where a name
+// differs there.
 std::unique_ptr<Engine> engine_from(const Config& config, const kvcheck_create_args& args,
                                     const EngineOptions& options) {
   thread_local std::optional<Config> model;
-  thread_local Weights layout;                 // config.n_layers empty layers
-  thread_local std::vector<TensorView> views;  // [tensor] of `layout`
+  thread_local Weights layout;  // config.n_layers empty layers
   if (!model || !(*model == config)) {
     model = config;
     layout = Weights{};
     layout.layers.resize(size_t(config.n_layers));
-    views = tensor_views(config, layout);
   }
-  thread_local std::map<std::string, const kvcheck_tensor*> by_name;
-  thread_local std::map<const std::vector<float>*, std::span<const float>> where;  // field -> data
+  using FieldData = std::pair<const std::vector<float>*, std::span<const float>>;
+  thread_local std::vector<FieldData> data;  // [tensor] field of layout -> its data, by field
+  thread_local std::map<std::string, const kvcheck_tensor*, std::less<>> by_name;
+  data.clear();
   by_name.clear();
-  where.clear();
-  for (size_t index = 0; index < views.size(); ++index) {
-    const TensorView& view = views[index];
-    const kvcheck_tensor* tensor = nullptr;
-    if (index < size_t(args.n_tensors) && view.name == args.tensors[index].name) {
-      tensor = &args.tensors[index];
-    } else {
-      if (by_name.empty()) {
-        for (int64_t i = 0; i < args.n_tensors; ++i)
-          by_name[args.tensors[i].name] = &args.tensors[i];
-      }
-      const auto it = by_name.find(view.name);
-      if (it == by_name.end()) throw InputError("missing tensor " + view.name);
-      tensor = it->second;
-    }
-    int64_t wanted = 1, given = 1;
-    for (const int64_t d : view.shape) wanted *= d;
-    for (int32_t d = 0; d < tensor->rank && d < 4; ++d) given *= tensor->shape[d];
-    if (tensor->rank < 1 || tensor->rank > 4 || given != wanted) {
-      throw InputError("tensor " + view.name + ": " + std::to_string(given) +
-                       " floats where the config needs " + std::to_string(wanted));
-    }
-    where[view.data] = {tensor->data, size_t(wanted)};
-  }
+  size_t index = 0;
+  for_each_tensor(
+      config, layout,
+      [&](std::string_view name, std::span<const int64_t> shape, const std::vector<float>& field) {
+        const kvcheck_tensor* tensor = nullptr;
+        if (index < size_t(args.n_tensors) && name == args.tensors[index].name) {
+          tensor = &args.tensors[index];
+        } else {
+          if (by_name.empty()) {
+            for (int64_t i = 0; i < args.n_tensors; ++i)
+              by_name[args.tensors[i].name] = &args.tensors[i];
+          }
+          const auto it = by_name.find(name);
+          if (it == by_name.end()) throw InputError("missing tensor " + std::string(name));
+          tensor = it->second;
+        }
+        ++index;
+        int64_t wanted = 1, given = 1;
+        for (const int64_t d : shape) wanted *= d;
+        for (int32_t d = 0; d < tensor->rank && d < 4; ++d) given *= tensor->shape[d];
+        if (tensor->rank < 1 || tensor->rank > 4 || given != wanted) {
+          throw InputError("tensor " + std::string(name) + ": " + std::to_string(given) +
+                           " floats where the config needs " + std::to_string(wanted));
+        }
+        data.push_back({&field, {tensor->data, size_t(wanted)}});
+      });
+  std::sort(data.begin(), data.end(),
+            [](const FieldData& a, const FieldData& b) { return a.first < b.first; });
   return make_cpu_engine_reading(
       config, layout,
       [](const std::vector<float>& field) {
-        const auto it = where.find(&field);
-        return it == where.end() ? std::span<const float>() : it->second;
+        const auto it = std::lower_bound(
+            data.begin(), data.end(), &field,
+            [](const FieldData& a, const std::vector<float>* f) { return a.first < f; });
+        return it == data.end() || it->first != &field ? std::span<const float>() : it->second;
       },
       options);
+}
+
+// The config from its parsed form where the caller passes one (a kvcheck
+// built with that part of the header), else from the JSON. Each path is a
+// campaign's: a JSON parse per engine was most of what this plugin added to
+// creating one.
+Result<Config> config_of(const kvcheck_create_args& args) {
+  if (args.struct_size >= offsetof(kvcheck_create_args, n_config_values) + sizeof(int64_t) &&
+      args.config_values != nullptr) {
+    thread_local std::vector<ConfigValue> values;  // [field], viewing args'
+    values.clear();
+    for (int64_t i = 0; i < args.n_config_values; ++i) {
+      const kvcheck_config_value& v = args.config_values[i];
+      values.push_back({v.key != nullptr ? v.key : "", v.text != nullptr ? v.text : "", v.number});
+    }
+    return config_from_values(values);
+  }
+  const nlohmann::json json = nlohmann::json::parse(args.config_json, nullptr, false);
+  if (json.is_discarded()) return Result<Config>::failure("config_json: not valid JSON");
+  return config_from_json(json);
 }
 
 kvcheck_engine* create(const kvcheck_create_args* args, kvcheck_error* error) {
@@ -198,13 +227,7 @@ kvcheck_engine* create(const kvcheck_create_args* args, kvcheck_error* error) {
     const PluginOptions parsed = parse_options(args->options, error);
     handle->finish_fails = parsed.finish_fails;
     handle->positions_off_by_one = parsed.positions_off_by_one;
-    // kvcheck sends the same model for several engines in a row: parse once.
-    thread_local std::string parsed_json;
-    thread_local Result<Config> config = Result<Config>::failure("no model yet");
-    if (parsed_json.empty() || parsed_json != args->config_json) {
-      config = config_from_json(nlohmann::json::parse(args->config_json));
-      parsed_json = config.ok() ? args->config_json : "";
-    }
+    const Result<Config> config = config_of(*args);
     if (!config.ok()) throw InputError(config.error());
     Result<KvDtype> dtype = parse_kv_dtype(args->kv_dtype);
     if (!dtype.ok()) throw InputError(dtype.error());

@@ -2,11 +2,18 @@
 // same traits (but fault switches), same verdicts, same logits bit for bit.
 #include <gtest/gtest.h>
 
+#include <dlfcn.h>
+
+#include <cstddef>
 #include <cstring>
+#include <span>
+#include <string_view>
 
 #include "backends/in_tree.h"
 #include "backends/registry.h"
 #include "engine/traits_json.h"
+#include "kvcheck/engine_plugin.h"
+#include "model/config_json.h"
 #include "model/weights.h"
 #include "properties/runner.h"
 #include "tests/backends/operation_faults.h"
@@ -160,6 +167,110 @@ TEST(CpuPlugin, LogitsAreBitwiseTheInTreeOnes) {
           << "sequence " << q;
     }
   }
+}
+
+// The config reaches the plugin in two forms: parsed (config_values) from a
+// kvcheck built with that part of the header, else only as JSON (a caller
+// whose create_args end before it). Both give the same engine, and a bad
+// value is refused the same way, naming the field.
+class CreateArgsForms : public ::testing::Test {
+ protected:
+  void SetUp() override {
+    void* library = dlopen(KVCHECK_CPU_PLUGIN, RTLD_NOW | RTLD_LOCAL);
+    ASSERT_NE(library, nullptr) << dlerror();
+    const auto entry =
+        reinterpret_cast<kvcheck_plugin_entry_fn>(dlsym(library, KVCHECK_PLUGIN_ENTRY));
+    ASSERT_NE(entry, nullptr);
+    table_ = entry();
+    for_each_tensor(
+        config_, weights_,
+        [&](std::string_view name, std::span<const int64_t> shape, const std::vector<float>& data) {
+          names_.emplace_back(name);
+          kvcheck_tensor t{};
+          t.rank = int32_t(shape.size());
+          for (size_t i = 0; i < shape.size(); ++i) t.shape[i] = shape[i];
+          t.data = data.data();
+          tensors_.push_back(t);
+        });
+    for (size_t i = 0; i < tensors_.size(); ++i) tensors_[i].name = names_[i].c_str();
+    for (const ConfigValue& v : config_values(config_))
+      values_.push_back({v.key.data(), v.text.empty() ? nullptr : v.text.data(), v.number});
+  }
+
+  kvcheck_create_args args(uint32_t struct_size) const {
+    kvcheck_create_args a{};
+    a.struct_size = struct_size;
+    a.config_json = json_.c_str();
+    a.tensors = tensors_.data();
+    a.n_tensors = int64_t(tensors_.size());
+    a.capacity = 8;
+    a.max_rows = 2;
+    a.kv_dtype = "f32";
+    a.options = "";
+    a.config_values = values_.data();
+    a.n_config_values = int64_t(values_.size());
+    return a;
+  }
+
+  // The logits of one token through a plugin engine made from `a`, or the
+  // create error's message.
+  std::vector<float> one_step(const kvcheck_create_args& a, std::string& error) const {
+    kvcheck_error e{};
+    kvcheck_engine* engine = table_->create(&a, &e);
+    if (engine == nullptr) {
+      error = e.message;
+      return {};
+    }
+    int64_t id = 0;
+    const int32_t token = 3;
+    std::vector<float> logits(size_t(config_.vocab));
+    EXPECT_EQ(table_->start(engine, &id, &e), KVCHECK_OK) << e.message;
+    const kvcheck_batch_entry entry{id, &token, 1};
+    EXPECT_EQ(table_->step(engine, &entry, 1, logits.data(), &e), KVCHECK_OK) << e.message;
+    table_->destroy(engine);
+    return logits;
+  }
+
+  const kvcheck_plugin_v1* table_ = nullptr;
+  Config config_ = llama_tiny();
+  Weights weights_ = init_weights(config_, 7);
+  std::string json_ = config_to_json(config_).dump();
+  std::vector<std::string> names_;
+  std::vector<kvcheck_tensor> tensors_;
+  std::vector<kvcheck_config_value> values_;
+};
+
+TEST_F(CreateArgsForms, ParsedAndJsonConfigsGiveTheSameEngine) {
+  std::string error;
+  const std::vector<float> parsed = one_step(args(sizeof(kvcheck_create_args)), error);
+  ASSERT_EQ(error, "");
+  const std::vector<float> from_json =
+      one_step(args(offsetof(kvcheck_create_args, config_values)), error);
+  ASSERT_EQ(error, "");
+  EngineOptions options;
+  options.capacity = 8;
+  options.max_rows = 2;
+  std::unique_ptr<Engine> in_tree = cpu_engine_factory()(config_, weights_, options);
+  const int32_t token = 3;
+  const BatchEntry entry{in_tree->start(), {&token, 1}};
+  std::vector<float> expected;
+  in_tree->step({&entry, 1}, expected);
+  ASSERT_EQ(parsed.size(), expected.size());
+  EXPECT_EQ(std::memcmp(parsed.data(), expected.data(), expected.size() * 4), 0);
+  EXPECT_EQ(std::memcmp(from_json.data(), expected.data(), expected.size() * 4), 0);
+}
+
+TEST_F(CreateArgsForms, EachFormIsCheckedByName) {
+  std::string error;
+  values_.pop_back();  // qkv_bias
+  one_step(args(sizeof(kvcheck_create_args)), error);
+  EXPECT_EQ(error, "config.qkv_bias: missing");
+  json_ = R"({"family": "llama"})";
+  one_step(args(offsetof(kvcheck_create_args, config_values)), error);
+  EXPECT_EQ(error, "config.n_layers: missing");
+  json_ = "{not json";
+  one_step(args(offsetof(kvcheck_create_args, config_values)), error);
+  EXPECT_EQ(error, "config_json: not valid JSON");
 }
 
 TEST(CpuPlugin, UnknownPluginOptionIsAnInputError) {

@@ -159,6 +159,79 @@ TEST(ConfigJson, RejectsWithFieldAndValue) {
   }
 }
 
+// The plugin ABI's parsed form (config_values) walks the same table: the same
+// fields as the JSON, value for value, and back to the same config bitwise.
+TEST(ConfigValues, HoldWhatTheJsonHolds) {
+  Config windowed = unusual_config();
+  windowed.sliding_window = 5;
+  windowed.sliding_window_pattern = 3;
+  for (const Config& c : {gpt2_tiny(), llama_tiny(), unusual_config(), windowed}) {
+    const json j = config_to_json(c);
+    const std::vector<ConfigValue> values = config_values(c);
+    ASSERT_EQ(values.size(), j.size());
+    for (const ConfigValue& v : values) {
+      const std::string key(v.key);
+      ASSERT_TRUE(j.contains(key)) << key;
+      if (j.at(key).is_string()) {
+        EXPECT_EQ(std::string(v.text), j.at(key).get<std::string>()) << key;
+      } else if (j.at(key).is_boolean()) {
+        EXPECT_EQ(v.number, j.at(key).get<bool>() ? 1.0 : 0.0) << key;
+      } else {
+        EXPECT_TRUE(v.text.empty()) << key;
+        EXPECT_EQ(v.number, j.at(key).get<double>()) << key;
+      }
+    }
+    const Result<Config> back = config_from_values(values);
+    ASSERT_TRUE(back.ok()) << back.error();
+    EXPECT_EQ(back.value(), c);
+    EXPECT_EQ(std::bit_cast<uint64_t>(back.value().norm_eps), std::bit_cast<uint64_t>(c.norm_eps));
+  }
+}
+
+void set_number(std::vector<ConfigValue>& values, std::string_view key, double number) {
+  for (ConfigValue& v : values) {
+    if (v.key == key) v.number = number;
+  }
+}
+
+TEST(ConfigValues, RejectWithTheJsonMessages) {
+  struct Bad {
+    const char* what;
+    void (*mutate)(std::vector<ConfigValue>&);
+    const char* message;
+  };
+  const Bad cases[] = {
+      {"fraction for int", [](auto& v) { set_number(v, "d_model", 32.5); },
+       "config.d_model: expected an integer, got 32.5"},
+      {"int beyond int", [](auto& v) { set_number(v, "max_pos", 4294967296.0); },
+       "config.max_pos: expected an int, got 4294967296"},
+      {"2 for bool", [](auto& v) { set_number(v, "qkv_bias", 2); },
+       "config.qkv_bias: expected a boolean, got 2"},
+      {"unknown family",
+       [](auto& v) {
+         for (ConfigValue& f : v)
+           if (f.key == "family") f.text = "mistral";
+       },
+       "config.family: expected \"gpt2\" or \"llama\", got \"mistral\""},
+      {"unknown field",
+       [](auto& v) {
+         v.push_back({"n_experts", {}, 8});
+       },
+       "config.n_experts: unknown field"},
+      {"given twice", [](auto& v) { v.push_back(v[1]); }, "config.n_layers: given twice"},
+      {"missing field", [](auto& v) { v.pop_back(); }, "config.qkv_bias: missing"},
+      {"invalid config", [](auto& v) { set_number(v, "n_kv_heads", 3); },
+       "config: n_kv_heads: 3 does not divide n_heads 4"},
+  };
+  for (const Bad& bad : cases) {
+    std::vector<ConfigValue> values = config_values(gpt2_tiny());
+    bad.mutate(values);
+    const Result<Config> c = config_from_values(values);
+    ASSERT_FALSE(c.ok()) << bad.what;
+    EXPECT_EQ(c.error(), bad.message) << bad.what;
+  }
+}
+
 TEST(ConfigJson, LongValuesAreCutInMessages) {
   json j = config_to_json(gpt2_tiny());
   j["n_layers"] = std::string(1000, 'x');

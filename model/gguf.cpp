@@ -228,7 +228,7 @@ std::vector<uint8_t> save_gguf(const Config& config, const Weights& weights) {
   for (const LayoutTensor& tensor : layout.value()) {
     values.assign(static_cast<size_t>(tensor.elements()), 0.0f);
     pack(tensor, canonical, values);
-    for (float value : values) append_f32le(out, value);
+    append_f32le(out, values);
     out.resize(padded(out.size()), 0);
   }
   return out;

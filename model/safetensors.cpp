@@ -195,14 +195,18 @@ Result<FileTensor> parse_entry(const std::string& name, const json& entry, uint6
   tensor.dtype = std::string(info->name);
 
   const json& shape = entry.at("shape");
-  const std::string shape_error =
-      who + "shape: expected a list of non-negative integers, got " + json_for_message(shape);
-  if (!shape.is_array()) return R::failure(shape_error);
+  // Messages are built only on failure: a loader for an exec engine parses a
+  // header per case, and quoting every shape up front was a tenth of that.
+  const auto shape_error = [&] {
+    return R::failure(who + "shape: expected a list of non-negative integers, got " +
+                      json_for_message(shape));
+  };
+  if (!shape.is_array()) return shape_error();
   uint64_t elements = 1;
   bool overflow = false;
   for (const json& dim : shape) {
     const std::optional<uint64_t> d = as_u64(dim);
-    if (!d) return R::failure(shape_error);
+    if (!d) return shape_error();
     tensor.shape.push_back(*d);
     if (*d != 0 && elements > std::numeric_limits<uint64_t>::max() / *d) overflow = true;
     elements *= *d;  // unsigned wraparound is defined; `overflow` says whether it happened
@@ -220,14 +224,16 @@ Result<FileTensor> parse_entry(const std::string& name, const json& entry, uint6
   }
   const uint64_t begin = offsets[0].get<uint64_t>();
   const uint64_t end = offsets[1].get<uint64_t>();
-  const std::string offsets_text = "[" + std::to_string(begin) + ", " + std::to_string(end) + "]";
-  if (begin > end) return R::failure(who + "data_offsets " + offsets_text + " are reversed");
+  const auto offsets_text = [&] {
+    return "[" + std::to_string(begin) + ", " + std::to_string(end) + "]";
+  };
+  if (begin > end) return R::failure(who + "data_offsets " + offsets_text() + " are reversed");
   if (end > data_bytes) {
-    return R::failure(who + "data_offsets " + offsets_text + " run past the end of the data (" +
+    return R::failure(who + "data_offsets " + offsets_text() + " run past the end of the data (" +
                       std::to_string(data_bytes) + " bytes); is the file truncated?");
   }
   if (end - begin != needed) {
-    return R::failure(who + "data_offsets " + offsets_text + " hold " +
+    return R::failure(who + "data_offsets " + offsets_text() + " hold " +
                       std::to_string(end - begin) + " bytes, but shape " +
                       shape_text(tensor.shape) + " of " + std::string(info->name) + " needs " +
                       std::to_string(needed));
@@ -497,7 +503,7 @@ std::vector<uint8_t> save_safetensors(const Config& config, const Weights& weigh
   for (const LayoutTensor& hf : layout.value()) {
     values.resize(static_cast<size_t>(hf.elements()));
     pack(hf, canonical, values);
-    for (float value : values) append_f32le(out, value);
+    append_f32le(out, values);
   }
   return out;
 }

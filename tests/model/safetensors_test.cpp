@@ -16,6 +16,7 @@
 #include <nlohmann/json.hpp>
 
 #include "model/config_json.h"
+#include "model/le_bytes.h"
 #include "model/rng.h"
 
 namespace kvcheck {
@@ -175,6 +176,22 @@ Blob u16_blob(const std::string& dtype, std::vector<int64_t> shape,
 }
 
 // --- Round trips.
+
+// The run writer (one copy on a little-endian host) against the byte-at-a-
+// time one every file format used before: the same bytes for values whose
+// bits are easy to mangle (signed zero, a NaN payload, a subnormal).
+TEST(LeBytes, AFloatRunIsWrittenAsEachFloatWouldBe) {
+  const std::vector<float> values = {
+      0.0f,  -0.0f,  std::bit_cast<float>(0x7fc00123u), std::numeric_limits<float>::denorm_min(),
+      -1.5f, 3.0e38f};
+  std::vector<uint8_t> one_by_one = {0xAB}, as_run = {0xAB};  // a byte already there stays
+  for (float v : values) append_f32le(one_by_one, v);
+  append_f32le(as_run, values);
+  EXPECT_EQ(as_run, one_by_one);
+  append_f32le(as_run, std::span<const float>());
+  EXPECT_EQ(as_run.size(), 1 + 4 * values.size());
+  EXPECT_EQ(as_run[1 + 4 * 1 + 3], 0x80);  // -0.0's sign bit, last byte little-endian
+}
 
 TEST(Safetensors, RoundTripsBothFamiliesBitwise) {
   Config gpt2_no_bias = small_gpt2();

@@ -216,6 +216,7 @@ Result<Config> config_of(const kvcheck_create_args& args) {
     }
     return config_from_values(values);
   }
+  if (args.config_json == nullptr) return Result<Config>::failure("config_json: NULL");
   const nlohmann::json json = nlohmann::json::parse(args.config_json, nullptr, false);
   if (json.is_discarded()) return Result<Config>::failure("config_json: not valid JSON");
   return config_from_json(json);

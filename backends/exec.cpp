@@ -105,6 +105,13 @@ class Session {
     guarded([&] { child_->post_keeping(request, engine, limits); });
   }
 
+  // Sends what was posted, replies unread (ExecEngine::send_posted).
+  void send_posted(int generation) {
+    std::lock_guard lock(mutex_);
+    if (generation != generation_ || !child_ || !child_->alive()) return;
+    guarded([&] { child_->send(); });
+  }
+
   // The oldest posted step's reply; error replies become the engine's
   // exceptions. Replies read before the child died are still returned.
   Reply take_step(int generation, int64_t engine) {
@@ -313,6 +320,10 @@ class ExecEngine final : public Engine {
     session_->post_step(generation_, id_, request, {1, bytes});
     posted_.push_back({std::vector<BatchEntry>(batch.begin(), batch.end()), bytes});
     return true;
+  }
+
+  void send_posted() override {
+    if (!posted_.empty()) session_->send_posted(generation_);
   }
 
   void collect_step(std::vector<float>& logits) override {

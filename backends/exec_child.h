@@ -69,6 +69,9 @@ class ChildProcess {
   // Writes the posted requests and reads their replies (posting does so
   // itself before the unread replies or the unsent bytes grow too many).
   void drain();
+  // Writes the posted requests now, without reading any reply, so that the
+  // child works on them while kvcheck does something else.
+  void send() { flush(posted_.empty() ? std::string("request") : "posted requests"); }
 
   // Kills the child and throws a ChildFault naming `call` and `reason`.
   [[noreturn]] void fail(const std::string& call, const std::string& reason);

@@ -126,6 +126,10 @@ class Engine {
   // default returns false (nothing sent): the caller uses step() instead.
   virtual bool post_step(std::span<const BatchEntry> batch);
   virtual void collect_step(std::vector<float>& logits);
+  // Sends what post_step has queued now, so that the engine works on it
+  // while the caller does something else (kvcheck computes the oracle);
+  // collect_step would send it anyway. The default has nothing queued.
+  virtual void send_posted() {}
 
   // EOS: frees the sequence's row; compaction may move other rows.
   virtual void finish(SequenceId sequence) = 0;

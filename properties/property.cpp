@@ -404,7 +404,20 @@ bool same_logits(Verdict& verdict, const Context& context, int sequence,
 
 Verdict check_oracle(const Context& context) {
   Verdict verdict = start_verdict(Property::kOracle);
-  const RunResult run = run_scenario(context.scenario, context.weights, context.factory);
+  // The references are computed while an engine in another process works on
+  // the steps sent without waiting: the two overlap instead of taking turns.
+  std::vector<std::vector<std::shared_ptr<const SequenceReference>>> references;  // [s][segment]
+  const auto compute_references = [&] {
+    references.resize(context.scenario.sequences.size());
+    for (size_t s = 0; s < references.size(); ++s) {
+      if (context.plan.fed[s] == 0) continue;
+      for (const Segment& segment : context.plan.segments[s]) {
+        references[s].push_back(segment.fed.empty() ? nullptr : reference_for(context, segment));
+      }
+    }
+  };
+  const RunResult run =
+      run_scenario(context.scenario, context.weights, context.factory, {}, compute_references);
   if (run.engine_failed) return engine_refused(Property::kOracle, run, "the scenario");
   const Config& config = context.scenario.config;
   const size_t V = size_t(config.vocab);
@@ -431,9 +444,10 @@ Verdict check_oracle(const Context& context) {
     // Each token fed is checked against the oracle of what the sequence held
     // then: its segment's content (a fork child's starts with the parent's
     // prefix; a truncation opens a new segment). docs/OPERATIONS.md.
-    for (const Segment& segment : context.plan.segments[s]) {
+    for (size_t g = 0; g < context.plan.segments[s].size(); ++g) {
+      const Segment& segment = context.plan.segments[s][g];
       if (segment.fed.empty()) continue;
-      const std::shared_ptr<const SequenceReference> cached = reference_for(context, segment);
+      const std::shared_ptr<const SequenceReference>& cached = references[s][g];
       const oracle::Output& reference = cached->oracle;
       const ErrorBounds& bounds = cached->bounds;
       for (const auto& [k, position] : segment.fed) {

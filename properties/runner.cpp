@@ -354,15 +354,15 @@ RunResult ScenarioRunner::run(const CallHook& hook) {
   return result;
 }
 
-RunResult ScenarioRunner::run_and_take_logits(const CallHook& hook) {
-  RunResult result = run_calls(hook);
+RunResult ScenarioRunner::run_and_take_logits(const CallHook& hook, const Meanwhile& meanwhile) {
+  RunResult result = run_calls(hook, meanwhile);
   result.logits = std::move(logits_);
   result.reused = reused_;
   logits_.assign(result.logits.size(), {});
   return result;
 }
 
-RunResult ScenarioRunner::run_calls(const CallHook& hook) {
+RunResult ScenarioRunner::run_calls(const CallHook& hook, const Meanwhile& meanwhile) {
   // Reserving every sequence's logits up front keeps the step loop free of
   // reallocation.
   const SchedulePlan plan = plan_schedule(scenario_);
@@ -409,14 +409,24 @@ RunResult ScenarioRunner::run_calls(const CallHook& hook) {
       break;
     }
   }
+  if (!posted_.empty()) {
+    // A failure to send is the child's, and collect_posted reports it at the
+    // step it belongs to, as it would without this early send.
+    try {
+      engine_->send_posted();
+    } catch (const std::exception&) {
+    }
+  }
+  if (meanwhile) meanwhile();
   collect_posted(result);
   return result;
 }
 
 RunResult run_scenario(const Scenario& scenario, const Weights& weights,
-                       const EngineFactory& factory, const CallHook& hook) {
+                       const EngineFactory& factory, const CallHook& hook,
+                       const Meanwhile& meanwhile) {
   ScenarioRunner runner(scenario, scenario.config, weights, factory);
-  return runner.run_and_take_logits(hook);
+  return runner.run_and_take_logits(hook, meanwhile);
 }
 
 Scenario solo_scenario(const Scenario& base, std::span<const int32_t> tokens,

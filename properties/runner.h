@@ -67,6 +67,10 @@ SchedulePlan plan_schedule(const Scenario& scenario);
 // Called after every call that succeeded; returning false stops the run there.
 class ScenarioRunner;
 using CallHook = std::function<bool(int call_index, const ScenarioRunner& runner)>;
+// Work the caller does after the last call is sent and before the steps sent
+// without waiting are read back (Engine::post_step), while an engine in
+// another process computes them; it must not touch the engine.
+using Meanwhile = std::function<void()>;
 
 struct RunResult {
   std::vector<std::vector<float>> logits;  // [sequence][position][V] flattened per sequence
@@ -100,7 +104,7 @@ class ScenarioRunner {
   RunResult run(const CallHook& hook = {});
   // The same, but the result takes the logits over instead of copying them;
   // the runner keeps none (logits() is empty afterwards). Run once.
-  RunResult run_and_take_logits(const CallHook& hook = {});
+  RunResult run_and_take_logits(const CallHook& hook = {}, const Meanwhile& meanwhile = {});
 
   Engine& engine() { return *engine_; }
   const Engine& engine() const { return *engine_; }
@@ -124,7 +128,7 @@ class ScenarioRunner {
   void collect_posted(RunResult& result);
   // What a refused step must leave as it was: the pool and every length.
   std::string state_digest() const;
-  RunResult run_calls(const CallHook& hook);
+  RunResult run_calls(const CallHook& hook, const Meanwhile& meanwhile = {});
 
   const Scenario& scenario_;
   std::unique_ptr<Engine> engine_;
@@ -153,7 +157,8 @@ class ScenarioRunner {
 // Logits are filed per sequence in feed order (stream index), whatever
 // truncations did to its content.
 RunResult run_scenario(const Scenario& scenario, const Weights& weights,
-                       const EngineFactory& factory, const CallHook& hook = {});
+                       const EngineFactory& factory, const CallHook& hook = {},
+                       const Meanwhile& meanwhile = {});
 
 // A scenario that feeds `tokens` to one sequence in the given chunk lengths,
 // on the same model and engine options as `base`. `leading_dummies` sequences

@@ -4,8 +4,15 @@
 // the next engine must work again).
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
+#include <algorithm>
+#include <chrono>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include "backends/registry.h"
@@ -266,6 +273,46 @@ TEST(ExecServe, StepsSentAheadGiveTheWaitingRunsLogitsAndFailures) {
     EXPECT_NE(r.error_message.find("the child exited with code 3"), std::string::npos)
         << r.error_message;
   }
+}
+
+// The steps a run sends without waiting reach the child before the work its
+// caller does meanwhile (P1 computes the oracle then), so the two overlap
+// instead of taking turns; the logits are the same. A proxy logs each request
+// as it arrives.
+TEST(ExecServe, PostedStepsReachTheChildBeforeTheMeanwhileWork) {
+  const Scenario s = test::rich_scenario(Family::kGpt2, 2, 2, KvDtype::kF32);
+  const Weights weights = init_weights(s.config, s.weight_seed);
+  const size_t steps = size_t(std::count_if(
+      s.calls.begin(), s.calls.end(), [](const Call& c) { return c.kind == Call::Kind::kStep; }));
+  ASSERT_GT(steps, 2u);
+  const std::filesystem::path log =
+      std::filesystem::temp_directory_path() / ("kvcheck-posted-" + std::to_string(::getpid()));
+  std::filesystem::remove(log);
+  const EngineFactory factory = backend_registry()
+                                    .resolve(std::string("exec:python3 ") + KVCHECK_SOURCE_DIR +
+                                             "/tests/tools/faulty_proxy.py --fault none --log " +
+                                             log.string() + " -- " + KVCHECK_SERVE)
+                                    .under_test()
+                                    .factory;
+  const auto steps_logged = [&] {
+    std::ifstream in(log);
+    size_t n = 0;
+    for (std::string op; std::getline(in, op);) n += op == "step";
+    return n;
+  };
+  size_t seen = 0;
+  const RunResult run = run_scenario(s, weights, factory, {}, [&] {
+    // Delivery is asynchronous: give the proxy up to 20 s to log them all.
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while ((seen = steps_logged()) < steps && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  });
+  std::filesystem::remove(log);
+  EXPECT_EQ(seen, steps) << "steps the child had received when the meanwhile work ran";
+  ASSERT_FALSE(run.engine_failed) << run.error_message;
+  EXPECT_EQ(
+      run.logits,
+      run_scenario(s, weights, backend_registry().resolve("cpu").under_test().factory).logits);
 }
 
 // More steps posted than kvcheck leaves unread (64), whose logits (200 KiB)

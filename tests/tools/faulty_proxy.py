@@ -20,6 +20,9 @@ have sent without waiting.
 
 --once FILE: misbehave only if FILE does not exist yet (and create it), so that
 of all the children a campaign starts only the first fails.
+
+--log FILE: append each request's op to FILE, one per line, as it arrives
+(with --fault none, the proxy only relays and logs): when kvcheck sent what.
 """
 
 import argparse
@@ -76,9 +79,10 @@ def main():
                         choices=["exit", "signal", "hang", "garbage", "bad_json", "short_payload",
                                  "wrong_shape", "omit_reply", "refuse_start",
                                  "unsupported_fork", "drop_positions", "wrong_positions",
-                                 "refuse_step"])
+                                 "refuse_step", "none"])
     parser.add_argument("--at", type=int, default=1, help="misbehave on this step request")
     parser.add_argument("--once", help="misbehave only if this file does not exist; create it")
+    parser.add_argument("--log", help="append each request's op to this file")
     parser.add_argument("command", nargs=argparse.REMAINDER)
     args = parser.parse_args()
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
@@ -90,6 +94,9 @@ def main():
         request = read_frame(inp)
         now = False
         op = json.loads(request).get("op")
+        if args.log:
+            with open(args.log, "a") as log:
+                log.write("%s\n" % op)
         if op == "start" and args.fault == "refuse_start" and not refused:
             refused = True
             out.write(frame(b'{"error":{"kind":"rows","message":"faulty_proxy refuses"}}'))
@@ -111,7 +118,7 @@ def main():
                 out.write(frame(b'{"error":{"kind":"capacity","message":"faulty_proxy refuses"}}'))
                 out.flush()
                 continue
-            if now and args.fault not in ("wrong_shape", "omit_reply", "refuse_start",
+            if now and args.fault not in ("none", "wrong_shape", "omit_reply", "refuse_start",
                                           "unsupported_fork", "drop_positions",
                                           "wrong_positions"):
                 misbehave(args.fault, out)

@@ -419,6 +419,7 @@ Verdict check_oracle(const Context& context) {
   const RunResult run =
       run_scenario(context.scenario, context.weights, context.factory, {}, compute_references);
   if (run.engine_failed) return engine_refused(Property::kOracle, run, "the scenario");
+  if (references.empty()) compute_references();
   const Config& config = context.scenario.config;
   const size_t V = size_t(config.vocab);
 

@@ -417,7 +417,8 @@ RunResult ScenarioRunner::run_calls(const CallHook& hook, const Meanwhile& meanw
     } catch (const std::exception&) {
     }
   }
-  if (meanwhile) meanwhile();
+  // A run already failed (a call that waited) needs no meanwhile work.
+  if (meanwhile && !result.engine_failed) meanwhile();
   collect_posted(result);
   return result;
 }

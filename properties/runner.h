@@ -69,7 +69,8 @@ class ScenarioRunner;
 using CallHook = std::function<bool(int call_index, const ScenarioRunner& runner)>;
 // Work the caller does after the last call is sent and before the steps sent
 // without waiting are read back (Engine::post_step), while an engine in
-// another process computes them; it must not touch the engine.
+// another process computes them; it must not touch the engine. Skipped when
+// a call that waited has already failed.
 using Meanwhile = std::function<void()>;
 
 struct RunResult {

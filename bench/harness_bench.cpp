@@ -27,12 +27,17 @@
 #include <benchmark/benchmark.h>
 #include <unistd.h>
 
+#include <condition_variable>
 #include <cstdint>
 #include <cstdlib>
 #include <ctime>
+#include <filesystem>
 #include <fstream>
+#include <functional>
+#include <mutex>
 #include <sstream>
 #include <string>
+#include <thread>
 #include <vector>
 
 #include <rapidcheck.h>
@@ -134,6 +139,52 @@ EngineUnderTest oracle_path(int64_t path) {
   }
 }
 
+// One thread per path of a comparison, each run in turn, never two at once.
+// The weights and oracle references of a model are cached per thread
+// (properties/property.cpp), so on one thread the path that goes first would
+// compute them for the others; on its own thread each path computes what a
+// campaign on it computes for every case.
+class PathThreads {
+ public:
+  explicit PathThreads(size_t n) {
+    for (size_t k = 0; k < n; ++k) threads_.emplace_back([this, k] { serve(k); });
+  }
+  ~PathThreads() {
+    {
+      std::lock_guard lock(mutex_);
+      stopping_ = true;
+    }
+    wake_.notify_all();
+    for (std::thread& t : threads_) t.join();
+  }
+  // Runs work on path k's thread and returns when it is done.
+  void run(size_t k, const std::function<void()>& work) {
+    std::unique_lock lock(mutex_);
+    work_ = &work;
+    turn_ = k;
+    wake_.notify_all();
+    done_.wait(lock, [this] { return work_ == nullptr; });
+  }
+
+ private:
+  void serve(size_t k) {
+    std::unique_lock lock(mutex_);
+    for (;;) {
+      wake_.wait(lock, [&] { return stopping_ || (work_ != nullptr && turn_ == k); });
+      if (stopping_) return;
+      (*work_)();
+      work_ = nullptr;
+      done_.notify_all();
+    }
+  }
+  std::vector<std::thread> threads_;
+  std::mutex mutex_;
+  std::condition_variable wake_, done_;
+  const std::function<void()>* work_ = nullptr;
+  size_t turn_ = 0;
+  bool stopping_ = false;
+};
+
 // The three paths take turns on every scenario, each timed by this thread's
 // CPU clock, so load from other processes and drift during the run fall on
 // all three alike. Counters: cases/s per path and the ratios to direct.
@@ -142,14 +193,17 @@ void BM_OracleByPath(benchmark::State& state) {
   const EngineUnderTest paths[3] = {oracle_path(0), oracle_path(1), oracle_path(2)};
   double seconds[3] = {0, 0, 0};
   int64_t cases = 0, failed = 0;
+  PathThreads threads(3);
   for (auto _ : state) {
     for (const Scenario& s : set) {
       for (int k = 0; k < 3; ++k) {
         const int path = int((cases + k) % 3);  // rotate who goes first
-        const double begin = bench::thread_cpu_seconds();
-        const Verdict v = check_property(Property::kOracle, s, paths[path]);
-        seconds[path] += bench::thread_cpu_seconds() - begin;
-        failed += !v.passed;
+        threads.run(size_t(path), [&] {
+          const double begin = bench::thread_cpu_seconds();
+          const Verdict v = check_property(Property::kOracle, s, paths[path]);
+          seconds[path] += bench::thread_cpu_seconds() - begin;
+          failed += !v.passed;
+        });
       }
       ++cases;
     }
@@ -211,12 +265,17 @@ double wall_seconds() {
   return double(t.tv_sec) + 1e-9 * double(t.tv_nsec);
 }
 
-// CPU seconds of this process's children (exec engines), from /proc in clock
-// ticks: coarse per case, unbiased summed over many.
+// CPU seconds of this process's children (exec engines, started by whichever
+// thread resolved their backend), from /proc in clock ticks: coarse per case,
+// unbiased summed over many.
 double children_cpu_seconds() {
   double ticks = 0;
-  std::ifstream children("/proc/self/task/" + std::to_string(::gettid()) + "/children");
-  for (long pid; children >> pid;) {
+  std::vector<long> pids;
+  for (const auto& task : std::filesystem::directory_iterator("/proc/self/task")) {
+    std::ifstream children(task.path() / "children");
+    for (long pid; children >> pid;) pids.push_back(pid);
+  }
+  for (const long pid : pids) {
     std::ifstream stat("/proc/" + std::to_string(pid) + "/stat");
     std::string line;
     std::getline(stat, line);
@@ -254,18 +313,22 @@ void BM_OracleThroughExec(benchmark::State& state) {
   std::vector<double> seconds(paths.size(), 0.0), cpu(paths.size(), 0.0);
   std::vector<int64_t> failed(paths.size(), 0), applicable(paths.size(), 0);
   int64_t cases = 0;
+  PathThreads threads(paths.size());
   for (auto _ : state) {
     for (const Scenario& s : set) {
       for (size_t k = 0; k < paths.size(); ++k) {
         const size_t path = (size_t(cases) + k) % paths.size();  // rotate who goes first
-        const double child_begin = children_cpu_seconds(), cpu_begin = bench::thread_cpu_seconds();
-        const double begin = wall_seconds();
-        const Verdict v = check_property(Property::kOracle, s, paths[path].second);
-        seconds[path] += wall_seconds() - begin;
-        cpu[path] += bench::thread_cpu_seconds() - cpu_begin;
-        cpu[path] += children_cpu_seconds() - child_begin;
-        failed[path] += !v.passed;
-        applicable[path] += v.applicable;
+        threads.run(path, [&] {
+          const double child_begin = children_cpu_seconds();
+          const double cpu_begin = bench::thread_cpu_seconds();
+          const double begin = wall_seconds();
+          const Verdict v = check_property(Property::kOracle, s, paths[path].second);
+          seconds[path] += wall_seconds() - begin;
+          cpu[path] += bench::thread_cpu_seconds() - cpu_begin;
+          cpu[path] += children_cpu_seconds() - child_begin;
+          failed[path] += !v.passed;
+          applicable[path] += v.applicable;
+        });
       }
       ++cases;
     }

@@ -39,6 +39,9 @@ class Session {
   Session(std::string command, std::chrono::milliseconds timeout)
       : command_(std::move(command)), timeout_(timeout) {}
 
+  // Its child's model folders (their own lock: written outside the session's).
+  ModelFolders& folders() { return folders_; }
+
   // The traits of the first handshake; later children must repeat them.
   const json& handshake() {
     std::lock_guard lock(mutex_);
@@ -48,7 +51,7 @@ class Session {
 
   // Loads the model if needed and creates an engine: {generation, engine id}.
   // In protocol 2 kvcheck names the ids, so neither waits for its reply.
-  std::pair<int, int64_t> create(const std::string& folder, const EngineOptions& options) {
+  std::pair<int, int64_t> create(const ModelFolder& folder, const EngineOptions& options) {
     std::lock_guard lock(mutex_);
     ensure_child();
     Loaded& model = acquire(folder);
@@ -125,12 +128,12 @@ class Session {
     return reply;
   }
 
-  void destroy(int generation, int64_t engine, const std::string& folder) {
+  void destroy(int generation, int64_t engine, const std::string& model_key) {
     std::lock_guard lock(mutex_);
     if (generation == generation_ && child_) child_->forget(engine);
     if (generation != generation_ || !child_ || !child_->alive()) return;
     guarded([&] { child_->post({{"op", "destroy"}, {"engine", engine}}, false); });
-    if (auto it = models_.find(folder); it != models_.end()) --it->second.users;
+    if (auto it = models_.find(model_key); it != models_.end()) --it->second.users;
   }
 
   // One call of a live engine; error replies become the engine's exceptions.
@@ -219,8 +222,8 @@ class Session {
       guarded([&]() -> int { child_->fail("hello", "the restarted child declared other traits"); });
   }
 
-  Loaded& acquire(const std::string& folder) {
-    if (auto it = models_.find(folder); it != models_.end()) return it->second;
+  Loaded& acquire(const ModelFolder& folder) {
+    if (auto it = models_.find(folder.key); it != models_.end()) return it->second;
     for (auto it = models_.begin(); it != models_.end();) {
       if (it->second.users > 0) {
         ++it;
@@ -231,13 +234,13 @@ class Session {
     }
     if (version_ >= 2) {
       const int64_t id = ++next_id_;
-      guarded([&] { child_->post({{"op", "load"}, {"path", folder}, {"model", id}}, true); });
-      Loaded& model = models_[folder];
+      guarded([&] { child_->post({{"op", "load"}, {"path", folder.path}, {"model", id}}, true); });
+      Loaded& model = models_[folder.key];
       model.id = id;
       return model;
     }
-    const json reply = call_ok({{"op", "load"}, {"path", folder}});
-    Loaded& model = models_[folder];
+    const json reply = call_ok({{"op", "load"}, {"path", folder.path}});
+    Loaded& model = models_[folder.key];
     model.id = integer(reply, "model", "load");
     return model;
   }
@@ -258,6 +261,7 @@ class Session {
   }
 
   std::mutex mutex_;
+  ModelFolders folders_;
   int version_ = 1;
   int64_t next_id_ = 0;  // the last id kvcheck named (protocol 2), this generation
   std::string command_;
@@ -265,7 +269,7 @@ class Session {
   std::unique_ptr<ChildProcess> child_;
   int generation_ = 0;
   json traits_;                           // from the first handshake
-  std::map<std::string, Loaded> models_;  // folder -> loaded model, this generation
+  std::map<std::string, Loaded> models_;  // ModelFolder::key -> loaded model, this generation
   std::string last_fault_ = "it was restarted";
 };
 
@@ -274,12 +278,13 @@ class ExecEngine final : public Engine {
   ExecEngine(std::shared_ptr<Session> session, const Config& config, const Weights& weights,
              const EngineOptions& options, std::string name)
       : session_(std::move(session)), config_(config), options_(options), name_(std::move(name)) {
-    folder_ = exec_model_folder(config_, weights);
-    std::tie(generation_, id_) = session_->create(folder_, options_);
+    const ModelFolder folder = session_->folders().folder(config_, weights);
+    model_key_ = folder.key;
+    std::tie(generation_, id_) = session_->create(folder, options_);
   }
   ~ExecEngine() override {
     try {
-      session_->destroy(generation_, id_, folder_);
+      session_->destroy(generation_, id_, model_key_);
     } catch (...) {
       // The child failed on destroy: the next call or create reports it.
     }
@@ -485,7 +490,7 @@ class ExecEngine final : public Engine {
   Config config_;
   EngineOptions options_;
   std::string name_;
-  std::string folder_;
+  std::string model_key_;  // ModelFolder::key of its model
   int generation_ = 0;
   int64_t id_ = 0;
   std::set<SequenceId> live_;         // sequences started and not finished (protocol 2)

@@ -394,8 +394,8 @@ class AdapterCheck {
                           (config.n_kv_heads < config.n_heads ? " gqa" : "");
     const Weights weights = init_weights(config, kWeightSeed);
     const OperationTraits& ops = traits.operations;
-    const auto model =
-        make(m + ": load", {{"op", "load"}, {"path", exec_model_folder(config, weights)}}, "model");
+    const auto model = make(
+        m + ": load", {{"op", "load"}, {"path", folders_.folder(config, weights).path}}, "model");
     if (!model) return;
     ok(m + ": load");
     const auto engine = create(m + ": create", *model);
@@ -620,6 +620,7 @@ class AdapterCheck {
   void op_unknown() { expect_refusal("an unknown op", {{"op", "kvcheck-no-such-op"}}, "input"); }
 
   ChildProcess child_;
+  ModelFolders folders_;
   int checks_ = 0, violations_ = 0, bugs_ = 0;
   int version_ = 1;      // agreed in hello
   int64_t next_id_ = 0;  // the last id named (protocol 2)

@@ -1,7 +1,9 @@
 // safetensors_fuzz: the weights loader never crashes or reads out of bounds
-// (ASan watches every read of the input), and every file it accepts
-// round-trips: saving what was loaded and loading that again gives the same
-// config and the same weight bits, also through the config-checked overload.
+// (ASan watches every read of the input), its two header readers (streaming,
+// and the DOM one it falls back to) agree on every input, and every file it
+// accepts round-trips: saving what was loaded and loading that again gives
+// the same config and the same weight bits, also through the config-checked
+// overload.
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -37,11 +39,34 @@ void require_same_bits(const Config& config, const Weights& a, const Weights& b,
   }
 }
 
+// Where the streaming reader accepts a header it must give what the DOM
+// reader gives; where it gives up, the DOM reader's verdict is returned.
+void require_same_header(std::span<const uint8_t> input) {
+  const Result<SafetensorsHeader> fast = parse_safetensors_header(input);
+  const Result<SafetensorsHeader> dom = parse_safetensors_header_dom(input);
+  if (fast.ok() != dom.ok() || (!fast.ok() && fast.error() != dom.error()))
+    fail("the header readers disagree: " + (fast.ok() ? "accepted" : fast.error()) + " / " +
+         (dom.ok() ? "accepted" : dom.error()));
+  if (!fast.ok()) return;
+  const SafetensorsHeader &a = fast.value(), &b = dom.value();
+  if (a.metadata != b.metadata) fail("the header readers disagree on __metadata__");
+  if (a.data.data() != b.data.data() || a.data.size() != b.data.size())
+    fail("the header readers disagree on the data section");
+  if (a.tensors.size() != b.tensors.size()) fail("the header readers disagree on the tensors");
+  for (auto x = a.tensors.begin(), y = b.tensors.begin(); x != a.tensors.end(); ++x, ++y) {
+    const SafetensorsTensor &s = x->second, &t = y->second;
+    if (x->first != y->first || s.dtype != t.dtype || s.shape != t.shape || s.begin != t.begin ||
+        s.end != t.end || s.bytes.data() != t.bytes.data() || s.bytes.size() != t.bytes.size())
+      fail("the header readers disagree on tensor " + x->first);
+  }
+}
+
 }  // namespace
 
 void initialize() {}
 
 Outcome run_one(std::span<const uint8_t> input) {
+  require_same_header(input);
   const Result<ModelFile> loaded = load_safetensors(input);
   if (!loaded.ok()) {
     if (loaded.error().empty()) fail("a rejected file must say why");

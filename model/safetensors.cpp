@@ -12,6 +12,7 @@
 #include <set>
 #include <stdexcept>
 #include <string_view>
+#include <utility>
 
 #include <nlohmann/json.hpp>
 
@@ -172,74 +173,97 @@ std::optional<uint64_t> as_u64(const json& value) {
   return value.get<uint64_t>();
 }
 
+// The checks of one entry once its fields have their JSON types, shared by
+// both header readers: the bytes of a known dtype's shape fit in 64 bits, and
+// the offsets lie inside the data and hold exactly those bytes. Messages are
+// built only on failure: a loader for an exec engine parses a header per
+// case, and quoting every shape up front was a tenth of that.
+std::string who(const std::string& name) {
+  return "tensor " + quote(name) + ": ";
+}
+
+Result<uint64_t> shape_bytes(const std::string& name, const DtypeInfo& info,
+                             const std::vector<uint64_t>& shape) {
+  uint64_t elements = 1;
+  bool overflow = false;
+  for (const uint64_t d : shape) {
+    if (d != 0 && elements > std::numeric_limits<uint64_t>::max() / d) overflow = true;
+    elements *= d;  // unsigned wraparound is defined; `overflow` says whether it happened
+  }
+  if (overflow || elements > std::numeric_limits<uint64_t>::max() / info.bytes) {
+    return Result<uint64_t>::failure(who(name) + "shape " + shape_text(shape) +
+                                     " has too many elements");
+  }
+  return elements * info.bytes;
+}
+
+std::string check_offsets(const std::string& name, const DtypeInfo& info,
+                          const std::vector<uint64_t>& shape, uint64_t needed, uint64_t begin,
+                          uint64_t end, uint64_t data_bytes) {
+  const auto offsets_text = [&] {
+    return "[" + std::to_string(begin) + ", " + std::to_string(end) + "]";
+  };
+  if (begin > end) return who(name) + "data_offsets " + offsets_text() + " are reversed";
+  if (end > data_bytes) {
+    return who(name) + "data_offsets " + offsets_text() + " run past the end of the data (" +
+           std::to_string(data_bytes) + " bytes); is the file truncated?";
+  }
+  if (end - begin != needed) {
+    return who(name) + "data_offsets " + offsets_text() + " hold " + std::to_string(end - begin) +
+           " bytes, but shape " + shape_text(shape) + " of " + std::string(info.name) + " needs " +
+           std::to_string(needed);
+  }
+  return {};
+}
+
 Result<FileTensor> parse_entry(const std::string& name, const json& entry, uint64_t data_bytes) {
   using R = Result<FileTensor>;
-  const std::string who = "tensor " + quote(name) + ": ";
   if (!entry.is_object())
-    return R::failure(who + "expected an object, got " + json_for_message(entry));
+    return R::failure(who(name) + "expected an object, got " + json_for_message(entry));
   for (const auto& [key, value] : entry.items()) {
     if (key != "dtype" && key != "shape" && key != "data_offsets") {
-      return R::failure(who + "unexpected field " + quote(key));
+      return R::failure(who(name) + "unexpected field " + quote(key));
     }
   }
   for (const char* field : {"dtype", "shape", "data_offsets"}) {
-    if (!entry.contains(field)) return R::failure(who + "missing field " + quote(field));
+    if (!entry.contains(field)) return R::failure(who(name) + "missing field " + quote(field));
   }
   FileTensor tensor;
 
   const json& dtype = entry.at("dtype");
   if (!dtype.is_string())
-    return R::failure(who + "dtype: expected a string, got " + json_for_message(dtype));
+    return R::failure(who(name) + "dtype: expected a string, got " + json_for_message(dtype));
   const DtypeInfo* info = dtype_info(dtype.get<std::string>());
   if (!info) return R::failure(unsupported_dtype(name, dtype.get<std::string>()));
   tensor.dtype = std::string(info->name);
 
   const json& shape = entry.at("shape");
-  // Messages are built only on failure: a loader for an exec engine parses a
-  // header per case, and quoting every shape up front was a tenth of that.
   const auto shape_error = [&] {
-    return R::failure(who + "shape: expected a list of non-negative integers, got " +
+    return R::failure(who(name) + "shape: expected a list of non-negative integers, got " +
                       json_for_message(shape));
   };
   if (!shape.is_array()) return shape_error();
-  uint64_t elements = 1;
-  bool overflow = false;
   for (const json& dim : shape) {
     const std::optional<uint64_t> d = as_u64(dim);
     if (!d) return shape_error();
     tensor.shape.push_back(*d);
-    if (*d != 0 && elements > std::numeric_limits<uint64_t>::max() / *d) overflow = true;
-    elements *= *d;  // unsigned wraparound is defined; `overflow` says whether it happened
   }
-  if (overflow || elements > std::numeric_limits<uint64_t>::max() / info->bytes) {
-    return R::failure(who + "shape " + shape_text(tensor.shape) + " has too many elements");
-  }
-  const uint64_t needed = elements * info->bytes;
+  const Result<uint64_t> needed = shape_bytes(name, *info, tensor.shape);
+  if (!needed.ok()) return R::failure(needed.error());
 
   const json& offsets = entry.at("data_offsets");
   if (!offsets.is_array() || offsets.size() != 2 || !offsets[0].is_number_unsigned() ||
       !offsets[1].is_number_unsigned()) {
-    return R::failure(who + "data_offsets: expected [begin, end] as non-negative integers, got " +
+    return R::failure(who(name) +
+                      "data_offsets: expected [begin, end] as non-negative integers, got " +
                       json_for_message(offsets));
   }
-  const uint64_t begin = offsets[0].get<uint64_t>();
-  const uint64_t end = offsets[1].get<uint64_t>();
-  const auto offsets_text = [&] {
-    return "[" + std::to_string(begin) + ", " + std::to_string(end) + "]";
-  };
-  if (begin > end) return R::failure(who + "data_offsets " + offsets_text() + " are reversed");
-  if (end > data_bytes) {
-    return R::failure(who + "data_offsets " + offsets_text() + " run past the end of the data (" +
-                      std::to_string(data_bytes) + " bytes); is the file truncated?");
-  }
-  if (end - begin != needed) {
-    return R::failure(who + "data_offsets " + offsets_text() + " hold " +
-                      std::to_string(end - begin) + " bytes, but shape " +
-                      shape_text(tensor.shape) + " of " + std::string(info->name) + " needs " +
-                      std::to_string(needed));
-  }
-  tensor.begin = begin;
-  tensor.end = end;
+  tensor.begin = offsets[0].get<uint64_t>();
+  tensor.end = offsets[1].get<uint64_t>();
+  if (std::string error = check_offsets(name, *info, tensor.shape, needed.value(), tensor.begin,
+                                        tensor.end, data_bytes);
+      !error.empty())
+    return R::failure(error);
   return tensor;
 }
 
@@ -272,7 +296,9 @@ std::string check_tiling(const std::map<std::string, FileTensor>& tensors, uint6
   return {};
 }
 
-Result<FileHeader> parse_header(std::span<const uint8_t> bytes) {
+// The whole header through the JSON library's DOM: every check, with its
+// message. parse_header takes the streaming reader below first.
+Result<FileHeader> parse_header_dom(std::span<const uint8_t> bytes) {
   using R = Result<FileHeader>;
   if (bytes.size() < 8) {
     return R::failure("file is " + std::to_string(bytes.size()) +
@@ -330,6 +356,120 @@ Result<FileHeader> parse_header(std::span<const uint8_t> bytes) {
     return R::failure(error);
   }
   return parsed;
+}
+
+// The header read as a stream of JSON events into the result directly, with
+// no DOM: a loader for an exec engine parses a header per case, and the DOM's
+// nodes were a third of a small model's load. It accepts only a header the
+// DOM reader accepts, and gives up (nullopt) at anything else, whatever it
+// is: a wrong type, a duplicate key, a failed check, invalid JSON. The DOM
+// reader then decides and names the problem, so every message comes from
+// one place. safetensors_fuzz holds the two readers equal.
+class StreamingHeaderReader : public nlohmann::json_sax<json> {
+ public:
+  explicit StreamingHeaderReader(FileHeader& out) : out_(out) {}
+
+  bool start_object(std::size_t) override {
+    if (depth_ > 1) return false;
+    return ++depth_, true;
+  }
+  bool key(string_t& key) override {
+    if (depth_ == 1) {
+      name_ = key;
+      in_metadata_ = key == kMetadataKey;
+      if (in_metadata_) return !std::exchange(metadata_seen_, true);
+      fields_ = 0;
+      shape_.clear();
+      return !out_.tensors.contains(name_);
+    }
+    if (depth_ != 2) return false;
+    field_ = key;
+    if (in_metadata_) return !out_.metadata.contains(field_);
+    const int bit = key == "dtype" ? 1 : key == "shape" ? 2 : key == "data_offsets" ? 4 : 0;
+    if (bit == 0 || (fields_ & bit) != 0) return false;
+    fields_ |= bit;
+    return true;
+  }
+  bool string(string_t& value) override {
+    if (depth_ != 2) return false;
+    if (in_metadata_) return out_.metadata.emplace(field_, value), true;
+    if (field_ != "dtype") return false;
+    dtype_ = value;
+    return true;
+  }
+  bool start_array(std::size_t) override {
+    if (depth_ != 2 || in_metadata_ || field_ == "dtype") return false;
+    offsets_.clear();
+    return ++depth_, true;
+  }
+  bool number_unsigned(number_unsigned_t value) override {
+    if (depth_ != 3) return false;
+    if (field_ == "shape") return shape_.push_back(value), true;
+    offsets_.push_back(value);
+    return offsets_.size() <= 2;
+  }
+  bool end_array() override {
+    if (field_ == "data_offsets" && offsets_.size() != 2) return false;
+    return --depth_, true;
+  }
+  bool end_object() override {
+    if (depth_ == 2 && !in_metadata_ && !add_tensor()) return false;
+    return --depth_, true;
+  }
+  bool null() override { return false; }
+  bool boolean(bool) override { return false; }
+  bool number_integer(number_integer_t) override { return false; }
+  bool number_float(number_float_t, const string_t&) override { return false; }
+  bool binary(binary_t&) override { return false; }
+  bool parse_error(std::size_t, const std::string&, const nlohmann::detail::exception&) override {
+    return false;
+  }
+
+ private:
+  bool add_tensor() {
+    const DtypeInfo* info = fields_ == 7 ? dtype_info(dtype_) : nullptr;
+    if (!info) return false;
+    const Result<uint64_t> needed = shape_bytes(name_, *info, shape_);
+    if (!needed.ok() || !check_offsets(name_, *info, shape_, needed.value(), offsets_[0],
+                                       offsets_[1], out_.data.size())
+                             .empty())
+      return false;
+    FileTensor& tensor = out_.tensors[name_];
+    tensor.dtype = std::string(info->name);
+    tensor.shape = shape_;
+    tensor.begin = offsets_[0];
+    tensor.end = offsets_[1];
+    tensor.bytes = out_.data.subspan(tensor.begin, tensor.end - tensor.begin);
+    return true;
+  }
+
+  FileHeader& out_;
+  int depth_ = 0;     // 1 in the header object, 2 in an entry, 3 in one of its lists
+  std::string name_;  // the entry's key
+  bool in_metadata_ = false, metadata_seen_ = false;
+  std::string field_;  // the key inside the entry
+  int fields_ = 0;     // bits: dtype 1, shape 2, data_offsets 4
+  std::string dtype_;
+  std::vector<uint64_t> shape_, offsets_;
+};
+
+std::optional<FileHeader> read_header_streaming(std::span<const uint8_t> bytes) {
+  if (bytes.size() < 8) return std::nullopt;
+  uint64_t header_bytes = 0;
+  for (int k = 7; k >= 0; --k) header_bytes = header_bytes << 8 | bytes[static_cast<size_t>(k)];
+  if (header_bytes > kMaxHeaderBytes || header_bytes > bytes.size() - 8) return std::nullopt;
+  const std::span<const uint8_t> text = bytes.subspan(8, header_bytes);
+  FileHeader header;
+  header.data = bytes.subspan(8 + header_bytes);
+  StreamingHeaderReader reader(header);
+  if (!json::sax_parse(text.begin(), text.end(), &reader)) return std::nullopt;
+  if (!check_tiling(header.tensors, header.data.size()).empty()) return std::nullopt;
+  return header;
+}
+
+Result<FileHeader> parse_header(std::span<const uint8_t> bytes) {
+  if (std::optional<FileHeader> header = read_header_streaming(bytes)) return *std::move(header);
+  return parse_header_dom(bytes);
 }
 
 Result<Config> config_from_metadata(const FileHeader& header) {
@@ -411,6 +551,10 @@ Result<SafetensorsHeader> parse_safetensors_header(std::span<const uint8_t> byte
   return parse_header(bytes);
 }
 
+Result<SafetensorsHeader> parse_safetensors_header_dom(std::span<const uint8_t> bytes) {
+  return parse_header_dom(bytes);
+}
+
 std::string decode_tensor(const std::string& name, const SafetensorsTensor& tensor,
                           std::span<float> out) {
   const DtypeInfo* info = dtype_info(tensor.dtype);
@@ -464,6 +608,40 @@ Result<Weights> load_safetensors(std::span<const uint8_t> bytes, const Config& e
   return weights_from_hf_tensors(header.value().tensors, config.value());
 }
 
+namespace {
+
+// The header as the JSON library writes a DOM (keys sorted, no spaces; a test
+// holds the two equal), written directly: building and dumping the DOM was
+// a third of saving a small model, and an exec engine gets one per case.
+// The data lies in layout order, the entries are listed by name.
+std::string header_json(const Config& config, const std::vector<LayoutTensor>& layout) {
+  std::vector<uint64_t> offsets(layout.size() + 1, 0);  // [tensor + 1] data begins
+  for (size_t t = 0; t < layout.size(); ++t)
+    offsets[t + 1] = offsets[t] + static_cast<uint64_t>(layout[t].elements()) * 4;
+  std::vector<std::pair<std::string_view, size_t>> by_name;  // [entries] key, layout index
+  by_name.emplace_back(kMetadataKey, layout.size());
+  for (size_t t = 0; t < layout.size(); ++t) by_name.emplace_back(layout[t].name, t);
+  std::sort(by_name.begin(), by_name.end());
+  std::string text = "{";
+  for (const auto& [name, t] : by_name) {
+    if (text.size() > 1) text += ',';
+    text += json(name).dump() + ":";
+    if (t == layout.size()) {
+      text += "{\"format\":\"pt\",\"" + std::string(kConfigKey) +
+              "\":" + json(config_to_json(config).dump()).dump() + "}";
+      continue;
+    }
+    text += "{\"data_offsets\":[" + std::to_string(offsets[t]) + "," +
+            std::to_string(offsets[t + 1]) + "],\"dtype\":\"F32\",\"shape\":[";
+    for (size_t d = 0; d < layout[t].shape.size(); ++d)
+      text += (d ? "," : "") + std::to_string(layout[t].shape[d]);
+    text += "]}";
+  }
+  return text + "}";
+}
+
+}  // namespace
+
 std::vector<uint8_t> save_safetensors(const Config& config, const Weights& weights) {
   if (std::string error = config.validate(); !error.empty()) {
     throw InputError("save_safetensors: config: " + error);
@@ -476,26 +654,15 @@ std::vector<uint8_t> save_safetensors(const Config& config, const Weights& weigh
       file_layout(FileFormat::kHuggingFace, config, canonical);
   if (!layout.ok()) throw std::logic_error(layout.error());
 
-  json header = json::object();
-  header[std::string(kMetadataKey)] = {{"format", "pt"},
-                                       {std::string(kConfigKey), config_to_json(config).dump()}};
-  uint64_t offset = 0;
-  for (const LayoutTensor& hf : layout.value()) {
-    const uint64_t bytes = static_cast<uint64_t>(hf.elements()) * 4;
-    json entry = json::object();
-    entry["dtype"] = "F32";
-    entry["shape"] = hf.shape;
-    entry["data_offsets"] = json::array({offset, offset + bytes});
-    header[hf.name] = std::move(entry);
-    offset += bytes;
-  }
-  std::string header_text = header.dump();
+  std::string header_text = header_json(config, layout.value());
   // Spaces (valid JSON whitespace) pad the header so the data section starts
   // 8-byte aligned, as the reference writer does, for readers that map it.
   header_text.append((8 - header_text.size() % 8) % 8, ' ');
 
   std::vector<uint8_t> out;  // [8 + header + data] the whole file
-  out.reserve(8 + header_text.size() + offset);
+  uint64_t data_bytes = 0;
+  for (const LayoutTensor& hf : layout.value()) data_bytes += uint64_t(hf.elements()) * 4;
+  out.reserve(8 + header_text.size() + data_bytes);
   const uint64_t header_bytes = header_text.size();
   append_le(out, header_bytes, 8);
   out.insert(out.end(), header_text.begin(), header_text.end());

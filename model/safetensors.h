@@ -40,6 +40,11 @@ struct SafetensorsHeader {
 // `bytes`, which must outlive the result.
 Result<SafetensorsHeader> parse_safetensors_header(std::span<const uint8_t> bytes);
 
+// The same through the JSON library's DOM alone: the reader that decides
+// whenever the streaming one gives up, and that names every problem.
+// Exposed so that safetensors_fuzz can hold the two equal.
+Result<SafetensorsHeader> parse_safetensors_header_dom(std::span<const uint8_t> bytes);
+
 // Widens one F32, F16 or BF16 tensor into out [elements]; otherwise a message
 // naming the tensor and its dtype.
 std::string decode_tensor(const std::string& name, const SafetensorsTensor& tensor,

@@ -232,6 +232,20 @@ TEST(Safetensors, FileFramingFollowsTheFormat) {
   EXPECT_EQ(header["model.embed_tokens.weight"]["dtype"], "F32");
 }
 
+// The header is written without the JSON library's DOM; it must still be
+// exactly what the library writes (its compact form, keys sorted): the
+// library's dump of the parsed header gives back the same text.
+TEST(Safetensors, HeaderIsTheJsonLibrarysCompactSortedForm) {
+  for (const Config& config : {small_llama(), small_gpt2()}) {
+    const std::vector<uint8_t> file = save_safetensors(config, init_weights(config, 1));
+    uint64_t n = 0;
+    for (int k = 7; k >= 0; --k) n = n << 8 | file[static_cast<size_t>(k)];
+    std::string text(file.begin() + 8, file.begin() + 8 + std::ptrdiff_t(n));
+    text.erase(text.find_last_not_of(' ') + 1);  // the alignment padding
+    EXPECT_EQ(json::parse(text).dump(), text) << family_name(config.family);
+  }
+}
+
 TEST(Safetensors, ExpectedConfigMustMatch) {
   const Config config = small_llama();
   const std::vector<uint8_t> file = save_safetensors(config, init_weights(config, 1));

@@ -97,13 +97,14 @@ class Session {
     guarded([&] { child_->post(request, /*refusal_matters=*/true); });
   }
 
-  // A step sent without waiting (protocol 2); take_step returns its reply.
-  void post_step(int generation, int64_t engine, const json& request,
+  // A request sent without waiting whose reply is kept (protocol 2): a step,
+  // or a query of ExecEngine::observe; take_kept returns its reply.
+  void post_kept(int generation, int64_t engine, const json& request,
                  const wire::ReplyLimits& limits) {
     std::lock_guard lock(mutex_);
     if (generation != generation_ || !child_ || !child_->alive()) {
-      throw std::runtime_error("exec " + command_ +
-                               ": step: the child that served this engine is gone: " + last_fault_);
+      throw std::runtime_error("exec " + command_ + ": " + request.value("op", "") +
+                               ": the child that served this engine is gone: " + last_fault_);
     }
     guarded([&] { child_->post_keeping(request, engine, limits); });
   }
@@ -115,17 +116,20 @@ class Session {
     guarded([&] { child_->send(); });
   }
 
-  // The oldest posted step's reply; error replies become the engine's
-  // exceptions. Replies read before the child died are still returned.
-  Reply take_step(int generation, int64_t engine) {
+  // The oldest kept reply of the engine, error replies included (throw_if_error
+  // turns them into the engine's exceptions). Replies read before the child
+  // died are still returned.
+  Reply take_kept(int generation, int64_t engine, const std::string& op) {
     std::lock_guard lock(mutex_);
     if (generation != generation_ || !child_) {
-      throw std::runtime_error("exec " + command_ +
-                               ": step: the child that served this engine is gone: " + last_fault_);
+      throw std::runtime_error("exec " + command_ + ": " + op +
+                               ": the child that served this engine is gone: " + last_fault_);
     }
-    Reply reply = guarded([&] { return child_->take_kept(engine); });
-    if (reply.error) throw_error("step", *reply.error);
-    return reply;
+    return guarded([&] { return child_->take_kept(engine); });
+  }
+
+  static void throw_if_error(const std::string& op, const Reply& reply) {
+    if (reply.error) throw_error(op, *reply.error);
   }
 
   void destroy(int generation, int64_t engine, const std::string& model_key) {
@@ -322,7 +326,7 @@ class ExecEngine final : public Engine {
     if (session_->version() < 2) return false;
     size_t bytes = 0;
     const json request = step_request(batch, bytes);
-    session_->post_step(generation_, id_, request, {1, bytes});
+    session_->post_kept(generation_, id_, request, {1, bytes});
     posted_.push_back({std::vector<BatchEntry>(batch.begin(), batch.end()), bytes});
     return true;
   }
@@ -335,7 +339,9 @@ class ExecEngine final : public Engine {
     if (posted_.empty()) throw std::logic_error("collect_step: no step was posted");
     const PostedStep step = std::move(posted_.front());
     posted_.pop_front();
-    take_logits(session_->take_step(generation_, id_), step.batch, step.bytes, logits);
+    Reply reply = session_->take_kept(generation_, id_, "step");
+    Session::throw_if_error("step", reply);
+    take_logits(reply, step.batch, step.bytes, logits);
   }
   int reused(SequenceId sequence) const override {
     const auto it = reused_.find(sequence);
@@ -395,12 +401,33 @@ class ExecEngine final : public Engine {
   }
 
   int length(SequenceId sequence) const override {
-    const Reply reply = call({{"op", "length"}, {"engine", id_}, {"sequence", sequence}});
-    const int64_t n = session_->field(reply.control, "length", "length");
-    if (n < 0 || n > options_.capacity)
-      session_->malformed("length", "length " + std::to_string(n) + " outside [0, capacity " +
-                                        std::to_string(options_.capacity) + "]");
-    return int(n);
+    return checked_length(call({{"op", "length"}, {"engine", id_}, {"sequence", sequence}}));
+  }
+
+  // Protocol 2: the pool and every length go out in one write, and their
+  // replies are read together: one round trip instead of one per query.
+  // Every reply is taken before any error is raised, so none is left behind.
+  Observed observe(std::span<const SequenceId> sequences) const override {
+    if (session_->version() < 2 || !posted_.empty()) return Engine::observe(sequences);
+    session_->post_kept(generation_, id_, {{"op", "pool"}, {"engine", id_}}, {});
+    for (const SequenceId id : sequences)
+      session_->post_kept(generation_, id_, {{"op", "length"}, {"engine", id_}, {"sequence", id}},
+                          {});
+    const Reply pool = session_->take_kept(generation_, id_, "pool");
+    std::vector<Reply> lengths;  // [sequences]
+    for (size_t k = 0; k < sequences.size(); ++k)
+      lengths.push_back(session_->take_kept(generation_, id_, "length"));
+    Observed out;
+    try {
+      Session::throw_if_error("pool", pool);
+      out.pool = checked_pool(pool);
+    } catch (const EngineError&) {
+    }
+    for (const Reply& reply : lengths) {
+      Session::throw_if_error("length", reply);
+      out.lengths.push_back(checked_length(reply));
+    }
+    return out;
   }
 
   CacheSnapshot cache(SequenceId sequence, int layer) const override {
@@ -429,13 +456,7 @@ class ExecEngine final : public Engine {
     return snap;
   }
 
-  PoolReport pool() const override {
-    const Reply reply = call({{"op", "pool"}, {"engine", id_}});
-    PoolReport report;
-    if (const std::string why = wire::parse_pool_reply(reply.control, report); !why.empty())
-      session_->malformed("pool", why);
-    return report;
-  }
+  PoolReport pool() const override { return checked_pool(call({{"op", "pool"}, {"engine", id_}})); }
 
   std::string unheld_storage_check() const override {
     const Reply reply = call({{"op", "storage_check"}, {"engine", id_}});
@@ -450,6 +471,21 @@ class ExecEngine final : public Engine {
  private:
   Reply call(const json& request, size_t max_payloads = 0, size_t max_bytes = 0) const {
     return session_->call(generation_, request, max_payloads, max_bytes);
+  }
+
+  int checked_length(const Reply& reply) const {
+    const int64_t n = session_->field(reply.control, "length", "length");
+    if (n < 0 || n > options_.capacity)
+      session_->malformed("length", "length " + std::to_string(n) + " outside [0, capacity " +
+                                        std::to_string(options_.capacity) + "]");
+    return int(n);
+  }
+
+  PoolReport checked_pool(const Reply& reply) const {
+    PoolReport report;
+    if (const std::string why = wire::parse_pool_reply(reply.control, report); !why.empty())
+      session_->malformed("pool", why);
+    return report;
   }
 
   // The request of a step, and in `bytes` the size of the logits it owes.

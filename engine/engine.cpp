@@ -81,6 +81,16 @@ std::string Engine::unheld_storage_check() const {
                         " (traits.operations.storage_check is false)");
 }
 
+Engine::Observed Engine::observe(std::span<const SequenceId> sequences) const {
+  Observed out;
+  try {
+    out.pool = pool();
+  } catch (const EngineError&) {
+  }
+  for (const SequenceId id : sequences) out.lengths.push_back(length(id));
+  return out;
+}
+
 bool Engine::post_step(std::span<const BatchEntry>) {
   return false;
 }

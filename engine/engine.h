@@ -177,6 +177,18 @@ class Engine {
   virtual void flush_prefix_cache();
 
   virtual int length(SequenceId sequence) const = 0;
+
+  // What a step refused for capacity must leave as it was (the runner reads
+  // it before and after such a step, docs/OPERATIONS.md "Small pools"): the
+  // pool report, nullopt where pool() throws EngineError, and the length of
+  // each of `sequences`. One call, so that an engine in another process
+  // answers it in one round trip; the default asks pool() and length().
+  struct Observed {
+    std::optional<PoolReport> pool;
+    std::vector<int> lengths;  // [sequences]
+  };
+  virtual Observed observe(std::span<const SequenceId> sequences) const;
+
   virtual CacheSnapshot cache(SequenceId sequence, int layer) const = 0;
   virtual MemoryReport memory() const = 0;
 

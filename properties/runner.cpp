@@ -271,22 +271,25 @@ void ScenarioRunner::execute(const Call& call, int call_index) {
 }
 
 std::string ScenarioRunner::state_digest() const {
+  std::vector<SequenceId> running;  // [running sequences] engine ids, scenario order
+  for (size_t s = 0; s < ids_.size(); ++s)
+    if (running_[s]) running.push_back(ids_[s]);
+  const Engine::Observed observed = engine_->observe(running);
   std::string out;
-  try {
-    const PoolReport r = engine_->pool();
-    out += "free " + std::to_string(r.free) + " used " + std::to_string(r.used) + " cached " +
-           std::to_string(r.cached) + "; refcounts";
-    for (const int c : r.refcounts) out += " " + std::to_string(c);
-    for (const auto& [id, table] : r.tables) {
+  if (const std::optional<PoolReport>& r = observed.pool) {
+    out += "free " + std::to_string(r->free) + " used " + std::to_string(r->used) + " cached " +
+           std::to_string(r->cached) + "; refcounts";
+    for (const int c : r->refcounts) out += " " + std::to_string(c);
+    for (const auto& [id, table] : r->tables) {
       out += "; table of " + std::to_string(id) + ":";
       for (const int b : table) out += " " + std::to_string(b);
     }
-  } catch (const EngineError&) {
+  } else {
     out += "(no pool report)";
   }
-  for (size_t s = 0; s < ids_.size(); ++s) {
+  for (size_t s = 0, k = 0; s < ids_.size(); ++s) {
     if (running_[s])
-      out += "; length of s" + std::to_string(s) + " " + std::to_string(engine_->length(ids_[s]));
+      out += "; length of s" + std::to_string(s) + " " + std::to_string(observed.lengths[k++]);
   }
   return out;
 }

@@ -404,6 +404,47 @@ TEST(ExecServe, ForkAndTruncateThroughExec) {
   }
 }
 
+// observe (before and after a step of a pool that may run dry) sends the
+// pool and every length in one write: it must answer what the in-process
+// engine answers, and a refused query must leave no reply behind for the
+// next call to take by mistake.
+TEST(ExecServe, ObserveAnswersAsInProcessAndLeavesNoReplyBehind) {
+  const Config config = gqa_llama();
+  const Weights weights = init_weights(config, 5);
+  EngineOptions options;
+  options.capacity = 16;
+  options.max_rows = 3;
+  options.block_size = 2;
+  options.pool_blocks = 12;
+  auto exec = backend_registry().resolve(kServe).under_test().factory(config, weights, options);
+  auto cpu = backend_registry().resolve("cpu").under_test().factory(config, weights, options);
+  std::vector<float> logits_exec, logits_cpu;
+  std::vector<SequenceId> exec_ids, cpu_ids;
+  for (int s = 0; s < 3; ++s) {
+    exec_ids.push_back(exec->start()), cpu_ids.push_back(cpu->start());
+    const std::vector<int32_t> tokens(size_t(2 * s + 1), 3);
+    const BatchEntry a{exec_ids.back(), tokens}, b{cpu_ids.back(), tokens};
+    exec->step({&a, 1}, logits_exec), cpu->step({&b, 1}, logits_cpu);
+  }
+  const Engine::Observed x = exec->observe(exec_ids), y = cpu->observe(cpu_ids);
+  EXPECT_EQ(x.lengths, (std::vector<int>{1, 3, 5}));
+  EXPECT_EQ(x.lengths, y.lengths);
+  ASSERT_TRUE(x.pool && y.pool);
+  EXPECT_EQ(x.pool->free, y.pool->free);
+  EXPECT_EQ(x.pool->used, y.pool->used);
+  EXPECT_EQ(x.pool->refcounts, y.pool->refcounts);
+  EXPECT_EQ(x.pool->tables.size(), y.pool->tables.size());
+
+  const SequenceId unknown = 987654321;
+  EXPECT_THROW(exec->observe(std::vector<SequenceId>{exec_ids[0], unknown, exec_ids[2]}),
+               EngineError);
+  const std::vector<int32_t> more{4, 5};
+  const BatchEntry a{exec_ids[1], more}, b{cpu_ids[1], more};
+  exec->step({&a, 1}, logits_exec), cpu->step({&b, 1}, logits_cpu);
+  EXPECT_EQ(logits_exec, logits_cpu) << "the step after a refused observe";
+  EXPECT_EQ(exec->observe(exec_ids).lengths, (std::vector<int>{1, 5, 5}));
+}
+
 // Every fault that lives in an operation (fork, truncate, paged storage,
 // the storage check, the prefix cache, sliding windows, erase and shift),
 // switched on in the child (the protocol carries no

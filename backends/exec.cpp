@@ -134,7 +134,8 @@ class Session {
 
   void destroy(int generation, int64_t engine, const std::string& model_key) {
     std::lock_guard lock(mutex_);
-    if (generation == generation_ && child_) child_->forget(engine);
+    // Its steps' replies, and its posted observe's (ExecEngine::observe_tag).
+    if (generation == generation_ && child_) child_->forget(engine), child_->forget(-engine);
     if (generation != generation_ || !child_ || !child_->alive()) return;
     guarded([&] { child_->post({{"op", "destroy"}, {"engine", engine}}, false); });
     if (auto it = models_.find(model_key); it != models_.end()) --it->second.users;
@@ -406,28 +407,33 @@ class ExecEngine final : public Engine {
 
   // Protocol 2: the pool and every length go out in one write, and their
   // replies are read together: one round trip instead of one per query.
-  // Every reply is taken before any error is raised, so none is left behind.
   Observed observe(std::span<const SequenceId> sequences) const override {
-    if (session_->version() < 2 || !posted_.empty()) return Engine::observe(sequences);
-    session_->post_kept(generation_, id_, {{"op", "pool"}, {"engine", id_}}, {});
-    for (const SequenceId id : sequences)
-      session_->post_kept(generation_, id_, {{"op", "length"}, {"engine", id_}, {"sequence", id}},
-                          {});
-    const Reply pool = session_->take_kept(generation_, id_, "pool");
-    std::vector<Reply> lengths;  // [sequences]
-    for (size_t k = 0; k < sequences.size(); ++k)
-      lengths.push_back(session_->take_kept(generation_, id_, "length"));
-    Observed out;
+    if (session_->version() < 2 || !observed_posted_.empty()) return Engine::observe(sequences);
+    post_queries(sequences);
+    return take_queries(sequences.size());
+  }
+
+  // The same queries left to go out with the next call that waits (with the
+  // steps whose refusal they are for): no round trip of their own. Their
+  // replies are kept under observe_tag, and taken oldest first.
+  bool post_observe(std::span<const SequenceId> sequences) override {
+    if (session_->version() < 2) return false;
+    post_queries(sequences);
+    observed_posted_.push_back(sequences.size());
+    return true;
+  }
+  Observed take_observed() override {
+    if (observed_posted_.empty()) return Engine::take_observed();  // throws: none posted
+    const size_t lengths = observed_posted_.front();
+    observed_posted_.pop_front();
+    return take_queries(lengths);
+  }
+  void drop_observed() override {
     try {
-      Session::throw_if_error("pool", pool);
-      out.pool = checked_pool(pool);
-    } catch (const EngineError&) {
+      take_observed();
+    } catch (const std::exception&) {
+      // Unread, it changes nothing; a dead child is reported by the next call.
     }
-    for (const Reply& reply : lengths) {
-      Session::throw_if_error("length", reply);
-      out.lengths.push_back(checked_length(reply));
-    }
-    return out;
   }
 
   CacheSnapshot cache(SequenceId sequence, int layer) const override {
@@ -488,6 +494,36 @@ class ExecEngine final : public Engine {
     return report;
   }
 
+  // The tag observe's replies are kept under: not the engine's own, which its
+  // posted steps use.
+  int64_t observe_tag() const { return -id_; }
+
+  void post_queries(std::span<const SequenceId> sequences) const {
+    session_->post_kept(generation_, observe_tag(), {{"op", "pool"}, {"engine", id_}}, {});
+    for (const SequenceId id : sequences)
+      session_->post_kept(generation_, observe_tag(),
+                          {{"op", "length"}, {"engine", id_}, {"sequence", id}}, {});
+  }
+
+  // Every reply is taken before an error is raised, so none is left behind.
+  Observed take_queries(size_t lengths) const {
+    const Reply pool = session_->take_kept(generation_, observe_tag(), "pool");
+    std::vector<Reply> replies;  // [lengths]
+    for (size_t k = 0; k < lengths; ++k)
+      replies.push_back(session_->take_kept(generation_, observe_tag(), "length"));
+    Observed out;
+    try {
+      Session::throw_if_error("pool", pool);
+      out.pool = checked_pool(pool);
+    } catch (const EngineError&) {
+    }
+    for (const Reply& reply : replies) {
+      Session::throw_if_error("length", reply);
+      out.lengths.push_back(checked_length(reply));
+    }
+    return out;
+  }
+
   // The request of a step, and in `bytes` the size of the logits it owes.
   json step_request(std::span<const BatchEntry> batch, size_t& bytes) const {
     json entries = json::array();
@@ -526,7 +562,8 @@ class ExecEngine final : public Engine {
   Config config_;
   EngineOptions options_;
   std::string name_;
-  std::string model_key_;  // ModelFolder::key of its model
+  std::string model_key_;               // ModelFolder::key of its model
+  std::deque<size_t> observed_posted_;  // [posted observe] its lengths, oldest first
   int generation_ = 0;
   int64_t id_ = 0;
   std::set<SequenceId> live_;         // sequences started and not finished (protocol 2)

@@ -91,6 +91,18 @@ Engine::Observed Engine::observe(std::span<const SequenceId> sequences) const {
   return out;
 }
 
+bool Engine::post_observe(std::span<const SequenceId>) {
+  return false;
+}
+
+Engine::Observed Engine::take_observed() {
+  throw std::logic_error("take_observed: " + name() + " posted no observe");
+}
+
+void Engine::drop_observed() {
+  throw std::logic_error("drop_observed: " + name() + " posted no observe");
+}
+
 bool Engine::post_step(std::span<const BatchEntry>) {
   return false;
 }

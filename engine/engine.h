@@ -188,6 +188,14 @@ class Engine {
     std::vector<int> lengths;  // [sequences]
   };
   virtual Observed observe(std::span<const SequenceId> sequences) const;
+  // observe sent without waiting where the engine can (protocol 2 of the exec
+  // backend; false by default, and the caller then calls observe): its
+  // queries go out with the next call that waits. take_observed reads the
+  // answer as it stood when posted; drop_observed discards it unread. Each
+  // post is followed by exactly one of the two.
+  virtual bool post_observe(std::span<const SequenceId> sequences);
+  virtual Observed take_observed();
+  virtual void drop_observed();
 
   virtual CacheSnapshot cache(SequenceId sequence, int layer) const = 0;
   virtual MemoryReport memory() const = 0;

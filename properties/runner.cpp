@@ -204,6 +204,40 @@ ScenarioRunner::ScenarioRunner(const Scenario& scenario, const Config& config,
       logits_(scenario.sequences.size()),
       reused_(scenario.sequences.size()) {}
 
+std::vector<int> ScenarioRunner::fill_batch(const Call& call) {
+  batch_.clear();
+  std::vector<int> fed_at;  // [chunk]
+  for (const ChunkSpec& chunk : call.chunks) {
+    const size_t s = size_t(chunk.sequence);
+    const std::span<const int32_t> tokens(scenario_.sequences[s]);
+    batch_.push_back({ids_[s], tokens.subspan(size_t(fed_[s]), size_t(chunk.length))});
+    fed_at.push_back(fed_[s]);
+  }
+  return fed_at;
+}
+
+void ScenarioRunner::advance(const Call& call) {
+  for (const ChunkSpec& chunk : call.chunks) {
+    const size_t s = size_t(chunk.sequence);
+    fed_[s] += chunk.length;
+    held_[s] += chunk.length;
+    const int next = next_position(cells_[s]);
+    for (int i = 0; i < chunk.length; ++i) cells_[s].push_back(next + i);
+  }
+}
+
+bool ScenarioRunner::post_dry_step(const Call& call, int call_index) {
+  std::vector<size_t> running = running_sequences();
+  const std::vector<SequenceId> ids = engine_ids(running);
+  if (!engine_->post_observe(ids)) return false;
+  std::vector<int> fed_at = fill_batch(call);
+  if (!engine_->post_step(batch_) || !engine_->post_observe(ids))
+    throw std::logic_error(engine_->name() + " sent an observe ahead but not a step");
+  posted_.push_back({call_index, std::move(fed_at), true, std::move(running)});
+  advance(call);
+  return true;
+}
+
 void ScenarioRunner::execute(const Call& call, int call_index) {
   switch (call.kind) {
     case Call::Kind::kStart:
@@ -211,27 +245,14 @@ void ScenarioRunner::execute(const Call& call, int call_index) {
       running_[size_t(call.sequence)] = true;
       break;
     case Call::Kind::kStep: {
-      batch_.clear();
-      std::vector<int> fed_at;  // [chunk]
-      for (const ChunkSpec& chunk : call.chunks) {
-        const size_t s = size_t(chunk.sequence);
-        const std::span<const int32_t> tokens(scenario_.sequences[s]);
-        batch_.push_back({ids_[s], tokens.subspan(size_t(fed_[s]), size_t(chunk.length))});
-        fed_at.push_back(fed_[s]);
-      }
-      if (post_steps_ && engine_->post_step(batch_)) {
-        posted_.push_back({call_index, fed_at});
+      std::vector<int> fed_at = fill_batch(call);
+      if (post_steps_ && !may_run_dry_ && engine_->post_step(batch_)) {
+        posted_.push_back({call_index, std::move(fed_at), false, {}});
       } else {
         engine_->step(batch_, step_logits_);
         file_step(call, fed_at);
       }
-      for (const ChunkSpec& chunk : call.chunks) {
-        const size_t s = size_t(chunk.sequence);
-        fed_[s] += chunk.length;
-        held_[s] += chunk.length;
-        const int next = next_position(cells_[s]);
-        for (int i = 0; i < chunk.length; ++i) cells_[s].push_back(next + i);
-      }
+      advance(call);
       break;
     }
     case Call::Kind::kFork: {
@@ -270,11 +291,26 @@ void ScenarioRunner::execute(const Call& call, int call_index) {
   }
 }
 
-std::string ScenarioRunner::state_digest() const {
-  std::vector<SequenceId> running;  // [running sequences] engine ids, scenario order
+std::vector<size_t> ScenarioRunner::running_sequences() const {
+  std::vector<size_t> running;  // [running sequences] scenario order
   for (size_t s = 0; s < ids_.size(); ++s)
-    if (running_[s]) running.push_back(ids_[s]);
-  const Engine::Observed observed = engine_->observe(running);
+    if (running_[s]) running.push_back(s);
+  return running;
+}
+
+std::vector<SequenceId> ScenarioRunner::engine_ids(std::span<const size_t> sequences) const {
+  std::vector<SequenceId> ids;  // [sequences]
+  for (const size_t s : sequences) ids.push_back(ids_[s]);
+  return ids;
+}
+
+std::string ScenarioRunner::state_digest() const {
+  const std::vector<size_t> running = running_sequences();
+  return digest(engine_->observe(engine_ids(running)), running);
+}
+
+std::string ScenarioRunner::digest(const Engine::Observed& observed,
+                                   std::span<const size_t> sequences) const {
   std::string out;
   if (const std::optional<PoolReport>& r = observed.pool) {
     out += "free " + std::to_string(r->free) + " used " + std::to_string(r->used) + " cached " +
@@ -287,10 +323,9 @@ std::string ScenarioRunner::state_digest() const {
   } else {
     out += "(no pool report)";
   }
-  for (size_t s = 0, k = 0; s < ids_.size(); ++s) {
-    if (running_[s])
-      out += "; length of s" + std::to_string(s) + " " + std::to_string(observed.lengths[k++]);
-  }
+  for (size_t k = 0; k < sequences.size() && k < observed.lengths.size(); ++k)
+    out +=
+        "; length of s" + std::to_string(sequences[k]) + " " + std::to_string(observed.lengths[k]);
   return out;
 }
 
@@ -329,16 +364,44 @@ void record_failure(RunResult& result, int call, const EngineError* error, const
 
 }  // namespace
 
+void ScenarioRunner::settle_refusal(RunResult& result, int call, const EngineError& e,
+                                    const std::string& before, const std::string& after) {
+  if (after == before) {
+    result.refused = true;
+    result.refused_call = call;
+    result.error_message = e.what();
+    return;
+  }
+  const std::string what =
+      std::string(e.what()) +
+      "\nand the refused step changed the engine's state:\n  before: " + before +
+      "\n  after:  " + after;
+  record_failure(result, call, &e, what.c_str());
+}
+
 void ScenarioRunner::collect_posted(RunResult& result) {
   for (const PostedStep& step : posted_) {
-    // A step after the failure: its logits are not read, and the engine is
-    // not asked for them (a child that died answers nothing).
-    if (result.engine_failed && step.call > result.failed_call) break;
+    // A step after the failure or the refusal: its logits are not read, and
+    // the engine is not asked for them (a child that died answers nothing).
+    if ((result.engine_failed && step.call > result.failed_call) || result.refused) break;
+    std::optional<Engine::Observed> before;
     try {
+      if (step.observed) before = engine_->take_observed();
       engine_->collect_step(step_logits_);
+      if (step.observed) engine_->drop_observed();
       file_step(scenario_.calls[size_t(step.call)], step.fed_at);
     } catch (const EngineError& e) {
-      record_failure(result, step.call, &e, e.what());
+      if (before && e.kind() == EngineError::Kind::kCapacity) {
+        std::string after;
+        try {
+          after = digest(engine_->take_observed(), step.running);
+        } catch (const std::exception& x) {
+          after = std::string("(unreadable: ") + x.what() + ")";
+        }
+        settle_refusal(result, step.call, e, digest(*before, step.running), after);
+      } else {
+        record_failure(result, step.call, &e, e.what());
+      }
       break;
     } catch (const InputError&) {
       throw;
@@ -376,27 +439,35 @@ RunResult ScenarioRunner::run_calls(const CallHook& hook, const Meanwhile& meanw
   // Only an explicitly sized pool may run dry, by the scenario or by a
   // backend option; its refusals are data the schedule cannot predict
   // (docs/OPERATIONS.md, "Small pools").
-  const bool may_run_dry = scenario_.pool_blocks > 0 || engine_->options().pool_blocks > 0;
-  post_steps_ = !hook && !may_run_dry;
+  may_run_dry_ = scenario_.pool_blocks > 0 || engine_->options().pool_blocks > 0;
+  post_steps_ = !hook;
   for (size_t c = 0; c < scenario_.calls.size(); ++c) {
-    const bool step = scenario_.calls[c].kind == Call::Kind::kStep;
-    const std::string before = may_run_dry && step ? state_digest() : std::string();
+    const Call& call = scenario_.calls[c];
+    const bool step = call.kind == Call::Kind::kStep;
+    // A pool that may run dry, on an engine that sends ahead: steps go out
+    // between observes, and any other call first reads the steps before it,
+    // so that nothing goes out after a refusal kvcheck has not seen yet.
+    if (may_run_dry_ && post_steps_) {
+      if (step && post_dry_step(call, static_cast<int>(c))) continue;
+      if (!step && !posted_.empty()) {
+        collect_posted(result);
+        if (result.refused || result.engine_failed) break;
+      }
+    }
+    // Otherwise the state before a step that may be refused is needed only
+    // if it is: an engine that can sends the queries with the step and
+    // reads their replies with its reply (one round trip), else it is read
+    // now.
+    const bool dry_step = may_run_dry_ && step;
+    const bool observed = dry_step && engine_->post_observe(engine_ids(running_sequences()));
+    std::string before = dry_step && !observed ? state_digest() : std::string();
     try {
-      execute(scenario_.calls[c], static_cast<int>(c));
+      execute(call, static_cast<int>(c));
+      if (observed) engine_->drop_observed();
     } catch (const EngineError& e) {
-      if (may_run_dry && step && e.kind() == EngineError::Kind::kCapacity) {
-        const std::string after = state_digest();
-        if (after == before) {
-          result.refused = true;
-          result.refused_call = static_cast<int>(c);
-          result.error_message = e.what();
-          break;
-        }
-        const std::string what =
-            std::string(e.what()) +
-            "\nand the refused step changed the engine's state:\n  before: " + before +
-            "\n  after:  " + after;
-        record_failure(result, static_cast<int>(c), &e, what.c_str());
+      if (dry_step && e.kind() == EngineError::Kind::kCapacity) {
+        if (observed) before = digest(engine_->take_observed(), running_sequences());
+        settle_refusal(result, static_cast<int>(c), e, before, state_digest());
         break;
       }
       record_failure(result, static_cast<int>(c), &e, e.what());

@@ -127,8 +127,22 @@ class ScenarioRunner {
   // Collects the steps posted without waiting, in order; the first that
   // fails becomes the run's failure if it came before `result`'s.
   void collect_posted(RunResult& result);
-  // What a refused step must leave as it was: the pool and every length.
+  // What a refused step must leave as it was: the pool and the length of
+  // every running sequence (scenario indices; engine_ids maps them), as
+  // observe answered, formatted by digest.
+  std::vector<size_t> running_sequences() const;
+  std::vector<SequenceId> engine_ids(std::span<const size_t> sequences) const;
+  std::string digest(const Engine::Observed& observed, std::span<const size_t> sequences) const;
   std::string state_digest() const;
+  // A step of a pool that may run dry, sent without waiting between two
+  // observes (the state before and after it), which are read only if it is
+  // refused; false where the engine sends nothing ahead.
+  bool post_dry_step(const Call& call, int call_index);
+  std::vector<int> fill_batch(const Call& call);  // [chunk] fed before the step
+  void advance(const Call& call);                 // a step's tokens are now held
+  // A refused step ends the run if it changed nothing, else fails it.
+  static void settle_refusal(RunResult& result, int call, const EngineError& e,
+                             const std::string& before, const std::string& after);
   RunResult run_calls(const CallHook& hook, const Meanwhile& meanwhile = {});
 
   const Scenario& scenario_;
@@ -147,9 +161,13 @@ class ScenarioRunner {
   // hook and without a pool that may run dry: nothing reads the engine
   // between calls there).
   bool post_steps_ = false;
+  bool may_run_dry_ = false;  // a sized pool: a step may be refused for want of blocks
   struct PostedStep {
     int call = -1;
     std::vector<int> fed_at;  // [chunk]
+    // post_dry_step: the running sequences its observes asked about.
+    bool observed = false;
+    std::vector<size_t> running;
   };
   std::vector<PostedStep> posted_;  // oldest first
 };

@@ -405,9 +405,9 @@ TEST(ExecServe, ForkAndTruncateThroughExec) {
 }
 
 // observe (before and after a step of a pool that may run dry) sends the
-// pool and every length in one write: it must answer what the in-process
-// engine answers, and a refused query must leave no reply behind for the
-// next call to take by mistake.
+// pool and every length in one write, or with the step when posted: it must
+// answer what the in-process engine answers, and a refused or dropped query
+// must leave no reply behind for the next call to take by mistake.
 TEST(ExecServe, ObserveAnswersAsInProcessAndLeavesNoReplyBehind) {
   const Config config = gqa_llama();
   const Weights weights = init_weights(config, 5);
@@ -443,6 +443,40 @@ TEST(ExecServe, ObserveAnswersAsInProcessAndLeavesNoReplyBehind) {
   exec->step({&a, 1}, logits_exec), cpu->step({&b, 1}, logits_cpu);
   EXPECT_EQ(logits_exec, logits_cpu) << "the step after a refused observe";
   EXPECT_EQ(exec->observe(exec_ids).lengths, (std::vector<int>{1, 5, 5}));
+
+  // Posted, it answers as the engine stood before the step it went out with;
+  // dropped, it leaves nothing for the next calls.
+  const BatchEntry one{exec_ids[0], more};
+  ASSERT_TRUE(exec->post_observe(exec_ids));
+  exec->step({&one, 1}, logits_exec);
+  EXPECT_EQ(exec->take_observed().lengths, (std::vector<int>{1, 5, 5}));
+  ASSERT_TRUE(exec->post_observe(exec_ids));
+  exec->step({&one, 1}, logits_exec);
+  exec->drop_observed();
+  EXPECT_EQ(exec->observe(exec_ids).lengths, (std::vector<int>{5, 5, 5}));
+  const BatchEntry c{exec_ids[2], more}, d{cpu_ids[2], more};
+  exec->step({&c, 1}, logits_exec), cpu->step({&d, 1}, logits_cpu);
+  EXPECT_EQ(logits_exec, logits_cpu) << "the step after a dropped observe";
+}
+
+// A pool that runs dry through the protocol, where the state before the
+// refused step travels with the step (post_observe) and is read only when it
+// is refused: the clean refusal stops the check, the refusal that keeps half
+// a table is a failure that names both states (as in process,
+// Properties.APoolRefusalStopsTheCheckThereAndMustChangeNothing).
+TEST(ExecServe, APoolRefusalIsToldApartThroughExec) {
+  const Scenario scenario = test::prefix_scenario(Family::kGpt2, 1, 8);
+  ASSERT_EQ(scenario.validate(), "");
+  const Verdict correct =
+      check_property(Property::kOracle, scenario, backend_registry().resolve(kServe).under_test());
+  EXPECT_TRUE(correct.passed && correct.applicable) << correct.summary;
+  EXPECT_NE(correct.summary.find("the pool ran dry and refused a step"), std::string::npos)
+      << correct.summary;
+  const Verdict faulty = check_property(
+      Property::kOracle, scenario,
+      backend_registry().resolve(kServe + " --fault refusal_leaves_half_table").under_test());
+  EXPECT_FALSE(faulty.passed);
+  EXPECT_NE(faulty.detail.find("changed the engine's state"), std::string::npos) << faulty.detail;
 }
 
 // Every fault that lives in an operation (fork, truncate, paged storage,

@@ -3,7 +3,6 @@
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <map>
 #include <optional>
 #include <regex>
@@ -12,6 +11,7 @@
 #include <vector>
 
 #include "model/config_json.h"
+#include "model/file_bytes.h"
 #include "model/hf_config.h"
 #include "model/rng.h"
 #include "model/safetensors.h"
@@ -282,20 +282,6 @@ void read_llama(Fields& f, HfModelConfig& out) {
 // ---------------------------------------------------------------------------
 // Files
 
-Result<std::vector<uint8_t>> read_bytes(const std::filesystem::path& path) {
-  using R = Result<std::vector<uint8_t>>;
-  std::ifstream in(path, std::ios::binary | std::ios::ate);
-  if (!in) return R::failure(path.string() + ": cannot open");
-  const std::streamoff size = in.tellg();
-  if (size < 0) return R::failure(path.string() + ": cannot tell its size");
-  std::vector<uint8_t> bytes(static_cast<size_t>(size));  // [size] the whole file
-  in.seekg(0);
-  if (!in.read(reinterpret_cast<char*>(bytes.data()), size)) {
-    return R::failure(path.string() + ": read failed");
-  }
-  return bytes;
-}
-
 // The safetensors files of the folder: the shards the index names, else
 // model.safetensors.
 Result<std::vector<std::string>> safetensors_files(const std::filesystem::path& dir) {
@@ -303,7 +289,7 @@ Result<std::vector<std::string>> safetensors_files(const std::filesystem::path& 
   std::error_code ec;
   const std::filesystem::path index = dir / "model.safetensors.index.json";
   if (std::filesystem::exists(index, ec)) {
-    Result<std::vector<uint8_t>> bytes = read_bytes(index);
+    Result<std::vector<uint8_t>> bytes = read_file_bytes(index.string());
     if (!bytes) return R::failure(bytes.error());
     const json parsed = json::parse(bytes.value().begin(), bytes.value().end(), nullptr, false);
     if (parsed.is_discarded() || !parsed.contains("weight_map") ||
@@ -432,7 +418,7 @@ Result<Checkpoint> load_hf_checkpoint(const std::string& folder) {
   if (ec || !std::filesystem::is_directory(dir, ec)) {
     return R::failure("--model: " + folder + ": not a folder");
   }
-  Result<std::vector<uint8_t>> config_bytes = read_bytes(dir / "config.json");
+  Result<std::vector<uint8_t>> config_bytes = read_file_bytes((dir / "config.json").string());
   if (!config_bytes) return R::failure(config_bytes.error());
   const std::string config_name = (dir / "config.json").string();
   const json config_json =
@@ -449,7 +435,7 @@ Result<Checkpoint> load_hf_checkpoint(const std::string& folder) {
   std::map<std::string, SafetensorsTensor> tensors;  // by full Hugging Face name
   std::map<std::string, std::string> original;       // full name -> name in the file
   for (const std::string& file : files.value()) {
-    Result<std::vector<uint8_t>> bytes = read_bytes(dir / file);
+    Result<std::vector<uint8_t>> bytes = read_file_bytes((dir / file).string());
     if (!bytes) return R::failure(bytes.error());
     hash = hash_file(hash, file, bytes.value());
     contents.push_back(std::move(bytes).value());

@@ -4,8 +4,6 @@
 #include <bit>
 #include <cerrno>
 #include <cstring>
-#include <filesystem>
-#include <fstream>
 #include <limits>
 #include <map>
 #include <optional>
@@ -18,6 +16,7 @@
 
 #include "model/atomic_file.h"
 #include "model/config_json.h"
+#include "model/file_bytes.h"
 #include "model/le_bytes.h"
 #include "model/tensor_layout.h"
 
@@ -676,24 +675,9 @@ std::vector<uint8_t> save_safetensors(const Config& config, const Weights& weigh
 }
 
 Result<ModelFile> load_safetensors_file(const std::string& path) {
-  // libstdc++ opens a directory as a stream and only fails, by throwing, on
-  // the first read.
-  std::error_code ec;
-  if (std::filesystem::is_directory(path, ec)) {
-    return Result<ModelFile>::failure(path + ": is a directory");
-  }
-  std::ifstream in(path, std::ios::binary | std::ios::ate);
-  if (!in) {
-    return Result<ModelFile>::failure(path + ": cannot open: " + std::strerror(errno));
-  }
-  const std::streamoff size = in.tellg();
-  if (size < 0) return Result<ModelFile>::failure(path + ": cannot tell its size");
-  std::vector<uint8_t> bytes(static_cast<size_t>(size));  // [size] the whole file
-  in.seekg(0);
-  if (!in.read(reinterpret_cast<char*>(bytes.data()), size)) {
-    return Result<ModelFile>::failure(path + ": read failed");
-  }
-  Result<ModelFile> model = load_safetensors(bytes);
+  Result<std::vector<uint8_t>> bytes = read_file_bytes(path);
+  if (!bytes.ok()) return Result<ModelFile>::failure(bytes.error());
+  Result<ModelFile> model = load_safetensors(bytes.value());
   if (!model.ok()) return Result<ModelFile>::failure(path + ": " + model.error());
   return model;
 }

@@ -39,29 +39,37 @@ uint64_t hash_words(uint64_t h, const void* data, size_t size) {
   return h ^ (h >> 32) ^ size;
 }
 
+int open_for_writing(const std::filesystem::path& path) {
+  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
+  if (fd < 0)
+    throw InputError("exec backend: cannot write " + path.string() + ": " + std::strerror(errno));
+  return fd;
+}
+
 // In place, without fsync: scratch, not results. Overwritten, then cut to
 // size, never truncated to 0 first: ext4 writes a file truncated to 0 and
 // rewritten back to disk when it is closed (auto_da_alloc), and a new file
 // instead costs an inode search (recently_deleted); either was most of an
 // exec case's CPU in perf.
-void write_file(const std::filesystem::path& path, std::span<const uint8_t> bytes) {
-  const int fd = ::open(path.c_str(), O_WRONLY | O_CREAT | O_CLOEXEC, 0644);
-  bool ok = fd >= 0;
+void write_file(int fd, const std::filesystem::path& path, std::span<const uint8_t> bytes) {
+  bool ok = true;
   for (size_t done = 0; ok && done < bytes.size();) {
-    const ssize_t put = ::write(fd, bytes.data() + done, bytes.size() - done);
+    const ssize_t put = ::pwrite(fd, bytes.data() + done, bytes.size() - done, off_t(done));
     if (put < 0 && errno == EINTR) continue;
     ok = put > 0;
     if (ok) done += size_t(put);
   }
-  ok = ok && ::ftruncate(fd, off_t(bytes.size())) == 0;
-  if (fd >= 0) ok = ::close(fd) == 0 && ok;
-  if (!ok)
+  if (!ok || ::ftruncate(fd, off_t(bytes.size())) != 0)
     throw InputError("exec backend: cannot write " + path.string() + ": " + std::strerror(errno));
 }
 
 }  // namespace
 
 ModelFolders::~ModelFolders() {
+  for (const Slot& slot : slots_) {
+    if (slot.model_fd >= 0) ::close(slot.model_fd);
+    if (slot.config_fd >= 0) ::close(slot.config_fd);
+  }
   std::error_code ignored;
   if (!root_.empty()) std::filesystem::remove_all(root_, ignored);
 }
@@ -99,19 +107,31 @@ ModelFolder ModelFolders::folder(const Config& config, const Weights& weights) {
   // operations were most of the protocol's cost per case).
   if (slots_.size() < kMaxFolders) {
     slot = slots_.size();
-    std::filesystem::create_directories(path_of(slot));
-    slots_.emplace_back();
+    const std::filesystem::path dir = path_of(slot);
+    std::filesystem::create_directories(dir);
+    Slot fresh;
+    fresh.model_fd = open_for_writing(dir / "model.safetensors");
+    try {
+      fresh.config_fd = open_for_writing(dir / "config.json");
+    } catch (...) {
+      ::close(fresh.model_fd);
+      throw;
+    }
+    slots_.push_back(fresh);
   } else {
     slot = 0;
     for (size_t k = 1; k < slots_.size(); ++k)
       if (slots_[k].last_use < slots_[slot].last_use) slot = k;
   }
   const std::filesystem::path dir = path_of(slot);
-  slots_[slot] = {};
-  write_file(dir / "model.safetensors", save_safetensors(config, weights));
-  write_file(dir / "config.json",
+  Slot& chosen = slots_[slot];
+  chosen.filled = false;
+  write_file(chosen.model_fd, dir / "model.safetensors", save_safetensors(config, weights));
+  write_file(chosen.config_fd, dir / "config.json",
              {reinterpret_cast<const uint8_t*>(config_text.data()), config_text.size()});
-  slots_[slot] = {true, hash, ++uses_};
+  chosen.filled = true;
+  chosen.hash = hash;
+  chosen.last_use = ++uses_;
   return {key, dir.string()};
 }
 

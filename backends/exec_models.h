@@ -46,6 +46,8 @@ class ModelFolders {
     bool filled = false;  // false while being written, or after a failed write
     uint64_t hash = 0;
     uint64_t last_use = 0;
+    // Kept open: rewriting a slot is then a write and a truncate per file.
+    int model_fd = -1, config_fd = -1;
   };
   const std::filesystem::path& root();
 

@@ -372,20 +372,30 @@ class ExecEngine final : public Engine {
     live_.clear();
   }
 
-  // Forks can be refused (rows), so they wait for the reply. Protocol 2:
-  // kvcheck names the child, as for start.
+  // Protocol 2: kvcheck names the child, as for start, and a fork of a live
+  // parent where a row is free (which the engine must accept) goes out
+  // without waiting; otherwise it waits, for the refusal the engine owes.
   SequenceId fork(SequenceId parent, int n) override {
     json request = {{"op", "fork"}, {"engine", id_}, {"parent", parent}, {"n", n}};
     if (session_->version() < 2) return session_->field(call(request).control, "sequence", "fork");
     const SequenceId id = session_->new_id();
     request["sequence"] = id;
-    call(request);
+    if (live_.count(parent) && int(live_.size()) < options_.max_rows)
+      session_->post(generation_, request);
+    else
+      call(request);
     live_.insert(id);
     return id;
   }
 
+  // Protocol 2: a truncate of a live sequence goes out without waiting, like
+  // its finish (a valid n is the caller's, as for every call).
   void truncate(SequenceId sequence, int n) override {
-    call({{"op", "truncate"}, {"engine", id_}, {"sequence", sequence}, {"n", n}});
+    const json request = {{"op", "truncate"}, {"engine", id_}, {"sequence", sequence}, {"n", n}};
+    if (session_->version() >= 2 && live_.count(sequence))
+      session_->post(generation_, request);
+    else
+      call(request);
   }
 
   void erase(SequenceId sequence, int p0, int p1) override {

@@ -213,6 +213,41 @@ TEST(ExecFaults, RefusedStartSentAheadFailsTheNextCall) {
       << message;
 }
 
+// Protocol 2 sends a fork of a live parent where a row is free, and a
+// truncate of a live sequence, without waiting: an engine that refuses one
+// fails the next call, which names it. A fork of a parent the engine never
+// started still waits, for the typed refusal (the resolve probe relies on it).
+TEST(ExecServe, RefusedForkAndTruncateSentAheadFailTheNextCall) {
+  const Config config = gpt2_tiny();
+  const Weights weights = init_weights(config, 5);
+  EngineOptions options;
+  options.capacity = 8;
+  options.max_rows = 3;
+  const EngineFactory factory = backend_registry().resolve(kServe).under_test().factory;
+  for (const std::string op : {"fork", "truncate"}) {
+    auto e = factory(config, weights, options);
+    const SequenceId s = e->start();
+    std::vector<float> logits;
+    e->step(std::vector<BatchEntry>{{s, std::vector<int32_t>{1, 2}}}, logits);
+    if (op == "fork")
+      e->fork(s, 5);  // past the parent's 2 tokens: sent without waiting, no error yet
+    else
+      e->truncate(s, 5);
+    std::string message;
+    try {
+      e->length(s);
+    } catch (const EngineError& err) {
+      ADD_FAILURE() << op << ": a refusal sent ahead is not the next call's: " << err.what();
+    } catch (const std::runtime_error& err) {
+      message = err.what();
+    }
+    EXPECT_NE(message.find(op + " (sent without waiting) was refused"), std::string::npos)
+        << message;
+  }
+  auto e = factory(config, weights, options);
+  EXPECT_THROW(e->fork(987654321, 0), EngineError);
+}
+
 // A run without a hook posts its steps (Engine::post_step) and reads their
 // logits at the end: the same logits as a run that waits for each step (a
 // hook forces that), and a step that fails is reported at its own call, with

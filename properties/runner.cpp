@@ -229,11 +229,15 @@ void ScenarioRunner::advance(const Call& call) {
 bool ScenarioRunner::post_dry_step(const Call& call, int call_index) {
   std::vector<size_t> running = running_sequences();
   const std::vector<SequenceId> ids = engine_ids(running);
-  if (!engine_->post_observe(ids)) return false;
+  // Steps posted back to back (any other call reads them first, so nothing
+  // comes between them) share an observe: the one after a step is the one
+  // before the next.
+  const bool shares_before = !posted_.empty();
+  if (!shares_before && !engine_->post_observe(ids)) return false;
   std::vector<int> fed_at = fill_batch(call);
   if (!engine_->post_step(batch_) || !engine_->post_observe(ids))
     throw std::logic_error(engine_->name() + " sent an observe ahead but not a step");
-  posted_.push_back({call_index, std::move(fed_at), true, std::move(running)});
+  posted_.push_back({call_index, std::move(fed_at), true, std::move(running), shares_before});
   advance(call);
   return true;
 }
@@ -247,7 +251,7 @@ void ScenarioRunner::execute(const Call& call, int call_index) {
     case Call::Kind::kStep: {
       std::vector<int> fed_at = fill_batch(call);
       if (post_steps_ && !may_run_dry_ && engine_->post_step(batch_)) {
-        posted_.push_back({call_index, std::move(fed_at), false, {}});
+        posted_.push_back({call_index, std::move(fed_at), false, {}, false});
       } else {
         engine_->step(batch_, step_logits_);
         file_step(call, fed_at);
@@ -380,16 +384,19 @@ void ScenarioRunner::settle_refusal(RunResult& result, int call, const EngineErr
 }
 
 void ScenarioRunner::collect_posted(RunResult& result) {
-  for (const PostedStep& step : posted_) {
+  std::optional<Engine::Observed>
+      carried;  // the observe after the last step: the next one's before
+  for (size_t i = 0; i < posted_.size(); ++i) {
+    const PostedStep& step = posted_[i];
     // A step after the failure or the refusal: its logits are not read, and
     // the engine is not asked for them (a child that died answers nothing).
     if ((result.engine_failed && step.call > result.failed_call) || result.refused) break;
     std::optional<Engine::Observed> before;
     try {
-      if (step.observed) before = engine_->take_observed();
+      if (step.observed)
+        before = step.shares_before ? std::move(carried) : engine_->take_observed();
+      carried.reset();
       engine_->collect_step(step_logits_);
-      if (step.observed) engine_->drop_observed();
-      file_step(scenario_.calls[size_t(step.call)], step.fed_at);
     } catch (const EngineError& e) {
       if (before && e.kind() == EngineError::Kind::kCapacity) {
         std::string after;
@@ -402,6 +409,21 @@ void ScenarioRunner::collect_posted(RunResult& result) {
       } else {
         record_failure(result, step.call, &e, e.what());
       }
+      break;
+    } catch (const InputError&) {
+      throw;
+    } catch (const std::exception& e) {
+      record_failure(result, step.call, nullptr, e.what());
+      break;
+    }
+    try {
+      if (step.observed && i + 1 < posted_.size() && posted_[i + 1].shares_before)
+        carried = engine_->take_observed();
+      else if (step.observed)
+        engine_->drop_observed();
+      file_step(scenario_.calls[size_t(step.call)], step.fed_at);
+    } catch (const EngineError& e) {
+      record_failure(result, step.call, &e, e.what());
       break;
     } catch (const InputError&) {
       throw;

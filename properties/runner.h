@@ -165,9 +165,11 @@ class ScenarioRunner {
   struct PostedStep {
     int call = -1;
     std::vector<int> fed_at;  // [chunk]
-    // post_dry_step: the running sequences its observes asked about.
+    // post_dry_step: the running sequences its observes asked about, and
+    // whether the observe before it is the one after the step before.
     bool observed = false;
     std::vector<size_t> running;
+    bool shares_before = false;
   };
   std::vector<PostedStep> posted_;  // oldest first
 };

@@ -514,6 +514,33 @@ TEST(ExecServe, APoolRefusalIsToldApartThroughExec) {
   EXPECT_NE(faulty.detail.find("changed the engine's state"), std::string::npos) << faulty.detail;
 }
 
+// Two steps sent back to back share the observe between them (the one
+// after the first is the one before the second): the pool runs dry at the
+// second, and its refusal must still be told apart.
+TEST(ExecServe, ARefusalOfAStepAfterAPostedStepIsToldApart) {
+  Scenario s;
+  s.config = gpt2_tiny();
+  s.weight_seed = 17;
+  s.capacity = 10;
+  s.max_rows = 2;
+  s.block_size = 1;
+  s.pool_blocks = 4;
+  s.sequences = {{1, 2, 3, 4, 5, 6}};
+  s.calls = {Call::start(0), Call::step({{0, 2}}), Call::step({{0, 3}}), Call::finish(0)};
+  ASSERT_EQ(s.validate(), "");
+  const EngineUnderTest clean = backend_registry().resolve(kServe).under_test();
+  const RunResult run = run_scenario(s, init_weights(s.config, s.weight_seed), clean.factory);
+  EXPECT_TRUE(run.refused && !run.engine_failed) << run.error_message;
+  EXPECT_EQ(run.refused_call, 2);
+  const Verdict correct = check_property(Property::kOracle, s, clean);
+  EXPECT_TRUE(correct.passed && correct.applicable) << correct.summary;
+  const Verdict faulty = check_property(
+      Property::kOracle, s,
+      backend_registry().resolve(kServe + " --fault refusal_leaves_half_table").under_test());
+  EXPECT_FALSE(faulty.passed);
+  EXPECT_NE(faulty.detail.find("changed the engine's state"), std::string::npos) << faulty.detail;
+}
+
 // Every fault that lives in an operation (fork, truncate, paged storage,
 // the storage check, the prefix cache, sliding windows, erase and shift),
 // switched on in the child (the protocol carries no

@@ -392,13 +392,20 @@ void ScenarioRunner::collect_posted(RunResult& result) {
     // the engine is not asked for them (a child that died answers nothing).
     if ((result.engine_failed && step.call > result.failed_call) || result.refused) break;
     std::optional<Engine::Observed> before;
+    bool collected = false;  // the step's reply is read: a later error is not its refusal
     try {
       if (step.observed)
         before = step.shares_before ? std::move(carried) : engine_->take_observed();
       carried.reset();
       engine_->collect_step(step_logits_);
+      collected = true;
+      if (step.observed && i + 1 < posted_.size() && posted_[i + 1].shares_before)
+        carried = engine_->take_observed();
+      else if (step.observed)
+        engine_->drop_observed();
+      file_step(scenario_.calls[size_t(step.call)], step.fed_at);
     } catch (const EngineError& e) {
-      if (before && e.kind() == EngineError::Kind::kCapacity) {
+      if (!collected && before && e.kind() == EngineError::Kind::kCapacity) {
         std::string after;
         try {
           after = digest(engine_->take_observed(), step.running);
@@ -409,21 +416,6 @@ void ScenarioRunner::collect_posted(RunResult& result) {
       } else {
         record_failure(result, step.call, &e, e.what());
       }
-      break;
-    } catch (const InputError&) {
-      throw;
-    } catch (const std::exception& e) {
-      record_failure(result, step.call, nullptr, e.what());
-      break;
-    }
-    try {
-      if (step.observed && i + 1 < posted_.size() && posted_[i + 1].shares_before)
-        carried = engine_->take_observed();
-      else if (step.observed)
-        engine_->drop_observed();
-      file_step(scenario_.calls[size_t(step.call)], step.fed_at);
-    } catch (const EngineError& e) {
-      record_failure(result, step.call, &e, e.what());
       break;
     } catch (const InputError&) {
       throw;

@@ -1,7 +1,8 @@
 // The scratch folders the exec backend hands to its child, each with
 // model.safetensors (Hugging Face names) and config.json. Written without
-// fsync (scratch, not results), into at most kMaxFolders slots per owner, all
-// removed when the owner goes.
+// fsync (scratch, not results), into at most kMaxFolders slots per owner
+// under $TMPDIR (or TMP, TEMP, TEMPDIR) where set, else /dev/shm where
+// writable, else /tmp; all removed when the owner goes.
 #pragma once
 
 #include <cstddef>
@@ -52,7 +53,7 @@ class ModelFolders {
   const std::filesystem::path& root();
 
   std::mutex mutex_;
-  std::filesystem::path root_;  // $TMPDIR/kvcheck-exec-PID-N, made on first use
+  std::filesystem::path root_;  // SCRATCH/kvcheck-exec-PID-N (scratch_parent), made on first use
   std::vector<Slot> slots_;     // [slot] the model each slot folder holds
   uint64_t uses_ = 0;
 };

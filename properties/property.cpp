@@ -55,6 +55,10 @@ struct Context {
   SchedulePlan plan;
   uint64_t digest;
   int vocab;
+  // The scenario's run that check_property's pool probe already made (the
+  // same calls on a fresh engine from the same factory): the property's own
+  // first run of the scenario takes it instead of running it again.
+  mutable std::optional<RunResult> probe_run;
 };
 
 // ---- Caches of what depends on the model alone --------------------------
@@ -234,6 +238,18 @@ Verdict engine_refused(Property property, const RunResult& run, const std::strin
                       : std::string(": the engine refused a valid call")),
        (run.threw ? "exception: " : "EngineError: ") + run.error_message + "\n");
   return verdict;
+}
+
+// The scenario on the subject: the pool probe's run where there is one,
+// else a fresh run (with `meanwhile`, Meanwhile in runner.h).
+RunResult scenario_run(const Context& context, const Meanwhile& meanwhile = {}) {
+  if (context.probe_run) {
+    RunResult run = std::move(*context.probe_run);
+    context.probe_run.reset();
+    if (meanwhile && !run.engine_failed) meanwhile();
+    return run;
+  }
+  return run_scenario(context.scenario, context.weights, context.factory, {}, meanwhile);
 }
 
 // One sequence's logits from a solo run, or the refusal that stopped it.
@@ -416,8 +432,7 @@ Verdict check_oracle(const Context& context) {
       }
     }
   };
-  const RunResult run =
-      run_scenario(context.scenario, context.weights, context.factory, {}, compute_references);
+  const RunResult run = scenario_run(context, compute_references);
   if (run.engine_failed) return engine_refused(Property::kOracle, run, "the scenario");
   if (references.empty()) compute_references();
   const Config& config = context.scenario.config;
@@ -620,7 +635,7 @@ Verdict check_batch(const Context& context) {
                           "no sequence shares a step and max_rows 1 leaves no other row");
   }
   if (n_shared > 0) {
-    const RunResult run = run_scenario(context.scenario, context.weights, context.factory);
+    const RunResult run = scenario_run(context);
     if (run.engine_failed) return engine_refused(Property::kBatch, run, "the scenario");
     if (!scenario_matches_solo(verdict, context, run, shared, "sharing its steps")) return verdict;
   }
@@ -675,7 +690,7 @@ Verdict check_reset(const Context& context) {
   if (count == 0) {
     return not_applicable(Property::kReset, "no fed sequence starts after a reset or finish");
   }
-  const RunResult run = run_scenario(context.scenario, context.weights, context.factory);
+  const RunResult run = scenario_run(context);
   if (run.engine_failed) return engine_refused(Property::kReset, run, "the scenario");
   if (!scenario_matches_solo(verdict, context, run, selected, "started after a reset or finish")) {
     return verdict;
@@ -702,7 +717,7 @@ Verdict check_compaction(const Context& context) {
   if (count == 0) {
     return not_applicable(Property::kCompaction, "no fed sequence runs while another finishes");
   }
-  const RunResult run = run_scenario(context.scenario, context.weights, context.factory);
+  const RunResult run = scenario_run(context);
   if (run.engine_failed) return engine_refused(Property::kCompaction, run, "the scenario");
   if (!scenario_matches_solo(verdict, context, run, selected, "running across a finish")) {
     return verdict;
@@ -1030,7 +1045,7 @@ Verdict check_gqa(const Context& context) {
     return not_applicable(Property::kGqa, "the config is MHA (n_kv_heads == n_heads)");
   }
   const auto [mha_config, mha_weights] = mha_twin(config, context.weights);
-  const RunResult gqa = run_scenario(context.scenario, context.weights, context.factory);
+  const RunResult gqa = scenario_run(context);
   if (gqa.engine_failed) return engine_refused(Property::kGqa, gqa, "the scenario");
   ScenarioRunner twin_runner(context.scenario, mha_config, mha_weights, context.factory);
   const RunResult mha = twin_runner.run();
@@ -1051,7 +1066,7 @@ Verdict check_gqa(const Context& context) {
 
 Verdict check_determinism(const Context& context) {
   Verdict verdict = start_verdict(Property::kDeterminism);
-  const RunResult first = run_scenario(context.scenario, context.weights, context.factory);
+  const RunResult first = scenario_run(context);
   const RunResult second = run_scenario(context.scenario, context.weights, context.factory);
   if (first.engine_failed || second.engine_failed) {
     return engine_refused(Property::kDeterminism, first.engine_failed ? first : second,
@@ -1283,7 +1298,7 @@ Verdict check_cross_engine(const Context& context) {
   if (const std::string why = traits_exclude(reference->traits, context.scenario); !why.empty()) {
     return not_applicable(Property::kCrossEngine, "the reference engine lacks " + why);
   }
-  const RunResult run = run_scenario(context.scenario, context.weights, context.factory);
+  const RunResult run = scenario_run(context);
   if (run.engine_failed) return engine_refused(Property::kCrossEngine, run, "the scenario");
   const RunResult other = run_scenario(context.scenario, context.weights, reference->factory);
   if (other.engine_failed) {
@@ -1348,7 +1363,7 @@ Verdict check_replay(const Context& context, Property property) {
   // P15 selects by what the run did: which sequences the engine says hit.
   RunResult run;
   if (prefix) {
-    run = run_scenario(context.scenario, context.weights, context.factory);
+    run = scenario_run(context);
     if (run.engine_failed) return engine_refused(property, run, "the scenario");
   }
   std::vector<size_t> selected;
@@ -1371,7 +1386,7 @@ Verdict check_replay(const Context& context, Property property) {
                                               : "no truncated sequence keeps a token it was fed");
   }
   if (!prefix) {
-    run = run_scenario(context.scenario, context.weights, context.factory);
+    run = scenario_run(context);
     if (run.engine_failed) return engine_refused(property, run, "the scenario");
   }
   const Invariance invariance = invariance_for(context, property);
@@ -1709,7 +1724,7 @@ std::string traits_exclude(const EngineTraits& traits, const Scenario& scenario)
 
 // The property's own check, once the scenario applies to the engine.
 static Verdict run_property(Property property, const Scenario& scenario,
-                            const EngineUnderTest& subject) {
+                            const EngineUnderTest& subject, std::optional<RunResult> probe_run) {
   try {
     const std::shared_ptr<const Weights> weights = scenario_weights(scenario);
     const Context context{scenario,
@@ -1718,7 +1733,8 @@ static Verdict run_property(Property property, const Scenario& scenario,
                           *weights,
                           plan_schedule(scenario),
                           scenario_digest(scenario),
-                          scenario.config.vocab};
+                          scenario.config.vocab,
+                          std::move(probe_run)};
     switch (property) {
       case Property::kOracle:
         return check_oracle(context);
@@ -1777,8 +1793,12 @@ static Verdict run_property(Property property, const Scenario& scenario,
   return not_applicable(property, "unknown property");
 }
 
-Verdict check_property(Property property, const Scenario& scenario,
-                       const EngineUnderTest& subject) {
+namespace {
+
+// check_property, given the run of `scenario` where one was already made
+// (`known_run`: the calls before a refusal, as the probe ran them).
+Verdict check_probed(Property property, const Scenario& scenario, const EngineUnderTest& subject,
+                     std::optional<RunResult> known_run) {
   if (const std::string error = scenario.validate(); !error.empty()) {
     return not_applicable(property, "invalid scenario: " + error);
   }
@@ -1796,17 +1816,23 @@ Verdict check_property(Property property, const Scenario& scenario,
     return not_applicable(property, "no bound is derived yet for " + arithmetic);
   }
   std::optional<RunResult> failed_probe;
-  if (scenario.pool_blocks > 0 || subject.forces_pool) {
+  if (!known_run && (scenario.pool_blocks > 0 || subject.forces_pool)) {
     // A pool sized by the scenario may run dry. The runner checked that the
     // refusal changed nothing; the properties then check the calls before it
     // (docs/OPERATIONS.md, "Small pools").
     try {
-      const RunResult probe = run_scenario(scenario, *scenario_weights(scenario), subject.factory);
+      RunResult probe = run_scenario(scenario, *scenario_weights(scenario), subject.factory);
       if (probe.engine_failed) failed_probe = probe;
       if (probe.refused) {
         Scenario before = scenario;
         before.calls.resize(size_t(probe.refused_call));
-        Verdict verdict = check_property(property, before, subject);
+        // The probe stopped at the refusal, so it is the run of the calls
+        // before it: neither probed again nor run again as the property's
+        // first run.
+        probe.refused = false;
+        probe.refused_call = -1;
+        probe.error_message.clear();
+        Verdict verdict = check_probed(property, before, subject, std::move(probe));
         // No call index here: the campaign groups verdicts by their text.
         const std::string note =
             " (the pool ran dry and refused a step, changing nothing; the calls before it were "
@@ -1814,17 +1840,25 @@ Verdict check_property(Property property, const Scenario& scenario,
         if (verdict.applicable && verdict.passed) verdict.summary += note;
         return verdict;
       }
+      if (!probe.engine_failed) known_run = std::move(probe);
     } catch (const std::exception&) {
       // The property's own run reports it.
     }
   }
-  Verdict verdict = run_property(property, scenario, subject);
+  Verdict verdict = run_property(property, scenario, subject, std::move(known_run));
   // A failure of the probe is the engine's: reported unless the property's
   // own run failed too or does not apply (a child that dies once, a race).
   if (failed_probe && verdict.applicable && verdict.passed) {
     return engine_refused(property, *failed_probe, "the scenario");
   }
   return verdict;
+}
+
+}  // namespace
+
+Verdict check_property(Property property, const Scenario& scenario,
+                       const EngineUnderTest& subject) {
+  return check_probed(property, scenario, subject, std::nullopt);
 }
 
 Verdict check_all(const Scenario& scenario, const EngineUnderTest& subject) {

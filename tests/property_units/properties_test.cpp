@@ -150,6 +150,40 @@ TEST(Properties, APoolRefusalStopsTheCheckThereAndMustChangeNothing) {
   EXPECT_NE(faulty.detail.find("changed the engine's state"), std::string::npos) << faulty.detail;
 }
 
+TEST(Properties, APoolProbeIsTheRunThePropertyChecks) {
+  // A scenario whose pool may run dry is run once to learn whether it is
+  // refused. That run is then the property's own first run, or, when a step
+  // was refused, the run of the calls before it: P1 builds one engine either
+  // way, and a fault in those calls still fails.
+  int engines = 0;
+  const EngineFactory counting = [&](const Config& config, const Weights& weights,
+                                     const EngineOptions& options) {
+    ++engines;
+    return cpu_engine_factory()(config, weights, options);
+  };
+  const EngineUnderTest subject(counting, cpu_engine_traits_with_operations());
+  const Scenario refused = prefix_scenario(Family::kGpt2, 1, 8);
+  const Verdict stopped = check_property(Property::kOracle, refused, subject);
+  EXPECT_TRUE(stopped.passed && stopped.applicable) << describe(stopped);
+  EXPECT_NE(stopped.summary.find("the pool ran dry"), std::string::npos) << stopped.summary;
+  EXPECT_EQ(engines, 1);
+  engines = 0;
+  const Scenario roomy = prefix_scenario(Family::kGpt2, 1, 30);
+  ASSERT_EQ(roomy.validate(), "");
+  const Verdict whole = check_property(Property::kOracle, roomy, subject);
+  EXPECT_TRUE(whole.passed && whole.applicable) << describe(whole);
+  EXPECT_EQ(whole.summary.find("the pool ran dry"), std::string::npos) << whole.summary;
+  EXPECT_EQ(engines, 1);
+  for (const Scenario* scenario : {&refused, &roomy}) {
+    const Verdict caught =
+        check_property(Property::kOracle, *scenario,
+                       EngineUnderTest(cpu_engine_factory(FaultSet(Fault::kDecodePositionZero)),
+                                       cpu_engine_traits_with_operations()));
+    EXPECT_FALSE(caught.passed) << describe(caught);
+    EXPECT_EQ(caught.where.call, 2) << describe(caught);
+  }
+}
+
 TEST(Properties, EveryPropertyPassesOnTheOperationsScenario) {
   for (Family family : {Family::kGpt2, Family::kLlama}) {
     for (int block : {0, 1, 3, 4}) {

@@ -59,6 +59,17 @@ struct Context {
   // same calls on a fresh engine from the same factory): the property's own
   // first run of the scenario takes it instead of running it again.
   mutable std::optional<RunResult> probe_run;
+  // No probe was made (the pool may run dry and the property's first run is
+  // the scenario's): that run is the probe, and a refusal in it ends the
+  // property with PoolRanDry.
+  bool first_run_probes = false;
+};
+
+// Thrown by the first run of a scenario that was not probed when its pool
+// ran dry: check_property then checks the calls before the refusal, with
+// this run (which stopped there) as theirs.
+struct PoolRanDry {
+  RunResult run;
 };
 
 // ---- Caches of what depends on the model alone --------------------------
@@ -241,7 +252,8 @@ Verdict engine_refused(Property property, const RunResult& run, const std::strin
 }
 
 // The scenario on the subject: the pool probe's run where there is one,
-// else a fresh run (with `meanwhile`, Meanwhile in runner.h).
+// else a fresh run (with `meanwhile`, Meanwhile in runner.h), which throws
+// PoolRanDry where it is the probe and a step was refused.
 RunResult scenario_run(const Context& context, const Meanwhile& meanwhile = {}) {
   if (context.probe_run) {
     RunResult run = std::move(*context.probe_run);
@@ -249,7 +261,9 @@ RunResult scenario_run(const Context& context, const Meanwhile& meanwhile = {}) 
     if (meanwhile && !run.engine_failed) meanwhile();
     return run;
   }
-  return run_scenario(context.scenario, context.weights, context.factory, {}, meanwhile);
+  RunResult run = run_scenario(context.scenario, context.weights, context.factory, {}, meanwhile);
+  if (context.first_run_probes && run.refused) throw PoolRanDry{std::move(run)};
+  return run;
 }
 
 // One sequence's logits from a solo run, or the refusal that stopped it.
@@ -1724,7 +1738,8 @@ std::string traits_exclude(const EngineTraits& traits, const Scenario& scenario)
 
 // The property's own check, once the scenario applies to the engine.
 static Verdict run_property(Property property, const Scenario& scenario,
-                            const EngineUnderTest& subject, std::optional<RunResult> probe_run) {
+                            const EngineUnderTest& subject, std::optional<RunResult> probe_run,
+                            bool first_run_probes) {
   try {
     const std::shared_ptr<const Weights> weights = scenario_weights(scenario);
     const Context context{scenario,
@@ -1734,7 +1749,8 @@ static Verdict run_property(Property property, const Scenario& scenario,
                           plan_schedule(scenario),
                           scenario_digest(scenario),
                           scenario.config.vocab,
-                          std::move(probe_run)};
+                          std::move(probe_run),
+                          first_run_probes};
     switch (property) {
       case Property::kOracle:
         return check_oracle(context);
@@ -1815,37 +1831,45 @@ Verdict check_probed(Property property, const Scenario& scenario, const EngineUn
   if (!arithmetic.empty() && bounded) {
     return not_applicable(property, "no bound is derived yet for " + arithmetic);
   }
+  // A refused step ends the scenario there: the run of the calls before it
+  // is `stopped` (which stopped at the refusal), neither probed nor run again.
+  const auto check_before_refusal = [&](RunResult stopped) {
+    Scenario before = scenario;
+    before.calls.resize(size_t(stopped.refused_call));
+    stopped.refused = false;
+    stopped.refused_call = -1;
+    stopped.error_message.clear();
+    Verdict verdict = check_probed(property, before, subject, std::move(stopped));
+    // No call index here: the campaign groups verdicts by their text.
+    const std::string note =
+        " (the pool ran dry and refused a step, changing nothing; the calls before it were "
+        "checked)";
+    if (verdict.applicable && verdict.passed) verdict.summary += note;
+    return verdict;
+  };
+  // A pool sized by the scenario may run dry. The runner checked that the
+  // refusal changed nothing; the properties then check the calls before it
+  // (docs/OPERATIONS.md, "Small pools"). P1's first run is the scenario's,
+  // so it is the probe; other properties are probed first.
+  const bool may_run_dry = !known_run && (scenario.pool_blocks > 0 || subject.forces_pool);
+  const bool first_run_probes = may_run_dry && property == Property::kOracle;
   std::optional<RunResult> failed_probe;
-  if (!known_run && (scenario.pool_blocks > 0 || subject.forces_pool)) {
-    // A pool sized by the scenario may run dry. The runner checked that the
-    // refusal changed nothing; the properties then check the calls before it
-    // (docs/OPERATIONS.md, "Small pools").
+  if (may_run_dry && !first_run_probes) {
     try {
       RunResult probe = run_scenario(scenario, *scenario_weights(scenario), subject.factory);
       if (probe.engine_failed) failed_probe = probe;
-      if (probe.refused) {
-        Scenario before = scenario;
-        before.calls.resize(size_t(probe.refused_call));
-        // The probe stopped at the refusal, so it is the run of the calls
-        // before it: neither probed again nor run again as the property's
-        // first run.
-        probe.refused = false;
-        probe.refused_call = -1;
-        probe.error_message.clear();
-        Verdict verdict = check_probed(property, before, subject, std::move(probe));
-        // No call index here: the campaign groups verdicts by their text.
-        const std::string note =
-            " (the pool ran dry and refused a step, changing nothing; the calls before it were "
-            "checked)";
-        if (verdict.applicable && verdict.passed) verdict.summary += note;
-        return verdict;
-      }
+      if (probe.refused) return check_before_refusal(std::move(probe));
       if (!probe.engine_failed) known_run = std::move(probe);
     } catch (const std::exception&) {
       // The property's own run reports it.
     }
   }
-  Verdict verdict = run_property(property, scenario, subject, std::move(known_run));
+  Verdict verdict;
+  try {
+    verdict = run_property(property, scenario, subject, std::move(known_run), first_run_probes);
+  } catch (PoolRanDry& dry) {
+    return check_before_refusal(std::move(dry.run));
+  }
   // A failure of the probe is the engine's: reported unless the property's
   // own run failed too or does not apply (a child that dies once, a race).
   if (failed_probe && verdict.applicable && verdict.passed) {

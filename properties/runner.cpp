@@ -455,6 +455,9 @@ RunResult ScenarioRunner::run_calls(const CallHook& hook, const Meanwhile& meanw
   // (docs/OPERATIONS.md, "Small pools").
   may_run_dry_ = scenario_.pool_blocks > 0 || engine_->options().pool_blocks > 0;
   post_steps_ = !hook;
+  // The meanwhile work goes before the first wait for posted steps, so the
+  // engine computes them while it runs.
+  bool meanwhile_done = !meanwhile;
   for (size_t c = 0; c < scenario_.calls.size(); ++c) {
     const Call& call = scenario_.calls[c];
     const bool step = call.kind == Call::Kind::kStep;
@@ -464,6 +467,11 @@ RunResult ScenarioRunner::run_calls(const CallHook& hook, const Meanwhile& meanw
     if (may_run_dry_ && post_steps_) {
       if (step && post_dry_step(call, static_cast<int>(c))) continue;
       if (!step && !posted_.empty()) {
+        if (!meanwhile_done) {
+          send_posted();
+          meanwhile();
+          meanwhile_done = true;
+        }
         collect_posted(result);
         if (result.refused || result.engine_failed) break;
       }
@@ -497,18 +505,21 @@ RunResult ScenarioRunner::run_calls(const CallHook& hook, const Meanwhile& meanw
       break;
     }
   }
-  if (!posted_.empty()) {
-    // A failure to send is the child's, and collect_posted reports it at the
-    // step it belongs to, as it would without this early send.
-    try {
-      engine_->send_posted();
-    } catch (const std::exception&) {
-    }
-  }
+  send_posted();
   // A run already failed (a call that waited) needs no meanwhile work.
-  if (meanwhile && !result.engine_failed) meanwhile();
+  if (!meanwhile_done && !result.engine_failed) meanwhile();
   collect_posted(result);
   return result;
+}
+
+void ScenarioRunner::send_posted() {
+  if (posted_.empty()) return;
+  // A failure to send is the child's, and collect_posted reports it at the
+  // step it belongs to, as it would without this early send.
+  try {
+    engine_->send_posted();
+  } catch (const std::exception&) {
+  }
 }
 
 RunResult run_scenario(const Scenario& scenario, const Weights& weights,

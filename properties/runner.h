@@ -67,10 +67,10 @@ SchedulePlan plan_schedule(const Scenario& scenario);
 // Called after every call that succeeded; returning false stops the run there.
 class ScenarioRunner;
 using CallHook = std::function<bool(int call_index, const ScenarioRunner& runner)>;
-// Work the caller does after the last call is sent and before the steps sent
-// without waiting are read back (Engine::post_step), while an engine in
-// another process computes them; it must not touch the engine. Skipped when
-// a call that waited has already failed.
+// Work the caller does while an engine in another process computes the
+// steps sent without waiting (Engine::post_step): before the first wait for
+// them, else after the last call. It must not touch the engine. Skipped
+// when a call that waited has already failed.
 using Meanwhile = std::function<void()>;
 
 struct RunResult {
@@ -127,6 +127,8 @@ class ScenarioRunner {
   // Collects the steps posted without waiting, in order; the first that
   // fails becomes the run's failure if it came before `result`'s.
   void collect_posted(RunResult& result);
+  // Has the engine start on the posted steps now (Engine::send_posted).
+  void send_posted();
   // What a refused step must leave as it was: the pool and the length of
   // every running sequence (scenario indices; engine_ids maps them), as
   // observe answered, formatted by digest.

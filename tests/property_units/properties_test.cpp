@@ -154,7 +154,7 @@ TEST(Properties, APoolProbeIsTheRunThePropertyChecks) {
   // A scenario whose pool may run dry is run once to learn whether it is
   // refused. That run is then the property's own first run, or, when a step
   // was refused, the run of the calls before it: P1 builds one engine either
-  // way, and a fault in those calls still fails.
+  // way (its run is the probe), and a fault in those calls still fails.
   int engines = 0;
   const EngineFactory counting = [&](const Config& config, const Weights& weights,
                                      const EngineOptions& options) {
@@ -174,6 +174,13 @@ TEST(Properties, APoolProbeIsTheRunThePropertyChecks) {
   EXPECT_TRUE(whole.passed && whole.applicable) << describe(whole);
   EXPECT_EQ(whole.summary.find("the pool ran dry"), std::string::npos) << whole.summary;
   EXPECT_EQ(engines, 1);
+  // P8 runs the scenario twice: the probe is the first of the two.
+  for (const Scenario* scenario : {&refused, &roomy}) {
+    engines = 0;
+    const Verdict twice = check_property(Property::kDeterminism, *scenario, subject);
+    EXPECT_TRUE(twice.passed && twice.applicable) << describe(twice);
+    EXPECT_EQ(engines, 2);
+  }
   for (const Scenario* scenario : {&refused, &roomy}) {
     const Verdict caught =
         check_property(Property::kOracle, *scenario,

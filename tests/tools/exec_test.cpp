@@ -350,6 +350,51 @@ TEST(ExecServe, PostedStepsReachTheChildBeforeTheMeanwhileWork) {
       run_scenario(s, weights, backend_registry().resolve("cpu").under_test().factory).logits);
 }
 
+// In a pool that may run dry the steps posted are read back before any other
+// call: the meanwhile work goes before that first wait (here, after the two
+// steps ahead of the first finish), not after the last call.
+TEST(ExecServe, InAPoolThatMayRunDryTheMeanwhileWorkGoesBeforeTheFirstWait) {
+  const Scenario s = test::prefix_scenario(Family::kGpt2, 1, 30);
+  ASSERT_EQ(s.validate(), "");
+  ASSERT_EQ(s.calls[3].kind, Call::Kind::kFinish);
+  const Weights weights = init_weights(s.config, s.weight_seed);
+  const std::filesystem::path log =
+      std::filesystem::temp_directory_path() / ("kvcheck-dry-" + std::to_string(::getpid()));
+  std::filesystem::remove(log);
+  const EngineFactory factory = backend_registry()
+                                    .resolve(std::string("exec:python3 ") + KVCHECK_SOURCE_DIR +
+                                             "/tests/tools/faulty_proxy.py --fault none --log " +
+                                             log.string() + " -- " + KVCHECK_SERVE)
+                                    .under_test()
+                                    .factory;
+  const auto steps_logged = [&] {
+    std::ifstream in(log);
+    size_t n = 0;
+    for (std::string op; std::getline(in, op);) n += op == "step";
+    return n;
+  };
+  size_t seen = 0;
+  int calls = 0;
+  const RunResult run = run_scenario(s, weights, factory, {}, [&] {
+    ++calls;
+    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+    while ((seen = steps_logged()) < 2 && std::chrono::steady_clock::now() < deadline)
+      std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));  // room for a stray third
+    seen = steps_logged();
+  });
+  std::filesystem::remove(log);
+  EXPECT_EQ(calls, 1);
+  EXPECT_EQ(seen, 2u) << "steps the child had received when the meanwhile work ran";
+  ASSERT_FALSE(run.engine_failed || run.refused) << run.error_message;
+  // Bit for bit: the logits of prefix hits are NaN on both sides.
+  const RunResult in_process =
+      run_scenario(s, weights, backend_registry().resolve("cpu").under_test().factory);
+  ASSERT_EQ(run.logits.size(), in_process.logits.size());
+  for (size_t q = 0; q < run.logits.size(); ++q)
+    EXPECT_EQ(first_bit_difference(run.logits[q], in_process.logits[q]), std::nullopt) << "s" << q;
+}
+
 // More steps posted than kvcheck leaves unread (64), whose logits (200 KiB)
 // are more than a pipe holds: they are read as they come, and come back in
 // order.

@@ -6,6 +6,7 @@
 #include <atomic>
 #include <bit>
 #include <cerrno>
+#include <cstdint>
 #include <cstdio>
 #include <cstdlib>
 #include <cstring>
@@ -48,11 +49,14 @@ int open_for_writing(const std::filesystem::path& path) {
 }
 
 // In place, without fsync: scratch, not results. Overwritten, then cut to
-// size, never truncated to 0 first: ext4 writes a file truncated to 0 and
-// rewritten back to disk when it is closed (auto_da_alloc), and a new file
-// instead costs an inode search (recently_deleted); either was most of an
-// exec case's CPU in perf.
-void write_file(int fd, const std::filesystem::path& path, std::span<const uint8_t> bytes) {
+// size where the file was longer (`size`: its length, updated), never
+// truncated to 0 first: ext4 writes a file truncated to 0 and rewritten back
+// to disk when it is closed (auto_da_alloc), and a new file instead costs an
+// inode search (recently_deleted); either was most of an exec case's CPU in
+// perf. A system call is dear on a paravirtualized guest: none is spent on a
+// cut that would change nothing.
+void write_file(int fd, const std::filesystem::path& path, std::span<const uint8_t> bytes,
+                size_t& size) {
   bool ok = true;
   for (size_t done = 0; ok && done < bytes.size();) {
     const ssize_t put = ::pwrite(fd, bytes.data() + done, bytes.size() - done, off_t(done));
@@ -60,8 +64,12 @@ void write_file(int fd, const std::filesystem::path& path, std::span<const uint8
     ok = put > 0;
     if (ok) done += size_t(put);
   }
-  if (!ok || ::ftruncate(fd, off_t(bytes.size())) != 0)
+  if (ok && size > bytes.size()) ok = ::ftruncate(fd, off_t(bytes.size())) == 0;
+  if (!ok) {
+    size = SIZE_MAX;  // unknown: the next write cuts
     throw InputError("exec backend: cannot write " + path.string() + ": " + std::strerror(errno));
+  }
+  size = bytes.size();
 }
 
 // Where the slots go: the temporary folder the user named, else /dev/shm
@@ -142,9 +150,11 @@ ModelFolder ModelFolders::folder(const Config& config, const Weights& weights) {
   const std::filesystem::path dir = path_of(slot);
   Slot& chosen = slots_[slot];
   chosen.filled = false;
-  write_file(chosen.model_fd, dir / "model.safetensors", save_safetensors(config, weights));
+  write_file(chosen.model_fd, dir / "model.safetensors", save_safetensors(config, weights),
+             chosen.model_size);
   write_file(chosen.config_fd, dir / "config.json",
-             {reinterpret_cast<const uint8_t*>(config_text.data()), config_text.size()});
+             {reinterpret_cast<const uint8_t*>(config_text.data()), config_text.size()},
+             chosen.config_size);
   chosen.filled = true;
   chosen.hash = hash;
   chosen.last_use = ++uses_;

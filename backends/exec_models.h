@@ -49,6 +49,7 @@ class ModelFolders {
     uint64_t last_use = 0;
     // Kept open: rewriting a slot is then a write and a truncate per file.
     int model_fd = -1, config_fd = -1;
+    size_t model_size = 0, config_size = 0;  // the files' lengths (SIZE_MAX: unknown)
   };
   const std::filesystem::path& root();
 

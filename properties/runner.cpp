@@ -226,19 +226,24 @@ void ScenarioRunner::advance(const Call& call) {
   }
 }
 
+bool ScenarioRunner::refusal_blind(Call::Kind kind) {
+  return kind == Call::Kind::kStart || kind == Call::Kind::kFinish || kind == Call::Kind::kReset;
+}
+
 bool ScenarioRunner::post_dry_step(const Call& call, int call_index) {
   std::vector<size_t> running = running_sequences();
   const std::vector<SequenceId> ids = engine_ids(running);
   // Steps posted back to back (any other call reads them first, so nothing
   // comes between them) share an observe: the one after a step is the one
   // before the next.
-  const bool shares_before = !posted_.empty();
+  const bool shares_before = !posted_.empty() && step_posted_last_;
   if (!shares_before && !engine_->post_observe(ids)) return false;
   std::vector<int> fed_at = fill_batch(call);
   if (!engine_->post_step(batch_) || !engine_->post_observe(ids))
     throw std::logic_error(engine_->name() + " sent an observe ahead but not a step");
   posted_.push_back({call_index, std::move(fed_at), true, std::move(running), shares_before});
   advance(call);
+  step_posted_last_ = true;
   return true;
 }
 
@@ -358,6 +363,13 @@ void ScenarioRunner::file_step(const Call& call, std::span<const int> fed_at) {
 
 namespace {
 
+void clear_failure(RunResult& result) {
+  result.engine_failed = result.threw = false;
+  result.failed_call = -1;
+  result.error_kind = EngineError::Kind::kBadBatch;
+  result.error_message.clear();
+}
+
 void record_failure(RunResult& result, int call, const EngineError* error, const char* what) {
   result.engine_failed = true;
   result.threw = error == nullptr;
@@ -412,6 +424,9 @@ void ScenarioRunner::collect_posted(RunResult& result) {
         } catch (const std::exception& x) {
           after = std::string("(unreadable: ") + x.what() + ")";
         }
+        // A later call failed after this refusal, which kvcheck had not
+        // seen yet: the run ends here instead.
+        if (result.engine_failed) clear_failure(result);
         settle_refusal(result, step.call, e, digest(*before, step.running), after);
       } else {
         record_failure(result, step.call, &e, e.what());
@@ -463,10 +478,13 @@ RunResult ScenarioRunner::run_calls(const CallHook& hook, const Meanwhile& meanw
     const bool step = call.kind == Call::Kind::kStep;
     // A pool that may run dry, on an engine that sends ahead: steps go out
     // between observes, and any other call first reads the steps before it,
-    // so that nothing goes out after a refusal kvcheck has not seen yet.
+    // so that nothing goes out after a refusal kvcheck has not seen yet;
+    // except a start, finish or reset, which the engine must accept whether
+    // a step before it was refused or not (the refusal changed nothing).
     if (may_run_dry_ && post_steps_) {
       if (step && post_dry_step(call, static_cast<int>(c))) continue;
-      if (!step && !posted_.empty()) {
+      step_posted_last_ = false;
+      if (!step && !posted_.empty() && !refusal_blind(call.kind)) {
         if (!meanwhile_done) {
           send_posted();
           meanwhile();
@@ -506,8 +524,9 @@ RunResult ScenarioRunner::run_calls(const CallHook& hook, const Meanwhile& meanw
     }
   }
   send_posted();
-  // A run already failed (a call that waited) needs no meanwhile work.
-  if (!meanwhile_done && !result.engine_failed) meanwhile();
+  // A run already failed or refused (a call that waited) needs no meanwhile
+  // work: a refused one is checked again as the calls before the refusal.
+  if (!meanwhile_done && !result.engine_failed && !result.refused) meanwhile();
   collect_posted(result);
   return result;
 }

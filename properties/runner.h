@@ -70,7 +70,7 @@ using CallHook = std::function<bool(int call_index, const ScenarioRunner& runner
 // Work the caller does while an engine in another process computes the
 // steps sent without waiting (Engine::post_step): before the first wait for
 // them, else after the last call. It must not touch the engine. Skipped
-// when a call that waited has already failed.
+// when a call that waited has already failed or been refused.
 using Meanwhile = std::function<void()>;
 
 struct RunResult {
@@ -140,6 +140,9 @@ class ScenarioRunner {
   // observes (the state before and after it), which are read only if it is
   // refused; false where the engine sends nothing ahead.
   bool post_dry_step(const Call& call, int call_index);
+  // Calls the engine must accept whether a step posted before them was
+  // refused or not: they go out without reading those steps first.
+  static bool refusal_blind(Call::Kind kind);
   std::vector<int> fill_batch(const Call& call);  // [chunk] fed before the step
   void advance(const Call& call);                 // a step's tokens are now held
   // A refused step ends the run if it changed nothing, else fails it.
@@ -174,6 +177,9 @@ class ScenarioRunner {
     bool shares_before = false;
   };
   std::vector<PostedStep> posted_;  // oldest first
+  // The last call was a step posted by post_dry_step: the observe after it
+  // is the state before the next step.
+  bool step_posted_last_ = false;
 };
 
 // The scenario on a fresh engine built from its own config and weights.

@@ -350,13 +350,21 @@ TEST(ExecServe, PostedStepsReachTheChildBeforeTheMeanwhileWork) {
       run_scenario(s, weights, backend_registry().resolve("cpu").under_test().factory).logits);
 }
 
-// In a pool that may run dry the steps posted are read back before any other
-// call: the meanwhile work goes before that first wait (here, after the two
-// steps ahead of the first finish), not after the last call.
+// In a pool that may run dry the steps posted are read back before a call
+// whose outcome a refusal could change (here the flush; a start, finish or
+// reset goes out without reading them): the meanwhile work goes before that
+// first wait, after the steps ahead of it, not after the last call.
 TEST(ExecServe, InAPoolThatMayRunDryTheMeanwhileWorkGoesBeforeTheFirstWait) {
   const Scenario s = test::prefix_scenario(Family::kGpt2, 1, 30);
   ASSERT_EQ(s.validate(), "");
-  ASSERT_EQ(s.calls[3].kind, Call::Kind::kFinish);
+  size_t ahead = 0, steps = 0;  // steps before the first flush, and in all
+  bool flushed = false;
+  for (const Call& call : s.calls) {
+    flushed = flushed || call.kind == Call::Kind::kFlush;
+    if (call.kind == Call::Kind::kStep) ++steps, ahead += !flushed;
+  }
+  ASSERT_TRUE(flushed);
+  ASSERT_LT(ahead, steps);
   const Weights weights = init_weights(s.config, s.weight_seed);
   const std::filesystem::path log =
       std::filesystem::temp_directory_path() / ("kvcheck-dry-" + std::to_string(::getpid()));
@@ -378,14 +386,14 @@ TEST(ExecServe, InAPoolThatMayRunDryTheMeanwhileWorkGoesBeforeTheFirstWait) {
   const RunResult run = run_scenario(s, weights, factory, {}, [&] {
     ++calls;
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-    while ((seen = steps_logged()) < 2 && std::chrono::steady_clock::now() < deadline)
+    while ((seen = steps_logged()) < ahead && std::chrono::steady_clock::now() < deadline)
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));  // room for a stray third
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));  // room for a stray later one
     seen = steps_logged();
   });
   std::filesystem::remove(log);
   EXPECT_EQ(calls, 1);
-  EXPECT_EQ(seen, 2u) << "steps the child had received when the meanwhile work ran";
+  EXPECT_EQ(seen, ahead) << "steps the child had received when the meanwhile work ran";
   ASSERT_FALSE(run.engine_failed || run.refused) << run.error_message;
   // Bit for bit: the logits of prefix hits are NaN on both sides.
   const RunResult in_process =
@@ -575,6 +583,29 @@ TEST(ExecServe, ARefusalOfAStepAfterAPostedStepIsToldApart) {
   s.pool_blocks = 4;
   s.sequences = {{1, 2, 3, 4, 5, 6}};
   s.calls = {Call::start(0), Call::step({{0, 2}}), Call::step({{0, 3}}), Call::finish(0)};
+  const RunResult run = run_scenario(s, init_weights(s.config, s.weight_seed),
+                                     backend_registry().resolve(kServe).under_test().factory);
+  EXPECT_TRUE(run.refused && !run.engine_failed) << run.error_message;
+  EXPECT_EQ(run.refused_call, 2);
+  expect_refusal_told_apart(s);
+}
+
+// A truncate or fork after a step that may be refused waits for that step:
+// sent ahead of an unseen refusal it would be refused in turn (the refused
+// step left fewer tokens than it takes), and its refusal taken for the
+// engine's failure. A finish after it goes out without waiting.
+TEST(ExecServe, ACallARefusalCouldChangeWaitsForTheStepBeforeIt) {
+  Scenario s;
+  s.config = gpt2_tiny();
+  s.weight_seed = 17;
+  s.capacity = 10;
+  s.max_rows = 2;
+  s.block_size = 1;
+  s.pool_blocks = 3;
+  s.sequences = {{1, 2, 3, 4, 5, 6}};
+  s.calls = {Call::start(0), Call::step({{0, 1}}), Call::step({{0, 3}}), Call::truncate(0, 3),
+             Call::finish(0)};
+  ASSERT_EQ(s.validate(), "");
   const RunResult run = run_scenario(s, init_weights(s.config, s.weight_seed),
                                      backend_registry().resolve(kServe).under_test().factory);
   EXPECT_TRUE(run.refused && !run.engine_failed) << run.error_message;

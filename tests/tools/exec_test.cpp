@@ -310,18 +310,19 @@ TEST(ExecServe, StepsSentAheadGiveTheWaitingRunsLogitsAndFailures) {
   }
 }
 
-// The steps a run sends without waiting reach the child before the work its
-// caller does meanwhile (P1 computes the oracle then), so the two overlap
-// instead of taking turns; the logits are the same. A proxy logs each request
-// as it arrives.
-TEST(ExecServe, PostedStepsReachTheChildBeforeTheMeanwhileWork) {
-  const Scenario s = test::rich_scenario(Family::kGpt2, 2, 2, KvDtype::kF32);
-  const Weights weights = init_weights(s.config, s.weight_seed);
-  const size_t steps = size_t(std::count_if(
-      s.calls.begin(), s.calls.end(), [](const Call& c) { return c.kind == Call::Kind::kStep; }));
-  ASSERT_GT(steps, 2u);
+// A run of `s` through a proxy that logs each request as it arrives, and the
+// steps that had reached the child when the meanwhile work ran. Delivery is
+// asynchronous: the meanwhile waits up to 20 s for `expected` of them, then
+// 50 ms more, room for a stray later one to show.
+struct LoggedRun {
+  RunResult run;
+  size_t steps_seen = 0;
+  int meanwhiles = 0;
+};
+
+LoggedRun run_logged(const Scenario& s, const Weights& weights, size_t expected) {
   const std::filesystem::path log =
-      std::filesystem::temp_directory_path() / ("kvcheck-posted-" + std::to_string(::getpid()));
+      std::filesystem::temp_directory_path() / ("kvcheck-logged-" + std::to_string(::getpid()));
   std::filesystem::remove(log);
   const EngineFactory factory = backend_registry()
                                     .resolve(std::string("exec:python3 ") + KVCHECK_SOURCE_DIR +
@@ -335,19 +336,41 @@ TEST(ExecServe, PostedStepsReachTheChildBeforeTheMeanwhileWork) {
     for (std::string op; std::getline(in, op);) n += op == "step";
     return n;
   };
-  size_t seen = 0;
-  const RunResult run = run_scenario(s, weights, factory, {}, [&] {
-    // Delivery is asynchronous: give the proxy up to 20 s to log them all.
+  LoggedRun logged;
+  logged.run = run_scenario(s, weights, factory, {}, [&] {
+    ++logged.meanwhiles;
     const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-    while ((seen = steps_logged()) < steps && std::chrono::steady_clock::now() < deadline)
+    while (steps_logged() < expected && std::chrono::steady_clock::now() < deadline)
       std::this_thread::sleep_for(std::chrono::milliseconds(5));
+    std::this_thread::sleep_for(std::chrono::milliseconds(50));
+    logged.steps_seen = steps_logged();
   });
   std::filesystem::remove(log);
-  EXPECT_EQ(seen, steps) << "steps the child had received when the meanwhile work ran";
-  ASSERT_FALSE(run.engine_failed) << run.error_message;
-  EXPECT_EQ(
-      run.logits,
-      run_scenario(s, weights, backend_registry().resolve("cpu").under_test().factory).logits);
+  return logged;
+}
+
+// Bit for bit (the logits of prefix hits are NaN on both sides).
+void expect_in_process_logits(const Scenario& s, const Weights& weights, const RunResult& run) {
+  const RunResult in_process =
+      run_scenario(s, weights, backend_registry().resolve("cpu").under_test().factory);
+  ASSERT_EQ(run.logits.size(), in_process.logits.size());
+  for (size_t q = 0; q < run.logits.size(); ++q)
+    EXPECT_EQ(first_bit_difference(run.logits[q], in_process.logits[q]), std::nullopt) << "s" << q;
+}
+
+// The steps a run sends without waiting reach the child before the work its
+// caller does meanwhile (P1 computes the oracle then), so the two overlap
+// instead of taking turns; the logits are the same.
+TEST(ExecServe, PostedStepsReachTheChildBeforeTheMeanwhileWork) {
+  const Scenario s = test::rich_scenario(Family::kGpt2, 2, 2, KvDtype::kF32);
+  const Weights weights = init_weights(s.config, s.weight_seed);
+  const size_t steps = size_t(std::count_if(
+      s.calls.begin(), s.calls.end(), [](const Call& c) { return c.kind == Call::Kind::kStep; }));
+  ASSERT_GT(steps, 2u);
+  const LoggedRun logged = run_logged(s, weights, steps);
+  EXPECT_EQ(logged.steps_seen, steps) << "steps the child had received when the meanwhile ran";
+  ASSERT_FALSE(logged.run.engine_failed) << logged.run.error_message;
+  expect_in_process_logits(s, weights, logged.run);
 }
 
 // In a pool that may run dry the steps posted are read back before a call
@@ -366,41 +389,11 @@ TEST(ExecServe, InAPoolThatMayRunDryTheMeanwhileWorkGoesBeforeTheFirstWait) {
   ASSERT_TRUE(flushed);
   ASSERT_LT(ahead, steps);
   const Weights weights = init_weights(s.config, s.weight_seed);
-  const std::filesystem::path log =
-      std::filesystem::temp_directory_path() / ("kvcheck-dry-" + std::to_string(::getpid()));
-  std::filesystem::remove(log);
-  const EngineFactory factory = backend_registry()
-                                    .resolve(std::string("exec:python3 ") + KVCHECK_SOURCE_DIR +
-                                             "/tests/tools/faulty_proxy.py --fault none --log " +
-                                             log.string() + " -- " + KVCHECK_SERVE)
-                                    .under_test()
-                                    .factory;
-  const auto steps_logged = [&] {
-    std::ifstream in(log);
-    size_t n = 0;
-    for (std::string op; std::getline(in, op);) n += op == "step";
-    return n;
-  };
-  size_t seen = 0;
-  int calls = 0;
-  const RunResult run = run_scenario(s, weights, factory, {}, [&] {
-    ++calls;
-    const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
-    while ((seen = steps_logged()) < ahead && std::chrono::steady_clock::now() < deadline)
-      std::this_thread::sleep_for(std::chrono::milliseconds(5));
-    std::this_thread::sleep_for(std::chrono::milliseconds(50));  // room for a stray later one
-    seen = steps_logged();
-  });
-  std::filesystem::remove(log);
-  EXPECT_EQ(calls, 1);
-  EXPECT_EQ(seen, ahead) << "steps the child had received when the meanwhile work ran";
-  ASSERT_FALSE(run.engine_failed || run.refused) << run.error_message;
-  // Bit for bit: the logits of prefix hits are NaN on both sides.
-  const RunResult in_process =
-      run_scenario(s, weights, backend_registry().resolve("cpu").under_test().factory);
-  ASSERT_EQ(run.logits.size(), in_process.logits.size());
-  for (size_t q = 0; q < run.logits.size(); ++q)
-    EXPECT_EQ(first_bit_difference(run.logits[q], in_process.logits[q]), std::nullopt) << "s" << q;
+  const LoggedRun logged = run_logged(s, weights, ahead);
+  EXPECT_EQ(logged.meanwhiles, 1);
+  EXPECT_EQ(logged.steps_seen, ahead) << "steps the child had received when the meanwhile ran";
+  ASSERT_FALSE(logged.run.engine_failed || logged.run.refused) << logged.run.error_message;
+  expect_in_process_logits(s, weights, logged.run);
 }
 
 // More steps posted than kvcheck leaves unread (64), whose logits (200 KiB)
@@ -570,24 +563,38 @@ TEST(ExecServe, APoolRefusalIsToldApartThroughExec) {
   expect_refusal_told_apart(test::prefix_scenario(Family::kGpt2, 1, 8));
 }
 
-// Two steps sent back to back share the observe between them (the one
-// after the first is the one before the second): the pool runs dry at the
-// second, and its refusal must still be told apart.
-TEST(ExecServe, ARefusalOfAStepAfterAPostedStepIsToldApart) {
+// One sequence in a pool of `pool_blocks` blocks of one token each.
+Scenario small_pool_scenario(int pool_blocks, std::vector<Call> calls) {
   Scenario s;
   s.config = gpt2_tiny();
   s.weight_seed = 17;
   s.capacity = 10;
   s.max_rows = 2;
   s.block_size = 1;
-  s.pool_blocks = 4;
+  s.pool_blocks = pool_blocks;
   s.sequences = {{1, 2, 3, 4, 5, 6}};
-  s.calls = {Call::start(0), Call::step({{0, 2}}), Call::step({{0, 3}}), Call::finish(0)};
+  s.calls = std::move(calls);
+  return s;
+}
+
+// The run through kvcheck-serve stops at a refusal of call `call`, which
+// P1 tells apart from a refusal that changed the engine's state.
+void expect_refused_at(const Scenario& s, int call) {
+  ASSERT_EQ(s.validate(), "");
   const RunResult run = run_scenario(s, init_weights(s.config, s.weight_seed),
                                      backend_registry().resolve(kServe).under_test().factory);
   EXPECT_TRUE(run.refused && !run.engine_failed) << run.error_message;
-  EXPECT_EQ(run.refused_call, 2);
+  EXPECT_EQ(run.refused_call, call);
   expect_refusal_told_apart(s);
+}
+
+// Two steps sent back to back share the observe between them (the one
+// after the first is the one before the second): the pool runs dry at the
+// second, and its refusal must still be told apart.
+TEST(ExecServe, ARefusalOfAStepAfterAPostedStepIsToldApart) {
+  expect_refused_at(small_pool_scenario(4, {Call::start(0), Call::step({{0, 2}}),
+                                            Call::step({{0, 3}}), Call::finish(0)}),
+                    2);
 }
 
 // A truncate or fork after a step that may be refused waits for that step:
@@ -595,22 +602,10 @@ TEST(ExecServe, ARefusalOfAStepAfterAPostedStepIsToldApart) {
 // step left fewer tokens than it takes), and its refusal taken for the
 // engine's failure. A finish after it goes out without waiting.
 TEST(ExecServe, ACallARefusalCouldChangeWaitsForTheStepBeforeIt) {
-  Scenario s;
-  s.config = gpt2_tiny();
-  s.weight_seed = 17;
-  s.capacity = 10;
-  s.max_rows = 2;
-  s.block_size = 1;
-  s.pool_blocks = 3;
-  s.sequences = {{1, 2, 3, 4, 5, 6}};
-  s.calls = {Call::start(0), Call::step({{0, 1}}), Call::step({{0, 3}}), Call::truncate(0, 3),
-             Call::finish(0)};
-  ASSERT_EQ(s.validate(), "");
-  const RunResult run = run_scenario(s, init_weights(s.config, s.weight_seed),
-                                     backend_registry().resolve(kServe).under_test().factory);
-  EXPECT_TRUE(run.refused && !run.engine_failed) << run.error_message;
-  EXPECT_EQ(run.refused_call, 2);
-  expect_refusal_told_apart(s);
+  expect_refused_at(
+      small_pool_scenario(3, {Call::start(0), Call::step({{0, 1}}), Call::step({{0, 3}}),
+                              Call::truncate(0, 3), Call::finish(0)}),
+      2);
 }
 
 // Every fault that lives in an operation (fork, truncate, paged storage,

@@ -128,6 +128,14 @@ class Session {
     return guarded([&] { return child_->take_kept(engine); });
   }
 
+  // Every reply read, and the engine's first refusal of a request sent
+  // ahead not yet raised is raised now (ExecEngine::settle_sent).
+  void settle(int generation, int64_t engine) {
+    std::lock_guard lock(mutex_);
+    if (generation != generation_ || !child_ || !child_->alive()) return;
+    guarded([&] { child_->settle(engine); });
+  }
+
   static void throw_if_error(const std::string& op, const Reply& reply) {
     if (reply.error) throw_error(op, *reply.error);
   }
@@ -334,6 +342,10 @@ class ExecEngine final : public Engine {
 
   void send_posted() override {
     if (!posted_.empty()) session_->send_posted(generation_);
+  }
+
+  void settle_sent() override {
+    if (session_->version() >= 2) session_->settle(generation_, id_);
   }
 
   void collect_step(std::vector<float>& logits) override {

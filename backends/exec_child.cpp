@@ -219,14 +219,28 @@ Reply ChildProcess::read_reply(const std::string& call, const wire::ReplyLimits&
   }
 }
 
+namespace {
+
+std::optional<int64_t> engine_of(const nlohmann::json& request) {
+  const auto it = request.find("engine");
+  if (it == request.end() || !it->is_number_integer()) return std::nullopt;
+  return it->get<int64_t>();
+}
+
+}  // namespace
+
 void ChildProcess::post(const nlohmann::json& request, bool refusal_matters) {
-  enqueue(request,
-          {request.value("op", std::string("request")), refusal_matters, std::nullopt, {}});
+  enqueue(request, {request.value("op", std::string("request")),
+                    refusal_matters,
+                    std::nullopt,
+                    {},
+                    engine_of(request)});
 }
 
 void ChildProcess::post_keeping(const nlohmann::json& request, int64_t tag,
                                 const wire::ReplyLimits& limits) {
-  enqueue(request, {request.value("op", std::string("request")), false, tag, limits});
+  enqueue(request,
+          {request.value("op", std::string("request")), false, tag, limits, engine_of(request)});
 }
 
 void ChildProcess::enqueue(const nlohmann::json& request, Posted posted) {
@@ -263,7 +277,7 @@ Reply ChildProcess::take_kept(int64_t tag) {
     it = kept_.find(tag);
     if ((it == kept_.end() || it->second.empty()) && !fault_.empty()) throw ChildFault(fault_);
   }
-  if (!refused_ahead_.empty()) throw RefusedAhead(std::exchange(refused_ahead_, ""));
+  throw_refusal();
   if (it == kept_.end() || it->second.empty())
     throw std::logic_error("exec: no reply posted for engine " + std::to_string(tag));
   Reply reply = std::move(it->second.front());
@@ -271,7 +285,22 @@ Reply ChildProcess::take_kept(int64_t tag) {
   return reply;
 }
 
+void ChildProcess::throw_refusal() {
+  if (!refused_ahead_) return;
+  const std::string message = std::move(refused_ahead_->message);
+  refused_ahead_.reset();
+  throw RefusedAhead(message);
+}
+
+void ChildProcess::settle(int64_t engine) {
+  drain();
+  if (refused_ahead_ && refused_ahead_->engine == engine) throw_refusal();
+}
+
 void ChildProcess::forget(int64_t tag) {
+  if (refused_ahead_ && refused_ahead_->engine == tag) refused_ahead_.reset();
+  for (Posted& p : posted_)
+    if (p.engine == tag) p.refusal_matters = false;  // its reply is not read yet
   kept_.erase(tag);
   for (const Posted& p : posted_) {
     if (p.keep == tag) forgotten_.insert(tag);
@@ -296,10 +325,11 @@ void ChildProcess::drain() {
       if (!forgotten_.count(*earlier.keep)) kept_[*earlier.keep].push_back(std::move(r));
       continue;
     }
-    if (r.error && earlier.refusal_matters && refused_ahead_.empty()) {
-      refused_ahead_ = "exec " + command_ + ": " + earlier.op +
-                       " (sent without waiting) was refused: " + r.error->kind + ": " +
-                       r.error->message;
+    if (r.error && earlier.refusal_matters && !refused_ahead_) {
+      refused_ahead_ =
+          Refusal{earlier.engine, "exec " + command_ + ": " + earlier.op +
+                                      " (sent without waiting) was refused: " + r.error->kind +
+                                      ": " + r.error->message};
     }
   }
   posted_.clear();
@@ -316,7 +346,7 @@ Reply ChildProcess::call(const nlohmann::json& request, const wire::ReplyLimits&
   drain();
   deadline_ = std::chrono::steady_clock::now() + timeout_;
   Reply reply = read_reply(name, limits);
-  if (!refused_ahead_.empty()) throw RefusedAhead(std::exchange(refused_ahead_, ""));
+  throw_refusal();
   return reply;
 }
 

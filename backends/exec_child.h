@@ -64,7 +64,12 @@ class ChildProcess {
   // Replies of one tag come back in order; forget(tag) drops those not taken.
   void post_keeping(const nlohmann::json& request, int64_t tag, const wire::ReplyLimits& limits);
   Reply take_kept(int64_t tag);
+  // Drops the replies kept under `tag`, and the refusals of requests that
+  // name it as their "engine": that engine is gone.
   void forget(int64_t tag);
+  // Reads every posted reply and throws the first refusal of a request of
+  // `engine` not yet thrown: the end of a run, where no later call would.
+  void settle(int64_t engine);
 
   // Writes the posted requests and reads their replies (posting does so
   // itself before the unread replies or the unsent bytes grow too many).
@@ -103,14 +108,22 @@ class ChildProcess {
     bool refusal_matters;
     std::optional<int64_t> keep;  // the tag its reply is kept under
     wire::ReplyLimits limits;
+    std::optional<int64_t> engine;  // the request's "engine"
   };
+  struct Refusal {
+    std::optional<int64_t> engine;
+    std::string message;
+  };
+  void throw_refusal();         // refused_ahead_, if any
   std::vector<Posted> posted_;  // [request] whose replies are still unread, oldest first
   std::string unsent_;          // [bytes] framed posted requests not yet written
   std::map<int64_t, std::deque<Reply>> kept_;  // [tag] replies read and not yet taken
   std::set<int64_t> forgotten_;                // tags whose replies are dropped
   std::string fault_;                          // how the child failed while kept replies were read
-  std::string refused_ahead_;  // the first refusal of a posted request, not yet thrown
-  std::string err_tail_;       // the last few KiB of the child's stderr
+  // The first refusal of a posted request, not yet thrown (later ones are
+  // dropped until it is: they follow from it).
+  std::optional<Refusal> refused_ahead_;
+  std::string err_tail_;  // the last few KiB of the child's stderr
 };
 
 }  // namespace kvcheck

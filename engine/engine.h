@@ -130,6 +130,10 @@ class Engine {
   // while the caller does something else (kvcheck computes the oracle);
   // collect_step would send it anyway. The default has nothing queued.
   virtual void send_posted() {}
+  // Reads the answers to every call this engine sent without waiting and
+  // throws the first refusal among them not yet raised: the end of a run,
+  // where no later call would raise it. The default sends nothing ahead.
+  virtual void settle_sent() {}
 
   // EOS: frees the sequence's row; compaction may move other rows.
   virtual void finish(SequenceId sequence) = 0;

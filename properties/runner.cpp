@@ -528,7 +528,23 @@ RunResult ScenarioRunner::run_calls(const CallHook& hook, const Meanwhile& meanw
   // work: a refused one is checked again as the calls before the refusal.
   if (!meanwhile_done && !result.engine_failed && !result.refused) meanwhile();
   collect_posted(result);
+  if (!result.engine_failed && !result.refused && !result.stopped) settle_sent(result);
   return result;
+}
+
+void ScenarioRunner::settle_sent(RunResult& result) {
+  // A refusal of a call sent ahead that no later call raised: charged to
+  // the last call, its message naming the request.
+  const int last = static_cast<int>(scenario_.calls.size()) - 1;
+  try {
+    engine_->settle_sent();
+  } catch (const EngineError& e) {
+    record_failure(result, last, &e, e.what());
+  } catch (const InputError&) {
+    throw;
+  } catch (const std::exception& e) {
+    record_failure(result, last, nullptr, e.what());
+  }
 }
 
 void ScenarioRunner::send_posted() {

@@ -129,6 +129,9 @@ class ScenarioRunner {
   void collect_posted(RunResult& result);
   // Has the engine start on the posted steps now (Engine::send_posted).
   void send_posted();
+  // A run that went through: a refusal of a call sent ahead that nothing
+  // raised yet fails it (Engine::settle_sent).
+  void settle_sent(RunResult& result);
   // What a refused step must leave as it was: the pool and the length of
   // every running sequence (scenario indices; engine_ids maps them), as
   // observe answered, formatted by digest.

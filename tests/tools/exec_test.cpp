@@ -608,6 +608,55 @@ TEST(ExecServe, ACallARefusalCouldChangeWaitsForTheStepBeforeIt) {
       2);
 }
 
+// A refusal of a request sent without waiting fails the run that sent it,
+// even where nothing after it reads a reply (a finish as the last call, the
+// steps waited for by a per-call hook), and never the next run.
+TEST(ExecServe, ARefusalSentAheadAsTheLastCallFailsItsOwnRun) {
+  const EngineFactory factory =
+      backend_registry()
+          .resolve(std::string("exec:python3 ") + KVCHECK_SOURCE_DIR +
+                   "/tests/tools/faulty_proxy.py --fault refuse_finish -- " + KVCHECK_SERVE)
+          .under_test()
+          .factory;
+  Scenario s;
+  s.config = gpt2_tiny();
+  s.weight_seed = 17;
+  s.capacity = 4;
+  s.max_rows = 1;
+  s.sequences = {{1, 2, 3}};
+  s.calls = {Call::start(0), Call::step({{0, 2}}), Call::finish(0)};
+  ASSERT_EQ(s.validate(), "");
+  const Weights weights = init_weights(s.config, s.weight_seed);
+  const CallHook every_call = [](int, const ScenarioRunner&) { return true; };
+  const RunResult refused = run_scenario(s, weights, factory, every_call);
+  EXPECT_TRUE(refused.engine_failed) << "the refused finish went unreported";
+  EXPECT_NE(refused.error_message.find("finish (sent without waiting) was refused"),
+            std::string::npos)
+      << refused.error_message;
+  const RunResult next = run_scenario(s, weights, factory, every_call);
+  EXPECT_FALSE(next.engine_failed) << next.error_message;
+  // An engine destroyed before its refusal is read takes the refusal with it
+  // (a second child, whose first finish is refused).
+  const EngineFactory second =
+      backend_registry()
+          .resolve(std::string("exec:python3 ") + KVCHECK_SOURCE_DIR +
+                   "/tests/tools/faulty_proxy.py --fault refuse_finish --at 2 -- " + KVCHECK_SERVE)
+          .under_test()
+          .factory;
+  EngineOptions options;
+  options.capacity = 4;
+  std::vector<float> logits;
+  {
+    auto gone = second(s.config, weights, options);
+    const SequenceId id = gone->start();
+    gone->step(std::vector<BatchEntry>{{id, std::vector<int32_t>{1}}}, logits);
+    gone->finish(id);
+  }
+  auto fresh = second(s.config, weights, options);
+  const SequenceId id = fresh->start();
+  EXPECT_NO_THROW(fresh->step(std::vector<BatchEntry>{{id, std::vector<int32_t>{1}}}, logits));
+}
+
 // Every fault that lives in an operation (fork, truncate, paged storage,
 // the storage check, the prefix cache, sliding windows, erase and shift),
 // switched on in the child (the protocol carries no

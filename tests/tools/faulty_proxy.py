@@ -9,7 +9,8 @@ logits payload loses its last value, control frame and payload frame agreeing)
 and omit_reply (the step's reply is dropped) relay the rest as usual: an
 adapter that breaks the protocol once, for `kvcheck check-adapter`.
 refuse_start refuses the first start with kind rows (not relayed): a refusal
-of a request kvcheck sent without waiting (protocol 2). unsupported_fork
+of a request kvcheck sent without waiting (protocol 2); refuse_finish does
+the same to the first finish, with kind unknown_sequence. unsupported_fork
 answers every fork with kind unsupported (not relayed) while the traits still
 declare fork: a child that contradicts its traits. drop_positions removes the
 "positions" of every cache reply, wrong_positions adds 1 to each listed
@@ -79,7 +80,7 @@ def main():
                         choices=["exit", "signal", "hang", "garbage", "bad_json", "short_payload",
                                  "wrong_shape", "omit_reply", "refuse_start",
                                  "unsupported_fork", "drop_positions", "wrong_positions",
-                                 "refuse_step", "none"])
+                                 "refuse_step", "refuse_finish", "none"])
     parser.add_argument("--at", type=int, default=1, help="misbehave on this step request")
     parser.add_argument("--once", help="misbehave only if this file does not exist; create it")
     parser.add_argument("--log", help="append each request's op to this file")
@@ -102,6 +103,11 @@ def main():
             out.write(frame(b'{"error":{"kind":"rows","message":"faulty_proxy refuses"}}'))
             out.flush()
             continue
+        if op == "finish" and args.fault == "refuse_finish" and not refused:
+            refused = True
+            out.write(frame(b'{"error":{"kind":"unknown_sequence","message":"faulty_proxy refuses"}}'))
+            out.flush()
+            continue
         if op == "fork" and args.fault == "unsupported_fork":
             out.write(frame(b'{"error":{"kind":"unsupported","message":"faulty_proxy: no fork"}}'))
             out.flush()
@@ -119,6 +125,7 @@ def main():
                 out.flush()
                 continue
             if now and args.fault not in ("none", "wrong_shape", "omit_reply", "refuse_start",
+                                          "refuse_finish",
                                           "unsupported_fork", "drop_positions",
                                           "wrong_positions"):
                 misbehave(args.fault, out)

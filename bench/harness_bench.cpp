@@ -333,9 +333,9 @@ void BM_OracleThroughExec(benchmark::State& state) {
   std::vector<int64_t> failed(paths.size(), 0), applicable(paths.size(), 0);
   int64_t cases = 0;
   PathThreads threads(paths.size());
-  // One case each, untimed, first: the rate is the steady one, without the
-  // child's start (exec, load and Highway's timer calibration in libhwy's
-  // initializer), which is reported on its own.
+  // One case each, untimed, first: the rate is the steady one, without
+  // first-use costs (a backend's first slot folder, empty caches), which
+  // are reported on their own. The child itself starts at resolve, untimed.
   for (size_t path = 0; path < paths.size(); ++path) {
     threads.run(path, [&] {
       const double begin = wall_seconds();

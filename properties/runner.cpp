@@ -233,9 +233,9 @@ bool ScenarioRunner::refusal_blind(Call::Kind kind) {
 bool ScenarioRunner::post_dry_step(const Call& call, int call_index) {
   std::vector<size_t> running = running_sequences();
   const std::vector<SequenceId> ids = engine_ids(running);
-  // Steps posted back to back (any other call reads them first, so nothing
-  // comes between them) share an observe: the one after a step is the one
-  // before the next.
+  // Steps posted back to back, with no call between them, share an observe:
+  // the one after a step is the one before the next. A start, finish or
+  // reset between them changes the state, so the next step asks again.
   const bool shares_before = !posted_.empty() && step_posted_last_;
   if (!shares_before && !engine_->post_observe(ids)) return false;
   std::vector<int> fed_at = fill_batch(call);

@@ -36,8 +36,7 @@ class NotOffered : public std::runtime_error {
 // (a new generation), and engines of an old generation refuse every call.
 class Session {
  public:
-  Session(std::string command, std::chrono::milliseconds timeout)
-      : command_(std::move(command)), timeout_(timeout) {}
+  Session(std::string command, ChildWaits waits) : command_(std::move(command)), waits_(waits) {}
 
   // Its child's model folders (their own lock: written outside the session's).
   ModelFolders& folders() { return folders_; }
@@ -210,7 +209,7 @@ class Session {
     if (child_ && child_->alive()) return;
     ++generation_;
     models_.clear();
-    child_ = std::make_unique<ChildProcess>(command_, timeout_);
+    child_ = std::make_unique<ChildProcess>(command_, waits_);
     const json reply = call_ok({{"op", "hello"}, {"protocol", wire::kProtocolVersion}});
     const auto version = reply.find("protocol");
     if (version == reply.end() || !version->is_number_integer() ||
@@ -278,7 +277,7 @@ class Session {
   int version_ = 1;
   int64_t next_id_ = 0;  // the last id kvcheck named (protocol 2), this generation
   std::string command_;
-  std::chrono::milliseconds timeout_;
+  ChildWaits waits_;
   std::unique_ptr<ChildProcess> child_;
   int generation_ = 0;
   json traits_;                           // from the first handshake
@@ -599,21 +598,45 @@ class ExecEngine final : public Engine {
 
 }  // namespace
 
-double exec_timeout_seconds(const BackendSpec& spec) {
-  std::string text;
-  std::string where;
-  if (auto it = spec.options.find("timeout"); it != spec.options.end()) {
-    text = it->second, where = "--backend " + spec.name + "?timeout=";
-  } else if (const char* env = std::getenv("KVCHECK_EXEC_TIMEOUT"); env && *env) {
-    text = env, where = "KVCHECK_EXEC_TIMEOUT=";
-  } else {
-    return kDefaultTimeoutSeconds;
-  }
+namespace {
+
+// An option of the backend string, else its environment variable: the text
+// and where it came from (for the error message), or nothing.
+std::optional<std::pair<std::string, std::string>> exec_setting(const BackendSpec& spec,
+                                                                const std::string& key,
+                                                                const char* variable) {
+  if (auto it = spec.options.find(key); it != spec.options.end())
+    return std::pair{it->second, "--backend " + spec.name + "?" + key + "="};
+  if (const char* env = std::getenv(variable); env && *env)
+    return std::pair{std::string(env), std::string(variable) + "="};
+  return std::nullopt;
+}
+
+// A number in [low, high] (low itself only where `low_allowed`).
+double setting_number(const std::pair<std::string, std::string>& setting, double low, double high,
+                      bool low_allowed, const std::string& expected) {
+  const auto& [text, where] = setting;
   char* end = nullptr;
-  const double s = std::strtod(text.c_str(), &end);
-  if (end == text.c_str() || *end != '\0' || !(s > 0 && s <= 86400))
-    throw InputError(where + text + ": expected seconds in (0, 86400]");
-  return s;
+  const double x = std::strtod(text.c_str(), &end);
+  const bool in_range = (low_allowed ? x >= low : x > low) && x <= high;
+  if (end == text.c_str() || *end != '\0' || !in_range)
+    throw InputError(where + text + ": expected " + expected);
+  return x;
+}
+
+}  // namespace
+
+ChildWaits exec_waits(const BackendSpec& spec) {
+  ChildWaits waits;
+  double seconds = kDefaultTimeoutSeconds;
+  if (const auto timeout = exec_setting(spec, "timeout", "KVCHECK_EXEC_TIMEOUT"))
+    seconds = setting_number(*timeout, 0, 86400, false, "seconds in (0, 86400]");
+  waits.timeout = std::chrono::milliseconds(int64_t(seconds * 1000));
+  waits.spin = wire::default_spin();
+  if (const auto spin = exec_setting(spec, "spin", "KVCHECK_EXEC_SPIN"))
+    waits.spin = std::chrono::microseconds(
+        int64_t(setting_number(*spin, 0, 100000, true, "microseconds in [0, 100000]")));
+  return waits;
 }
 
 namespace {
@@ -678,12 +701,11 @@ void probe_declared_operations(const std::string& spec, const std::shared_ptr<Se
 }
 
 Backend exec_backend(const BackendSpec& spec) {
-  reject_unknown_options(spec, {"timeout"});
+  reject_unknown_options(spec, {"timeout", "spin"});
   const std::string command = spec.name.substr(std::strlen("exec:"));
   if (command.find_first_not_of(" \t") == std::string::npos)
     throw InputError("--backend exec: needs a command, e.g. exec:'python3 engine.py'");
-  const auto timeout = std::chrono::milliseconds(int64_t(exec_timeout_seconds(spec) * 1000));
-  auto session = std::make_shared<Session>(command, timeout);
+  auto session = std::make_shared<Session>(command, exec_waits(spec));
   json traits_json;
   try {
     traits_json = session->handshake();
@@ -720,7 +742,7 @@ Backend exec_backend(const BackendSpec& spec) {
 void register_exec_backend(BackendRegistry& registry) {
   registry.add_prefix("exec:",
                       "an engine in another process, over docs/ENGINE_PROTOCOL.md "
-                      "(exec:'CMD ARGS'[?timeout=SECONDS])",
+                      "(exec:'CMD ARGS'[?timeout=SECONDS][&spin=MICROSECONDS])",
                       exec_backend);
 }
 

@@ -1,4 +1,4 @@
-// `--backend exec:CMD ARGS[?timeout=SECONDS]`: an engine in another process,
+// `--backend exec:CMD ARGS[?timeout=SECONDS][&spin=MICROSECONDS]`: an engine in another process,
 // spoken to over the protocol of docs/ENGINE_PROTOCOL.md. The child is started
 // once, when the backend is resolved (its handshake gives the traits), and
 // kept for every engine; a child that dies, hangs or answers malformed fails
@@ -6,14 +6,18 @@
 // one.
 #pragma once
 
+#include "backends/exec_child.h"
 #include "backends/registry.h"
 
 namespace kvcheck {
 
 void register_exec_backend(BackendRegistry& registry);
 
-// The per-call timeout of an exec: backend string: ?timeout=SECONDS, else
-// KVCHECK_EXEC_TIMEOUT, else 30 s. Throws InputError on a bad value.
-double exec_timeout_seconds(const BackendSpec& spec);
+// How kvcheck waits on the child of an exec: backend string: the per-call
+// timeout (?timeout=SECONDS, else KVCHECK_EXEC_TIMEOUT, else 30 s) and the
+// spin before it sleeps on a reply (?spin=MICROSECONDS, else
+// KVCHECK_EXEC_SPIN, else wire::default_spin(); 0 never spins). Throws
+// InputError on a bad value.
+ChildWaits exec_waits(const BackendSpec& spec);
 
 }  // namespace kvcheck

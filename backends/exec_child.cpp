@@ -44,8 +44,8 @@ void close_fd(int& fd) {
 
 }  // namespace
 
-ChildProcess::ChildProcess(std::string command, std::chrono::milliseconds timeout)
-    : command_(std::move(command)), timeout_(timeout) {
+ChildProcess::ChildProcess(std::string command, ChildWaits waits)
+    : command_(std::move(command)), timeout_(waits.timeout), spin_(waits.spin) {
   ignore_sigpipe();
   int in[2], out[2], err[2];
   if (pipe2(in, O_CLOEXEC) != 0 || pipe2(out, O_CLOEXEC) != 0 || pipe2(err, O_CLOEXEC) != 0) {
@@ -157,16 +157,21 @@ void ChildProcess::fail(const std::string& call, const std::string& reason) {
 }
 
 bool ChildProcess::wait_ready(int fd, short events) {
+  pollfd fds[2] = {{fd, events, 0}, {child_err_, POLLIN, 0}};
+  const std::span<pollfd> polled(fds, child_err_ >= 0 ? 2 : 1);
+  bool ready = wire::spin_until_ready(polled, spin_);
   for (;;) {
+    if (ready) {
+      if (child_err_ >= 0 && fds[1].revents != 0) drain_stderr();
+      if (fds[0].revents != 0) return true;
+    }
     const auto left = std::chrono::duration_cast<std::chrono::milliseconds>(
         deadline_ - std::chrono::steady_clock::now());
     if (left.count() <= 0) return false;
-    pollfd fds[2] = {{fd, events, 0}, {child_err_, POLLIN, 0}};
-    const int n = poll(fds, child_err_ >= 0 ? 2 : 1, int(std::min<int64_t>(left.count(), 1 << 30)));
-    if (n < 0 && errno == EINTR) continue;
-    if (n < 0) return false;
-    if (child_err_ >= 0 && fds[1].revents != 0) drain_stderr();
-    if (fds[0].revents != 0) return true;
+    const int n =
+        poll(polled.data(), nfds_t(polled.size()), int(std::min<int64_t>(left.count(), 1 << 30)));
+    if (n < 0 && errno != EINTR) return false;
+    ready = n > 0;
   }
 }
 

@@ -37,10 +37,17 @@ class RefusedAhead : public std::runtime_error {
 
 using wire::Reply;
 
+// How kvcheck waits on a child (exec_waits in backends/exec.h reads them
+// from the backend string).
+struct ChildWaits {
+  std::chrono::milliseconds timeout{30000};  // per call, then the child is hung
+  std::chrono::microseconds spin{0};         // polled before sleeping (wire::spin_until_ready)
+};
+
 class ChildProcess {
  public:
   // Starts `/bin/sh -c "exec COMMAND"`. Throws ChildFault if it cannot.
-  ChildProcess(std::string command, std::chrono::milliseconds timeout);
+  ChildProcess(std::string command, ChildWaits waits);
   ~ChildProcess();  // closes stdin, waits briefly, then kills
   ChildProcess(const ChildProcess&) = delete;
   ChildProcess& operator=(const ChildProcess&) = delete;
@@ -99,6 +106,7 @@ class ChildProcess {
 
   std::string command_;
   std::chrono::milliseconds timeout_;
+  std::chrono::microseconds spin_;
   pid_t pid_ = -1;
   int to_child_ = -1, from_child_ = -1, child_err_ = -1;
   std::vector<uint8_t> in_;  // [bytes] read from stdout; [in_pos_, in_end_) not yet consumed

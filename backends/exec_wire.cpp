@@ -1,5 +1,6 @@
 #include "backends/exec_wire.h"
 
+#include <sched.h>
 #include <unistd.h>
 
 #include <cerrno>
@@ -68,6 +69,22 @@ bool write_all(int fd, const void* data, size_t size) {
     p += put, size -= size_t(put);
   }
   return true;
+}
+
+bool spin_until_ready(std::span<pollfd> fds, std::chrono::microseconds spin) {
+  if (spin.count() <= 0) return false;
+  const auto until = std::chrono::steady_clock::now() + spin;
+  do {
+    if (::poll(fds.data(), nfds_t(fds.size()), 0) > 0) return true;
+  } while (std::chrono::steady_clock::now() < until);
+  return false;
+}
+
+std::chrono::microseconds default_spin() {
+  cpu_set_t cpus;
+  CPU_ZERO(&cpus);
+  const bool two = sched_getaffinity(0, sizeof cpus, &cpus) == 0 && CPU_COUNT(&cpus) >= 2;
+  return std::chrono::microseconds(two ? 100 : 0);
 }
 
 }  // namespace kvcheck::wire

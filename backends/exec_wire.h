@@ -3,8 +3,12 @@
 // in-tree server (tools/kvcheck_serve.cpp) so that both read one definition.
 #pragma once
 
+#include <poll.h>
+
+#include <chrono>
 #include <cstdint>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -29,5 +33,18 @@ std::optional<EngineError::Kind> parse_kind(std::string_view name);
 // side polls with a deadline instead). False on end of file or an error.
 bool read_exact(int fd, void* data, size_t size);
 bool write_all(int fd, const void* data, size_t size);
+
+// Polls `fds` without sleeping for up to `spin`: true as soon as one is
+// ready (its revents set), false when the spin is over. A process that
+// sleeps on a pipe must be woken by the writer, and on the paravirtualized
+// machines measured that wake-up cost the writer and the sleeper tens of
+// microseconds each, most of an exec case's round trip; a peer that answers
+// within the spin is read without either (docs/PERFORMANCE.md, stop 26).
+bool spin_until_ready(std::span<pollfd> fds, std::chrono::microseconds spin);
+
+// The spin both sides use unless told otherwise: 100 us where this process
+// may run on two CPUs or more, else none (a spinning process would hold the
+// only CPU its peer needs to answer).
+std::chrono::microseconds default_spin();
 
 }  // namespace kvcheck::wire

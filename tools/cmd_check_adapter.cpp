@@ -52,8 +52,7 @@ struct SessionOver {};
 
 class AdapterCheck {
  public:
-  AdapterCheck(const std::string& command, std::chrono::milliseconds timeout)
-      : child_(command, timeout) {}
+  AdapterCheck(const std::string& command, ChildWaits waits) : child_(command, waits) {}
 
   int run() {
     try {
@@ -630,16 +629,16 @@ int run_check_adapter(const CheckAdapterOptions& o) {
   const BackendSpec spec = parse_backend_spec(o.backend);
   if (!spec.name.starts_with("exec:"))
     throw InputError("--backend " + o.backend + ": check-adapter checks exec: backends only");
-  reject_unknown_options(spec, {"timeout"});
+  reject_unknown_options(spec, {"timeout", "spin"});
   const std::string command = spec.name.substr(5);
   if (command.find_first_not_of(" \t") == std::string::npos)
     throw InputError("--backend exec: needs a command, e.g. exec:'python3 engine.py'");
-  const auto timeout = std::chrono::milliseconds(int64_t(exec_timeout_seconds(spec) * 1000));
+  const ChildWaits waits = exec_waits(spec);
   std::printf("check-adapter: %s (per-call timeout %lld ms)\n", o.backend.c_str(),
-              (long long)timeout.count());
+              (long long)waits.timeout.count());
   std::unique_ptr<AdapterCheck> check;
   try {
-    check = std::make_unique<AdapterCheck>(command, timeout);
+    check = std::make_unique<AdapterCheck>(command, waits);
   } catch (const ChildFault& e) {
     throw InputError(std::string("check-adapter: ") + e.what());
   }
@@ -654,7 +653,8 @@ Action add_check_adapter(CLI::App& app) {
       "Exercise every message of the engine protocol on an exec: backend; report protocol "
       "violations (the adapter's side) apart from cache bugs (the engine's side)");
   auto o = std::make_shared<CheckAdapterOptions>();
-  cmd->add_option("--backend", o->backend, "exec:'CMD ARGS'[?timeout=SECONDS]")->required();
+  cmd->add_option("--backend", o->backend, "exec:'CMD ARGS'[?timeout=SECONDS][&spin=MICROSECONDS]")
+      ->required();
   return [cmd, o]() { return cmd->parsed() ? run_check_adapter(*o) : -1; };
 }
 

@@ -2,10 +2,13 @@
 // (docs/ENGINE_PROTOCOL.md), so that `--backend exec:kvcheck-serve` proves
 // the protocol on a bitwise-invariant engine and measures what it costs.
 //   kvcheck-serve [--reference] [--protocol 1|2] [--fault NAME[,NAME]]
+//                 [--spin MICROSECONDS]
 //   (--reference: the scalar reference kernels; --protocol 1: offer only
 //   version 1, to test that kvcheck still speaks it; --fault: the engine's
 //   fault switches (engine/faults.h), which the protocol does not carry, so
-//   that a fault in fork or truncate can be shown caught through the protocol)
+//   that a fault in fork or truncate can be shown caught through the protocol;
+//   --spin: how long it polls stdin before it sleeps, default
+//   wire::default_spin())
 #include <unistd.h>
 
 #include <algorithm>
@@ -262,14 +265,21 @@ class Server {
 // read with one read(), and their replies leave in one write(), made only
 // when no further request is waiting. Syscalls and wake-ups were most of the
 // protocol's cost per case.
+// Before it sleeps on stdin it polls for `spin`, as kvcheck does on its
+// replies (wire::spin_until_ready): a request that comes within the spin
+// spares kvcheck's write the wake-up of a sleeping reader.
 class Pipes {
  public:
+  explicit Pipes(std::chrono::microseconds spin) : spin_(spin) {}
+
   // False on end of file or an error.
   bool read(void* data, size_t size) {
     auto* out = static_cast<uint8_t*>(data);
     while (size > 0) {
       if (pos_ == end_) {
         if (!flush()) return false;  // kvcheck waits for these before it sends more
+        pollfd in{0, POLLIN, 0};
+        wire::spin_until_ready({&in, 1}, spin_);
         const ssize_t got = ::read(0, in_.data(), in_.size());
         if (got < 0 && errno == EINTR) continue;
         if (got <= 0) return false;
@@ -289,14 +299,15 @@ class Pipes {
   }
 
  private:
+  std::chrono::microseconds spin_;
   std::vector<uint8_t> in_ = std::vector<uint8_t>(1 << 16);  // [bytes] read from stdin
   size_t pos_ = 0, end_ = 0;                                 // [pos_, end_) not yet consumed
   std::string out_;                                          // replies not yet written
 };
 
-int serve(KernelPath kernels, int max_version, FaultSet faults) {
+int serve(KernelPath kernels, int max_version, FaultSet faults, std::chrono::microseconds spin) {
   Server server(kernels, max_version, faults);
-  Pipes pipes;
+  Pipes pipes(spin);
   std::string text;
   for (;;) {
     uint8_t header[4];
@@ -334,6 +345,7 @@ int main(int argc, char** argv) {
   kvcheck::KernelPath kernels = kvcheck::KernelPath::kOptimized;
   int max_version = kvcheck::wire::kProtocolVersion;
   kvcheck::FaultSet faults;
+  std::chrono::microseconds spin = kvcheck::wire::default_spin();
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--reference") == 0) {
       kernels = kvcheck::KernelPath::kReference;
@@ -347,13 +359,22 @@ int main(int argc, char** argv) {
         return 2;
       }
       faults = parsed.value();
+    } else if (std::strcmp(argv[i], "--spin") == 0 && i + 1 < argc) {
+      char* end = nullptr;
+      const long us = std::strtol(argv[++i], &end, 10);
+      if (end == argv[i] || *end != '\0' || us < 0 || us > 100000) {
+        std::fprintf(stderr, "kvcheck-serve: --spin %s: expected microseconds in [0, 100000]\n",
+                     argv[i]);
+        return 2;
+      }
+      spin = std::chrono::microseconds(us);
     } else {
       std::fprintf(stderr,
                    "kvcheck-serve: unknown argument \"%s\" (known: --reference, --protocol 1|2, "
-                   "--fault NAME[,NAME])\n",
+                   "--fault NAME[,NAME], --spin MICROSECONDS)\n",
                    argv[i]);
       return 2;
     }
   }
-  return kvcheck::serve(kernels, max_version, faults);
+  return kvcheck::serve(kernels, max_version, faults, spin);
 }

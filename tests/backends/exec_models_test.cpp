@@ -12,6 +12,7 @@
 #include "backends/exec_models.h"
 #include "model/safetensors.h"
 #include "model/weights.h"
+#include "tests/backends/saved_environment.h"
 #include "tests/property_units/test_scenarios.h"
 
 namespace kvcheck {
@@ -20,30 +21,9 @@ namespace {
 namespace fs = std::filesystem;
 using test::small_config;
 
-// Sets the temporary-folder variables for one test and puts them back.
-class TemporaryFolderVariables {
- public:
-  TemporaryFolderVariables() {
-    for (const char* name : kNames)
-      if (const char* value = std::getenv(name)) saved_[name] = value;
-  }
-  ~TemporaryFolderVariables() {
-    for (const char* name : kNames) {
-      const auto found = saved_.find(name);
-      if (found != saved_.end()) {
-        ::setenv(name, found->second.c_str(), 1);
-      } else {
-        ::unsetenv(name);
-      }
-    }
-  }
-  void clear() {
-    for (const char* name : kNames) ::unsetenv(name);
-  }
-
- private:
-  static constexpr const char* kNames[] = {"TMPDIR", "TMP", "TEMP", "TEMPDIR"};
-  std::map<std::string, std::string> saved_;
+// The temporary-folder variables, put back after the test.
+struct TemporaryFolderVariables : test::SavedEnvironment {
+  TemporaryFolderVariables() : SavedEnvironment({"TMPDIR", "TMP", "TEMP", "TEMPDIR"}) {}
 };
 
 bool starts_with(const std::string& path, const fs::path& parent) {

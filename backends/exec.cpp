@@ -634,9 +634,13 @@ ChildWaits exec_waits(const BackendSpec& spec) {
   waits.timeout = std::chrono::milliseconds(int64_t(seconds * 1000));
   waits.spin = wire::default_spin();
   if (const auto spin = exec_setting(spec, "spin", "KVCHECK_EXEC_SPIN"))
-    waits.spin = std::chrono::microseconds(
-        int64_t(setting_number(*spin, 0, 100000, true, "microseconds in [0, 100000]")));
+    waits.spin = exec_spin(spin->first, spin->second);
   return waits;
+}
+
+std::chrono::microseconds exec_spin(const std::string& text, const std::string& where) {
+  return std::chrono::microseconds(
+      int64_t(setting_number({text, where}, 0, 100000, true, "microseconds in [0, 100000]")));
 }
 
 namespace {

@@ -20,4 +20,8 @@ void register_exec_backend(BackendRegistry& registry);
 // InputError on a bad value.
 ChildWaits exec_waits(const BackendSpec& spec);
 
+// A spin in microseconds, [0, 100000], read from `text`; `where` names its
+// source in the InputError (e.g. "kvcheck-serve: --spin ").
+std::chrono::microseconds exec_spin(const std::string& text, const std::string& where);
+
 }  // namespace kvcheck

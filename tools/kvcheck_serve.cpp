@@ -7,8 +7,8 @@
 //   version 1, to test that kvcheck still speaks it; --fault: the engine's
 //   fault switches (engine/faults.h), which the protocol does not carry, so
 //   that a fault in fork or truncate can be shown caught through the protocol;
-//   --spin: how long it polls stdin before it sleeps, default
-//   wire::default_spin())
+//   --spin: how long it polls stdin before it sleeps, else
+//   KVCHECK_EXEC_SPIN, else wire::default_spin())
 #include <unistd.h>
 
 #include <algorithm>
@@ -23,6 +23,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "backends/exec.h"
 #include "backends/exec_reply.h"
 #include "backends/exec_wire.h"
 #include "backends/in_tree.h"
@@ -345,7 +346,10 @@ int main(int argc, char** argv) {
   kvcheck::KernelPath kernels = kvcheck::KernelPath::kOptimized;
   int max_version = kvcheck::wire::kProtocolVersion;
   kvcheck::FaultSet faults;
-  std::chrono::microseconds spin = kvcheck::wire::default_spin();
+  // --spin, else kvcheck's own KVCHECK_EXEC_SPIN (which the child inherits),
+  // else the default.
+  const char* spin_text = std::getenv("KVCHECK_EXEC_SPIN");
+  std::string spin_where = "kvcheck-serve: KVCHECK_EXEC_SPIN=";
   for (int i = 1; i < argc; ++i) {
     if (std::strcmp(argv[i], "--reference") == 0) {
       kernels = kvcheck::KernelPath::kReference;
@@ -360,14 +364,7 @@ int main(int argc, char** argv) {
       }
       faults = parsed.value();
     } else if (std::strcmp(argv[i], "--spin") == 0 && i + 1 < argc) {
-      char* end = nullptr;
-      const long us = std::strtol(argv[++i], &end, 10);
-      if (end == argv[i] || *end != '\0' || us < 0 || us > 100000) {
-        std::fprintf(stderr, "kvcheck-serve: --spin %s: expected microseconds in [0, 100000]\n",
-                     argv[i]);
-        return 2;
-      }
-      spin = std::chrono::microseconds(us);
+      spin_text = argv[++i], spin_where = "kvcheck-serve: --spin ";
     } else {
       std::fprintf(stderr,
                    "kvcheck-serve: unknown argument \"%s\" (known: --reference, --protocol 1|2, "
@@ -375,6 +372,14 @@ int main(int argc, char** argv) {
                    argv[i]);
       return 2;
     }
+  }
+  std::chrono::microseconds spin = kvcheck::wire::default_spin();
+  try {
+    if (spin_text != nullptr && *spin_text != '\0')
+      spin = kvcheck::exec_spin(spin_text, spin_where);
+  } catch (const kvcheck::InputError& e) {
+    std::fprintf(stderr, "%s\n", e.what());
+    return 2;
   }
   return kvcheck::serve(kernels, max_version, faults, spin);
 }

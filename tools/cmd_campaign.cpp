@@ -246,8 +246,13 @@ int run_campaign(const CampaignOptions& o) {
   std::fflush(stdout);
 
   // The kill matrix usually needs well under a second (every fault dies within
-  // a few cases); 10 % of the budget leaves it room for slow machines.
-  const double property_budget = kill_matrix ? o.seconds * 0.9 : o.seconds;
+  // a few cases); 10 % of the budget leaves it room for slow machines, where
+  // a backend will run one (it declares fault switches).
+  const bool kill_matrix_runs =
+      kill_matrix && std::any_of(backends.begin(), backends.end(), [](const Backend& b) {
+        return b.traits.operations.fault_switches;
+      });
+  const double property_budget = kill_matrix_runs ? o.seconds * 0.9 : o.seconds;
   std::vector<Tally> tallies;
   for (const Backend& b : backends) {
     for (Property p : properties) {

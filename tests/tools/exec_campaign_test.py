@@ -69,6 +69,11 @@ def campaign(kvcheck, work, python, seconds):
                      "--failures", os.path.join(work, "failures")])
     if code != 0:
         fail("campaign on the torch engine: exit %d, expected 0" % code, out)
+    # The whole budget goes to the properties: this engine has no kill matrix.
+    ran = re.search(r"passed in ([0-9.]+) s", out)
+    if not ran or float(ran.group(1)) < float(seconds):
+        fail("the campaign ran %s s of its %s s budget" % (ran.group(1) if ran else "?", seconds),
+             out)
     print(out[-2500:])
 
 

@@ -320,22 +320,31 @@ struct LoggedRun {
   int meanwhiles = 0;
 };
 
+// kvcheck-serve behind a proxy that logs each request's op to `log` as it
+// arrives.
+EngineFactory logged_factory(const std::filesystem::path& log) {
+  std::filesystem::remove(log);
+  return backend_registry()
+      .resolve(std::string("exec:python3 ") + KVCHECK_SOURCE_DIR +
+               "/tests/tools/faulty_proxy.py --fault none --log " + log.string() + " -- " +
+               KVCHECK_SERVE)
+      .under_test()
+      .factory;
+}
+
+// Requests of `op` the child has received, by the proxy's log.
+size_t ops_logged(const std::filesystem::path& log, const std::string& op) {
+  std::ifstream in(log);
+  size_t n = 0;
+  for (std::string line; std::getline(in, line);) n += line == op;
+  return n;
+}
+
 LoggedRun run_logged(const Scenario& s, const Weights& weights, size_t expected) {
   const std::filesystem::path log =
       std::filesystem::temp_directory_path() / ("kvcheck-logged-" + std::to_string(::getpid()));
-  std::filesystem::remove(log);
-  const EngineFactory factory = backend_registry()
-                                    .resolve(std::string("exec:python3 ") + KVCHECK_SOURCE_DIR +
-                                             "/tests/tools/faulty_proxy.py --fault none --log " +
-                                             log.string() + " -- " + KVCHECK_SERVE)
-                                    .under_test()
-                                    .factory;
-  const auto steps_logged = [&] {
-    std::ifstream in(log);
-    size_t n = 0;
-    for (std::string op; std::getline(in, op);) n += op == "step";
-    return n;
-  };
+  const EngineFactory factory = logged_factory(log);
+  const auto steps_logged = [&] { return ops_logged(log, "step"); };
   LoggedRun logged;
   logged.run = run_scenario(s, weights, factory, {}, [&] {
     ++logged.meanwhiles;
@@ -394,6 +403,26 @@ TEST(ExecServe, InAPoolThatMayRunDryTheMeanwhileWorkGoesBeforeTheFirstWait) {
   EXPECT_EQ(logged.steps_seen, ahead) << "steps the child had received when the meanwhile ran";
   ASSERT_FALSE(logged.run.engine_failed || logged.run.refused) << logged.run.error_message;
   expect_in_process_logits(s, weights, logged.run);
+}
+
+// An engine's load and create go out when it is made, not with its first
+// call that waits, so that the child loads the model while kvcheck builds
+// the run's requests.
+TEST(ExecServe, AnEngineGoesOutWhenItIsMadeSoTheChildLoadsMeanwhile) {
+  const std::filesystem::path log =
+      std::filesystem::temp_directory_path() / ("kvcheck-made-" + std::to_string(::getpid()));
+  const EngineFactory factory = logged_factory(log);
+  const Config config = test::small_config(Family::kLlama, 1, 2, 1);
+  const size_t loads = ops_logged(log, "load"), creates = ops_logged(log, "create");
+  EngineOptions options;
+  options.capacity = 16;
+  const std::unique_ptr<Engine> engine = factory(config, init_weights(config, 4242), options);
+  const auto deadline = std::chrono::steady_clock::now() + std::chrono::seconds(20);
+  while (ops_logged(log, "create") == creates && std::chrono::steady_clock::now() < deadline)
+    std::this_thread::sleep_for(std::chrono::milliseconds(5));
+  EXPECT_EQ(ops_logged(log, "load"), loads + 1);
+  EXPECT_EQ(ops_logged(log, "create"), creates + 1);
+  std::filesystem::remove(log);
 }
 
 // More steps posted than kvcheck leaves unread (64), whose logits (200 KiB)

@@ -308,4 +308,25 @@ CellOutput replay(const Config& config, const Weights& weights, std::span<const 
   return out;
 }
 
+std::vector<double> first_rows(const std::vector<double>& data, int blocks, int rows, int n) {
+  if (blocks <= 0 || rows <= 0 || n <= 0) return {};
+  const size_t block = data.size() / size_t(blocks), width = block / size_t(rows);
+  std::vector<double> out;
+  out.reserve(size_t(blocks) * size_t(n) * width);
+  for (int b = 0; b < blocks; ++b) {
+    const auto begin = data.begin() + std::ptrdiff_t(size_t(b) * block);
+    out.insert(out.end(), begin, begin + std::ptrdiff_t(size_t(n) * width));
+  }
+  return out;
+}
+
+Output prefix(const Output& full, int n, int n_layers) {
+  Output out;
+  out.n_tokens = n;
+  out.logits = first_rows(full.logits, 1, full.n_tokens, n);
+  out.k = first_rows(full.k, n_layers, full.n_tokens, n);
+  out.v = first_rows(full.v, n_layers, full.n_tokens, n);
+  return out;
+}
+
 }  // namespace kvcheck::oracle

@@ -28,6 +28,15 @@ struct Output {
 // T <= max_pos; violations throw InputError.
 Output forward(const Config& config, const Weights& weights, std::span<const int32_t> tokens);
 
+// The first n rows of each of `blocks` blocks of `rows` rows: [blocks][rows][W]
+// -> [blocks][n][W] (W = data.size() / (blocks * rows)).
+std::vector<double> first_rows(const std::vector<double>& data, int blocks, int rows, int n);
+
+// forward() of the first n <= T tokens, taken from forward() of all T: a
+// position reads positions up to itself only, and each is computed the same
+// way whatever follows it, so the two agree bit for bit (tested).
+Output prefix(const Output& full, int n, int n_layers);
+
 // The cache-level definition of erase and shift (docs/ORACLE.md, "Context
 // shift"): one sequence's history of events, replayed cell by cell. A fed
 // token goes at the largest held position + 1 (0 when empty), computes its

@@ -124,9 +124,17 @@ class ReferenceCache {
       }
     }
     auto reference = std::make_shared<SequenceReference>();
-    reference->oracle = oracle::forward(config, weights, tokens);
-    reference->bounds =
-        derive_error_bounds(config, weights, tokens, kv_dtype, rope_angles_in_float);
+    if (const SequenceReference* longer = holding_prefix(tokens)) {
+      // A run cut short (a small pool refused a step) asks for prefixes of
+      // what its full run's references held: causal, so the rows are exact.
+      const int n = static_cast<int>(tokens.size());
+      reference->oracle = oracle::prefix(longer->oracle, n, config.n_layers);
+      reference->bounds = prefix(longer->bounds, n, config.n_layers);
+    } else {
+      reference->oracle = oracle::forward(config, weights, tokens);
+      reference->bounds =
+          derive_error_bounds(config, weights, tokens, kv_dtype, rope_angles_in_float);
+    }
     const size_t bytes =
         sizeof(double) *
             (reference->oracle.logits.size() + reference->oracle.k.size() +
@@ -150,6 +158,16 @@ class ReferenceCache {
     std::shared_ptr<const SequenceReference> reference;
     size_t bytes = 0;
   };
+
+  // A reference of a longer sequence that starts with `tokens`, if one is held.
+  const SequenceReference* holding_prefix(std::span<const int32_t> tokens) const {
+    for (const Entry& entry : entries_) {
+      if (entry.tokens.size() > tokens.size() &&
+          std::equal(tokens.begin(), tokens.end(), entry.tokens.begin()))
+        return entry.reference.get();
+    }
+    return nullptr;
+  }
   bool valid_ = false;
   Config config_;
   uint64_t seed_ = 0;

@@ -345,6 +345,17 @@ double float_angle_error_per_step(const Config& config) {
 
 }  // namespace
 
+ErrorBounds prefix(const ErrorBounds& full, int n, int n_layers) {
+  ErrorBounds out;
+  out.n_tokens = n;
+  out.logits = oracle::first_rows(full.logits, 1, full.n_tokens, n);
+  out.k = oracle::first_rows(full.k, n_layers, full.n_tokens, n);
+  out.v = oracle::first_rows(full.v, n_layers, full.n_tokens, n);
+  out.k_computed = oracle::first_rows(full.k_computed, n_layers, full.n_tokens, n);
+  out.v_computed = oracle::first_rows(full.v_computed, n_layers, full.n_tokens, n);
+  return out;
+}
+
 ErrorBounds derive_error_bounds(const Config& config, const Weights& weights,
                                 std::span<const int32_t> tokens, KvDtype kv_dtype,
                                 bool rope_angles_in_float) {

@@ -85,6 +85,10 @@ ErrorBounds derive_error_bounds(const Config& config, const Weights& weights,
                                 std::span<const int32_t> tokens, KvDtype kv_dtype,
                                 bool rope_angles_in_float = false);
 
+// derive_error_bounds of the first n <= T tokens, taken from the bounds of
+// all T: causal like the oracle, so equal bit for bit (tested).
+ErrorBounds prefix(const ErrorBounds& full, int n, int n_layers);
+
 // The bounds of one sequence's history of feeds, erases, shifts and
 // truncations (oracle::replay's events; llama family): each fed token's
 // logits, and the cells alive after the last event. A shift re-rotates a

@@ -37,6 +37,46 @@ Fixture fixture(Family family) {
   return f;
 }
 
+// The reference cache serves a prefix of a sequence it holds by slicing
+// (properties/property.cpp, ReferenceCache): the oracle and the bounds of
+// the first n tokens must be those rows of the whole sequence's, bit for bit.
+TEST(Tolerance, APrefixOfAReferenceIsTheReferenceOfThePrefix) {
+  for (Family family : {Family::kGpt2, Family::kLlama}) {
+    for (const auto& [heads, kv_heads] : {std::pair{4, 2}, std::pair{2, 2}, std::pair{4, 1}}) {
+      const Config config = small_config(family, 2, heads, kv_heads);
+      const Weights weights = init_weights(config, 11);
+      const std::vector<int32_t> tokens = token_table(5, {20}, config.vocab)[0];
+      const oracle::Output whole = oracle::forward(config, weights, tokens);
+      for (KvDtype dtype : {KvDtype::kF32, KvDtype::kBF16, KvDtype::kF16, KvDtype::kQ8_0}) {
+        for (bool float_angles : {false, true}) {
+          const ErrorBounds all = derive_error_bounds(config, weights, tokens, dtype, float_angles);
+          for (int n : {1, 7, 19, 20}) {
+            SCOPED_TRACE(std::string(family_name(family)) + " heads " + std::to_string(heads) +
+                         "/" + std::to_string(kv_heads) + " " + kv_dtype_name(dtype) +
+                         (float_angles ? " float angles" : "") + " n " + std::to_string(n));
+            const std::span<const int32_t> first(tokens.data(), size_t(n));
+            const oracle::Output direct = oracle::forward(config, weights, first);
+            const oracle::Output sliced = oracle::prefix(whole, n, config.n_layers);
+            EXPECT_EQ(sliced.n_tokens, direct.n_tokens);
+            EXPECT_EQ(sliced.logits, direct.logits);
+            EXPECT_EQ(sliced.k, direct.k);
+            EXPECT_EQ(sliced.v, direct.v);
+            const ErrorBounds bounds =
+                derive_error_bounds(config, weights, first, dtype, float_angles);
+            const ErrorBounds cut = prefix(all, n, config.n_layers);
+            EXPECT_EQ(cut.n_tokens, bounds.n_tokens);
+            EXPECT_EQ(cut.logits, bounds.logits);
+            EXPECT_EQ(cut.k, bounds.k);
+            EXPECT_EQ(cut.v, bounds.v);
+            EXPECT_EQ(cut.k_computed, bounds.k_computed);
+            EXPECT_EQ(cut.v_computed, bounds.v_computed);
+          }
+        }
+      }
+    }
+  }
+}
+
 TEST(Tolerance, ShapesAndStorageTerms) {
   for (Family family : {Family::kGpt2, Family::kLlama}) {
     const Fixture f = fixture(family);

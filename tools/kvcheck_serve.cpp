@@ -265,10 +265,9 @@ class Server {
 // stdin and stdout with buffers: requests kvcheck sent ahead (protocol 2) are
 // read with one read(), and their replies leave in one write(), made only
 // when no further request is waiting. Syscalls and wake-ups were most of the
-// protocol's cost per case.
-// Before it sleeps on stdin it polls for `spin`, as kvcheck does on its
-// replies (wire::spin_until_ready): a request that comes within the spin
-// spares kvcheck's write the wake-up of a sleeping reader.
+// protocol's cost per case. Before it sleeps on stdin it polls for `spin`, as
+// kvcheck does on its replies (wire::spin_until_ready): a request that comes
+// within the spin spares kvcheck's write the wake-up of a sleeping reader.
 class Pipes {
  public:
   explicit Pipes(std::chrono::microseconds spin) : spin_(spin) {}

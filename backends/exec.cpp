@@ -750,10 +750,11 @@ Backend exec_backend(const BackendSpec& spec) {
 }  // namespace
 
 void register_exec_backend(BackendRegistry& registry) {
-  registry.add_prefix("exec:",
-                      "an engine in another process, over docs/ENGINE_PROTOCOL.md "
-                      "(exec:'CMD ARGS'[?timeout=SECONDS][&spin=MICROSECONDS])",
-                      exec_backend);
+  registry.add_prefix(
+      "exec:",
+      "an engine in another process, over docs/ENGINE_PROTOCOL.md "
+      "(exec:'CMD ARGS'[?OPTIONS]: timeout=SECONDS, spin=MICROSECONDS, joined by &)",
+      exec_backend);
 }
 
 }  // namespace kvcheck

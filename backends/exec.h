@@ -1,5 +1,6 @@
-// `--backend exec:CMD ARGS[?timeout=SECONDS][&spin=MICROSECONDS]`: an engine in another process,
-// spoken to over the protocol of docs/ENGINE_PROTOCOL.md. The child is started
+// `--backend exec:CMD ARGS[?OPTIONS]` (timeout=SECONDS, spin=MICROSECONDS,
+// joined by &): an engine in another process, spoken to over the protocol of
+// docs/ENGINE_PROTOCOL.md. The child is started
 // once, when the backend is resolved (its handshake gives the traits), and
 // kept for every engine; a child that dies, hangs or answers malformed fails
 // the property that was running, and the next engine creation starts a new

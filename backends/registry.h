@@ -4,7 +4,7 @@
 //
 //   NAME[?key=value&...]          a registered engine: cpu, cpu-reference, cuda
 //   plugin:PATH.so[?key=value...] a C plugin (include/kvcheck/engine_plugin.h)
-//   exec:CMD ARGS[?timeout=SECONDS] an engine in another process (docs/ENGINE_PROTOCOL.md)
+//   exec:CMD ARGS[?timeout=..&spin=..] an engine in another process (docs/ENGINE_PROTOCOL.md)
 //
 // Two option keys work on every backend and only weaken what it declares, to
 // measure what a weaker engine costs in bug-finding power:

@@ -653,7 +653,8 @@ Action add_check_adapter(CLI::App& app) {
       "Exercise every message of the engine protocol on an exec: backend; report protocol "
       "violations (the adapter's side) apart from cache bugs (the engine's side)");
   auto o = std::make_shared<CheckAdapterOptions>();
-  cmd->add_option("--backend", o->backend, "exec:'CMD ARGS'[?timeout=SECONDS][&spin=MICROSECONDS]")
+  cmd->add_option("--backend", o->backend,
+                  "exec:'CMD ARGS'[?OPTIONS]: timeout=SECONDS, spin=MICROSECONDS, joined by &")
       ->required();
   return [cmd, o]() { return cmd->parsed() ? run_check_adapter(*o) : -1; };
 }

@@ -453,6 +453,14 @@ int BasicSequenceTable<kFaults>::allocate_block(const PoisonSlots& poison) {
       if (!cached(b)) continue;
       if (victim < 0 || index_.last_use(b) < index_.last_use(victim)) victim = b;
     }
+    // Nothing to evict: a step checks its blocks before it takes any, so only
+    // a faulty engine (a leaked or double-freed block) gets here. Its wrong
+    // accounting is a refusal the properties see, never a write out of bounds.
+    if (victim < 0) {
+      throw EngineError(EngineError::Kind::kCapacity,
+                        "the pool ran dry: no free and no cached block of " +
+                            std::to_string(pool_blocks_) + " left to allocate");
+    }
     evict(victim, poison);
   }
   const int block = free_.back();

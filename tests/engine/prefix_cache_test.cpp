@@ -283,6 +283,40 @@ TEST(PrefixCache, AFullHitWithoutRoomForTheCopyStopsABlockEarlier) {
   EXPECT_EQ(engine->reused(d), 0);
 }
 
+TEST(PrefixCache, AFaultThatEmptiesThePoolIsARefusalNotAWriteOutOfBounds) {
+  // Found by `kvcheck campaign --fault freed_block_still_referenced --seed 5`:
+  // the fault frees a block a fork still holds, a reset frees it again, and
+  // the free list then counts blocks twice. Allocating past its real end
+  // evicted block -1 and registered block -1 (a segfault); now the engine
+  // refuses the step, which the properties report (P8 here).
+  const Config c = model_cases()[0].config;
+  const Weights w = init_weights(c, 1);
+  EngineOptions o = prefix_options(1, 5);
+  o.capacity = 7;
+  o.max_rows = 2;
+  o.faults = FaultSet(Fault::kFreedBlockStillReferenced);
+  auto engine = make_cpu_engine(c, w, o);
+  const SequenceId s0 = engine->start();
+  step_one(*engine, s0, {7, 7});
+  step_one(*engine, s0, {4});
+  const SequenceId s2 = engine->fork(s0, 3);
+  std::vector<float> logits;
+  const std::vector<int32_t> two = {2}, five = {5}, four = {4};
+  const BatchEntry both[] = {{s0, two}, {s2, four}};
+  engine->step(both, logits);
+  engine->finish(s0);
+  step_one(*engine, s2, five);
+  engine->reset();
+  const SequenceId s1 = engine->start();
+  try {
+    step_one(*engine, s1, {7, 7, 4, 2, 3, 2});
+    ADD_FAILURE() << "the faulty pool is dry, yet the step was accepted";
+  } catch (const EngineError& e) {
+    EXPECT_EQ(e.kind(), EngineError::Kind::kCapacity);
+    EXPECT_NE(std::string(e.what()).find("ran dry"), std::string::npos) << e.what();
+  }
+}
+
 TEST(PrefixCache, OptionsAreChecked) {
   const Config c = model_cases()[0].config;
   const Weights w = init_weights(c, 1);

@@ -13,6 +13,7 @@
 #include <utility>
 
 #include "backends/exec_wire.h"
+#include "model/child_process_io.h"
 
 extern char** environ;
 
@@ -109,12 +110,7 @@ std::string ChildProcess::reap(bool kill_first) {
     if (!kill_first && WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL)
       return "closed its stdout but did not exit (killed)";
   }
-  if (WIFEXITED(status)) return "exited with code " + std::to_string(WEXITSTATUS(status));
-  if (WIFSIGNALED(status)) {
-    const int sig = WTERMSIG(status);
-    return "killed by signal " + std::to_string(sig) + " (" + strsignal(sig) + ")";
-  }
-  return "ended with status " + std::to_string(status);
+  return describe_exit(status);
 }
 
 void ChildProcess::drain_stderr() {

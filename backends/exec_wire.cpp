@@ -49,28 +49,6 @@ std::optional<EngineError::Kind> parse_kind(std::string_view name) {
   return std::nullopt;
 }
 
-bool read_exact(int fd, void* data, size_t size) {
-  auto* p = static_cast<uint8_t*>(data);
-  while (size > 0) {
-    const ssize_t got = ::read(fd, p, size);
-    if (got < 0 && errno == EINTR) continue;
-    if (got <= 0) return false;
-    p += got, size -= size_t(got);
-  }
-  return true;
-}
-
-bool write_all(int fd, const void* data, size_t size) {
-  const auto* p = static_cast<const uint8_t*>(data);
-  while (size > 0) {
-    const ssize_t put = ::write(fd, p, size);
-    if (put < 0 && errno == EINTR) continue;
-    if (put <= 0) return false;
-    p += put, size -= size_t(put);
-  }
-  return true;
-}
-
 bool spin_until_ready(std::span<pollfd> fds, std::chrono::microseconds spin) {
   if (spin.count() <= 0) return false;
   const auto until = std::chrono::steady_clock::now() + spin;

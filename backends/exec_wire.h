@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "engine/engine.h"
+#include "model/child_process_io.h"
 
 namespace kvcheck::wire {
 
@@ -30,9 +31,9 @@ const char* kind_name(EngineError::Kind kind);
 std::optional<EngineError::Kind> parse_kind(std::string_view name);
 
 // Blocking whole-buffer IO on a file descriptor (the server side; the client
-// side polls with a deadline instead). False on end of file or an error.
-bool read_exact(int fd, void* data, size_t size);
-bool write_all(int fd, const void* data, size_t size);
+// side polls with a deadline instead): model/child_process_io.h.
+using kvcheck::read_exact;
+using kvcheck::write_all;
 
 // Polls `fds` without sleeping for up to `spin`: true as soon as one is
 // ready (its revents set), false when the spin is over. A process that

@@ -110,6 +110,7 @@ Backend cpu_backend(const BackendSpec& spec, KernelPath kernels) {
                      "?prefix=1: a prefix cache needs paged=B (block size 1..32)");
   }
   Backend b;
+  b.forkable = true;
   b.traits = cpu_engine_traits_with_operations(kernels);
   b.forces_pool = pool > 0;
   // cpu?paged=B makes every scenario paged, where erase and shift are

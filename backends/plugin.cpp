@@ -397,6 +397,7 @@ Backend plugin_backend(const BackendSpec& spec) {
                      "fault switches (put seeded bugs in the backend options instead)");
   }
   Backend b;
+  b.forkable = true;
   b.traits = traits.value();
   const std::string options = spec.options_text;
   const std::string name = b.traits.identity.name;

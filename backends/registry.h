@@ -32,6 +32,11 @@ struct Backend {
   std::function<EngineFactory(FaultSet)> make_factory;
   bool weakened = false;     // invariance= or profile= lowered what the engine declares
   bool forces_pool = false;  // EngineUnderTest::forces_pool
+  // Its engines live in kvcheck's process and survive a fork: drivers check
+  // them in a worker process, so that a crash is a verdict
+  // (properties/rc/hunt_worker.h). False for engines in another process
+  // already (exec:) and for a CUDA context, which a fork cannot take along.
+  bool forkable = false;
 
   // The engine under test with these faults switched on (the kill matrix);
   // an empty set is the engine as it is.

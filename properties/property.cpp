@@ -1839,15 +1839,8 @@ Verdict check_probed(Property property, const Scenario& scenario, const EngineUn
   if (const std::string why = traits_exclude(subject.traits, scenario); !why.empty()) {
     return not_applicable(property, "the engine lacks " + why);
   }
-  if (const char* why = operation_needed(subject.traits, property)) {
-    return not_applicable(property, std::string("the engine lacks ") + why);
-  }
-  const std::string arithmetic = underivable_arithmetic(subject.traits.arithmetic);
-  const bool bounded = needs_bound(property) ||
-                       (property != Property::kOracle && property != Property::kCapacity &&
-                        invariance_for_traits(subject.traits, property) == Invariance::kBounded);
-  if (!arithmetic.empty() && bounded) {
-    return not_applicable(property, "no bound is derived yet for " + arithmetic);
+  if (std::string why = never_applicable(property, subject, scenario.model.get()); !why.empty()) {
+    return not_applicable(property, std::move(why));
   }
   // A refused step ends the scenario there: the run of the calls before it
   // is `stopped` (which stopped at the refusal), neither probed nor run again.
@@ -1898,12 +1891,32 @@ Verdict check_probed(Property property, const Scenario& scenario, const EngineUn
 
 }  // namespace
 
+std::string never_applicable(Property property, const EngineUnderTest& subject,
+                             const Checkpoint* model) {
+  if (const char* why = operation_needed(subject.traits, property)) {
+    return std::string("the engine lacks ") + why;
+  }
+  const std::string arithmetic = underivable_arithmetic(subject.traits.arithmetic);
+  const bool bounded = needs_bound(property) ||
+                       (property != Property::kOracle && property != Property::kCapacity &&
+                        invariance_for_traits(subject.traits, property) == Invariance::kBounded);
+  if (!arithmetic.empty() && bounded) return "no bound is derived yet for " + arithmetic;
+  if (property == Property::kCrossEngine && !subject.reference) {
+    return "no reference engine given (--reference)";
+  }
+  if (property == Property::kGqa && model != nullptr &&
+      model->config.n_kv_heads == model->config.n_heads) {
+    return "the checkpoint is MHA (n_kv_heads == n_heads)";
+  }
+  return "";
+}
+
 Verdict check_property(Property property, const Scenario& scenario,
                        const EngineUnderTest& subject) {
   return check_probed(property, scenario, subject, std::nullopt);
 }
 
-Verdict check_all(const Scenario& scenario, const EngineUnderTest& subject) {
+std::span<const Property> check_all_order() {
   // P6 first: it compares the cache itself after every call, so it sees a
   // fault before any logit does and names the layer and slots.
   static constexpr Property kOrder[] = {
@@ -1912,8 +1925,12 @@ Verdict check_all(const Scenario& scenario, const EngineUnderTest& subject) {
       Property::kSharing,     Property::kRollback, Property::kPrefix,     Property::kGqa,
       Property::kDeterminism, Property::kCapacity, Property::kCrossEngine};
   static_assert(std::size(kOrder) == size_t(kPropertyCount));
+  return kOrder;
+}
+
+Verdict check_all(const Scenario& scenario, const EngineUnderTest& subject) {
   Verdict last;
-  for (Property p : kOrder) {
+  for (Property p : check_all_order()) {
     Verdict v = check_property(p, scenario, subject);
     if (!v.passed) return v;
     last = std::move(v);

@@ -6,6 +6,7 @@
 #include <functional>
 #include <memory>
 #include <optional>
+#include <span>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -91,9 +92,19 @@ Verdict check_property(Property property, const Scenario& scenario, const Engine
 // shapes; otherwise what it lacks. Generators and the shrinker keep to it.
 std::string traits_exclude(const EngineTraits& traits, const Scenario& scenario);
 
+// Why `property` applies to no scenario at all on this engine, from its
+// traits alone ("" when some scenario can apply): an operation it needs is
+// not declared, no bound is derived for its arithmetic, P10 without a
+// reference, P7 on a fixed MHA checkpoint (`model`, may be null). Drivers
+// do not run such a property; they report it as not run, with this reason.
+std::string never_applicable(Property property, const EngineUnderTest& subject,
+                             const Checkpoint* model = nullptr);
+
 // Every property on one scenario, the most localizing first (P6 names the
 // layer and slots); returns the first failing verdict, or a passing one.
 // The kill matrix's 'any' column, the campaigns and the fuzzers use it.
 Verdict check_all(const Scenario& scenario, const EngineUnderTest& subject);
+// The order check_all runs them in.
+std::span<const Property> check_all_order();
 
 }  // namespace kvcheck

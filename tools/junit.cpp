@@ -68,12 +68,9 @@ Case property_case(const RunRecord& run, const Tally& t) {
     c.kind = Case::Kind::kFailed;
     c.message = t.failure;
     c.text = failure_text(failure_of(run, t), t);
-  } else if (only_not_applicable(t)) {
+  } else if (not_run(t)) {
     c.kind = Case::Kind::kSkipped;
-    c.message = not_applicable_message(t);
-  } else if (t.cases == 0) {
-    c.kind = Case::Kind::kSkipped;
-    c.message = "no case ran within the time budget";
+    c.message = t.not_applicable > 0 ? not_applicable_message(t) : "not run: " + not_run_reason(t);
   }
   return c;
 }

@@ -1,16 +1,36 @@
 // kvcheck: verification and fuzzing harness for transformer KV caches.
 #include <cstdio>
 #include <exception>
+#include <string>
 #include <vector>
 
 #include "model/status.h"
+#include "tools/build_info.h"
 #include "tools/commands.h"
 
+namespace kvcheck::cli {
+
+namespace {
+std::vector<std::string> g_command_line;
+}  // namespace
+
+void set_command_line(int argc, char** argv) {
+  g_command_line.assign(argv, argv + argc);
+}
+const std::vector<std::string>& command_line() {
+  return g_command_line;
+}
+
+}  // namespace kvcheck::cli
+
 int main(int argc, char** argv) {
+  kvcheck::cli::set_command_line(argc, argv);
   CLI::App app{
       "kvcheck: proves a transformer KV cache correct, or finds the smallest input "
       "that shows it is not"};
   app.require_subcommand(1);
+  app.set_version_flag("--version", std::string("kvcheck ") + kvcheck::cli::build_version() +
+                                        " (commit " + kvcheck::cli::build_commit() + ")");
   const std::vector<kvcheck::cli::Action> actions = {
       kvcheck::cli::add_campaign(app),     kvcheck::cli::add_demo(app),
       kvcheck::cli::add_replay(app),       kvcheck::cli::add_shrink(app),

@@ -16,7 +16,7 @@ constexpr const char* kStyle = R"(
 body{font:14px/1.4 system-ui,sans-serif;margin:16px 24px;color:#212121;max-width:1220px}
 h1{font-size:22px;margin:0 0 4px}h2{font-size:18px;margin:22px 0 6px;border-bottom:1px solid #ccc}
 h3{font-size:15px;margin:14px 0 4px}
-.FAILED{color:#c62828}.passed{color:#2e7d32}
+.FAILED{color:#c62828}.passed{color:#2e7d32}.INCOMPLETE,.INTERRUPTED{color:#e65100}
 table{border-collapse:collapse}td,th{padding:3px 8px;border-bottom:1px solid #e0e0e0;
 text-align:left;vertical-align:top}th{background:#f5f5f5}td.n{text-align:right}
 pre,code{font:12px/1.35 ui-monospace,monospace}pre{background:#f7f7f7;padding:6px 8px;
@@ -74,10 +74,10 @@ void properties_section(std::ostringstream& out, const RunRecord& run) {
         << (measured ? ratio_histogram_svg(t.ratio_histogram) : "bitwise") << "</td><td>";
     if (t.failed) {
       out << "<span class=\"FAILED\">FAILED: " << escape_xml(t.failure) << "</span>";
-    } else if (only_not_applicable(t)) {
-      out << "not applicable";
+    } else if (not_run(t)) {
+      out << "not run: " << escape_xml(not_run_reason(t));
     } else {
-      out << (t.cases ? "<span class=\"passed\">held</span>" : "no case ran");
+      out << "<span class=\"passed\">held</span> in " << applied(t) << " applied cases";
     }
     out << "</td></tr>\n";
   }
@@ -279,7 +279,10 @@ void replayed_section(std::ostringstream& out, const RunRecord& run) {
 }  // namespace
 
 std::string html_report(const RunRecord& run) {
-  const char* verdict = run.passed ? "passed" : "FAILED";
+  const char* verdict = run.status == "interrupted"  ? "INTERRUPTED"
+                        : run.status == "incomplete" ? "INCOMPLETE"
+                        : run.passed                 ? "passed"
+                                                     : "FAILED";
   std::ostringstream out;
   out << "<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>kvcheck "
       << escape_xml(run.command) << ": " << verdict << "</title><style>" << kStyle
@@ -290,6 +293,17 @@ std::string html_report(const RunRecord& run) {
         << (run.failures.size() == 1 ? "" : "s") << " below</a>";
   }
   out << "</p>\n";
+  // What decided the verdict, as text: a heat-map cell's tooltip is not enough.
+  std::vector<std::string> reasons = run.incomplete;
+  for (const KillRecord& k : run.kills) {
+    for (const std::string& p : k.problems)
+      reasons.push_back("kill matrix on " + k.backend + ": " + p);
+  }
+  if (!reasons.empty()) {
+    out << "<ul class=\"reasons\">";
+    for (const std::string& r : reasons) out << "<li>" << escape_xml(r) << "</li>";
+    out << "</ul>\n";
+  }
   run_section(out, run);
   if (!run.tallies.empty()) {
     properties_section(out, run);

@@ -29,6 +29,13 @@ bool has_error_bound(Property p) {
   return p == Property::kOracle || p == Property::kCacheState;
 }
 
+std::string not_run_reason(const Tally& t) {
+  if (!not_run(t)) return "";
+  if (!t.never_applies.empty()) return t.never_applies;
+  if (t.cases == 0) return "no case ran within the time budget";
+  return "it applied to none of the " + std::to_string(t.cases) + " cases";
+}
+
 std::string utc_now_iso8601() {
   const std::time_t now = std::time(nullptr);
   std::tm tm{};

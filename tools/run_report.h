@@ -27,7 +27,13 @@ bool has_error_bound(Property p);            // P1 and P6 measure error/bound
 struct Tally {
   Property property = Property::kOracle;
   std::string backend;
+  size_t backend_index = 0;  // into the campaign's backends
+  // cases = applied + not_applicable; passed counts the applied cases that
+  // held (a failing case is applied and not passed).
   int cases = 0, passed = 0, not_applicable = 0;
+  // Why the property applies to no case on this backend, from its traits
+  // (never_applicable): it was not run at all.
+  std::string never_applies;
   double worst_ratio = 0;
   std::array<int, kRatioBuckets> ratio_histogram{};  // [bucket] applicable cases
   std::map<std::string, int> coverage;               // class -> cases
@@ -37,10 +43,16 @@ struct Tally {
   std::string failure;  // summary of the shrunk failure
 };
 
-// Every case was not applicable: JUnit "skipped", never "passed".
-inline bool only_not_applicable(const Tally& t) {
-  return t.cases > 0 && t.not_applicable == t.cases && !t.failed;
+inline int applied(const Tally& t) {
+  return t.cases - t.not_applicable;
 }
+// Not one case was checked: never applicable here, no case ran, or every
+// case was not applicable. JUnit "skipped", never "passed".
+inline bool not_run(const Tally& t) {
+  return !t.failed && applied(t) == 0;
+}
+// Why, in words ("" when it ran).
+std::string not_run_reason(const Tally& t);
 
 // One failure: the case file written for it and the verdict's localisation.
 struct FailureRecord {
@@ -70,6 +82,7 @@ struct KillRecord {
   // a surviving fault, a row not reached, a shrink over its target, a
   // failing correct engine). Empty: the row passes.
   std::vector<std::string> problems;
+  std::vector<std::string> notes;  // shrink quality: reported, never failing a campaign
   bool ok() const { return problems.empty(); }
   // One property's own column, when the matrix ran per property.
   struct Cell {
@@ -87,7 +100,8 @@ struct BackendRecord {
 };
 
 struct RunRecord {
-  std::string command;  // "campaign" or "replay"
+  std::string command;                 // "campaign" or "replay"
+  std::vector<std::string> arguments;  // the command line as given
   unsigned long long seed = 0;
   bool has_seed = false;
   std::string reproduce;  // the command that re-runs it
@@ -95,11 +109,18 @@ struct RunRecord {
   std::string started;    // UTC, ISO 8601
   double seconds = 0;
   bool passed = true;
-  std::string outcome;  // the final console line
+  // "passed", "failed", "incomplete" (a budget was cut, nothing failed) or
+  // "interrupted" (a signal ended it); the exit code follows from it.
+  std::string status = "passed";
+  int exit_code = 0;
+  std::vector<std::string> incomplete;  // what the time budget cut, a line each
+  std::vector<std::string> notes;       // reported, never failing: shrink sizes over target
+  std::string outcome;                  // the final console line
   std::vector<BackendRecord> backends;
   std::vector<Tally> tallies;  // campaign only
   std::vector<KillRecord> kills;
   int kill_cases = 0;  // cases per fault: the kill matrix's colour scale ends there
+  unsigned long long kill_seed = 0;
   std::vector<FailureRecord> failures;
   std::vector<FailureRecord> replayed;  // replay only: every verdict, passed ones too
 };

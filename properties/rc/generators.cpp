@@ -94,7 +94,9 @@ rc::Gen<ModelGenes> model_genes(Emphasis emphasis) {
       rc::gen::set(&ModelGenes::n_layers, between(1, kMaxLayers)),
       rc::gen::set(&ModelGenes::n_kv_heads, kv_heads), rc::gen::set(&ModelGenes::group, group),
       rc::gen::set(&ModelGenes::family,
-                   weighted_choice<Family>({{1, Family::kGpt2}, {1, Family::kLlama}})),
+                   emphasis == Emphasis::kContextShift
+                       ? rc::gen::just(Family::kLlama)
+                       : weighted_choice<Family>({{1, Family::kGpt2}, {1, Family::kLlama}})),
       // Mostly 2..8 wide: small heads are fast and lose nothing a cache can break.
       rc::gen::set(&ModelGenes::half_head_dim,
                    weighted_gen<int>({{8, between(1, 4)}, {1, between(1, 16)}})),
@@ -150,9 +152,10 @@ rc::Gen<SequenceGenes> sequence_genes() {
   });
 }
 
-rc::Gen<OpGenes> op_genes() {
+rc::Gen<OpGenes> op_genes(Emphasis emphasis) {
+  const bool shift = emphasis == Emphasis::kContextShift;
   return rc::gen::build<OpGenes>(
-      rc::gen::set(&OpGenes::after_step, between(0, 12)),
+      rc::gen::set(&OpGenes::after_step, between(0, shift ? 3 : 12)),
       rc::gen::set(&OpGenes::truncate, rarely_true(1, 1)),
       rc::gen::set(&OpGenes::target, between(0, kMaxSequences - 1)),
       rc::gen::set(&OpGenes::amount, between(0, kMaxPrompt)),
@@ -161,12 +164,14 @@ rc::Gen<OpGenes> op_genes() {
       rc::gen::set(&OpGenes::child_finishes, rarely_true(2, 1)),
       rc::gen::set(&OpGenes::flush, rarely_true(4, 1)),
       rc::gen::set(&OpGenes::context_shift,
-                   weighted_choice<int>({{6, 0}, {3, 1}, {1, 2}, {1, 3}})));
+                   shift ? weighted_choice<int>({{3, 1}, {1, 2}, {1, 3}})
+                         : weighted_choice<int>({{6, 0}, {3, 1}, {1, 2}, {1, 3}})));
 }
 
 }  // namespace
 
 rc::Gen<ScenarioGenes> scenario_genes(Emphasis emphasis) {
+  const bool shift = emphasis == Emphasis::kContextShift;
   const rc::Gen<int> sequence_count =
       weighted_choice<int>({{4, 1}, {4, 2}, {2, 3}, {1, 4}, {1, 5}, {1, 6}});
   // 0 (all running sequences in one step) is the shrink target and the most
@@ -192,14 +197,17 @@ rc::Gen<ScenarioGenes> scenario_genes(Emphasis emphasis) {
           weighted_choice<KvDtype>(
               {{8, KvDtype::kF32}, {1, KvDtype::kBF16}, {1, KvDtype::kF16}, {2, KvDtype::kQ8_0}})),
       rc::gen::set(&ScenarioGenes::token_seed, rc::gen::inRange<uint64_t>(0, 1000)),
-      rc::gen::set(&ScenarioGenes::ops,
-                   vector_of<OpGenes>(weighted_choice<int>({{3, 0}, {2, 1}, {2, 2}, {1, 4}}), 0,
-                                      op_genes())),
+      rc::gen::set(
+          &ScenarioGenes::ops,
+          vector_of<OpGenes>(shift ? weighted_choice<int>({{2, 1}, {2, 2}, {1, 4}})
+                                   : weighted_choice<int>({{3, 0}, {2, 1}, {2, 2}, {1, 4}}),
+                             shift ? 1 : 0, op_genes(emphasis))),
       // Contiguous first (the shrink target), then the edges 1 and 16, any B.
-      rc::gen::set(&ScenarioGenes::block_size, weighted_gen<int>({{2, rc::gen::just(0)},
-                                                                  {1, rc::gen::just(1)},
-                                                                  {1, rc::gen::just(16)},
-                                                                  {2, between(1, 32)}})),
+      rc::gen::set(&ScenarioGenes::block_size, shift ? rc::gen::just(0)
+                                                     : weighted_gen<int>({{2, rc::gen::just(0)},
+                                                                          {1, rc::gen::just(1)},
+                                                                          {1, rc::gen::just(16)},
+                                                                          {2, between(1, 32)}})),
       rc::gen::set(&ScenarioGenes::prefix_cache, rarely_true(1, 2)),
       rc::gen::set(
           &ScenarioGenes::pool_slack,
@@ -207,10 +215,11 @@ rc::Gen<ScenarioGenes> scenario_genes(Emphasis emphasis) {
       // No window (the shrink target) a third of the time; else W small against
       // the prompts (rings that wrap, chunks across the edge) or as long.
       rc::gen::set(&ScenarioGenes::sliding_window,
-                   weighted_gen<int>({{2, rc::gen::just(0)},
-                                      {2, between(1, 4)},
-                                      {1, between(1, 16)},
-                                      {1, between(1, kMaxPrompt)}})),
+                   shift ? rc::gen::just(0)
+                         : weighted_gen<int>({{2, rc::gen::just(0)},
+                                              {2, between(1, 4)},
+                                              {1, between(1, 16)},
+                                              {1, between(1, kMaxPrompt)}})),
       rc::gen::set(&ScenarioGenes::window_pattern,
                    weighted_gen<int>({{3, rc::gen::just(0)}, {1, between(2, 3)}})));
 }

@@ -118,6 +118,10 @@ struct ScenarioGenes {
 enum class Emphasis : uint8_t {
   kAny,            // every shape
   kSharedKvHeads,  // n_kv_heads < n_heads (GQA or MQA): P7 has nothing to check otherwise
+  // Erase and shift on every case where the engine declares them: RoPE
+  // models, contiguous storage, no window, a context shift early in the
+  // schedule. The kill matrix draws the shift faults' cases so.
+  kContextShift,
 };
 
 // The independent genes; shrinking them shrinks the decoded scenario.

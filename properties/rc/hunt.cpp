@@ -33,15 +33,26 @@ HuntResult hunt(const std::function<Verdict(const Scenario&)>& check, Emphasis e
   // shrink to report it), so the last failing evaluation is the shrunk case.
   std::optional<Scenario> last_failing;
   Verdict last_failing_verdict;
-  int evaluations = 0, failing_evaluations = 0, shrinks_skipped = 0;
+  int evaluations = 0, failing_evaluations = 0, cases = 0, shrink_steps = 0, shrinks_skipped = 0;
+  bool cut = false;
+  const auto out_of_time = [&] {
+    if (evaluations < options.evaluations_before_cut) return false;
+    cut = cut || (options.stop && options.stop()) ||
+          (options.deadline && std::chrono::steady_clock::now() >= *options.deadline);
+    return cut;
+  };
   const auto property = [&] {
     const Scenario s = *scenarios;
-    if (last_failing && options.shrink_deadline &&
-        std::chrono::steady_clock::now() >= *options.shrink_deadline) {
-      ++shrinks_skipped;
+    const bool shrinking = last_failing.has_value();
+    const bool budget_spent =
+        shrinking && options.max_shrink_steps > 0 && shrink_steps >= options.max_shrink_steps;
+    if (budget_spent || out_of_time()) {
+      shrinks_skipped += shrinking;
       return;
     }
     ++evaluations;
+    shrink_steps += shrinking;
+    cases += !shrinking;
     Verdict v = check(s);
     if (!v.passed) {
       ++failing_evaluations;
@@ -66,7 +77,9 @@ HuntResult hunt(const std::function<Verdict(const Scenario&)>& check, Emphasis e
   result.seconds = std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
   result.evaluations = evaluations;
   result.failing_evaluations = failing_evaluations;
+  result.shrink_steps = shrink_steps;
   result.shrinks_skipped = shrinks_skipped;
+  result.cut = cut;
 
   std::ostringstream message;
   rc::detail::printResultMessage(outcome, message);
@@ -74,11 +87,11 @@ HuntResult hunt(const std::function<Verdict(const Scenario&)>& check, Emphasis e
   rc::detail::FailureResult failure;
   if (outcome.match(failure)) {
     result.failed = true;
-    result.cases_run = failure.numSuccess + 1;
+    result.cases_run = cases;
     result.counterexample = std::move(last_failing);
     result.verdict = std::move(last_failing_verdict);
   } else {
-    result.cases_run = options.max_cases;
+    result.cases_run = cases;
   }
   return result;
 }

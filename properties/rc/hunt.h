@@ -27,25 +27,36 @@ struct HuntOptions {
   int max_cases = 100;
   int max_size = 100;
   bool shrink = true;
-  // Shrinking stops here: later candidates are not run (counted as not
-  // failing), so the smallest failing case found so far is the result. A
-  // crashing child engine costs a restart per candidate, which made a
-  // campaign's shrinking outlast its budget. Unset: no deadline.
-  std::optional<std::chrono::steady_clock::time_point> shrink_deadline;
+  // Shrink candidates run after the first failure; past it the smallest
+  // failing case found so far is the result. A budget in steps, not seconds,
+  // so that a build shrinks to the same case on every machine. 0: unbounded.
+  int max_shrink_steps = 0;
+  // Nothing is evaluated after this (a campaign's --time), nor once `stop`
+  // says so (an interrupted run): cases and candidates not run count as not
+  // failing, and the result says it was cut. The first
+  // `evaluations_before_cut` evaluations run whatever the time (a worker's
+  // hunt replayed after it died, up to the case that killed it).
+  std::optional<std::chrono::steady_clock::time_point> deadline;
+  std::function<bool()> stop;
+  int evaluations_before_cut = 0;
   EngineTraits traits = EngineTraits::strict();  // scenarios are drawn within them
   std::shared_ptr<const Checkpoint> model;       // --model: its config and weights; null: seeded
 };
 
 struct HuntResult {
   bool failed = false;
-  int cases_run = 0;            // until the first failure (inclusive), or all when none failed
+  int cases_run = 0;            // until the first failure (inclusive), or all that ran
   int failing_evaluations = 0;  // the first failure, accepted shrinks and the final re-run
   int evaluations = 0;          // every property evaluation, the shrinking ones included
   double seconds = 0;
   std::optional<Scenario> counterexample;  // shrunk; set when failed
   Verdict verdict;                         // of the shrunk counterexample
   std::string rapidcheck_message;          // RapidCheck's own report
-  int shrinks_skipped = 0;                 // candidates not run because the shrink deadline passed
+  int shrink_steps = 0;                    // candidates run after the first failure
+  int shrinks_skipped = 0;  // candidates not run: the step budget was spent, or a cut
+  // The deadline or `stop` ended it before its case or shrink budget did:
+  // the run is incomplete (docs/REPORTS.md), never failed for it.
+  bool cut = false;
 };
 
 // Runs `check` on up to max_cases scenarios from scenario(emphasis) under

@@ -67,48 +67,83 @@ const HuntResult* KillMatrixRow::smallest() const {
   return best;
 }
 
+Emphasis emphasis_for_fault(Fault fault) {
+  return fault_needs(fault) == "shift" ? Emphasis::kContextShift : Emphasis::kAny;
+}
+
+namespace {
+
+// A job of the kill matrix's worker: "ROW COLUMN", the column -1 for 'any'.
+std::string job_text(size_t row, int column) {
+  return std::to_string(row) + " " + std::to_string(column);
+}
+
+}  // namespace
+
 KillMatrix run_kill_matrix(const std::function<EngineUnderTest(FaultSet)>& subject_for,
                            const KillMatrixOptions& options,
                            const std::function<void(const std::string&)>& progress) {
-  const auto start = std::chrono::steady_clock::now();
-  const auto out_of_time = [&] {
-    return options.time_limit_seconds > 0 &&
-           std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count() >
-               options.time_limit_seconds;
-  };
   KillMatrix m;
   m.catalogue_applies = options.catalogue_applies;
   m.rows.push_back({"(correct engine)", std::nullopt, {}, {}, true, {}});
   for (const CatalogueEntry& e : fault_catalogue()) {
     m.rows.push_back({std::string(fault_name(e.fault)), e.fault, {}, {}, true, {}});
   }
-  for (KillMatrixRow& row : m.rows) {
+  const auto faults_of = [&](size_t row) {
+    return m.rows[row].fault ? FaultSet(*m.rows[row].fault) : FaultSet();
+  };
+  // Runs in the worker: the row's engine and the column's hunt.
+  const auto spec_for = [&](const std::string& job) {
+    size_t row = 0;
+    int column = -1;
+    std::sscanf(job.c_str(), "%zu %d", &row, &column);
+    HuntSpec spec;
+    spec.subject = std::make_shared<const EngineUnderTest>(subject_for(faults_of(row)));
+    if (column >= 0) spec.property = Property(column);
+    const std::optional<Fault> fault = m.rows[row].fault;
+    spec.emphasis = fault && emphasis_for_fault(*fault) != Emphasis::kAny
+                        ? emphasis_for_fault(*fault)
+                    : spec.property ? emphasis_for(*spec.property)
+                                    : Emphasis::kAny;
+    spec.options.traits = spec.subject->traits;
+    spec.options.seed = options.seed;
+    spec.options.max_cases = fault ? options.cases_per_cell : options.correct_cases;
+    spec.options.max_shrink_steps = options.max_shrink_steps;
+    spec.options.deadline = options.deadline;
+    spec.options.stop = options.stop;
+    return spec;
+  };
+  WorkerOptions worker = options.worker;
+  if (!worker.stop) worker.stop = options.stop;
+  HuntWorker hunts(spec_for, worker);
+  const auto out_of_time = [&] {
+    return (options.stop && options.stop()) ||
+           (options.deadline && std::chrono::steady_clock::now() >= *options.deadline);
+  };
+  for (size_t i = 0; i < m.rows.size(); ++i) {
+    KillMatrixRow& row = m.rows[i];
     if (out_of_time()) {
       row.ran = false;
       continue;
     }
-    const EngineUnderTest subject = subject_for(row.fault ? FaultSet(*row.fault) : FaultSet());
-    if (row.fault && !declares(subject.traits, fault_needs(*row.fault))) {
-      row.skipped = "the backend lacks " + std::string(fault_needs(*row.fault));
-      continue;
+    if (row.fault) {
+      const EngineTraits traits = subject_for(faults_of(i)).traits;
+      if (!declares(traits, fault_needs(*row.fault))) {
+        row.skipped = "the backend lacks " + std::string(fault_needs(*row.fault));
+        continue;
+      }
     }
-    HuntOptions hunt_options;
-    hunt_options.traits = subject.traits;
-    hunt_options.seed = options.seed;
-    hunt_options.max_cases = row.fault ? options.cases_per_cell : options.correct_cases;
     if (progress) progress("kill matrix: " + row.name + ", every property per case");
-    row.any = hunt([&](const Scenario& s) { return check_all(s, subject); }, Emphasis::kAny,
-                   hunt_options);
+    row.any = hunts.run(job_text(i, -1), {});
+    row.ran = row.any.failed || !row.any.cut;
     if (row.fault) m.kill_all_seconds += row.any.seconds;
     m.total_seconds += row.any.seconds;
     if (!options.per_property) continue;
     for (int p = 0; p < kPropertyCount; ++p) {
-      const Property property = static_cast<Property>(p);
       if (progress)
-        progress("kill matrix: " + row.name + " x " + std::string(property_name(property)));
-      row.cells.push_back(
-          hunt([&](const Scenario& s) { return check_property(property, s, subject); },
-               emphasis_for(property), hunt_options));
+        progress("kill matrix: " + row.name + " x " + std::string(property_name(Property(p))));
+      row.cells.push_back(hunts.run(job_text(i, p), {}));
+      row.ran = row.ran && (row.cells.back().failed || !row.cells.back().cut);
       m.total_seconds += row.cells.back().seconds;
     }
   }
@@ -140,7 +175,7 @@ std::string KillMatrix::table() const {
     std::snprintf(line, sizeof(line), "%-29s", row.name.c_str());
     out << line;
     if (!row.ran) {
-      out << "  not run: time limit\n";
+      out << "  not run: the time budget ran out\n";
       continue;
     }
     if (!row.skipped.empty()) {
@@ -193,7 +228,7 @@ std::string KillMatrix::counterexamples() const {
   return out.str();
 }
 
-std::vector<std::string> KillMatrix::problems() const {
+std::vector<std::string> KillMatrix::failures() const {
   std::vector<std::string> out;
   if (rows.empty()) return {"the kill matrix did not run"};
   const KillMatrixRow& correct = rows.front();
@@ -208,23 +243,34 @@ std::vector<std::string> KillMatrix::problems() const {
   if (correct.any.failed) out.push_back("the correct engine fails: " + correct.any.verdict.summary);
   for (size_t i = 1; i < rows.size(); ++i) {
     const KillMatrixRow& row = rows[i];
-    if (!row.ran) {
-      out.push_back(row.name + ": not run within the time limit");
-      continue;
-    }
-    if (!row.skipped.empty()) continue;  // the fault's operation is not declared
-    const CatalogueEntry& entry = fault_catalogue()[i - 1];
-    const HuntResult* best = row.smallest();
-    if (best == nullptr) {
+    if (row.ran && row.skipped.empty() && row.smallest() == nullptr) {
       out.push_back(row.name + " survived every property");
-      continue;
     }
+  }
+  return out;
+}
+
+std::vector<std::string> KillMatrix::not_run() const {
+  std::vector<std::string> out;
+  for (const KillMatrixRow& row : rows) {
+    if (!row.ran) out.push_back(row.name + ": not run before the time budget ran out");
+  }
+  return out;
+}
+
+std::vector<std::string> KillMatrix::shrink_notes() const {
+  std::vector<std::string> out;
+  for (size_t i = 1; i < rows.size(); ++i) {
+    const KillMatrixRow& row = rows[i];
+    const HuntResult* best = row.smallest();
+    if (!row.ran || !row.skipped.empty() || best == nullptr) continue;
+    const CatalogueEntry& entry = fault_catalogue()[i - 1];
     // Shrink quality: a counterexample a person can read in a minute. The
     // generators always draw a sequence with a token in a step, so nothing
     // they make is smaller than kGeneratedFloor; kvcheck shrink, which can
     // drop the last sequence, is held to the target itself (tests/repro).
     const int allowed = 2 * std::max(entry.shrink_target, kGeneratedFloor);
-    if (catalogue_applies && best->counterexample->size() > allowed) {
+    if (catalogue_applies && best->counterexample && best->counterexample->size() > allowed) {
       out.push_back(row.name + ": shrunk to " + std::to_string(best->counterexample->size()) +
                     ", more than twice the hand-derived shrink target " +
                     std::to_string(entry.shrink_target) + " (floor " +
@@ -237,6 +283,14 @@ std::vector<std::string> KillMatrix::problems() const {
                       " catches it, but it survived");
       }
     }
+  }
+  return out;
+}
+
+std::vector<std::string> KillMatrix::problems() const {
+  std::vector<std::string> out = failures();
+  for (const std::vector<std::string>& more : {not_run(), shrink_notes()}) {
+    out.insert(out.end(), more.begin(), more.end());
   }
   return out;
 }

@@ -5,6 +5,7 @@
 // it; both go through here so there is one matrix, not two.
 #pragma once
 
+#include <chrono>
 #include <functional>
 #include <optional>
 #include <string>
@@ -13,6 +14,7 @@
 #include "engine/faults.h"
 #include "properties/property.h"
 #include "properties/rc/hunt.h"
+#include "properties/rc/hunt_worker.h"
 
 namespace kvcheck::rcgen {
 
@@ -32,24 +34,38 @@ const std::vector<CatalogueEntry>& fault_catalogue();
 // 1 token, 1 step.
 inline constexpr int kGeneratedFloor = 5;
 
+// The kill matrix's own seed: a build kills the same faults in the same
+// number of cases on every machine, whatever seed a campaign runs with.
+inline constexpr uint64_t kKillMatrixSeed = 0x6b76;
+
 struct KillMatrixOptions {
-  uint64_t seed = 0x6b76;
-  int cases_per_cell = 100;       // per (fault, property)
-  int correct_cases = 1000;       // per property for the correct engine
-  bool per_property = true;       // false: only the 'any' column (fast)
-  double time_limit_seconds = 0;  // 0: none; cells not reached are marked not run
+  uint64_t seed = kKillMatrixSeed;
+  int cases_per_cell = 100;  // per (fault, property)
+  int correct_cases = 1000;  // per property for the correct engine
+  bool per_property = true;  // false: only the 'any' column (fast)
+  int max_shrink_steps = 0;  // per hunt; 0: unbounded
+  // Rows not finished by then (or once `stop` says so) are marked not run:
+  // the matrix is incomplete, not failed.
+  std::optional<std::chrono::steady_clock::time_point> deadline;
+  std::function<bool()> stop;
+  // Hunts in a worker process, so that a fault that crashes is a kill.
+  WorkerOptions worker = in_process();
   // The "caught by" column of docs/FAULTS.md holds for the in-tree engines as
   // declared; under weakened traits (bounded invariance, a restricted
   // profile) it does not, and only survivors and the correct engine count.
   bool catalogue_applies = true;
 };
 
+// The shift faults live in erase and shift, which the default generator
+// draws in few cases: their rows draw every case with a context shift.
+Emphasis emphasis_for_fault(Fault fault);
+
 struct KillMatrixRow {
   std::string name;  // fault name, or "(correct engine)"
   std::optional<Fault> fault;
   std::vector<HuntResult> cells;  // [property]; empty when !per_property
   HuntResult any;                 // check_all: every property per case
-  bool ran = true;                // false when the time limit stopped it
+  bool ran = true;                // false when the deadline or a stop cut it before a kill
   std::string skipped;            // why a fault was not run: its operation is not declared
 
   // The smallest shrunk counterexample over every column, or nullptr.
@@ -62,9 +78,17 @@ struct KillMatrix {
   double total_seconds = 0;
   bool catalogue_applies = true;
 
-  // Problems that fail the gate: the correct engine failing, a fault
-  // surviving, a "caught by" property missing its fault, a shrunk case over
-  // twice its target. Empty when the matrix passes.
+  // What fails a campaign: the correct engine failing, a fault surviving its
+  // case budget.
+  std::vector<std::string> failures() const;
+  // Rows the deadline or a stop cut: the matrix is incomplete.
+  std::vector<std::string> not_run() const;
+  // Shrink quality: a shrunk case over twice its hand-derived target, a
+  // "caught by" property that missed its fault (per-property matrices).
+  // The mutants ctest gates on them with its fixed seed; a campaign reports
+  // them.
+  std::vector<std::string> shrink_notes() const;
+  // All three: what the mutants ctest holds against the matrix.
   std::vector<std::string> problems() const;
   std::string table() const;            // cases-to-kill per cell, sizes vs targets
   std::string counterexamples() const;  // per fault, the smallest shrunk scenario

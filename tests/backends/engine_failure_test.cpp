@@ -83,35 +83,69 @@ TEST(EngineFailure, AHuntOnAPluginsInternalErrorKeepsACounterexample) {
   expect_hunt_keeps_the_scenario(finish_internal_error_plugin());
 }
 
-TEST(EngineFailure, AShrinkDeadlineKeepsTheSmallestFailureFoundSoFar) {
-  // A failing property that costs nothing: a scenario fails when it has a
-  // finish. With no deadline RapidCheck shrinks it; with a deadline already
-  // past, no candidate runs and the first failing scenario is the result.
-  const auto fails_with_a_finish = [](const Scenario& s) {
-    Verdict v;
-    v.passed = true;
-    for (const Call& c : s.calls) v.passed = v.passed && c.kind != Call::Kind::kFinish;
-    v.summary = v.passed ? "" : "a finish";
-    return v;
-  };
+// A failing property that costs nothing: a scenario fails when it has a finish.
+Verdict fails_with_a_finish(const Scenario& s) {
+  Verdict v;
+  v.passed = true;
+  for (const Call& c : s.calls) v.passed = v.passed && c.kind != Call::Kind::kFinish;
+  v.summary = v.passed ? "" : "a finish";
+  return v;
+}
+
+TEST(EngineFailure, AShrinkStepBudgetKeepsTheSmallestFailureFoundSoFar) {
   rcgen::HuntOptions options;
   options.max_cases = 200;
   const rcgen::HuntResult shrunk = rcgen::hunt(fails_with_a_finish, rcgen::Emphasis::kAny, options);
   ASSERT_TRUE(shrunk.failed);
   EXPECT_EQ(shrunk.shrinks_skipped, 0);
+  EXPECT_GT(shrunk.shrink_steps, 3);
   EXPECT_GT(shrunk.failing_evaluations, 1);  // shrinks accepted
 
-  options.shrink_deadline = std::chrono::steady_clock::now();
+  options.max_shrink_steps = 3;
   const rcgen::HuntResult stopped =
       rcgen::hunt(fails_with_a_finish, rcgen::Emphasis::kAny, options);
   ASSERT_TRUE(stopped.failed);
   ASSERT_TRUE(stopped.counterexample.has_value());
-  EXPECT_FALSE(stopped.verdict.passed);
+  EXPECT_FALSE(stopped.cut) << "a step budget is the run's own, not a cut";
+  EXPECT_EQ(stopped.shrink_steps, 3);
   EXPECT_GT(stopped.shrinks_skipped, 0);
-  EXPECT_EQ(stopped.failing_evaluations, 1);  // the first failure only
-  EXPECT_EQ(stopped.evaluations, stopped.cases_run);
+  EXPECT_EQ(stopped.evaluations, stopped.cases_run + 3);
+  EXPECT_EQ(stopped.cases_run, shrunk.cases_run);
   EXPECT_FALSE(fails_with_a_finish(*stopped.counterexample).passed);
   EXPECT_GE(stopped.counterexample->size(), shrunk.counterexample->size());
+  // The same budget shrinks to the same case: no clock decides it.
+  const rcgen::HuntResult again = rcgen::hunt(fails_with_a_finish, rcgen::Emphasis::kAny, options);
+  EXPECT_EQ(again.counterexample, stopped.counterexample);
+}
+
+TEST(EngineFailure, AStopAfterTheFirstFailureCutsTheShrinkAndSaysSo) {
+  bool failed_once = false;
+  rcgen::HuntOptions options;
+  options.max_cases = 200;
+  options.stop = [&] { return failed_once; };
+  const rcgen::HuntResult stopped = rcgen::hunt(
+      [&](const Scenario& s) {
+        Verdict v = fails_with_a_finish(s);
+        failed_once = failed_once || !v.passed;
+        return v;
+      },
+      rcgen::Emphasis::kAny, options);
+  ASSERT_TRUE(stopped.failed);
+  EXPECT_TRUE(stopped.cut);
+  EXPECT_EQ(stopped.failing_evaluations, 1);  // the first failure only
+  EXPECT_EQ(stopped.evaluations, stopped.cases_run);
+  EXPECT_GT(stopped.shrinks_skipped, 0);
+}
+
+TEST(EngineFailure, APassedDeadlineRunsNothingAndSaysSo) {
+  rcgen::HuntOptions options;
+  options.max_cases = 50;
+  options.deadline = std::chrono::steady_clock::now();
+  const rcgen::HuntResult r = rcgen::hunt(fails_with_a_finish, rcgen::Emphasis::kAny, options);
+  EXPECT_FALSE(r.failed);
+  EXPECT_TRUE(r.cut);
+  EXPECT_EQ(r.cases_run, 0);
+  EXPECT_EQ(r.evaluations, 0);
 }
 
 }  // namespace

@@ -19,7 +19,8 @@ import subprocess
 import sys
 import xml.etree.ElementTree as ET
 
-ROW = re.compile(r"^(P\d+ \w+)\s+(\S+)\s+(\d+)\s+(\d+)\s+(\d+)\s+(\S+)\s+(.*)$")
+# property, backend, cases, applied, passed, n/a, worst e/b, result
+ROW = re.compile(r"^(P\d+ \w+)\s+(\S+)\s+(\d+)\s+(\d+)\s+(\d+)\s+(\d+)\s+(\S+)\s+(.*)$")
 SUITE_ATTRS = ["name", "tests", "failures", "errors", "skipped", "time", "timestamp", "hostname"]
 CASE_ATTRS = ["name", "classname", "time"]
 errors = []
@@ -91,14 +92,20 @@ def check_against_summary(tag, root, summary, console, rc):
         mine = [p for p in props if p["backend"] == spec]
         console_rows = [m for m in rows if m.group(2) == spec]
         failed = sum(p["failed"] for p in mine)
-        skipped = sum(1 for p in mine if not p["failed"] and p["cases"] == p["not_applicable"])
+        skipped = sum(1 for p in mine if p["not_run"] is not None)
+        for p in mine:
+            check((p["not_run"] is not None) == (not p["failed"] and p["applied"] == 0),
+                  f"{tag}: {spec} {p['property']}: not_run {p['not_run']!r} with {p['applied']} applied")
+            check(p["cases"] == p["applied"] + p["not_applicable"],
+                  f"{tag}: {spec} {p['property']}: cases != applied + not applicable")
+            check(p["passed"] <= p["applied"], f"{tag}: {spec} {p['property']}: passed > applied")
         check(int(suite.get("tests")) == len(mine) == len(console_rows),
               f"{tag}: {spec}: tests {suite.get('tests')}, JSON {len(mine)}, console {len(console_rows)}")
         check(int(suite.get("failures")) == failed ==
-              sum("FAILED:" in m.group(7) for m in console_rows),
+              sum("FAILED:" in m.group(8) for m in console_rows),
               f"{tag}: {spec}: failures {suite.get('failures')}, JSON {failed}")
         check(int(suite.get("skipped")) == skipped ==
-              sum(m.group(3) == m.group(5) and "FAILED:" not in m.group(7) for m in console_rows),
+              sum(m.group(8).startswith("not run:") for m in console_rows),
               f"{tag}: {spec}: skipped {suite.get('skipped')}, JSON {skipped}")
         for case in suite.findall("testcase"):
             f = case.find("failure")

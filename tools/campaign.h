@@ -1,0 +1,108 @@
+// `kvcheck campaign`, the main job: the fault kill matrix (a self-test with
+// seeds of its own), then every property on every backend until the case
+// budget or the time is spent, then the reports.
+//
+// Its exit code depends only on the engines and the arguments
+// (docs/REPORTS.md, "Exit codes"): 0 every property held where it applied
+// and every fault was killed; 1 a property failed or a fault survived; 2 bad
+// input; 4 incomplete, something with a case or step budget was cut by the
+// time budget (and nothing failed); 130 or 143 interrupted.
+#pragma once
+
+#include <chrono>
+#include <cstdint>
+#include <memory>
+#include <string>
+#include <vector>
+
+#include "backends/registry.h"
+#include "engine/faults.h"
+#include "properties/property.h"
+#include "tools/run_report.h"
+
+namespace kvcheck::cli {
+
+inline constexpr int kExitIncomplete = 4;
+
+struct CampaignOptions {
+  uint64_t seed = 0;
+  bool seed_given = false;
+  int cases = 0;        // per property and backend; 0 = until the time is up
+  int turn_cases = 25;  // cases per property per turn of the round robin
+  double seconds = 60;  // the whole campaign, kill matrix included
+  std::vector<std::string> properties;
+  std::vector<std::string> backends;
+  std::string json_path;
+  std::string junit_path;
+  std::string html_path;
+  std::string failures_dir = "kvcheck-failures";
+  int kill_cases = 200;         // per fault
+  uint64_t kill_seed = 0x6b76;  // rcgen::kKillMatrixSeed
+  bool kill_matrix = true;
+  bool kill_per_property = false;      // every (fault, property) cell, not only 'any'
+  int shrink_steps = 2000;             // per failure
+  double case_timeout = 120;           // seconds: a case that takes longer is a hang
+  bool in_process = false;             // no hunt worker: a crash ends the run (for debuggers)
+  std::string fault = "none";          // run the properties against this faulty engine
+  std::string reference;               // P10's reference backend; empty: P10 not applicable
+  std::string model;                   // --model DIR: a Hugging Face checkpoint; empty: seeded
+  std::vector<std::string> arguments;  // the command line as given, for the reports
+};
+
+// The command that runs the same cases again: every option that changes
+// what is drawn or checked, none that only names an output.
+std::string reproduce_command(const CampaignOptions& o, uint64_t seed);
+
+// What the phases share.
+struct Campaign {
+  using Clock = std::chrono::steady_clock;
+  explicit Campaign(const CampaignOptions& o) : options(o) {}
+  const CampaignOptions& options;
+  uint64_t seed = 0;
+  std::vector<Property> properties;
+  std::vector<Backend> backends;
+  FaultSet faults;
+  bool reference_forkable = true;  // P10's reference survives a fork (or there is none)
+  std::shared_ptr<const EngineUnderTest> reference;
+  std::shared_ptr<const Checkpoint> model;
+  std::vector<std::shared_ptr<const EngineUnderTest>> subjects;  // [backend]
+  Clock::time_point start, deadline;
+  RunRecord record;
+
+  double elapsed() const { return std::chrono::duration<double>(Clock::now() - start).count(); }
+  // The time budget is spent or a signal came: nothing more is started.
+  bool out_of_time() const;
+  // Hunts of this backend run in a worker process.
+  bool isolated(size_t backend) const {
+    return !options.in_process && backends[backend].forkable && reference_forkable;
+  }
+};
+
+// The live progress line on stderr: rewritten in place on a terminal, a line
+// every 10 s otherwise.
+class Progress {
+ public:
+  explicit Progress(Campaign::Clock::time_point start);
+  void update(const std::string& line, bool force = false);
+  void done();
+
+ private:
+  Campaign::Clock::time_point start_, last_{};
+  bool tty_;
+};
+
+// The kill matrix on every backend with fault switches: its rows go to the
+// record; a fault that survived or a failing correct engine fails the run.
+void run_kill_matrices(Campaign& c, Progress& progress);
+
+// The properties, turn by turn, on every backend: tallies and failures go to
+// the record.
+void run_properties(Campaign& c, Progress& progress);
+
+// The summary table, the not-applicable reasons and the final line.
+void print_summary(const Campaign& c);
+
+// The campaign's JSON report (docs/REPORTS.md, "JSON").
+std::string campaign_json(const Campaign& c);
+
+}  // namespace kvcheck::cli

@@ -1,0 +1,224 @@
+// The campaign's property phase: every (property, backend) pair in turns of
+// --turn-cases cases until --cases or the time budget is spent. Each turn is
+// a hunt with a seed of its own (derived from the campaign's seed, the pair
+// and the turn's number), run in the backend's hunt worker, so a crash is a
+// failure with a case file and the campaign goes on.
+#include <cinttypes>
+#include <cstdio>
+#include <cstdlib>
+
+#include "model/rng.h"
+#include "properties/rc/hunt_worker.h"
+#include "tools/cache_timeline.h"
+#include "tools/campaign.h"
+#include "tools/error_map.h"
+#include "tools/failure_report.h"
+#include "tools/interrupt.h"
+
+namespace kvcheck::cli {
+
+namespace {
+
+// The scenario classes the coverage column counts, in its order.
+struct CoverageClass {
+  const char* name;
+  bool (*has)(const rcgen::Coverage&);
+};
+constexpr CoverageClass kCoverageClasses[] = {
+    {"gpt2", [](const rcgen::Coverage& c) { return c.gpt2; }},
+    {"llama", [](const rcgen::Coverage& c) { return !c.gpt2; }},
+    {"mha", [](const rcgen::Coverage& c) { return c.mha; }},
+    {"gqa", [](const rcgen::Coverage& c) { return c.gqa; }},
+    {"mqa", [](const rcgen::Coverage& c) { return c.mqa; }},
+    {"batched", [](const rcgen::Coverage& c) { return c.batched_step; }},
+    {"mixed", [](const rcgen::Coverage& c) { return c.mixed_step; }},
+    {"1-token chunk", [](const rcgen::Coverage& c) { return c.one_token_chunk; }},
+    {"reset", [](const rcgen::Coverage& c) { return c.reset; }},
+    {"finish", [](const rcgen::Coverage& c) { return c.finish; }},
+    {"reused row", [](const rcgen::Coverage& c) { return c.reused_row; }},
+    {"at capacity", [](const rcgen::Coverage& c) { return c.at_capacity; }},
+    {"bf16/f16/q8_0", [](const rcgen::Coverage& c) { return c.reduced_dtype; }},
+    {"q8_0 2 blocks", [](const rcgen::Coverage& c) { return c.q8_multi_block; }},
+    {"window wraps", [](const rcgen::Coverage& c) { return c.window_wraps; }},
+    {"erase/shift", [](const rcgen::Coverage& c) { return c.erase || c.shift; }},
+};
+
+uint32_t coverage_mask(const Scenario& s) {
+  const rcgen::Coverage c = rcgen::coverage(s);
+  uint32_t mask = 0;
+  for (size_t i = 0; i < std::size(kCoverageClasses); ++i) {
+    if (kCoverageClasses[i].has(c)) mask |= 1u << i;
+  }
+  return mask;
+}
+
+// What the worker tells of one case: "AP RATIO MASK REASON" (applicable and
+// passed as 0/1, the error/bound ratio, the coverage mask, why it was not
+// applicable). Short and cheap: a campaign runs thousands of cases a second.
+std::string describe_case(const Scenario& s, const Verdict& v) {
+  char head[64];
+  std::snprintf(head, sizeof head, "%d%d %.17g %" PRIu32 " ", v.applicable ? 1 : 0,
+                v.passed ? 1 : 0, v.worst_ratio, coverage_mask(s));
+  if (v.applicable) return head;
+  // "P4 reset: not applicable: the engine lacks reset" -> "the engine lacks reset".
+  const std::string marker = "not applicable: ";
+  const size_t at = v.summary.find(marker);
+  return head + (at == std::string::npos ? v.summary : v.summary.substr(at + marker.size()));
+}
+
+void count_case(Tally& t, const std::string& description) {
+  const bool applicable = description.size() > 1 && description[0] == '1';
+  const bool passed = description.size() > 1 && description[1] == '1';
+  char* end = nullptr;
+  const double ratio = std::strtod(description.c_str() + 3, &end);
+  const auto mask = uint32_t(std::strtoul(end, &end, 10));
+  ++t.cases;
+  if (!applicable) {
+    ++t.not_applicable;
+    ++t.not_applicable_why[*end == ' ' ? std::string(end + 1) : std::string()];
+  } else if (passed) {
+    ++t.passed;
+  }
+  t.worst_ratio = std::max(t.worst_ratio, ratio);
+  if (applicable && has_error_bound(t.property)) {
+    ++t.ratio_histogram[size_t(ratio_bucket(passed ? ratio : 1.0))];
+  }
+  for (size_t i = 0; i < std::size(kCoverageClasses); ++i) {
+    if (mask & (1u << i)) ++t.coverage[kCoverageClasses[i].name];
+  }
+}
+
+// A turn's hunt seed: the campaign's seed, the pair and the turn. So a
+// property's cases do not depend on which other properties ran, and
+// `--property P1` draws the same P1 cases as the whole campaign.
+uint64_t turn_seed(uint64_t seed, const Tally& t, int turn) {
+  const std::string pair = std::string(property_name(t.property)) + "|" + t.backend;
+  SplitMix64 mix(seed ^ fnv1a64(pair, kFnv1a64Basis));
+  mix.next();
+  return mix.next() + uint64_t(turn) * 0x9e3779b97f4a7c15ull;
+}
+
+rcgen::HuntSpec spec_for(const Campaign& c, const std::vector<Tally>& tallies,
+                         const std::string& job) {
+  size_t index = 0;
+  uint64_t seed = 0;
+  int cases = 0;
+  std::sscanf(job.c_str(), "%zu %" SCNu64 " %d", &index, &seed, &cases);
+  const Tally& t = tallies.at(index);
+  rcgen::HuntSpec spec;
+  spec.subject = c.subjects[t.backend_index];
+  spec.property = t.property;
+  spec.emphasis = rcgen::emphasis_for(t.property);
+  spec.options.traits = spec.subject->traits;
+  spec.options.model = c.model;
+  spec.options.seed = seed;
+  spec.options.max_cases = cases;
+  spec.options.max_shrink_steps = c.options.shrink_steps;
+  spec.options.deadline = c.deadline;
+  spec.describe = describe_case;
+  return spec;
+}
+
+void record_failure(Campaign& c, Tally& t, const rcgen::HuntResult& r, uint64_t seed,
+                    bool crashed) {
+  t.failed = true;
+  t.failure = r.verdict.summary;
+  const Backend& backend = c.backends[t.backend_index];
+  FailureRecord f;
+  f.property = t.property;
+  f.backend = t.backend;
+  f.faults = c.faults.to_string();
+  f.verdict = r.verdict;
+  f.case_path = report_failure(r, t.property, backend, c.faults, seed, c.options.failures_dir);
+  f.case_text = f.case_path.empty() ? "" : read_text_file(f.case_path);
+  // Maps and timelines run the engine again in this process: not after a
+  // crash, which would take the campaign down with it.
+  if (!c.options.html_path.empty() && r.counterexample && !crashed) {
+    const EngineUnderTest& subject = *c.subjects[t.backend_index];
+    f.error_maps = error_maps(*r.counterexample, r.verdict, subject);
+    f.timeline = cache_timeline(*r.counterexample, subject);
+  }
+  c.record.failures.push_back(std::move(f));
+}
+
+std::string tally_label(const Tally& t) {
+  return std::string(property_label(t.property)) + " " + std::string(property_name(t.property));
+}
+
+}  // namespace
+
+void run_properties(Campaign& c, Progress& progress) {
+  std::vector<Tally>& tallies = c.record.tallies;
+  for (size_t b = 0; b < c.backends.size(); ++b) {
+    for (Property p : c.properties) {
+      Tally t;
+      t.property = p;
+      t.backend = c.backends[b].spec;
+      t.backend_index = b;
+      t.never_applies = never_applicable(p, *c.subjects[b], c.model.get());
+      tallies.push_back(t);
+    }
+  }
+  std::vector<std::unique_ptr<rcgen::HuntWorker>> workers;  // [backend]
+  for (size_t b = 0; b < c.backends.size(); ++b) {
+    rcgen::WorkerOptions w;
+    w.isolate = c.isolated(b);
+    w.case_timeout_seconds = c.options.case_timeout;
+    w.stop = [] { return interrupted() != 0; };
+    workers.push_back(std::make_unique<rcgen::HuntWorker>(
+        [&c, &tallies](const std::string& job) { return spec_for(c, tallies, job); }, w));
+  }
+  const CampaignOptions& o = c.options;
+  std::vector<int> turns(tallies.size(), 0);
+  int total = 0;
+  for (bool progress_made = true; progress_made && !c.out_of_time();) {
+    progress_made = false;
+    for (size_t i = 0; i < tallies.size() && !c.out_of_time(); ++i) {
+      Tally& t = tallies[i];
+      if (t.failed || !t.never_applies.empty() || (o.cases && t.cases >= o.cases)) continue;
+      const int cases = o.cases ? std::min(o.turn_cases, o.cases - t.cases) : o.turn_cases;
+      const uint64_t seed = turn_seed(c.seed, t, turns[i]++);
+      const std::string job =
+          std::to_string(i) + " " + std::to_string(seed) + " " + std::to_string(cases);
+      int shrink_tries = 0;
+      const auto heard = [&](const std::string& description, bool shrinking) {
+        if (shrinking) {
+          progress.update(tally_label(t) + " on " + t.backend + ": shrinking a failure, " +
+                          std::to_string(++shrink_tries) + " candidates run");
+          return;
+        }
+        count_case(t, description);
+        ++total;
+        progress.update(tally_label(t) + " on " + t.backend + ": " + std::to_string(t.cases) +
+                        " cases | " + std::to_string(total) + " in all, " +
+                        std::to_string(int(total / std::max(c.elapsed(), 1e-3))) + " cases/s");
+      };
+      rcgen::HuntWorker& worker = *workers[t.backend_index];
+      const int deaths = worker.deaths();
+      const auto began = Campaign::Clock::now();
+      const rcgen::HuntResult r = worker.run(job, heard);
+      t.seconds += std::chrono::duration<double>(Campaign::Clock::now() - began).count();
+      progress_made = true;
+      if (interrupted()) break;  // a failure now may be the signal's doing
+      if (!r.failed) continue;
+      progress.done();
+      if (r.cut) {
+        c.record.incomplete.push_back(tally_label(t) + " on " + t.backend +
+                                      ": the time budget cut its shrink (" +
+                                      std::to_string(r.shrink_steps) + " steps run)");
+      }
+      record_failure(c, t, r, seed, worker.deaths() != deaths);
+    }
+  }
+  progress.done();
+  if (o.cases == 0 || interrupted()) return;
+  for (const Tally& t : tallies) {
+    if (!t.failed && t.never_applies.empty() && t.cases < o.cases) {
+      c.record.incomplete.push_back(tally_label(t) + " on " + t.backend + ": " +
+                                    std::to_string(t.cases) + " of --cases " +
+                                    std::to_string(o.cases) + " ran within the time budget");
+    }
+  }
+}
+
+}  // namespace kvcheck::cli

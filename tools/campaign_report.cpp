@@ -1,0 +1,151 @@
+// The campaign's console summary and its JSON report, both from the one
+// RunRecord the JUnit and HTML reports are written from too.
+#include <cstdio>
+#include <nlohmann/json.hpp>
+
+#include "engine/traits_json.h"
+#include "tools/build_info.h"
+#include "tools/campaign.h"
+
+namespace kvcheck::cli {
+
+namespace {
+
+std::string coverage_text(const Tally& t) {
+  std::string text;
+  for (const auto& [name, n] : t.coverage) {
+    if (!text.empty()) text += ", ";
+    text += name + " " + std::to_string(t.cases ? 100 * n / t.cases : 0) + "%";
+  }
+  return text;
+}
+
+std::string result_text(const Tally& t) {
+  if (t.failed) return "FAILED: " + t.failure;
+  if (not_run(t)) return "not run: " + not_run_reason(t);
+  return coverage_text(t);
+}
+
+void print_not_applicable(const std::vector<Tally>& tallies) {
+  bool header = false;
+  for (const Tally& t : tallies) {
+    for (const auto& [why, n] : t.not_applicable_why) {
+      if (!header) std::printf("\nnot applicable (never counted as passed):\n"), header = true;
+      std::printf("  %-3s on %s: %d case%s: %s\n", std::string(property_label(t.property)).c_str(),
+                  t.backend.c_str(), n, n == 1 ? "" : "s", why.c_str());
+    }
+  }
+}
+
+}  // namespace
+
+void print_summary(const Campaign& c) {
+  const RunRecord& r = c.record;
+  std::printf("\n%-16s %-14s %8s %8s %8s %6s %11s  %s\n", "property", "backend", "cases", "applied",
+              "passed", "n/a", "worst e/b", "result");
+  for (const Tally& t : r.tallies) {
+    char ratio[32] = "-";
+    if (has_error_bound(t.property) && applied(t) > 0) {
+      std::snprintf(ratio, sizeof(ratio), "%.3g", t.worst_ratio);
+    }
+    const std::string label =
+        std::string(property_label(t.property)) + " " + std::string(property_name(t.property));
+    std::printf("%-16s %-14s %8d %8d %8d %6d %11s  %s\n", label.c_str(), t.backend.c_str(), t.cases,
+                applied(t), t.passed, t.not_applicable, ratio, result_text(t).c_str());
+  }
+  print_not_applicable(r.tallies);
+  for (const std::string& n : r.notes) std::printf("note (not failing): %s\n", n.c_str());
+  for (const std::string& i : r.incomplete) std::printf("incomplete: %s\n", i.c_str());
+  int cases = 0;
+  for (const Tally& t : r.tallies) cases += t.cases;
+  std::printf("\n%s in %.1f s: %d property cases, %s\n",
+              r.status == "passed"   ? "passed"
+              : r.status == "failed" ? "FAILED"
+                                     : r.status.c_str(),
+              r.seconds, cases, r.outcome.c_str());
+  std::fflush(stdout);
+}
+
+namespace {
+
+nlohmann::json tally_json(const Tally& t, const RunRecord& r) {
+  std::string case_file;
+  for (const FailureRecord& f : r.failures) {
+    if (f.property == t.property && f.backend == t.backend) case_file = f.case_path;
+  }
+  return {{"property", property_name(t.property)},
+          {"backend", t.backend},
+          {"cases", t.cases},
+          {"applied", applied(t)},
+          {"passed", t.passed},
+          {"not_applicable", t.not_applicable},
+          {"not_run", not_run(t) ? nlohmann::json(not_run_reason(t)) : nlohmann::json(nullptr)},
+          {"worst_error_over_bound", t.worst_ratio},
+          {"coverage", t.coverage},
+          {"not_applicable_why", t.not_applicable_why},
+          {"seconds", t.seconds},
+          {"failed", t.failed},
+          {"failure", t.failure},
+          {"case_file", case_file}};
+}
+
+nlohmann::json kill_json(const KillRecord& k) {
+  nlohmann::json cells = nlohmann::json::array();
+  for (const KillRecord::Cell& cell : k.cells) {
+    cells.push_back({{"property", property_name(cell.property)},
+                     {"killed", cell.killed},
+                     {"cases", cell.cases},
+                     {"shrunk_size", cell.shrunk_size}});
+  }
+  return {{"backend", k.backend},
+          {"fault", k.is_fault ? k.fault : "none"},
+          {"ran", k.ran},
+          {"killed", k.killed},
+          {"cases_to_kill", k.cases_to_kill},
+          {"killed_by", k.killed_by},
+          {"shrunk_size", k.shrunk_size},
+          {"shrunk_scenario", k.shrunk_scenario},
+          {"per_property", cells},
+          {"problems", k.problems},
+          {"notes", k.notes}};
+}
+
+}  // namespace
+
+std::string campaign_json(const Campaign& c) {
+  const RunRecord& r = c.record;
+  nlohmann::json json;
+  json["schema"] = 2;
+  json["command"] = "campaign";
+  json["kvcheck"] = {{"version", build_version()}, {"commit", build_commit()}};
+  json["arguments"] = r.arguments;
+  json["reproduce"] = r.reproduce;
+  json["seed"] = c.seed;
+  json["started"] = r.started;
+  json["seconds"] = r.seconds;
+  json["status"] = r.status;
+  json["exit_code"] = r.exit_code;
+  json["outcome"] = r.outcome;
+  json["interrupted"] = r.status == "interrupted";
+  json["incomplete"] = r.incomplete;
+  json["notes"] = r.notes;
+  json["faults"] = r.faults;
+  if (c.model) json["model"] = {{"path", c.model->path}, {"hash", c.model->hash}};
+  for (size_t b = 0; b < c.backends.size(); ++b) {
+    double seconds = 0;
+    for (const Tally& t : r.tallies) seconds += t.backend_index == b ? t.seconds : 0;
+    json["backends"].push_back({{"backend", c.backends[b].spec},
+                                {"traits", traits_to_json(c.backends[b].traits)},
+                                {"isolated", c.isolated(b)},
+                                {"seconds", seconds}});
+  }
+  json["properties"] = nlohmann::json::array();
+  for (const Tally& t : r.tallies) json["properties"].push_back(tally_json(t, r));
+  json["kill_matrix_seed"] = r.kill_seed;
+  json["kill_cases"] = r.kill_cases;
+  json["kill_matrix"] = nlohmann::json::array();
+  for (const KillRecord& k : r.kills) json["kill_matrix"].push_back(kill_json(k));
+  return json.dump(2) + "\n";
+}
+
+}  // namespace kvcheck::cli

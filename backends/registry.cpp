@@ -4,6 +4,7 @@
 #include "backends/in_tree.h"
 #include "backends/plugin.h"
 #include "model/status.h"
+#include "properties/repro/failure_file.h"
 
 namespace kvcheck {
 
@@ -48,6 +49,23 @@ void reject_unknown_options(const BackendSpec& spec, const std::vector<std::stri
                      "\" (known: " + (list.empty() ? "none" : list) +
                      "; every backend also takes invariance=bounded and profile=restricted)");
   }
+}
+
+bool backend_runs_named_code(const std::string& backend) {
+  return backend.starts_with("plugin:") || backend.starts_with("exec:");
+}
+
+std::string backend_for_case(const std::string& recorded, const std::string& given,
+                             const std::string& fallback) {
+  if (!given.empty()) return given;
+  if (recorded.empty()) return fallback;
+  if (backend_runs_named_code(recorded)) {
+    throw InputError("the case was seen on backend " + recorded +
+                     "; kvcheck never loads a plugin or starts a command named by a case file. "
+                     "To run it, pass it yourself: --backend " +
+                     shell_quote(recorded));
+  }
+  return recorded;
 }
 
 namespace {

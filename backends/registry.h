@@ -85,4 +85,17 @@ const BackendRegistry& backend_registry();
 // Throws InputError when `spec` has an option outside `known`.
 void reject_unknown_options(const BackendSpec& spec, const std::vector<std::string>& known);
 
+// Whether a backend string loads a shared object (plugin:) or starts a
+// command (exec:): code that the string alone names.
+bool backend_runs_named_code(const std::string& backend);
+
+// The backend that replays or shrinks a case file: `given` (the user's
+// --backend) when not empty, else the one the case records, else
+// `fallback`. A case from a bug report must not run code, so a plugin: or
+// exec: backend that only the case names is refused before anything is
+// loaded or started: InputError (exit 2) naming it and the --backend
+// argument that runs it. Every driver that reads a case's backend asks here.
+std::string backend_for_case(const std::string& recorded, const std::string& given,
+                             const std::string& fallback);
+
 }  // namespace kvcheck

@@ -177,9 +177,8 @@ int replay_or_shrink(const std::string& path, bool shrink, const Arguments& a,
   const Result<CaseFile> parsed = read_case_file(path);
   if (!parsed) throw InputError(parsed.error());
   const CaseFile& c = parsed.value();
-  const std::string spec = !a.backends.empty()  ? a.backends.front()
-                           : !c.backend.empty() ? c.backend
-                                                : defaults.front().spec;
+  const std::string spec = backend_for_case(
+      c.backend, a.backends.empty() ? std::string() : a.backends.front(), defaults.front().spec);
   const std::string reference = a.reference ? *a.reference : defaults.front().reference;
   const EngineUnderTest subject = subject_for(spec, reference, c.faults);
   std::printf("%s %s on %s (faults %s)\n", std::string(property_label(c.property)).c_str(),

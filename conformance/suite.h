@@ -37,7 +37,8 @@ void add_engine(const std::string& name, const std::string& description,
 
 // Runs the suite on `backends` (each × every property, as GoogleTest tests
 // named <backend>.<Pn_property>), or with --replay/--shrink FILE replays or
-// shrinks a case file on the backend it records (or --backend). Extra
+// shrinks a case file on the backend it records (or --backend; a plugin the
+// case alone names is refused, backend_for_case in backends/registry.h). Extra
 // options: --backend SPEC (repeatable; replaces `backends`), --cases N,
 // --reference SPEC, --failures DIR. Returns the process exit code.
 int run(int argc, char** argv, std::vector<SuiteBackend> backends);

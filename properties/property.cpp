@@ -363,12 +363,38 @@ std::optional<size_t> first_bound_violation(const Context& context,
   return std::nullopt;
 }
 
-// Bit for bit, or within 2 B, as the engine declares.
+// The comparison of logits every property but P1 makes: the index of the
+// first logit where a and b disagree, bit for bit or within 2 B as the
+// engine declares. A NaN or infinity on either side disagrees whatever the
+// invariance: equal NaN bits are not agreement, or an engine whose logits
+// are all NaN would pass every bitwise comparison. (Rows a prefix hit
+// reused are NaN by contract; callers zero them first, skip_rows.)
 std::optional<size_t> first_difference(const Context& context, Invariance invariance,
                                        std::span<const int32_t> tokens, std::span<const float> a,
                                        std::span<const float> b, double* worst_ratio) {
-  if (invariance == Invariance::kBitwise) return first_bit_difference(a, b);
-  return first_bound_violation(context, tokens, a, b, worst_ratio);
+  const std::optional<size_t> differ =
+      invariance == Invariance::kBitwise
+          ? first_bit_difference(a, b)
+          : first_bound_violation(context, tokens, a, b, worst_ratio);
+  const size_t end = std::min({differ.value_or(a.size()), a.size(), b.size()});
+  for (size_t i = 0; i < end; ++i) {
+    if (!std::isfinite(a[i]) || !std::isfinite(b[i])) return i;
+  }
+  return differ;
+}
+
+// What a failed comparison found at `at`, for the summary: the side that
+// holds a non-finite logit, its value and the verdict's call, else `differ`.
+std::string disagreement(std::span<const float> a, const std::string& a_name,
+                         std::span<const float> b, const std::string& b_name, size_t at, int call,
+                         const std::string& differ) {
+  for (const auto& [values, name] : {std::pair{a, &a_name}, std::pair{b, &b_name}}) {
+    if (at < values.size() && !std::isfinite(values[at])) {
+      return "non-finite logit " + format_double(values[at]) + " in " + *name +
+             (call >= 0 ? " (call " + std::to_string(call) + ")" : std::string());
+    }
+  }
+  return differ;
 }
 
 // A prefix hit leaves the logits of the tokens it reused uncomputed (NaN,
@@ -441,9 +467,10 @@ bool same_logits(Verdict& verdict, const Context& context, int sequence,
   }
   if (!bitwise) detail << "  (compared within 2B: the engine declares this invariance bounded)\n";
   fail(verdict, where,
-       "s" + std::to_string(sequence) + " position " + std::to_string(position) + ": logits " +
-           (bitwise ? "differ" : "differ by more than 2B") + " between " + expected_name + " and " +
-           got_name,
+       "s" + std::to_string(sequence) + " position " + std::to_string(position) + ": " +
+           disagreement(expected, expected_name, got, got_name, *at, where.call,
+                        std::string("logits ") + (bitwise ? "differ" : "differ by more than 2B") +
+                            " between " + expected_name + " and " + got_name),
        detail.str());
   return false;
 }
@@ -1301,10 +1328,12 @@ Verdict check_capacity(const Context& context) {
       detail << "  solo: " << float_with_bits(solo.logits[*at])
              << "\n  after the refusal: " << float_with_bits(p.logits[*at]) << "\n";
     }
-    fail(verdict, where,
-         name(p) + " position " + std::to_string(where.position) +
-             ": logits after the refused step differ from its solo run",
-         detail.str());
+    fail(
+        verdict, where,
+        name(p) + " position " + std::to_string(where.position) + ": " +
+            disagreement(solo.logits, "its solo run", p.logits, "the run after the refused steps",
+                         *at, where.call, "logits after the refused step differ from its solo run"),
+        detail.str());
     return verdict;
   }
   pass(verdict, std::to_string(probes.size()) + " refusals, " + std::to_string(continued) +
@@ -1348,7 +1377,7 @@ Verdict check_cross_engine(const Context& context) {
     skip_rows(mine, skipped, size_t(context.vocab));
     skip_rows(theirs, skipped, size_t(context.vocab));
     const std::optional<size_t> at =
-        first_bound_violation(context, tokens, theirs, mine, &verdict.worst_ratio);
+        first_difference(context, Invariance::kBounded, tokens, theirs, mine, &verdict.worst_ratio);
     if (!at) continue;
     const size_t V = size_t(context.vocab);
     Location where;
@@ -1363,8 +1392,9 @@ Verdict check_cross_engine(const Context& context) {
              << "\n  engine: " << float_with_bits(run.logits[s][*at]) << "\n";
     }
     fail(verdict, where,
-         "s" + std::to_string(s) + " position " + std::to_string(where.position) +
-             ": logits differ from the reference engine by more than 2B",
+         "s" + std::to_string(s) + " position " + std::to_string(where.position) + ": " +
+             disagreement(theirs, "the reference engine", mine, "the engine", *at, where.call,
+                          "logits differ from the reference engine by more than 2B"),
          detail.str());
     return verdict;
   }
@@ -1444,8 +1474,10 @@ Verdict check_replay(const Context& context, Property property) {
     Location where;
     where.sequence = static_cast<int>(s);
     where.position = static_cast<int>(*at / V);
+    // A position inherited from a parent was fed by no call of this
+    // sequence: only a non-finite replay value fails there.
     const int k = plan.content_stream[s][size_t(where.position)];
-    where.call = plan.call_of_position[s][size_t(k)];
+    where.call = k >= 0 ? plan.call_of_position[s][size_t(k)] : -1;
     const std::string replay = prefix    ? "a cold replay (fresh engine, nothing cached)"
                                : sharing ? "a replay that never shared storage"
                                          : "a replay that never fed the forgotten tokens";
@@ -1458,8 +1490,9 @@ Verdict check_replay(const Context& context, Property property) {
       detail << "  s" << s << " was forked from s" << plan.forked_from[s] << "\n";
     if (invariance == Invariance::kBounded) detail << "  (compared within 2B)\n";
     fail(verdict, where,
-         "s" + std::to_string(s) + " position " + std::to_string(where.position) +
-             ": logits differ from " + replay,
+         "s" + std::to_string(s) + " position " + std::to_string(where.position) + ": " +
+             disagreement(solo.logits, replay, got, "the scenario", *at, where.call,
+                          "logits differ from " + replay),
          detail.str());
     return verdict;
   }

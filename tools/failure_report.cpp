@@ -76,15 +76,7 @@ FaultSet parse_fault_option(const std::string& text) {
 CaseEngine case_engine(const CaseFile& c, const std::string& backend_override,
                        const std::optional<FaultSet>& fault_override,
                        const std::string& reference) {
-  const std::string name = !backend_override.empty() ? backend_override
-                           : !c.backend.empty()      ? c.backend
-                                                     : "cpu";
-  if (backend_override.empty() && (name.rfind("plugin:", 0) == 0 || name.rfind("exec:", 0) == 0)) {
-    throw InputError("the case was seen on backend " + name +
-                     "; kvcheck never loads a plugin or starts a command named by a case file. "
-                     "To run it, pass it yourself: --backend " +
-                     shell_quote(name));
-  }
+  const std::string name = backend_for_case(c.backend, backend_override, "cpu");
   const FaultSet faults = fault_override ? *fault_override : c.faults;
   Backend backend = backend_registry().resolve(name);
   EngineUnderTest subject = engine_under_test(backend, faults, reference_engine(reference));

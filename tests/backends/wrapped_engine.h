@@ -23,6 +23,18 @@ class WrappedEngine : public Engine {
   }
   void finish(SequenceId sequence) override { inner_->finish(sequence); }
   void reset() override { inner_->reset(); }
+  // The optional operations too, so that a wrapped engine keeps the
+  // operations its traits declare.
+  SequenceId fork(SequenceId parent, int n) override { return inner_->fork(parent, n); }
+  void truncate(SequenceId sequence, int n) override { inner_->truncate(sequence, n); }
+  void erase(SequenceId sequence, int p0, int p1) override { inner_->erase(sequence, p0, p1); }
+  void shift(SequenceId sequence, int p0, int p1, int delta) override {
+    inner_->shift(sequence, p0, p1, delta);
+  }
+  PoolReport pool() const override { return inner_->pool(); }
+  std::string unheld_storage_check() const override { return inner_->unheld_storage_check(); }
+  int reused(SequenceId sequence) const override { return inner_->reused(sequence); }
+  void flush_prefix_cache() override { inner_->flush_prefix_cache(); }
   int length(SequenceId sequence) const override { return inner_->length(sequence); }
   CacheSnapshot cache(SequenceId sequence, int layer) const override {
     return inner_->cache(sequence, layer);

@@ -27,6 +27,7 @@
 #include <benchmark/benchmark.h>
 #include <unistd.h>
 
+#include <chrono>
 #include <condition_variable>
 #include <cstdint>
 #include <cstdlib>
@@ -48,6 +49,7 @@
 #include "properties/property.h"
 #include "properties/rc/generators.h"
 #include "properties/rc/hunt.h"
+#include "properties/rc/hunt_worker.h"
 #include "properties/rc/kill_matrix.h"
 #include "properties/runner.h"
 
@@ -426,6 +428,50 @@ void BM_OracleOnBackend(benchmark::State& state) {
       benchmark::Counter(double(applicable) / double(cases > 0 ? cases : 1));
 }
 BENCHMARK(BM_OracleOnBackend)->Unit(benchmark::kMillisecond)->Iterations(1)->UseRealTime();
+
+// A campaign's turns (P1, 25 cases each, a seed per turn) in this process and
+// through a hunt worker (properties/rc/hunt_worker.h), taking turns, wall
+// time each: what running every case in a forked worker costs, so that an
+// engine's crash is a verdict. Each evaluation is described to the caller
+// as a campaign describes it (its coverage classes).
+void BM_HuntWorker(benchmark::State& state) {
+  const auto subject =
+      std::make_shared<const EngineUnderTest>(cpu_engine_factory(), cpu_engine_traits());
+  const auto spec_for = [&](const std::string& job) {
+    rcgen::HuntSpec spec;
+    spec.subject = subject;
+    spec.property = Property::kOracle;
+    spec.options.traits = subject->traits;
+    spec.options.seed = std::stoull(job);
+    spec.options.max_cases = 25;
+    spec.describe = [](const Scenario& s, const Verdict& v) {
+      const rcgen::Coverage c = rcgen::coverage(s);
+      return std::to_string(v.passed) + std::to_string(v.worst_ratio) + std::to_string(c.gpt2);
+    };
+    return spec;
+  };
+  rcgen::HuntWorker paths[2] = {{spec_for, rcgen::in_process()}, {spec_for, {}}};
+  double seconds[2] = {0, 0};
+  int64_t cases = 0;
+  uint64_t turn = 0;
+  for (auto _ : state) {
+    for (int t = 0; t < 40; ++t, ++turn) {
+      for (int k = 0; k < 2; ++k) {
+        const int path = int((turn + uint64_t(k)) % 2);  // rotate who goes first
+        const auto begin = std::chrono::steady_clock::now();
+        const rcgen::HuntResult r = paths[path].run(std::to_string(turn), {});
+        seconds[path] +=
+            std::chrono::duration<double>(std::chrono::steady_clock::now() - begin).count();
+        if (r.failed) state.SkipWithError("the correct engine failed P1");
+      }
+      cases += 25;
+    }
+  }
+  state.counters["in-process cases/s"] = double(cases) / seconds[0];
+  state.counters["worker cases/s"] = double(cases) / seconds[1];
+  state.counters["worker/in-process"] = seconds[0] / seconds[1];
+}
+BENCHMARK(BM_HuntWorker)->Unit(benchmark::kMillisecond)->MinTime(5.0)->Repetitions(3);
 
 // The kill matrix's 'any' column with its CI options (seed, 100 cases per
 // fault, shrinking on): the time to kill every fault of the catalogue. The

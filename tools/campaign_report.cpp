@@ -54,7 +54,6 @@ void print_summary(const Campaign& c) {
                 applied(t), t.passed, t.not_applicable, ratio, result_text(t).c_str());
   }
   print_not_applicable(r.tallies);
-  for (const std::string& n : r.notes) std::printf("note (not failing): %s\n", n.c_str());
   for (const std::string& i : r.incomplete) std::printf("incomplete: %s\n", i.c_str());
   int cases = 0;
   for (const Tally& t : r.tallies) cases += t.cases;

@@ -3,7 +3,7 @@ the Nth step request, to test how kvcheck reports a faulty child.
 
     python3 faulty_proxy.py --fault FAULT --at N -- COMMAND ARGS...
 
-exit, signal, hang, garbage, bad_json, short_payload: the proxy misbehaves
+exit, signal (SIGTERM), segv, abort, hang, garbage, bad_json, short_payload: the proxy misbehaves
 instead of relaying that step and then stops answering. wrong_shape (the
 logits payload loses its last value, control frame and payload frame agreeing)
 and omit_reply (the step's reply is dropped) relay the rest as usual: an
@@ -62,6 +62,10 @@ def misbehave(fault, out):
         os._exit(3)
     if fault == "signal":
         os.kill(os.getpid(), signal.SIGTERM)
+    if fault == "segv":
+        os.kill(os.getpid(), signal.SIGSEGV)
+    if fault == "abort":
+        os.abort()
     if fault == "hang":
         time.sleep(3600)
     if fault == "garbage":
@@ -77,7 +81,7 @@ def misbehave(fault, out):
 def main():
     parser = argparse.ArgumentParser()
     parser.add_argument("--fault", required=True,
-                        choices=["exit", "signal", "hang", "garbage", "bad_json", "short_payload",
+                        choices=["exit", "signal", "segv", "abort", "hang", "garbage", "bad_json", "short_payload",
                                  "wrong_shape", "omit_reply", "refuse_start",
                                  "unsupported_fork", "drop_positions", "wrong_positions",
                                  "refuse_step", "refuse_finish", "none"])

@@ -155,14 +155,16 @@ rc::Gen<SequenceGenes> sequence_genes() {
 rc::Gen<OpGenes> op_genes(Emphasis emphasis) {
   const bool shift = emphasis == Emphasis::kContextShift;
   return rc::gen::build<OpGenes>(
-      rc::gen::set(&OpGenes::after_step, between(0, shift ? 3 : 12)),
+      // Operations apply after step 1 on (steps_so_far counts the step just
+      // run): a shift's 0 would be lost.
+      rc::gen::set(&OpGenes::after_step, shift ? between(1, 3) : between(0, 12)),
       rc::gen::set(&OpGenes::truncate, rarely_true(1, 1)),
       rc::gen::set(&OpGenes::target, between(0, kMaxSequences - 1)),
       rc::gen::set(&OpGenes::amount, between(0, kMaxPrompt)),
       rc::gen::set(&OpGenes::snap, weighted_choice<int>({{3, 0}, {2, 1}, {1, 2}})),
       rc::gen::set(&OpGenes::child_tokens, between(0, 8)),
       rc::gen::set(&OpGenes::child_finishes, rarely_true(2, 1)),
-      rc::gen::set(&OpGenes::flush, rarely_true(4, 1)),
+      rc::gen::set(&OpGenes::flush, shift ? rc::gen::just(false) : rarely_true(4, 1)),
       rc::gen::set(&OpGenes::context_shift,
                    shift ? weighted_choice<int>({{3, 1}, {1, 2}, {1, 3}})
                          : weighted_choice<int>({{6, 0}, {3, 1}, {1, 2}, {1, 3}})));

@@ -48,8 +48,8 @@ const std::vector<CatalogueEntry>& fault_catalogue() {
       {Fault::kWindowPerChunk, {P::kOracle, P::kChunking}, 7, 7},
       {Fault::kRingIndexUnwrapped, {P::kOracle, P::kCacheState}, 6, 6},
       // Context shift (docs/FAULTS.md): P6 sees the moved cell's K or V
-      // right after the shift (6); the logits need one more decode (8), and
-      // P1 did not kill them within the matrix's 100 cases.
+      // right after the shift (6); the logits need one more decode (8). Their
+      // rows draw every case with a shift (emphasis_for_fault).
       {Fault::kShiftKeepsK, {P::kCacheState}, 8, 6},
       {Fault::kShiftRotatesV, {P::kCacheState}, 8, 6},
       {Fault::kShiftWrongSign, {P::kCacheState}, 8, 6},

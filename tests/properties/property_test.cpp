@@ -154,6 +154,30 @@ TEST(Generators, EveryOperationCoverageTagOccursWhenTheEngineDeclaresThem) {
   }
 }
 
+// The kill matrix draws the shift faults' rows with Emphasis::kContextShift:
+// nearly every case erases or shifts (the default generator: about 1 %), and
+// an engine without erase and shift still gets none.
+TEST(Generators, TheContextShiftEmphasisDrawsAShiftInNearlyEveryCase) {
+  const auto share = [](const rc::Gen<Scenario>& scenarios) {
+    int with = 0;
+    for (uint64_t seed = 1; seed <= 400; ++seed) {
+      const Scenario s = scenarios(rc::Random(seed), int(seed % 101)).value();
+      EXPECT_EQ(s.validate(), "") << s.to_text();
+      const rcgen::Coverage c = rcgen::coverage(s);
+      with += c.erase || c.shift;
+    }
+    return with / 4.0;  // percent
+  };
+  const double emphasized =
+      share(rcgen::scenario(rcgen::Emphasis::kContextShift, cpu_engine_traits_with_operations()));
+  const double plain =
+      share(rcgen::scenario(rcgen::Emphasis::kAny, cpu_engine_traits_with_operations()));
+  std::cout << "erase or shift in " << emphasized << " % of kContextShift cases, " << plain
+            << " % of the default generator's\n";
+  EXPECT_GE(emphasized, 80);
+  EXPECT_EQ(share(rcgen::scenario(rcgen::Emphasis::kContextShift)), 0);
+}
+
 // The GPU suite (tests/gpu/gpu_property_test.cpp) draws from the `cuda`
 // backend's traits: they must yield every operation, so that P11..P15 run
 // on the CUDA engine where a device exists, and never q8_0, which it refuses.

@@ -1,9 +1,11 @@
 #include "properties/rc/hunt.h"
 
 #include <chrono>
+#include <iostream>
 #include <sstream>
 
 #include <rapidcheck.h>
+#include <rapidcheck/detail/Configuration.h>
 
 namespace kvcheck::rcgen {
 
@@ -23,10 +25,25 @@ class SilentListener : public rc::detail::TestListener {
   void onTestFinished(const rc::detail::TestMetadata&, const rc::detail::TestResult&) override {}
 };
 
+// RapidCheck reads its configuration (RC_PARAMS) once per process and prints
+// "Using configuration: seed=..." to stderr: a random seed of its own that a
+// hunt never uses (it passes its own), printed beside the campaign's seed
+// and again by every worker. Read it once, with stderr silenced.
+void load_rapidcheck_configuration_quietly() {
+  static const bool loaded = [] {
+    std::streambuf* const err = std::cerr.rdbuf(nullptr);
+    rc::detail::configuration();
+    std::cerr.rdbuf(err);
+    return true;
+  }();
+  (void)loaded;
+}
+
 }  // namespace
 
 HuntResult hunt(const std::function<Verdict(const Scenario&)>& check, Emphasis emphasis,
                 const HuntOptions& options) {
+  load_rapidcheck_configuration_quietly();
   HuntResult result;
   const rc::Gen<Scenario> scenarios = scenario(emphasis, options.traits, options.model);
   // RapidCheck evaluates the shrunk counterexample last (it re-runs the best

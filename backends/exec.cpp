@@ -89,6 +89,13 @@ class Session {
     return {generation_, integer(reply, "engine", "create"), model.id};
   }
 
+  // How many children this session has started: cases of one generation ran
+  // in one process, one after the other.
+  int generation() {
+    std::lock_guard lock(mutex_);
+    return generation_;
+  }
+
   // The protocol version this child speaks (1 or 2) and, in 2, a fresh id.
   int version() const { return version_; }
   int64_t new_id() {
@@ -634,6 +641,18 @@ class ExecEngine final : public Engine {
 
 namespace {
 
+// The engine factory of an exec: backend: a named type, so that
+// exec_child_generation finds its session behind an EngineFactory.
+struct ExecFactory {
+  std::shared_ptr<Session> session;
+  std::string name;
+
+  std::unique_ptr<Engine> operator()(const Config& config, const Weights& weights,
+                                     const EngineOptions& options) const {
+    return std::make_unique<ExecEngine>(session, config, weights, options, name);
+  }
+};
+
 // An option of the backend string, else its environment variable: the text
 // and where it came from (for the error message), or nothing.
 std::optional<std::pair<std::string, std::string>> exec_setting(const BackendSpec& spec,
@@ -767,15 +786,18 @@ Backend exec_backend(const BackendSpec& spec) {
   b.traits = traits.value();
   const std::string name = b.traits.identity.name;
   b.make_factory = [session, name](FaultSet) -> EngineFactory {
-    return [session, name](const Config& config, const Weights& weights,
-                           const EngineOptions& options) -> std::unique_ptr<Engine> {
-      return std::make_unique<ExecEngine>(session, config, weights, options, name);
-    };
+    return ExecFactory{session, name};
   };
   return b;
 }
 
 }  // namespace
+
+std::optional<int> exec_child_generation(const EngineFactory& factory) {
+  const ExecFactory* exec = factory.target<ExecFactory>();
+  if (exec == nullptr) return std::nullopt;
+  return exec->session->generation();
+}
 
 void register_exec_backend(BackendRegistry& registry) {
   registry.add_prefix(

@@ -71,6 +71,7 @@ Confirmation confirm_in_fresh_process(const EngineUnderTest& subject, Property p
       return c;
     }
     const Verdict alone = c.verdict;
+    c.alone = alone.summary;
     const std::vector<PreludeCase> earlier =
         history ? history->before_failure(property, scenario) : std::vector<PreludeCase>{};
     c.earlier = earlier.size();
@@ -99,37 +100,64 @@ Confirmation confirm_in_fresh_process(const EngineUnderTest& subject, Property p
   return c;
 }
 
-std::string confirmation_report(const Confirmation& c) {
-  using Outcome = Confirmation::Outcome;
-  if (c.outcome == Outcome::kFailsAlone)
-    return "confirmed in a fresh engine process: " + c.verdict.summary + "\n";
-  if (c.outcome == Outcome::kNotRerun)
-    return "could not re-run the case in a fresh engine process (" + c.why +
-           "); no case file written, since it could not be shown to reproduce\n";
+namespace {
+
+std::string fresh_processes(int runs) {
+  return std::to_string(runs) + " fresh process" + (runs == 1 ? "" : "es");
+}
+
+std::string leak_report(const Confirmation& c) {
   std::string out =
-      "STATE LEAK between cases: the minimized case passes in a fresh engine process, so its "
-      "failure needed cases that ran before it in the same process\n";
-  const std::string runs = std::to_string(c.runs) + " fresh process" + (c.runs == 1 ? "" : "es");
-  if (c.outcome == Outcome::kLeak) {
-    out += "it fails in a fresh process after " + std::to_string(c.prelude.size()) + " of the " +
-           std::to_string(c.earlier) + " cases recorded before it (found in " + runs + "):\n";
-    for (size_t i = 0; i < c.prelude.size(); ++i)
-      out += "  prelude " + std::to_string(i + 1) + ": " + label(c.prelude[i].property) +
-             ", size " + std::to_string(c.prelude[i].scenario.size()) + "\n";
-    return out + "after them: " + c.verdict.summary +
-           "\nthe case file records them as its prelude; replay runs them first, in a fresh "
-           "process\n";
-  }
+      "STATE LEAK between cases: the minimized case passes in a fresh engine process (" + c.alone +
+      "), and fails there after " + std::to_string(c.prelude.size()) + " of the " +
+      std::to_string(c.earlier) + " cases that ran before it in the same process (found in " +
+      fresh_processes(c.runs) + "):\n";
+  for (size_t i = 0; i < c.prelude.size(); ++i)
+    out += "  prelude " + std::to_string(i + 1) + ": " + label(c.prelude[i].property) + ", size " +
+           std::to_string(c.prelude[i].scenario.size()) + "\n";
+  return out + "after them: " + c.verdict.summary +
+         "\nthe case file records them as its prelude; replay runs them first, in a fresh "
+         "process\n";
+}
+
+// Why no case file: a leak whose cases were not found, or a failure that does
+// not reproduce at all (an engine that is not deterministic, or that depends
+// on something besides the cases: a file, the clock).
+std::string not_reproduced_report(const Confirmation& c) {
+  std::string out =
+      "STATE LEAK between cases, or a failure that does not reproduce: the "
+      "minimized case passes in a fresh engine process (" +
+      c.alone + "); ";
   if (!c.recorded)
-    out += "the cases before it were not recorded (report_failure was given no CaseHistory)";
+    out +=
+        "the cases that ran before it were not recorded (report_failure was given no "
+        "CaseHistory)";
   else if (!c.why.empty())
-    out += "it does not reproduce reliably: " + c.why;
+    out += "it does not fail the same way twice: " + c.why;
   else if (c.earlier == 0)
-    out += "the record holds no case before it in that process (it was restarted since)";
+    out += "no case ran before it in that process since it started";
   else
     out += "no list tried of the " + std::to_string(c.earlier) +
-           " cases recorded before it makes it fail again (" + runs + ")";
+           " cases that ran before it in the same process makes it fail again (" +
+           fresh_processes(c.runs) + ")";
   return out + "; no case file written, since it would not reproduce\n";
+}
+
+}  // namespace
+
+std::string confirmation_report(const Confirmation& c) {
+  switch (c.outcome) {
+    case Confirmation::Outcome::kFailsAlone:
+      return "confirmed in a fresh engine process: " + c.verdict.summary + "\n";
+    case Confirmation::Outcome::kLeak:
+      return leak_report(c);
+    case Confirmation::Outcome::kNotReproduced:
+      return not_reproduced_report(c);
+    case Confirmation::Outcome::kNotRerun:
+      break;
+  }
+  return "could not re-run the case in a fresh engine process (" + c.why +
+         "); no case file written, since it could not be shown to reproduce\n";
 }
 
 }  // namespace kvcheck::cli

@@ -1,9 +1,10 @@
 // Before a failure on an exec: backend becomes a case file, its case runs
 // again in a fresh engine process, as replay will run it. If it passes there,
-// the failure needed cases that ran before it in the same process: a state
-// leak between cases. Then the shortest list of those earlier cases found to
-// make it fail again becomes the case file's prelude; when none does, no case
-// file is written, since it would not reproduce.
+// the failure needed cases that ran before it in the same process (a state
+// leak between cases), or it does not reproduce at all. The shortest list of
+// those earlier cases found to make it fail again becomes the case file's
+// prelude; when none does, no case file is written, since it would not
+// reproduce.
 #pragma once
 
 #include <functional>
@@ -45,11 +46,12 @@ struct Confirmation {
   enum class Outcome {
     kFailsAlone,     // it fails in a fresh process: written as it is
     kLeak,           // it fails there after `prelude`: written with it
-    kNotReproduced,  // a leak no prelude tried reproduces: not written
+    kNotReproduced,  // it passes there, and no prelude tried fails it: not written
     kNotRerun,       // it could not run in a fresh process: not written
   };
   Outcome outcome = Outcome::kNotRerun;
   Verdict verdict;                   // the last fresh run of the case
+  std::string alone;                 // the summary of its run alone, where it passed
   std::vector<PreludeCase> prelude;  // kLeak
   size_t earlier = 0;                // cases recorded before the failure
   bool recorded = false;             // a CaseHistory was given

@@ -127,6 +127,19 @@ TEST(LeakSearch, AFailureOfTheEngineItselfIsConfirmedAlone) {
   EXPECT_FALSE(c.verdict.passed);
 }
 
+// A child that dies on every case's step is a failure that recurs: it fails
+// alone in a fresh process, naming the cause.
+TEST(LeakSearch, ACrashThatRecursIsConfirmedAlone) {
+  const EngineUnderTest dying =
+      backend_registry()
+          .resolve(kProxies + "faulty_proxy.py --fault exit --at 1 -- " + KVCHECK_SERVE)
+          .under_test();
+  const Confirmation c = confirm_in_fresh_process(dying, Property::kOracle, one_step(2), nullptr);
+  EXPECT_EQ(c.outcome, Confirmation::Outcome::kFailsAlone) << confirmation_report(c);
+  EXPECT_NE(c.verdict.summary.find("the child exited with code 3"), std::string::npos)
+      << c.verdict.summary;
+}
+
 // As the campaign calls them: every check of a hunt recorded, then its
 // failure confirmed. On an engine that leaks state between cases the
 // minimized case passes alone; its case file carries the prelude found and

@@ -116,9 +116,15 @@ PreludeRun replay_check(const CaseFile& c, const CaseEngine& engine, Property pr
   return check_after_prelude(engine.subject, c.prelude, property, s);
 }
 
+// Where a case with a prelude runs: an exec: engine in a process of its own
+// for each check, an in-process one as always.
+const char* prelude_process(const CaseEngine& engine) {
+  return serves_many_cases(engine.subject) ? "in a fresh engine process" : "in process";
+}
+
 // Each prelude case's verdict, as seen before the check they preceded.
-void print_prelude(const PreludeRun& run, nlohmann::json& out) {
-  std::printf("  after its prelude, in a fresh engine process:");
+void print_prelude(const PreludeRun& run, const CaseEngine& engine, nlohmann::json& out) {
+  std::printf("  after its prelude, %s:", prelude_process(engine));
   for (size_t i = 0; i < run.prelude.size(); ++i) {
     const Verdict& p = run.prelude[i];
     std::printf("%s %s %s", i ? "," : "", std::string(property_label(p.property)).c_str(),
@@ -139,7 +145,7 @@ nlohmann::json replay_property(const CaseFile& c, Property property, const CaseE
   failed |= !v.passed;
   std::printf("%s %s: %s\n", std::string(property_label(property)).c_str(), status_of(v),
               v.summary.c_str());
-  if (!c.prelude.empty()) print_prelude(run, out);
+  if (!c.prelude.empty()) print_prelude(run, engine, out);
   if (compare_recorded && c.has_verdict) {
     const RecordedVerdict now = record_verdict(v);
     const bool same_outcome = now.outcome == c.verdict.outcome;
@@ -229,12 +235,10 @@ nlohmann::json replay_property(const CaseFile& c, Property property, const CaseE
 }
 
 // The prelude a case file lists, before its verdicts.
-void print_prelude_cases(const CaseFile& c) {
+void print_prelude_cases(const CaseFile& c, const CaseEngine& engine) {
   if (c.prelude.empty()) return;
-  std::printf(
-      "prelude: %zu case%s run first, in this order, in a fresh engine process before "
-      "each check of this case\n",
-      c.prelude.size(), c.prelude.size() == 1 ? "" : "s");
+  std::printf("prelude: %zu case%s run first, in this order, %s, before each check of this case\n",
+              c.prelude.size(), c.prelude.size() == 1 ? "" : "s", prelude_process(engine));
   for (size_t i = 0; i < c.prelude.size(); ++i) {
     const PreludeCase& p = c.prelude[i];
     std::printf("  prelude %zu: %s %s, size %d\n", i + 1,
@@ -248,7 +252,7 @@ std::vector<std::string> traced(const CaseFile& c, const CaseEngine& engine) {
   if (c.prelude.empty()) return cache_trace(c.scenario, engine.subject.factory, call_text);
   const EngineUnderTest fresh = fresh_process(engine.subject);
   run_prelude(fresh, c.prelude, c.scenario);
-  std::printf("(after the prelude, in a fresh engine process)\n");
+  std::printf("(after the prelude, %s)\n", prelude_process(engine));
   return cache_trace(c.scenario, fresh.factory, call_text);
 }
 
@@ -324,7 +328,7 @@ int run_replay(const ReplayOptions& o) {
                     : "");
     if (s.model) std::printf("model: %s (%s)\n", s.model->path.c_str(), s.model->hash.c_str());
     for (const std::string& note : c.notes) std::printf("note: %s\n", note.c_str());
-    print_prelude_cases(c);
+    print_prelude_cases(c, engine);
     std::printf("\n");
     entry["property"] = property_name(c.property);
     entry["backend"] = engine.backend.spec;

@@ -48,9 +48,14 @@ class Session {
     return traits_;
   }
 
-  // Loads the model if needed and creates an engine: {generation, engine id}.
-  // In protocol 2 kvcheck names the ids, so neither waits for its reply.
-  std::pair<int, int64_t> create(const ModelFolder& folder, const EngineOptions& options) {
+  struct Created {
+    int generation = 0;
+    int64_t engine = 0, model = 0;
+  };
+
+  // Loads the model if needed and creates an engine. In protocol 2 kvcheck
+  // names the ids, so neither waits for its reply.
+  Created create(const ModelFolder& folder, const EngineOptions& options) {
     std::lock_guard lock(mutex_);
     ensure_child();
     Loaded& model = acquire(folder);
@@ -78,10 +83,17 @@ class Session {
         child_->post(request, /*refusal_matters=*/true);
         child_->send();
       });
-      return {generation_, next_id_};
+      return {generation_, next_id_, model.id};
     }
     const json reply = call_ok(request);
-    return {generation_, integer(reply, "engine", "create")};
+    return {generation_, integer(reply, "engine", "create"), model.id};
+  }
+
+  // How many children this session has started: cases of one generation ran
+  // in one process, one after the other.
+  int generation() {
+    std::lock_guard lock(mutex_);
+    return generation_;
   }
 
   // The protocol version this child speaks (1 or 2) and, in 2, a fresh id.
@@ -145,13 +157,15 @@ class Session {
     if (reply.error) throw_error(op, *reply.error);
   }
 
-  void destroy(int generation, int64_t engine, const std::string& model_key) {
+  void destroy(int generation, int64_t engine, const std::string& model_key, int64_t model) {
     std::lock_guard lock(mutex_);
     // Its steps' replies, and its posted observe's (ExecEngine::observe_tag).
     if (generation == generation_ && child_) child_->forget(engine), child_->forget(-engine);
     if (generation != generation_ || !child_ || !child_->alive()) return;
     guarded([&] { child_->post({{"op", "destroy"}, {"engine", engine}}, false); });
-    if (auto it = models_.find(model_key); it != models_.end()) --it->second.users;
+    // Not a later load of the same model, after this one was refused.
+    if (auto it = models_.find(model_key); it != models_.end() && it->second.id == model)
+      --it->second.users;
   }
 
   // One call of a live engine; error replies become the engine's exceptions.
@@ -240,8 +254,24 @@ class Session {
       guarded([&]() -> int { child_->fail("hello", "the restarted child declared other traits"); });
   }
 
+  // A model the child refused to load is forgotten, so that the next engine
+  // on it loads it again and a refusal shows the engine's own message, not
+  // "unknown model" from the create that names it.
+  void forget_refused_loads() {
+    for (const int64_t id : child_->take_refused_loads())
+      std::erase_if(models_, [&](const auto& m) { return m.second.id == id; });
+  }
+
   Loaded& acquire(const ModelFolder& folder) {
-    if (auto it = models_.find(folder.key); it != models_.end()) return it->second;
+    forget_refused_loads();
+    if (auto it = models_.find(folder.key); it != models_.end()) {
+      if (!child_->load_unread(it->second.id)) return it->second;
+      // Its load went out without waiting and its reply is unread: read it
+      // before the model is taken as loaded.
+      guarded([&] { child_->drain(); });
+      forget_refused_loads();
+      if (it = models_.find(folder.key); it != models_.end()) return it->second;
+    }
     for (auto it = models_.begin(); it != models_.end();) {
       if (it->second.users > 0) {
         ++it;
@@ -252,7 +282,10 @@ class Session {
     }
     if (version_ >= 2) {
       const int64_t id = ++next_id_;
-      guarded([&] { child_->post({{"op", "load"}, {"path", folder.path}, {"model", id}}, true); });
+      // Its refusal fails the run of the engine that create() names next.
+      guarded([&] {
+        child_->post({{"op", "load"}, {"path", folder.path}, {"model", id}}, true, next_id_ + 1);
+      });
       Loaded& model = models_[folder.key];
       model.id = id;
       return model;
@@ -298,11 +331,12 @@ class ExecEngine final : public Engine {
       : session_(std::move(session)), config_(config), options_(options), name_(std::move(name)) {
     const ModelFolder folder = session_->folders().folder(config_, weights);
     model_key_ = folder.key;
-    std::tie(generation_, id_) = session_->create(folder, options_);
+    const Session::Created created = session_->create(folder, options_);
+    generation_ = created.generation, id_ = created.engine, model_id_ = created.model;
   }
   ~ExecEngine() override {
     try {
-      session_->destroy(generation_, id_, model_key_);
+      session_->destroy(generation_, id_, model_key_, model_id_);
     } catch (...) {
       // The child failed on destroy: the next call or create reports it.
     }
@@ -593,6 +627,7 @@ class ExecEngine final : public Engine {
   std::deque<size_t> observed_posted_;  // [posted observe] its lengths, oldest first
   int generation_ = 0;
   int64_t id_ = 0;
+  int64_t model_id_ = 0;              // the child's id of its model
   std::set<SequenceId> live_;         // sequences started and not finished (protocol 2)
   std::map<SequenceId, int> reused_;  // [sequence] cached tokens of its last step
   struct PostedStep {
@@ -605,6 +640,18 @@ class ExecEngine final : public Engine {
 }  // namespace
 
 namespace {
+
+// The engine factory of an exec: backend: a named type, so that
+// exec_child_generation finds its session behind an EngineFactory.
+struct ExecFactory {
+  std::shared_ptr<Session> session;
+  std::string name;
+
+  std::unique_ptr<Engine> operator()(const Config& config, const Weights& weights,
+                                     const EngineOptions& options) const {
+    return std::make_unique<ExecEngine>(session, config, weights, options, name);
+  }
+};
 
 // An option of the backend string, else its environment variable: the text
 // and where it came from (for the error message), or nothing.
@@ -739,15 +786,18 @@ Backend exec_backend(const BackendSpec& spec) {
   b.traits = traits.value();
   const std::string name = b.traits.identity.name;
   b.make_factory = [session, name](FaultSet) -> EngineFactory {
-    return [session, name](const Config& config, const Weights& weights,
-                           const EngineOptions& options) -> std::unique_ptr<Engine> {
-      return std::make_unique<ExecEngine>(session, config, weights, options, name);
-    };
+    return ExecFactory{session, name};
   };
   return b;
 }
 
 }  // namespace
+
+std::optional<int> exec_child_generation(const EngineFactory& factory) {
+  const ExecFactory* exec = factory.target<ExecFactory>();
+  if (exec == nullptr) return std::nullopt;
+  return exec->session->generation();
+}
 
 void register_exec_backend(BackendRegistry& registry) {
   registry.add_prefix(

@@ -7,6 +7,8 @@
 // one.
 #pragma once
 
+#include <optional>
+
 #include "backends/exec_child.h"
 #include "backends/registry.h"
 
@@ -20,6 +22,13 @@ void register_exec_backend(BackendRegistry& registry);
 // KVCHECK_EXEC_SPIN, else wire::default_spin(); 0 never spins). Throws
 // InputError on a bad value.
 ChildWaits exec_waits(const BackendSpec& spec);
+
+// How many engine processes the exec: backend behind `factory` has started
+// (a child that dies is replaced by the next one on the next engine), or
+// nullopt for a factory of any other backend. Cases checked while it stays
+// the same ran in one process, in order: an engine that leaks state between
+// cases fails a case only after some of them (tools/case_history.h).
+std::optional<int> exec_child_generation(const EngineFactory& factory);
 
 // A spin in microseconds, [0, 100000], read from `text`; `where` names its
 // source in the InputError (e.g. "kvcheck-serve: --spin ").

@@ -230,18 +230,27 @@ std::optional<int64_t> engine_of(const nlohmann::json& request) {
 
 }  // namespace
 
-void ChildProcess::post(const nlohmann::json& request, bool refusal_matters) {
-  enqueue(request, {request.value("op", std::string("request")),
-                    refusal_matters,
-                    std::nullopt,
-                    {},
-                    engine_of(request)});
+void ChildProcess::post(const nlohmann::json& request, bool refusal_matters,
+                        std::optional<int64_t> engine) {
+  const std::string op = request.value("op", std::string("request"));
+  std::optional<int64_t> load;
+  if (const auto model = request.find("model");
+      op == "load" && model != request.end() && model->is_number_integer())
+    load = model->get<int64_t>();
+  enqueue(request,
+          {op, refusal_matters, std::nullopt, {}, engine ? engine : engine_of(request), load});
+}
+
+bool ChildProcess::load_unread(int64_t model) const {
+  for (const Posted& p : posted_)
+    if (p.load == model) return true;
+  return false;
 }
 
 void ChildProcess::post_keeping(const nlohmann::json& request, int64_t tag,
                                 const wire::ReplyLimits& limits) {
-  enqueue(request,
-          {request.value("op", std::string("request")), false, tag, limits, engine_of(request)});
+  enqueue(request, {request.value("op", std::string("request")), false, tag, limits,
+                    engine_of(request), std::nullopt});
 }
 
 void ChildProcess::enqueue(const nlohmann::json& request, Posted posted) {
@@ -326,6 +335,7 @@ void ChildProcess::drain() {
       if (!forgotten_.count(*earlier.keep)) kept_[*earlier.keep].push_back(std::move(r));
       continue;
     }
+    if (r.error && earlier.load) refused_loads_.push_back(*earlier.load);
     if (r.error && earlier.refusal_matters && !refused_ahead_) {
       refused_ahead_ =
           Refusal{earlier.engine, "exec " + command_ + ": " + earlier.op +

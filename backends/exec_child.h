@@ -15,6 +15,7 @@
 #include <set>
 #include <stdexcept>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include <nlohmann/json.hpp>
@@ -63,8 +64,17 @@ class ChildProcess {
   // before the next call's. A malformed reply fails that next call like
   // its own; an error reply is dropped where `refusal_matters` is false
   // (destroy, unload), else the next call throws a RefusedAhead after reading
-  // its own reply (the stream stays in step).
-  void post(const nlohmann::json& request, bool refusal_matters);
+  // its own reply (the stream stays in step). `engine` is the engine whose
+  // run a refusal fails (settle, forget) where the request names none: a
+  // load, for the engine created with it.
+  void post(const nlohmann::json& request, bool refusal_matters,
+            std::optional<int64_t> engine = std::nullopt);
+
+  // The "model" ids of posted loads whose refusal has been read since the
+  // last call, oldest first: those models were never loaded.
+  std::vector<int64_t> take_refused_loads() { return std::exchange(refused_loads_, {}); }
+  // Whether the reply to the posted load of `model` is still unread.
+  bool load_unread(int64_t model) const;
 
   // Posts a request whose reply the caller takes later with take_kept(tag),
   // parsed within `limits` and returned as is (an error reply included).
@@ -117,6 +127,7 @@ class ChildProcess {
     std::optional<int64_t> keep;  // the tag its reply is kept under
     wire::ReplyLimits limits;
     std::optional<int64_t> engine;  // the request's "engine"
+    std::optional<int64_t> load;    // a load's "model"
   };
   struct Refusal {
     std::optional<int64_t> engine;
@@ -131,7 +142,8 @@ class ChildProcess {
   // The first refusal of a posted request, not yet thrown (later ones are
   // dropped until it is: they follow from it).
   std::optional<Refusal> refused_ahead_;
-  std::string err_tail_;  // the last few KiB of the child's stderr
+  std::vector<int64_t> refused_loads_;  // take_refused_loads
+  std::string err_tail_;                // the last few KiB of the child's stderr
 };
 
 }  // namespace kvcheck

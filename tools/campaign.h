@@ -18,6 +18,7 @@
 #include "backends/registry.h"
 #include "engine/faults.h"
 #include "properties/property.h"
+#include "tools/case_history.h"
 #include "tools/run_report.h"
 
 namespace kvcheck::cli {
@@ -66,6 +67,9 @@ struct Campaign {
   std::shared_ptr<const EngineUnderTest> reference;
   std::shared_ptr<const Checkpoint> model;
   std::vector<std::shared_ptr<const EngineUnderTest>> subjects;  // [backend]
+  // What each backend's engine process has checked (exec: backends), for
+  // report_failure to find the cases a failure needs (tools/case_history.h).
+  std::vector<CaseHistory> histories;  // [backend]
   Clock::time_point start, deadline;
   RunRecord record;
 

@@ -98,8 +98,7 @@ uint64_t turn_seed(uint64_t seed, const Tally& t, int turn) {
   return mix.next() + uint64_t(turn) * 0x9e3779b97f4a7c15ull;
 }
 
-rcgen::HuntSpec spec_for(const Campaign& c, const std::vector<Tally>& tallies,
-                         const std::string& job) {
+rcgen::HuntSpec spec_for(Campaign& c, const std::vector<Tally>& tallies, const std::string& job) {
   size_t index = 0;
   uint64_t seed = 0;
   int cases = 0;
@@ -115,7 +114,14 @@ rcgen::HuntSpec spec_for(const Campaign& c, const std::vector<Tally>& tallies,
   spec.options.max_cases = cases;
   spec.options.max_shrink_steps = c.options.shrink_steps;
   spec.options.deadline = c.deadline;
-  spec.describe = describe_case;
+  // Where the check runs: in the caller for an exec: backend, whose one
+  // child serves every case and may carry state from one to the next.
+  CaseHistory* history = &c.histories[t.backend_index];
+  const Property property = t.property;
+  spec.describe = [history, property](const Scenario& s, const Verdict& v) {
+    history->record(property, s, v);
+    return describe_case(s, v);
+  };
   return spec;
 }
 
@@ -129,7 +135,8 @@ void record_failure(Campaign& c, Tally& t, const rcgen::HuntResult& r, uint64_t 
   f.backend = t.backend;
   f.faults = c.faults.to_string();
   f.verdict = r.verdict;
-  f.case_path = report_failure(r, t.property, backend, c.faults, seed, c.options.failures_dir);
+  f.case_path = report_failure(r, t.property, backend, c.faults, seed, c.options.failures_dir,
+                               &c.histories[t.backend_index]);
   f.case_text = f.case_path.empty() ? "" : read_text_file(f.case_path);
   // Maps and timelines run the engine again in this process: not after a
   // crash, which would take the campaign down with it.

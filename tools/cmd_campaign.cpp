@@ -113,6 +113,7 @@ void set_up(Campaign& c) {
   for (const Backend& b : c.backends) {
     c.subjects.push_back(
         std::make_shared<const EngineUnderTest>(engine_under_test(b, c.faults, c.reference)));
+    c.histories.emplace_back(*c.subjects.back());
   }
   check_writable("--json", o.json_path);
   check_writable("--junit", o.junit_path);

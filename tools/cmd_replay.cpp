@@ -22,6 +22,7 @@
 #include "properties/runner.h"
 #include "tools/commands.h"
 #include "tools/failure_report.h"
+#include "tools/fresh_child.h"
 #include "tools/model_option.h"
 #include "tools/report_html.h"
 #include "tools/run_report.h"
@@ -103,17 +104,48 @@ bool is_invariance(Property p) {
          p == Property::kCompaction || p == Property::kGqa || p == Property::kDeterminism;
 }
 
+const char* status_of(const Verdict& v) {
+  return !v.passed ? "FAILED" : v.applicable ? "passed" : "not applicable";
+}
+
+// A check of the case as its file records it: after its prelude, when it has
+// one, in an engine process started for this check (tools/fresh_child.h).
+PreludeRun replay_check(const CaseFile& c, const CaseEngine& engine, Property property,
+                        const Scenario& s) {
+  if (c.prelude.empty()) return {{}, check_property(property, s, engine.subject)};
+  return check_after_prelude(engine.subject, c.prelude, property, s);
+}
+
+// Where a case with a prelude runs: an exec: engine in a process of its own
+// for each check, an in-process one as always.
+const char* prelude_process(const CaseEngine& engine) {
+  return serves_many_cases(engine.subject) ? "in a fresh engine process" : "in process";
+}
+
+// Each prelude case's verdict, as seen before the check they preceded.
+void print_prelude(const PreludeRun& run, const CaseEngine& engine, nlohmann::json& out) {
+  std::printf("  after its prelude, %s:", prelude_process(engine));
+  for (size_t i = 0; i < run.prelude.size(); ++i) {
+    const Verdict& p = run.prelude[i];
+    std::printf("%s %s %s", i ? "," : "", std::string(property_label(p.property)).c_str(),
+                status_of(p));
+    out["prelude"].push_back(verdict_json(p));
+  }
+  std::printf("\n");
+}
+
 // Replays one property of one case; prints the report and returns its JSON
 // (and the verdict in `v`).
 nlohmann::json replay_property(const CaseFile& c, Property property, const CaseEngine& engine,
                                bool compare_recorded, bool& failed, Verdict& v) {
   const Scenario& s = c.scenario;
-  v = check_property(property, s, engine.subject);
+  const PreludeRun run = replay_check(c, engine, property, s);
+  v = run.verdict;
   nlohmann::json out = verdict_json(v);
   failed |= !v.passed;
-  const char* status = !v.passed ? "FAILED" : v.applicable ? "passed" : "not applicable";
-  std::printf("%s %s: %s\n", std::string(property_label(property)).c_str(), status,
+  std::printf("%s %s: %s\n", std::string(property_label(property)).c_str(), status_of(v),
               v.summary.c_str());
+  if (!c.prelude.empty()) print_prelude(run, engine, out);
   if (compare_recorded && c.has_verdict) {
     const RecordedVerdict now = record_verdict(v);
     const bool same_outcome = now.outcome == c.verdict.outcome;
@@ -171,10 +203,12 @@ nlohmann::json replay_property(const CaseFile& c, Property property, const CaseE
                             solo_scenario(s, tokens, std::vector<int>(size_t(fed), 1))});
       }
     }
-    std::printf("\n  cache localization (P6):\n");
-    bool any_wrong = false;
+    std::printf("\n  cache localization (P6%s):\n",
+                c.prelude.empty() ? "" : ", each after the prelude");
+    bool any_wrong = false, all_checked = true;
     for (const auto& [name, subject] : subjects) {
-      const Verdict cache = check_property(Property::kCacheState, subject, engine.subject);
+      const Verdict cache = replay_check(c, engine, Property::kCacheState, subject).verdict;
+      all_checked &= cache.applicable;
       nlohmann::json item = verdict_json(cache);
       item["on"] = name;
       out["cache_localization"].push_back(item);
@@ -189,13 +223,37 @@ nlohmann::json replay_property(const CaseFile& c, Property property, const CaseE
         break;
       }
     }
-    if (!any_wrong) {
+    if (!any_wrong && all_checked) {
       std::printf(
           "  the cached K/V match the oracle after every call: the fault is in how the "
           "cache is read (positions, mask, heads) or outside it\n");
+    } else if (!any_wrong) {
+      std::printf("  P6 did not apply, so the cache was not checked: the fault is not located\n");
     }
   }
   return out;
+}
+
+// The prelude a case file lists, before its verdicts.
+void print_prelude_cases(const CaseFile& c, const CaseEngine& engine) {
+  if (c.prelude.empty()) return;
+  std::printf("prelude: %zu case%s run first, in this order, %s, before each check of this case\n",
+              c.prelude.size(), c.prelude.size() == 1 ? "" : "s", prelude_process(engine));
+  for (size_t i = 0; i < c.prelude.size(); ++i) {
+    const PreludeCase& p = c.prelude[i];
+    std::printf("  prelude %zu: %s %s, size %d\n", i + 1,
+                std::string(property_label(p.property)).c_str(),
+                std::string(property_name(p.property)).c_str(), p.scenario.size());
+  }
+}
+
+// --trace: the case's run, after its prelude when it has one.
+std::vector<std::string> traced(const CaseFile& c, const CaseEngine& engine) {
+  if (c.prelude.empty()) return cache_trace(c.scenario, engine.subject.factory, call_text);
+  const EngineUnderTest fresh = fresh_process(engine.subject);
+  run_prelude(fresh, c.prelude, c.scenario);
+  std::printf("(after the prelude, %s)\n", prelude_process(engine));
+  return cache_trace(c.scenario, fresh.factory, call_text);
 }
 
 // The backends a replay ran on, each once, for the HTML report.
@@ -270,6 +328,7 @@ int run_replay(const ReplayOptions& o) {
                     : "");
     if (s.model) std::printf("model: %s (%s)\n", s.model->path.c_str(), s.model->hash.c_str());
     for (const std::string& note : c.notes) std::printf("note: %s\n", note.c_str());
+    print_prelude_cases(c, engine);
     std::printf("\n");
     entry["property"] = property_name(c.property);
     entry["backend"] = engine.backend.spec;
@@ -278,7 +337,7 @@ int run_replay(const ReplayOptions& o) {
     entry["size"] = s.size();
     if (o.trace) {
       std::printf("cache trace ([batch, kv_heads, cached_len, head_dim], batch = 1 per line):\n");
-      for (const std::string& line : cache_trace(s, engine.subject.factory, call_text)) {
+      for (const std::string& line : traced(c, engine)) {
         std::printf("%s\n", line.c_str());
         entry["trace"].push_back(line);
       }
@@ -297,7 +356,8 @@ int run_replay(const ReplayOptions& o) {
       record_backend(record, engine.backend);
       if (!r.verdict.passed) {
         r.case_text = read_text_file(file);
-        if (!o.html_path.empty()) {
+        // Their runs would go without the prelude, on another state.
+        if (!o.html_path.empty() && c.prelude.empty()) {
           r.error_maps = error_maps(s, r.verdict, engine.subject);
           r.timeline = cache_timeline(s, engine.subject);
         }

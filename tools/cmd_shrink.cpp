@@ -18,6 +18,7 @@
 #include "properties/repro/shrink.h"
 #include "tools/commands.h"
 #include "tools/failure_report.h"
+#include "tools/fresh_child.h"
 #include "tools/model_option.h"
 
 namespace kvcheck::cli {
@@ -34,6 +35,43 @@ struct ShrinkCommandOptions {
   std::string reference;  // P10's reference backend
   std::string model;      // --model DIR, for case files of --model runs
 };
+
+// Shrinks the case as its file records it: a case with a prelude runs every
+// candidate after the prelude, each in an engine process of its own
+// (tools/fresh_child.h), since a leak needs exactly those cases before it.
+std::optional<ShrinkResult> shrink_case(const CaseFile& input, const CaseEngine& engine,
+                                        const ShrinkOptions& options) {
+  if (input.prelude.empty())
+    return shrink_failure(input.scenario, input.property, engine.subject, options);
+  const FailureCheck check = [&](const Scenario& s) -> std::optional<Verdict> {
+    Verdict v = check_after_prelude(engine.subject, input.prelude, input.property, s).verdict;
+    if (v.passed) return std::nullopt;
+    return v;
+  };
+  const std::optional<Verdict> initial = check(input.scenario);
+  if (!initial) return std::nullopt;
+  return shrink_scenario(input.scenario, *initial, check, options);
+}
+
+// The verdict to record. An exec: engine served every candidate in one
+// process: the result is written only if it fails as replay will run it, in
+// a fresh process (a leak between candidates could have made it fail), and
+// with that run's verdict.
+Verdict confirmed_verdict(const CaseFile& input, const CaseEngine& engine,
+                          const ShrinkResult& result) {
+  if (!input.prelude.empty() || !serves_many_cases(engine.subject)) return result.verdict;
+  const Verdict fresh =
+      check_after_prelude(engine.subject, {}, input.property, result.scenario).verdict;
+  if (fresh.passed) {
+    throw InputError(
+        "the shrunk case (size " + std::to_string(result.size_after) +
+        ") failed after the candidates before it but passes in a fresh engine process (" +
+        fresh.summary +
+        "): a state leak between cases, so nothing was written; kvcheck campaign finds the "
+        "cases such a failure needs (a prelude, docs/CASE_FORMAT.md)");
+  }
+  return fresh;
+}
 
 int run_shrink(const ShrinkCommandOptions& o) {
   const Result<CaseFile> parsed = read_case_file(o.path);
@@ -60,8 +98,7 @@ int run_shrink(const ShrinkCommandOptions& o) {
     if (!tty) return;
     std::fprintf(stderr, "\r\033[Ksize %d after %d checks", s.size(), evaluations);
   };
-  const std::optional<ShrinkResult> result =
-      shrink_failure(input.scenario, property, engine.subject, options);
+  const std::optional<ShrinkResult> result = shrink_case(input, engine, options);
   if (tty) std::fprintf(stderr, "\r\033[K");
   if (!result) {
     throw InputError(o.path + ": " + label + " holds on " + engine.backend.spec + " with faults " +
@@ -71,6 +108,7 @@ int run_shrink(const ShrinkCommandOptions& o) {
   }
   const double seconds =
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  const Verdict verdict = confirmed_verdict(input, engine, *result);
 
   CaseFile output = input;
   output.scenario = result->scenario;
@@ -79,7 +117,7 @@ int run_shrink(const ShrinkCommandOptions& o) {
   output.engine =
       engine.backend.traits.identity.name + " " + engine.backend.traits.identity.version;
   output.has_verdict = true;
-  output.verdict = record_verdict(result->verdict);
+  output.verdict = record_verdict(verdict);
   output.notes.push_back(one_line("shrunk by kvcheck shrink from " +
                                   std::filesystem::path(o.path).filename().string() + " (size " +
                                   std::to_string(result->size_before) + " -> " +
@@ -95,7 +133,7 @@ int run_shrink(const ShrinkCommandOptions& o) {
   std::printf("size %d -> %d (%d checks, %d accepted, %.1f s%s)\n", result->size_before,
               result->size_after, result->evaluations, result->accepted, seconds,
               result->fixed_point ? ", fixed point" : ", stopped by the budget");
-  std::printf("%s\n", result->verdict.summary.c_str());
+  std::printf("%s\n", verdict.summary.c_str());
   const bool foreign =
       engine.backend.spec.rfind("plugin:", 0) == 0 || engine.backend.spec.rfind("exec:", 0) == 0;
   std::string replay_args =
@@ -116,7 +154,7 @@ int run_shrink(const ShrinkCommandOptions& o) {
                           {"accepted", result->accepted},
                           {"fixed_point", result->fixed_point},
                           {"seconds", seconds},
-                          {"summary", result->verdict.summary}}
+                          {"summary", verdict.summary}}
                .dump(2)
         << "\n";
   }

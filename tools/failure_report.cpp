@@ -3,15 +3,42 @@
 #include <algorithm>
 #include <cstdio>
 #include <filesystem>
+#include <optional>
 
 #include "model/status.h"
 #include "properties/repro/failure_file.h"
 #include "tools/backends.h"
+#include "tools/fresh_child.h"
+#include "tools/leak_search.h"
 
 namespace kvcheck::cli {
 
+namespace {
+
+// The case to write after a failure on an exec: backend, confirmed in fresh
+// processes; nullopt when it would not reproduce (said why).
+std::optional<Confirmation> confirmed(const rcgen::HuntResult& result, Property property,
+                                      const Backend& on, FaultSet faults,
+                                      const CaseHistory* history) {
+  const EngineUnderTest subject = history ? history->subject() : on.under_test(faults);
+  if (!serves_many_cases(subject)) {
+    Confirmation as_found;
+    as_found.outcome = Confirmation::Outcome::kFailsAlone;
+    as_found.verdict = result.verdict;
+    return as_found;
+  }
+  Confirmation c = confirm_in_fresh_process(subject, property, *result.counterexample, history);
+  std::printf("%s", confirmation_report(c).c_str());
+  using Outcome = Confirmation::Outcome;
+  if (c.outcome != Outcome::kFailsAlone && c.outcome != Outcome::kLeak) return std::nullopt;
+  return c;
+}
+
+}  // namespace
+
 std::string report_failure(const rcgen::HuntResult& result, Property property, const Backend& on,
-                           FaultSet faults, uint64_t seed, const std::string& failures_dir) {
+                           FaultSet faults, uint64_t seed, const std::string& failures_dir,
+                           const CaseHistory* history) {
   const std::string& backend = on.spec;
   std::printf("\nFAILED %s %s on %s (faults: %s) after %d cases, hunt seed %llu\n",
               std::string(property_label(property)).c_str(),
@@ -22,24 +49,37 @@ std::string report_failure(const rcgen::HuntResult& result, Property property, c
                 result.counterexample->to_text().c_str());
   }
   std::printf("%s\n%s\n", result.verdict.summary.c_str(), result.verdict.detail.c_str());
-  if (result.counterexample) {
-    FailureContext context;
-    context.failures_dir = failures_dir;
-    context.backend = backend;
-    context.engine = on.traits.identity.name + " " + on.traits.identity.version;
-    context.found_by = "kvcheck campaign (" + std::string(property_label(property)) + " on " +
-                       backend + ", hunt seed " + std::to_string(seed) + ")";
-    // The hunt's own RapidCheck seed re-runs exactly this batch of cases.
-    context.reproduce = "RapidCheck seed " + std::to_string(seed) + " of rcgen::hunt(" +
-                        std::string(property_name(property)) + ")";
-    const WrittenCase written =
-        write_failure_case(*result.counterexample, result.verdict, faults, context);
-    std::printf("%s", written.report.c_str());
+  if (!result.counterexample) {
     std::fflush(stdout);
-    return written.ok ? written.path : "";
+    return "";
   }
+  const std::optional<Confirmation> c = confirmed(result, property, on, faults, history);
+  if (!c) {
+    std::fflush(stdout);
+    return "";
+  }
+  FailureContext context;
+  context.failures_dir = failures_dir;
+  context.backend = backend;
+  context.engine = on.traits.identity.name + " " + on.traits.identity.version;
+  context.found_by = "kvcheck campaign (" + std::string(property_label(property)) + " on " +
+                     backend + ", hunt seed " + std::to_string(seed) + ")";
+  // The hunt's own RapidCheck seed re-runs exactly this batch of cases.
+  context.reproduce = "RapidCheck seed " + std::to_string(seed) + " of rcgen::hunt(" +
+                      std::string(property_name(property)) + ")";
+  context.prelude = c->prelude;
+  if (!c->prelude.empty()) {
+    context.notes.push_back(
+        "state leak between cases: passes alone in a fresh engine process, fails there after "
+        "the prelude (" +
+        std::to_string(c->prelude.size()) + " of the " + std::to_string(c->earlier) +
+        " cases the campaign's process checked before it)");
+  }
+  const WrittenCase written =
+      write_failure_case(*result.counterexample, c->verdict, faults, context);
+  std::printf("%s", written.report.c_str());
   std::fflush(stdout);
-  return "";
+  return written.ok ? written.path : "";
 }
 
 std::vector<std::string> collect_case_files(const std::vector<std::string>& paths) {

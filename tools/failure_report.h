@@ -14,15 +14,25 @@
 #include "properties/rc/hunt.h"
 #include "properties/repro/case_file.h"
 #include "tools/backends.h"
+#include "tools/case_history.h"
 
 namespace kvcheck::cli {
 
 // Prints the failure (seed, minimized scenario, localization), writes it as a
 // case file into `failures_dir` and prints the path and the replay command.
 // Returns the case file's path ("" when none was written).
+//
+// On an exec: backend the minimized case first runs again in a fresh engine
+// process (tools/leak_search.h): a case that fails there is written with that
+// run's verdict; one that passes there is a state leak between cases, written
+// with the shortest prelude of `history`'s cases found to make it fail again,
+// and not written at all when none does (or when there is no `history`). The
+// history is the record of every check the run made on `backend`'s engines
+// (CaseHistory::record after each); the fresh processes take its subject's
+// traits and P10 reference.
 std::string report_failure(const rcgen::HuntResult& result, Property property,
                            const Backend& backend, FaultSet faults, uint64_t seed,
-                           const std::string& failures_dir);
+                           const std::string& failures_dir, const CaseHistory* history = nullptr);
 
 // Every case file the arguments name: files as given, folders searched
 // recursively for *.case, sorted. Throws InputError for a path that does not

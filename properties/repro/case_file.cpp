@@ -7,6 +7,7 @@
 #include <fstream>
 #include <limits>
 #include <map>
+#include <memory>
 #include <optional>
 #include <sstream>
 #include <tuple>
@@ -197,8 +198,20 @@ int line_of_validation_error(const LineIndex& index, std::string_view error) {
   return key_line(error.substr(0, field_end));
 }
 
+// What the whole file may ask the parser to hold, the prelude blocks
+// included (kMaxCase* in case_file.h).
+struct Budget {
+  int tokens = 0;
+  int calls = 0;
+};
+
 class Parser {
  public:
+  Parser() = default;
+  // The parser of a prelude block begun on `begin_line`, spending the file's
+  // budget.
+  Parser(Budget* budget, int begin_line) : budget_(budget), block_begin_(begin_line) {}
+
   CaseFile parse(std::string_view text) {
     if (text.size() > kMaxCaseBytes) {
       fail_at(0, "the file has " + std::to_string(text.size()) + " bytes; expected at most " +
@@ -248,6 +261,56 @@ class Parser {
   void read_line(int line, std::string_view text) {
     std::string_view rest = text;
     const std::string_view key = next_word(rest);
+    if (key == "prelude") return read_prelude_marker(line, rest);
+    if (block_) return block_->read_block_line(line, key, rest);
+    read_key(line, key, rest);
+  }
+
+  // "prelude begin" opens a block of lines that is one prelude case, up to
+  // "prelude end"; a second parser reads it with the same keys.
+  void read_prelude_marker(int line, std::string_view rest) {
+    const std::string_view word = next_word(rest);
+    expect_end(line, "prelude", rest);
+    if (word == "begin") {
+      if (block_) {
+        fail_at(line, "prelude begin: the prelude block begun on line " +
+                          std::to_string(block_->block_begin_) +
+                          " is still open; expected "
+                          "\"prelude end\" first");
+      }
+      if (static_cast<int>(c_.prelude.size()) == kMaxCasePrelude) {
+        fail_at(line, "prelude: more than " + std::to_string(kMaxCasePrelude) + " prelude cases");
+      }
+      block_ = std::make_unique<Parser>(budget_, line);
+    } else if (word == "end") {
+      if (!block_)
+        fail_at(line, "prelude end: no prelude block is open; expected \"prelude begin\" first");
+      CaseFile block = block_->finish_block(line);
+      c_.prelude.push_back({block.property, std::move(block.scenario)});
+      prelude_lines_.push_back(block_->block_begin_);
+      block_.reset();
+    } else {
+      fail_at(line, "prelude: expected begin or end, got " + quoted(word));
+    }
+  }
+
+  // A line of a prelude block: the keys of a case's property, model, engine,
+  // sequences and calls; what describes the whole case belongs to it alone.
+  void read_block_line(int line, std::string_view key, std::string_view rest) {
+    for (const char* only : {"note", "fault", "backend", "engine", "model", "model_hash", "verdict",
+                             "where", "summary"}) {
+      if (key == only) {
+        fail_at(line, std::string(key) + ": not allowed in a prelude block (begun on line " +
+                          std::to_string(block_begin_) +
+                          "): a prelude case runs on the case's backend, faults and model and "
+                          "records no verdict; expected property, the model and engine "
+                          "fields, sequence and the calls");
+      }
+    }
+    read_key(line, key, rest);
+  }
+
+  void read_key(int line, std::string_view key, std::string_view rest) {
     if (key == "note") {
       if (static_cast<int>(c_.notes.size()) == kMaxCaseNotes) {
         fail_at(line, "note: more than " + std::to_string(kMaxCaseNotes) + " notes");
@@ -388,7 +451,7 @@ class Parser {
                   "the model and engine fields (family ... kv_dtype, sliding_window, "
                   "sliding_window_pattern, block_size, pool_blocks, prefix_cache), sequence, "
                   "start, step, finish, reset, fork, truncate, flush, erase, shift, "
-                  "verdict, where, summary "
+                  "verdict, where, summary, prelude "
                   "(docs/CASE_FORMAT.md)");
     }
   }
@@ -485,12 +548,12 @@ class Parser {
     }
     std::vector<int32_t> tokens;
     while (!rest.empty()) {
-      if (total_tokens_ == kMaxCaseTokens) {
+      if (budget_->tokens == kMaxCaseTokens) {
         fail_at(line,
                 "sequence: more than " + std::to_string(kMaxCaseTokens) + " tokens in the file");
       }
       tokens.push_back(parse_int(line, "token id", next_word(rest)));
-      ++total_tokens_;
+      ++budget_->tokens;
     }
     sequences.push_back(std::move(tokens));
     index_.sequence_line.push_back(line);
@@ -517,9 +580,10 @@ class Parser {
   }
 
   void add_call(int line, Call call) {
-    if (static_cast<int>(c_.scenario.calls.size()) == kMaxCaseCalls) {
-      fail_at(line, "more than " + std::to_string(kMaxCaseCalls) + " calls");
+    if (budget_->calls == kMaxCaseCalls) {
+      fail_at(line, "more than " + std::to_string(kMaxCaseCalls) + " calls in the file");
     }
+    ++budget_->calls;
     c_.scenario.calls.push_back(std::move(call));
     index_.call_line.push_back(line);
   }
@@ -560,9 +624,12 @@ class Parser {
 
   CaseFile finish() {
     const int end = last_line_;
-    for (const char* key : kConfigKeys) require(key, end);
-    for (const char* key : kEngineKeys) require(key, end);
-    require("property", end);
+    if (block_) {
+      fail_at(0, "at the end of the file (line " + std::to_string(end) +
+                     "): the prelude block begun on line " + std::to_string(block_->block_begin_) +
+                     " is not closed; expected a line \"prelude end\"");
+    }
+    require_scenario("at the end of the file (line " + std::to_string(end) + ")");
     if (index_.key_line.count("model") != index_.key_line.count("model_hash")) {
       const bool has_model = index_.key_line.count("model") > 0;
       fail_at(index_.key_line.at(has_model ? "model" : "model_hash"),
@@ -579,22 +646,57 @@ class Parser {
               "where/summary describe a verdict; expected a line \"verdict failed\" (or "
               "passed, not_applicable) too");
     }
-    if (const std::string error = c_.scenario.validate(); !error.empty()) {
-      fail_at(line_of_validation_error(index_, error), "invalid scenario: " + error);
+    validate("invalid scenario: ", 0);
+    // A checkpoint's weights are the checkpoint's config's: every case of the
+    // file runs on that one model.
+    for (size_t i = 0; i < c_.prelude.size() && index_.key_line.count("model"); ++i) {
+      if (!(c_.prelude[i].scenario.config == c_.scenario.config)) {
+        fail_at(prelude_lines_[i],
+                "prelude: this case's model differs from the case's; the "
+                "prelude of a --model case runs on the same checkpoint");
+      }
     }
     return std::move(c_);
   }
 
-  void require(const char* key, int end) {
+  // The case of a prelude block that "prelude end" on `end_line` closes.
+  CaseFile finish_block(int end_line) {
+    require_scenario("line " + std::to_string(end_line) + ": the prelude block begun on line " +
+                     std::to_string(block_begin_));
+    validate("invalid prelude case (begun on line " + std::to_string(block_begin_) + "): ",
+             end_line);
+    return std::move(c_);
+  }
+
+  // `where` says which part of the file misses a key.
+  void require_scenario(const std::string& where) {
+    for (const char* key : kConfigKeys) require(key, where);
+    for (const char* key : kEngineKeys) require(key, where);
+    require("property", where);
+  }
+
+  // An error is put on the line it names, else on `fallback` (0: none).
+  void validate(const std::string& what, int fallback) {
+    if (const std::string error = c_.scenario.validate(); !error.empty()) {
+      const int line = line_of_validation_error(index_, error);
+      fail_at(line > 0 ? line : fallback, what + error);
+    }
+  }
+
+  void require(const char* key, const std::string& where) {
     if (index_.key_line.count(key) == 0) {
-      fail_at(0, "at the end of the file (line " + std::to_string(end) + "): missing \"" + key +
-                     "\"; expected a line \"" + key + " <value>\" (docs/CASE_FORMAT.md)");
+      fail_at(0, where + ": missing \"" + key + "\"; expected a line \"" + key +
+                     " <value>\" (docs/CASE_FORMAT.md)");
     }
   }
 
   CaseFile c_;
   LineIndex index_;
-  int total_tokens_ = 0;
+  Budget own_budget_;
+  Budget* budget_ = &own_budget_;   // the file's, shared with its prelude blocks
+  int block_begin_ = 0;             // the line of "prelude begin", for a block's parser
+  std::unique_ptr<Parser> block_;   // the prelude block being read, if any
+  std::vector<int> prelude_lines_;  // [prelude case] the line of its "prelude begin"
   int last_line_ = 0;
 };
 
@@ -652,23 +754,15 @@ RecordedVerdict record_verdict(const Verdict& verdict) {
   return r;
 }
 
-std::string print_case(const CaseFile& c) {
-  const Scenario& s = c.scenario;
+namespace {
+
+// The model, engine, sequences and schedule of a case; `comments` heads
+// each part with a comment line, and `model_lines` go first in the model's.
+void print_scenario(std::ostream& out, const Scenario& s, bool comments,
+                    const std::string& model_lines) {
   const Config& config = s.config;
-  std::ostringstream out;
-  out << kCaseMagic << "\n";
-  out << "# A kvcheck case (docs/CASE_FORMAT.md). Replay: kvcheck replay FILE\n";
-  for (const std::string& note : c.notes) out << "note " << note << "\n";
-  out << "property " << property_name(c.property) << "\n";
-  out << "fault " << c.faults.to_string() << "\n";
-  if (!c.backend.empty()) out << "backend " << c.backend << "\n";
-  if (!c.engine.empty()) out << "engine " << c.engine << "\n";
-  out << "\n# model\n";
-  if (!c.model_path.empty()) {
-    out << "# a --model checkpoint: the config below is its config.json, weight_seed is unused\n";
-    out << "model " << c.model_path << "\n";
-    out << "model_hash " << c.model_hash << "\n";
-  }
+  if (comments) out << "\n# model\n";
+  out << model_lines;
   out << "family " << family_name(config.family) << "\n";
   out << "n_layers " << config.n_layers << "\n";
   out << "d_model " << config.d_model << "\n";
@@ -686,7 +780,7 @@ std::string print_case(const CaseFile& c) {
     out << "sliding_window_pattern " << config.sliding_window_pattern << "\n";
   }
   out << "weight_seed " << s.weight_seed << "\n";
-  out << "\n# engine\n";
+  if (comments) out << "\n# engine\n";
   out << "capacity " << s.capacity << "\n";
   out << "max_rows " << s.max_rows << "\n";
   out << "kv_dtype " << kv_dtype_name(s.kv_dtype) << "\n";
@@ -694,35 +788,68 @@ std::string print_case(const CaseFile& c) {
   if (s.block_size > 0) out << "block_size " << s.block_size << "\n";
   if (s.pool_blocks > 0) out << "pool_blocks " << s.pool_blocks << "\n";
   if (s.prefix_cache) out << "prefix_cache 1\n";
-  out << "\n# sequences: token ids in feed order\n";
+  if (comments) out << "\n# sequences: token ids in feed order\n";
   for (size_t i = 0; i < s.sequences.size(); ++i) {
     out << "sequence s" << i << ":";
     for (int32_t token : s.sequences[i]) out << " " << token;
     out << "\n";
   }
-  out << "\n# schedule: one engine call per line, in order\n";
+  if (comments) out << "\n# schedule: one engine call per line, in order\n";
   for (const Call& call : s.calls) out << call.to_text() << "\n";
-  if (c.has_verdict) {
-    const RecordedVerdict& v = c.verdict;
-    const Location& w = v.where;
-    out << "\n# the verdict seen when this file was written\n";
-    out << "verdict " << outcome_name(v.outcome) << "\n";
-    std::string where;
-    const auto add = [&](const char* name, int value) {
-      if (value >= 0) where += std::string(" ") + name + "=" + std::to_string(value);
-    };
-    add("call", w.call);
-    add("sequence", w.sequence);
-    add("position", w.position);
-    add("layer", w.layer);
-    add("kv_head", w.kv_head);
-    if (w.first_bad_position >= 0 && w.last_bad_position >= 0) {
-      where += " positions=" + std::to_string(w.first_bad_position) + ".." +
-               std::to_string(w.last_bad_position);
-    }
-    if (!where.empty()) out << "where" << where << "\n";
-    if (!v.summary.empty()) out << "summary " << v.summary << "\n";
+}
+
+void print_verdict(std::ostream& out, const RecordedVerdict& v) {
+  const Location& w = v.where;
+  out << "\n# the verdict seen when this file was written\n";
+  out << "verdict " << outcome_name(v.outcome) << "\n";
+  std::string where;
+  const auto add = [&](const char* name, int value) {
+    if (value >= 0) where += std::string(" ") + name + "=" + std::to_string(value);
+  };
+  add("call", w.call);
+  add("sequence", w.sequence);
+  add("position", w.position);
+  add("layer", w.layer);
+  add("kv_head", w.kv_head);
+  if (w.first_bad_position >= 0 && w.last_bad_position >= 0) {
+    where += " positions=" + std::to_string(w.first_bad_position) + ".." +
+             std::to_string(w.last_bad_position);
   }
+  if (!where.empty()) out << "where" << where << "\n";
+  if (!v.summary.empty()) out << "summary " << v.summary << "\n";
+}
+
+void print_prelude(std::ostream& out, const std::vector<PreludeCase>& prelude) {
+  out << "\n# prelude: cases that run first, in this order, in the same fresh engine\n"
+         "# process as the case (replay and shrink run them before it)\n";
+  for (const PreludeCase& p : prelude) {
+    out << "prelude begin\nproperty " << property_name(p.property) << "\n";
+    print_scenario(out, p.scenario, false, "");
+    out << "prelude end\n";
+  }
+}
+
+}  // namespace
+
+std::string print_case(const CaseFile& c) {
+  std::ostringstream out;
+  out << kCaseMagic << "\n";
+  out << "# A kvcheck case (docs/CASE_FORMAT.md). Replay: kvcheck replay FILE\n";
+  for (const std::string& note : c.notes) out << "note " << note << "\n";
+  out << "property " << property_name(c.property) << "\n";
+  out << "fault " << c.faults.to_string() << "\n";
+  if (!c.backend.empty()) out << "backend " << c.backend << "\n";
+  if (!c.engine.empty()) out << "engine " << c.engine << "\n";
+  std::string model_lines;
+  if (!c.model_path.empty()) {
+    model_lines =
+        "# a --model checkpoint: the config below is its config.json, weight_seed is "
+        "unused\nmodel " +
+        c.model_path + "\nmodel_hash " + c.model_hash + "\n";
+  }
+  print_scenario(out, c.scenario, true, model_lines);
+  if (c.has_verdict) print_verdict(out, c.verdict);
+  if (!c.prelude.empty()) print_prelude(out, c.prelude);
   return out.str();
 }
 

@@ -31,6 +31,17 @@ struct RecordedVerdict {
   bool operator==(const RecordedVerdict& other) const;
 };
 
+// A case run before the case itself, in the same fresh engine process: a
+// failure of an engine that leaks state from one case to the next shows only
+// after them (docs/CASE_FORMAT.md, "Prelude"). It runs on the case's backend,
+// faults and checkpoint, and records no verdict.
+struct PreludeCase {
+  Property property = Property::kOracle;
+  Scenario scenario;
+
+  bool operator==(const PreludeCase&) const = default;
+};
+
 struct CaseFile {
   Scenario scenario;
   Property property = Property::kOracle;
@@ -45,7 +56,8 @@ struct CaseFile {
   std::string model_hash;
   std::vector<std::string> notes;  // free one-line remarks, kept in order
   bool has_verdict = false;
-  RecordedVerdict verdict;  // meaningful when has_verdict
+  RecordedVerdict verdict;           // meaningful when has_verdict
+  std::vector<PreludeCase> prelude;  // [case] run first, oldest first; empty for most cases
 
   bool operator==(const CaseFile&) const = default;
 };
@@ -58,6 +70,7 @@ inline constexpr int kMaxCaseSequences = 1024;
 inline constexpr int kMaxCaseTokens = 1 << 18;  // over all sequences
 inline constexpr int kMaxCaseCalls = 1 << 16;
 inline constexpr int kMaxCaseNotes = 256;
+inline constexpr int kMaxCasePrelude = 64;  // prelude cases
 
 inline constexpr std::string_view kCaseMagic = "kvcheck-case 1";
 

@@ -141,6 +141,8 @@ CaseFile failure_case(const Scenario& scenario, const Verdict& verdict, FaultSet
   if (!context.reproduce.empty()) {
     c.notes.push_back(one_line("reproduce: " + context.reproduce));
   }
+  for (const std::string& note : context.notes) c.notes.push_back(one_line(note));
+  c.prelude = context.prelude;
   c.has_verdict = true;
   c.verdict = record_verdict(verdict);
   return c;

@@ -10,6 +10,7 @@
 #pragma once
 
 #include <string>
+#include <vector>
 
 #include "engine/faults.h"
 #include "model/status.h"
@@ -27,6 +28,10 @@ struct FailureContext {
   std::string found_by;   // e.g. "kvcheck campaign --seed 5", "ctest Properties.P1Oracle"
   std::string reproduce;  // RapidCheck reproduce string or command; may be empty
   std::string kvcheck_command = "kvcheck";  // how the printed replay command names the CLI
+  std::vector<std::string> notes;           // more one-line remarks for the case file
+  // Cases the failure needs before it in the same fresh engine process (a
+  // state leak between cases); empty for most failures.
+  std::vector<PreludeCase> prelude;
 };
 
 struct WrittenCase {

@@ -1,5 +1,6 @@
 // parse(print(c)) == c over generated cases: every Scenario the generators
-// make, every property, any fault set, notes, backends and recorded verdicts.
+// make, every property, any fault set, notes, backends, recorded verdicts and
+// preludes.
 #include <gtest/gtest.h>
 
 #include <rapidcheck.h>
@@ -46,6 +47,13 @@ rc::Gen<CaseFile> case_files() {
         w.last_bad_position = *rc::gen::inRange(0, 100);
       }
       c.verdict.summary = *line_text();
+    }
+    // A prelude in one case of four, of up to three cases.
+    if (*rc::gen::inRange(0, 4) == 0) {
+      for (int n = *rc::gen::inRange(1, 4); n > 0; --n) {
+        c.prelude.push_back(
+            {static_cast<Property>(*rc::gen::inRange(0, kPropertyCount)), *rcgen::scenario()});
+      }
     }
     return c;
   });

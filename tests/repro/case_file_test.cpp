@@ -163,7 +163,7 @@ std::vector<Malformed> malformed_cases() {
        "line 7: unknown key \"colour\"; expected one of note, property, fault, backend, engine, "
        "model, model_hash, the model and engine fields (family ... kv_dtype, sliding_window, "
        "sliding_window_pattern, block_size, pool_blocks, prefix_cache), sequence, start, step, "
-       "finish, reset, fork, truncate, flush, erase, shift, verdict, where, summary "
+       "finish, reset, fork, truncate, flush, erase, shift, verdict, where, summary, prelude "
        "(docs/CASE_FORMAT.md)"},
       {"negative window", with_line("backend", "sliding_window -2"),
        "line 7: sliding_window: expected an integer in [0, 2147483647], got \"-2\""},

@@ -2,8 +2,10 @@
 
     exec_campaign_test.py KVCHECK WORKDIR fault KVCHECK_SERVE FAULT
         a child that exits, is killed, hangs or writes garbage once fails P1
-        with a case file naming the cause, and the campaign goes on with fresh
-        children (the later properties run cases).
+        naming the cause, and the campaign goes on with fresh children (the
+        later properties run cases). Once means never again: re-run in a
+        fresh child the case passes, so no case file is written (it would
+        not reproduce), and the run says so.
     exec_campaign_test.py KVCHECK WORKDIR campaign PYTHON_WITH_TORCH SECONDS
         the PyTorch engine passes a campaign of SECONDS.
     exec_campaign_test.py KVCHECK WORKDIR trap PYTHON_WITH_TORCH TRAP
@@ -55,12 +57,12 @@ def fault(kvcheck, work, serve, kind):
     if PROXY_CAUSES[kind] not in out:
         fail("the report does not name the cause %r" % PROXY_CAUSES[kind], out)
     cases = glob.glob(os.path.join(failures, "*.case"))
-    if not cases:
-        fail("no case file in " + failures, out)
+    if cases or "no case file written, since it would not reproduce" not in out:
+        fail("a failure that never recurs was written as a case file, or not said so", out)
     if cases_of(out, "P2 chunking") <= 0:
         fail("the campaign did not go on after the child's fault (P2 ran no case)", out)
-    print("ok: %s -> %s, case file %s, the campaign went on (P2: %d cases)"
-          % (kind, PROXY_CAUSES[kind], cases[0], cases_of(out, "P2 chunking")))
+    print("ok: %s -> %s, not written (it does not recur), the campaign went on (P2: %d cases)"
+          % (kind, PROXY_CAUSES[kind], cases_of(out, "P2 chunking")))
 
 
 def campaign(kvcheck, work, python, seconds):

@@ -17,7 +17,10 @@ declare fork: a child that contradicts its traits. drop_positions removes the
 position (both relayed otherwise): a child that reports a ring's or a
 shifted cache's slots wrongly, whose K/V are right. refuse_step answers the
 Nth step with kind capacity (not relayed): a refusal of a step kvcheck may
-have sent without waiting.
+have sent without waiting. refuse_load answers the Nth load (--at counts
+loads here; kvcheck's resolve probe sends the first) with kind internal and
+the message "faulty_proxy cannot read PATH" (not relayed): an engine that
+fails to load a model.
 
 --once FILE: misbehave only if FILE does not exist yet (and create it), so that
 of all the children a campaign starts only the first fails.
@@ -84,8 +87,8 @@ def main():
                         choices=["exit", "signal", "segv", "abort", "hang", "garbage", "bad_json", "short_payload",
                                  "wrong_shape", "omit_reply", "refuse_start",
                                  "unsupported_fork", "drop_positions", "wrong_positions",
-                                 "refuse_step", "refuse_finish", "none"])
-    parser.add_argument("--at", type=int, default=1, help="misbehave on this step request")
+                                 "refuse_step", "refuse_finish", "refuse_load", "none"])
+    parser.add_argument("--at", type=int, default=1, help="misbehave on this step request (refuse_load: this load)")
     parser.add_argument("--once", help="misbehave only if this file does not exist; create it")
     parser.add_argument("--log", help="append each request's op to this file")
     parser.add_argument("command", nargs=argparse.REMAINDER)
@@ -93,7 +96,7 @@ def main():
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
     inner = subprocess.Popen(command, stdin=subprocess.PIPE, stdout=subprocess.PIPE)
     inp, out = sys.stdin.buffer, sys.stdout.buffer
-    steps = 0
+    steps = loads = 0
     refused = False
     while True:
         request = read_frame(inp)
@@ -112,6 +115,14 @@ def main():
             out.write(frame(b'{"error":{"kind":"unknown_sequence","message":"faulty_proxy refuses"}}'))
             out.flush()
             continue
+        if op == "load" and args.fault == "refuse_load":
+            loads += 1
+            if loads == args.at:
+                message = "faulty_proxy cannot read %s" % json.loads(request).get("path")
+                out.write(frame(json.dumps({"error": {"kind": "internal",
+                                                      "message": message}}).encode()))
+                out.flush()
+                continue
         if op == "fork" and args.fault == "unsupported_fork":
             out.write(frame(b'{"error":{"kind":"unsupported","message":"faulty_proxy: no fork"}}'))
             out.flush()
@@ -129,7 +140,7 @@ def main():
                 out.flush()
                 continue
             if now and args.fault not in ("none", "wrong_shape", "omit_reply", "refuse_start",
-                                          "refuse_finish",
+                                          "refuse_finish", "refuse_load",
                                           "unsupported_fork", "drop_positions",
                                           "wrong_positions"):
                 misbehave(args.fault, out)

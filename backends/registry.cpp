@@ -51,10 +51,6 @@ void reject_unknown_options(const BackendSpec& spec, const std::vector<std::stri
   }
 }
 
-bool backend_runs_named_code(const std::string& backend) {
-  return backend.starts_with("plugin:") || backend.starts_with("exec:");
-}
-
 std::string backend_for_case(const std::string& recorded, const std::string& given,
                              const std::string& fallback) {
   if (!given.empty()) return given;

@@ -23,6 +23,7 @@
 #include "engine/faults.h"
 #include "engine/traits.h"
 #include "properties/property.h"
+#include "properties/repro/case_file.h"
 
 namespace kvcheck {
 
@@ -85,9 +86,7 @@ const BackendRegistry& backend_registry();
 // Throws InputError when `spec` has an option outside `known`.
 void reject_unknown_options(const BackendSpec& spec, const std::vector<std::string>& known);
 
-// Whether a backend string loads a shared object (plugin:) or starts a
-// command (exec:): code that the string alone names.
-bool backend_runs_named_code(const std::string& backend);
+// backend_runs_named_code: properties/repro/case_file.h.
 
 // The backend that replays or shrinks a case file: `given` (the user's
 // --backend) when not empty, else the one the case records, else

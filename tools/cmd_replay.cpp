@@ -42,6 +42,7 @@ struct ReplayOptions {
   std::string reference;  // P10's reference backend
   std::string model;      // --model DIR, for case files of --model runs
   bool trace = false;
+  bool in_process = false;  // no forked process per check: a crash ends kvcheck (for gdb)
 };
 
 // The schedule, one call a line, the diverging call marked.
@@ -112,7 +113,7 @@ const char* status_of(const Verdict& v) {
 // one, in an engine process started for this check (tools/fresh_child.h).
 PreludeRun replay_check(const CaseFile& c, const CaseEngine& engine, Property property,
                         const Scenario& s) {
-  if (c.prelude.empty()) return {{}, check_property(property, s, engine.subject)};
+  if (c.prelude.empty()) return {{}, check_case(engine, property, s)};
   return check_after_prelude(engine.subject, c.prelude, property, s);
 }
 
@@ -304,6 +305,7 @@ int run_replay(const ReplayOptions& o) {
     try {
       c.scenario.model = case_model(c, o.model);
       chosen = case_engine(c, o.backend, fault_override, o.reference);
+      chosen->in_process = o.in_process;
     } catch (const InputError& e) {
       std::printf("cannot replay: %s\n\n", e.what());
       entry["error"] = e.what();
@@ -410,6 +412,9 @@ Action add_replay(CLI::App& app) {
   cmd->add_option("--json", o->json_path, "also write the report as JSON to FILE");
   cmd->add_option("--html", o->html_path,
                   "also write a self-contained HTML report to FILE (docs/REPORTS.md)");
+  cmd->add_flag("--in-process", o->in_process,
+                "check in kvcheck's own process, not in a forked one per check: a crash then "
+                "ends kvcheck (for a debugger)");
   cmd->add_flag("--trace", o->trace,
                 "print the cache shape [batch, kv_heads, cached_len, head_dim] of every sequence "
                 "and layer after every call");

@@ -34,6 +34,7 @@ struct ShrinkCommandOptions {
   std::string json_path;
   std::string reference;  // P10's reference backend
   std::string model;      // --model DIR, for case files of --model runs
+  bool in_process = false;
 };
 
 // Shrinks the case as its file records it: a case with a prelude runs every
@@ -41,10 +42,13 @@ struct ShrinkCommandOptions {
 // (tools/fresh_child.h), since a leak needs exactly those cases before it.
 std::optional<ShrinkResult> shrink_case(const CaseFile& input, const CaseEngine& engine,
                                         const ShrinkOptions& options) {
-  if (input.prelude.empty())
-    return shrink_failure(input.scenario, input.property, engine.subject, options);
+  // Without a prelude, an in-process engine's candidates each run in a
+  // process of their own (check_case), so that a crash shrinks like any
+  // failure.
   const FailureCheck check = [&](const Scenario& s) -> std::optional<Verdict> {
-    Verdict v = check_after_prelude(engine.subject, input.prelude, input.property, s).verdict;
+    Verdict v = input.prelude.empty()
+                    ? check_case(engine, input.property, s)
+                    : check_after_prelude(engine.subject, input.prelude, input.property, s).verdict;
     if (v.passed) return std::nullopt;
     return v;
   };
@@ -80,7 +84,8 @@ int run_shrink(const ShrinkCommandOptions& o) {
   input.scenario.model = case_model(input, o.model);
   const std::optional<FaultSet> fault_override =
       o.fault.empty() ? std::nullopt : std::optional<FaultSet>(parse_fault_option(o.fault));
-  const CaseEngine engine = case_engine(input, o.backend, fault_override, o.reference);
+  CaseEngine engine = case_engine(input, o.backend, fault_override, o.reference);
+  engine.in_process = o.in_process;
   const Property property = input.property;
   const std::string label =
       std::string(property_label(property)) + " " + std::string(property_name(property));
@@ -134,10 +139,9 @@ int run_shrink(const ShrinkCommandOptions& o) {
               result->size_after, result->evaluations, result->accepted, seconds,
               result->fixed_point ? ", fixed point" : ", stopped by the budget");
   std::printf("%s\n", verdict.summary.c_str());
-  const bool foreign =
-      engine.backend.spec.rfind("plugin:", 0) == 0 || engine.backend.spec.rfind("exec:", 0) == 0;
-  std::string replay_args =
-      foreign ? " --backend " + shell_quote(engine.backend.spec) : std::string();
+  std::string replay_args = backend_runs_named_code(engine.backend.spec)
+                                ? " --backend " + shell_quote(engine.backend.spec)
+                                : std::string();
   if (!output.model_path.empty()) replay_args += " --model " + shell_quote(output.model_path);
   std::printf("wrote %s\nreplay: kvcheck replay%s %s\n", written.value().c_str(),
               replay_args.c_str(), written.value().c_str());
@@ -184,6 +188,9 @@ Action add_shrink(CLI::App& app) {
                   "the checkpoint folder a --model case ran on; its files must still hash to "
                   "the case's model_hash");
   cmd->add_option("--json", o->json_path, "also write the sizes and verdict as JSON to FILE");
+  cmd->add_flag("--in-process", o->in_process,
+                "check in kvcheck's own process, not in a forked one per candidate: a crash "
+                "then ends kvcheck (for a debugger)");
   return [cmd, o]() { return cmd->parsed() ? run_shrink(*o) : -1; };
 }
 

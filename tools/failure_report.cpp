@@ -6,6 +6,7 @@
 #include <optional>
 
 #include "model/status.h"
+#include "properties/rc/hunt_worker.h"
 #include "properties/repro/failure_file.h"
 #include "tools/backends.h"
 #include "tools/fresh_child.h"
@@ -121,6 +122,16 @@ CaseEngine case_engine(const CaseFile& c, const std::string& backend_override,
   Backend backend = backend_registry().resolve(name);
   EngineUnderTest subject = engine_under_test(backend, faults, reference_engine(reference));
   return {std::move(backend), faults, std::move(subject)};
+}
+
+Verdict check_case(const CaseEngine& engine, Property property, const Scenario& scenario) {
+  if (engine.in_process || !engine.backend.forkable) {
+    return check_property(property, scenario, engine.subject);
+  }
+  rcgen::HuntSpec spec;
+  spec.subject = std::make_shared<const EngineUnderTest>(engine.subject);
+  spec.property = property;
+  return rcgen::check_in_fresh_process(spec, scenario, rcgen::WorkerOptions{});
 }
 
 }  // namespace kvcheck::cli

@@ -53,9 +53,16 @@ struct CaseEngine {
   Backend backend;
   FaultSet faults;
   EngineUnderTest subject;
+  bool in_process = false;  // --in-process: no forked process per check (for a debugger)
 };
 CaseEngine case_engine(const CaseFile& c, const std::string& backend_override,
                        const std::optional<FaultSet>& fault_override,
                        const std::string& reference = "");
+
+// One property on one scenario as replay and shrink check a case: for an
+// in-process engine that survives a fork, in a process of its own, so that a
+// crash, abort or hang is the verdict (as the campaign records it) and not
+// the end of kvcheck; directly otherwise, or with `engine.in_process`.
+Verdict check_case(const CaseEngine& engine, Property property, const Scenario& scenario);
 
 }  // namespace kvcheck::cli

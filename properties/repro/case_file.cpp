@@ -879,4 +879,8 @@ Result<CaseFile> read_case_file(const std::string& path) {
   return parsed;
 }
 
+bool backend_runs_named_code(std::string_view backend) {
+  return backend.starts_with("plugin:") || backend.starts_with("exec:");
+}
+
 }  // namespace kvcheck

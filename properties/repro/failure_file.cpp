@@ -170,8 +170,8 @@ WrittenCase write_failure_case(const Scenario& scenario, const Verdict& verdict,
              << "\n";
       // A case file never makes kvcheck load code: a plugin or a command
       // runs only when the user names it with --backend, so say how.
-      const bool foreign = c.backend.rfind("plugin:", 0) == 0 || c.backend.rfind("exec:", 0) == 0;
-      std::string backend = foreign ? " --backend " + shell_quote(c.backend) : "";
+      std::string backend =
+          backend_runs_named_code(c.backend) ? " --backend " + shell_quote(c.backend) : "";
       if (!c.model_path.empty()) backend += " --model " + shell_quote(c.model_path);
       report << "replay:    " << context.kvcheck_command << " replay" << backend << " "
              << written.path << "\n";

@@ -74,6 +74,20 @@ def expect_failed_with_reports(p, paths, failures, tag, needle):
     print("%s: exit 1, %d case files, every report written" % (tag, len(cases)))
 
 
+def replay_and_shrink_a_crash(kvcheck, failures, backend, tag):
+    """A crash's case replays with the verdict recorded, and shrinks: each
+    check runs in a process of its own, so kvcheck survives it."""
+    case = sorted(glob.glob(os.path.join(failures, "*.case")))[0]
+    r = subprocess.run([kvcheck, "replay", "--backend", backend, case], capture_output=True,
+                       text=True, timeout=120)
+    if r.returncode != 1 or "the same verdict as recorded" not in r.stdout:
+        fail("%s: replay exit %d" % (tag, r.returncode), r.stdout + r.stderr)
+    s = subprocess.run([kvcheck, "shrink", "--backend", backend, case], capture_output=True,
+                       text=True, timeout=120)
+    if s.returncode != 0 or "crashed" not in s.stdout:
+        fail("%s: shrink exit %d" % (tag, s.returncode), s.stdout + s.stderr)
+
+
 def crash(kvcheck, work, plugin, serve):
     p, paths, failures = run_campaign(kvcheck, work, "freed_block", [
         "--fault", "freed_block_still_referenced", "--seed", "5", "--time", "10"])
@@ -81,10 +95,12 @@ def crash(kvcheck, work, plugin, serve):
     for how, needle, extra in (("segv", "crashed", []), ("abort", "crashed", []),
                                ("hang", "a hang", ["--case-timeout", "0.5",
                                                    "--shrink-steps", "10"])):
+        backend = "plugin:%s?crash=%s" % (plugin, how)
         p, paths, failures = run_campaign(kvcheck, work, "plugin_" + how, [
-            "--backend", "plugin:%s?crash=%s" % (plugin, how), "--property", "oracle",
-            "--time", "60", "--seed", "1"] + extra)
+            "--backend", backend, "--property", "oracle", "--time", "60", "--seed", "1"] + extra)
         expect_failed_with_reports(p, paths, failures, "plugin_" + how, needle)
+        if how != "hang":
+            replay_and_shrink_a_crash(kvcheck, failures, backend, "plugin_" + how)
     proxy = "%s %s/tests/tools/faulty_proxy.py --at 3 --fault" % (sys.executable, ROOT)
     for how, needle, option in (("segv", "signal 11", ""), ("abort", "signal 6", ""),
                                 ("hang", "", "?timeout=1")):

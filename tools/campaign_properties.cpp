@@ -90,9 +90,12 @@ void count_case(Tally& t, const std::string& description) {
 
 // A turn's hunt seed: the campaign's seed, the pair and the turn. So a
 // property's cases do not depend on which other properties ran, and
-// `--property P1` draws the same P1 cases as the whole campaign.
+// `--property P1` draws the same P1 cases as the whole campaign. The backend
+// counts by its place among the --backend strings, not by its text, which
+// may hold a path that differs from one checkout to the next.
 uint64_t turn_seed(uint64_t seed, const Tally& t, int turn) {
-  const std::string pair = std::string(property_name(t.property)) + "|" + t.backend;
+  const std::string pair =
+      std::string(property_name(t.property)) + "|" + std::to_string(t.backend_index);
   SplitMix64 mix(seed ^ fnv1a64(pair, kFnv1a64Basis));
   mix.next();
   return mix.next() + uint64_t(turn) * 0x9e3779b97f4a7c15ull;

@@ -84,10 +84,12 @@ def replay(kvcheck, backend, work):
 
 def campaign(kvcheck, backend, work):
     failures = os.path.join(work, "failures")
-    # A case budget, so that every machine draws the same cases (seed 1: P1
-    # and P7 each fail after cases before them left the memo behind).
+    # A case budget, so that every machine draws the same cases (seed 5: P1,
+    # P3 and P7 each fail after cases before them left the memo behind, and
+    # the search finds each one's prelude; on seed 1 one of three is not
+    # found within its 32 runs, and rightly gets no case file).
     code, out = run([kvcheck, "campaign", "--backend", backend, "--property", "oracle,batch,reset,gqa",
-                     "--cases", "200", "--seed", "1", "--no-kill-matrix", "--time", "300",
+                     "--cases", "200", "--seed", "5", "--no-kill-matrix", "--time", "300",
                      "--failures", failures])
     print(out[-3000:])
     if code != 1:

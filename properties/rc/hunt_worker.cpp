@@ -97,14 +97,6 @@ class FrameReader {
   size_t at_ = 0;  // first unread byte of buffer_
 };
 
-// A double as text that reads back to the same bits, infinities and NaN
-// included (JSON numbers have neither).
-std::string exact_text(double x) {
-  char text[40];
-  std::snprintf(text, sizeof text, "%.17g", x);
-  return text;
-}
-
 nlohmann::json verdict_json(const Verdict& v) {
   const Location& w = v.where;
   return {{"property", int(v.property)},

@@ -16,13 +16,6 @@ namespace kvcheck {
 
 namespace {
 
-// Shortest text that reads back to the same double.
-std::string exact(double value) {
-  char buffer[40];
-  const auto result = std::to_chars(buffer, buffer + sizeof(buffer), value);
-  return std::string(buffer, result.ptr);
-}
-
 bool is_space(char c) {
   return c == ' ' || c == '\t';
 }
@@ -752,105 +745,6 @@ RecordedVerdict record_verdict(const Verdict& verdict) {
   }
   r.summary = one_line(verdict.summary);
   return r;
-}
-
-namespace {
-
-// The model, engine, sequences and schedule of a case; `comments` heads
-// each part with a comment line, and `model_lines` go first in the model's.
-void print_scenario(std::ostream& out, const Scenario& s, bool comments,
-                    const std::string& model_lines) {
-  const Config& config = s.config;
-  if (comments) out << "\n# model\n";
-  out << model_lines;
-  out << "family " << family_name(config.family) << "\n";
-  out << "n_layers " << config.n_layers << "\n";
-  out << "d_model " << config.d_model << "\n";
-  out << "n_heads " << config.n_heads << "\n";
-  out << "n_kv_heads " << config.n_kv_heads << "\n";
-  out << "head_dim " << config.head_dim << "\n";
-  out << "d_ff " << config.d_ff << "\n";
-  out << "vocab " << config.vocab << "\n";
-  out << "max_pos " << config.max_pos << "\n";
-  out << "rope_theta " << exact(config.rope_theta) << "\n";
-  out << "norm_eps " << exact(config.norm_eps) << "\n";
-  out << "qkv_bias " << (config.qkv_bias ? "true" : "false") << "\n";
-  if (config.sliding_window > 0) {
-    out << "sliding_window " << config.sliding_window << "\n";
-    out << "sliding_window_pattern " << config.sliding_window_pattern << "\n";
-  }
-  out << "weight_seed " << s.weight_seed << "\n";
-  if (comments) out << "\n# engine\n";
-  out << "capacity " << s.capacity << "\n";
-  out << "max_rows " << s.max_rows << "\n";
-  out << "kv_dtype " << kv_dtype_name(s.kv_dtype) << "\n";
-  // Optional: absent means contiguous storage (files before paging stay valid).
-  if (s.block_size > 0) out << "block_size " << s.block_size << "\n";
-  if (s.pool_blocks > 0) out << "pool_blocks " << s.pool_blocks << "\n";
-  if (s.prefix_cache) out << "prefix_cache 1\n";
-  if (comments) out << "\n# sequences: token ids in feed order\n";
-  for (size_t i = 0; i < s.sequences.size(); ++i) {
-    out << "sequence s" << i << ":";
-    for (int32_t token : s.sequences[i]) out << " " << token;
-    out << "\n";
-  }
-  if (comments) out << "\n# schedule: one engine call per line, in order\n";
-  for (const Call& call : s.calls) out << call.to_text() << "\n";
-}
-
-void print_verdict(std::ostream& out, const RecordedVerdict& v) {
-  const Location& w = v.where;
-  out << "\n# the verdict seen when this file was written\n";
-  out << "verdict " << outcome_name(v.outcome) << "\n";
-  std::string where;
-  const auto add = [&](const char* name, int value) {
-    if (value >= 0) where += std::string(" ") + name + "=" + std::to_string(value);
-  };
-  add("call", w.call);
-  add("sequence", w.sequence);
-  add("position", w.position);
-  add("layer", w.layer);
-  add("kv_head", w.kv_head);
-  if (w.first_bad_position >= 0 && w.last_bad_position >= 0) {
-    where += " positions=" + std::to_string(w.first_bad_position) + ".." +
-             std::to_string(w.last_bad_position);
-  }
-  if (!where.empty()) out << "where" << where << "\n";
-  if (!v.summary.empty()) out << "summary " << v.summary << "\n";
-}
-
-void print_prelude(std::ostream& out, const std::vector<PreludeCase>& prelude) {
-  out << "\n# prelude: cases that run first, in this order, in the same fresh engine\n"
-         "# process as the case (replay and shrink run them before it)\n";
-  for (const PreludeCase& p : prelude) {
-    out << "prelude begin\nproperty " << property_name(p.property) << "\n";
-    print_scenario(out, p.scenario, false, "");
-    out << "prelude end\n";
-  }
-}
-
-}  // namespace
-
-std::string print_case(const CaseFile& c) {
-  std::ostringstream out;
-  out << kCaseMagic << "\n";
-  out << "# A kvcheck case (docs/CASE_FORMAT.md). Replay: kvcheck replay FILE\n";
-  for (const std::string& note : c.notes) out << "note " << note << "\n";
-  out << "property " << property_name(c.property) << "\n";
-  out << "fault " << c.faults.to_string() << "\n";
-  if (!c.backend.empty()) out << "backend " << c.backend << "\n";
-  if (!c.engine.empty()) out << "engine " << c.engine << "\n";
-  std::string model_lines;
-  if (!c.model_path.empty()) {
-    model_lines =
-        "# a --model checkpoint: the config below is its config.json, weight_seed is "
-        "unused\nmodel " +
-        c.model_path + "\nmodel_hash " + c.model_hash + "\n";
-  }
-  print_scenario(out, c.scenario, true, model_lines);
-  if (c.has_verdict) print_verdict(out, c.verdict);
-  if (!c.prelude.empty()) print_prelude(out, c.prelude);
-  return out.str();
 }
 
 Result<CaseFile> parse_case(std::string_view text) {

@@ -74,7 +74,11 @@ inline constexpr int kMaxCasePrelude = 64;  // prelude cases
 
 inline constexpr std::string_view kCaseMagic = "kvcheck-case 1";
 
-// The case as text; parse_case(print_case(c)) == c for every case whose
+// The shortest text that reads back (strtod) to the same double, infinities
+// and NaN included.
+std::string exact_text(double value);
+
+// The case as text (properties/repro/case_print.cpp); parse_case(print_case(c)) == c for every case whose
 // scenario validates and whose strings are one_line().
 std::string print_case(const CaseFile& c);
 

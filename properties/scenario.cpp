@@ -1,5 +1,7 @@
 #include "properties/scenario.h"
 
+#include "properties/schedule/operation.h"
+
 #include <algorithm>
 #include <charconv>
 #include <sstream>
@@ -109,187 +111,18 @@ std::string Scenario::validate() const {
     }
   }
 
-  enum class State : uint8_t { kNotStarted, kRunning, kDropped };
-  const int n_sequences = static_cast<int>(sequences.size());
-  std::vector<State> state(sequences.size(), State::kNotStarted);  // [sequence]
-  std::vector<int> fed(sequences.size(), 0);                       // [sequence] stream
-  std::vector<int> held(sequences.size(), 0);                      // [sequence] content
-  std::vector<std::vector<int32_t>> cells(sequences.size());       // [sequence][cell] position
-  int running = 0;
-  const auto in_range = [&](int s) { return s >= 0 && s < n_sequences; };
+  ScheduleModel model(*this);
   for (size_t c = 0; c < calls.size(); ++c) {
     const Call& call = calls[c];
-    out << "call " << c << ": ";
-    switch (call.kind) {
-      case Call::Kind::kStart:
-        if (!in_range(call.sequence)) {
-          out << "start of sequence " << call.sequence << ", which does not exist (there are "
-              << n_sequences << ")";
-          return out.str();
-        }
-        if (state[size_t(call.sequence)] != State::kNotStarted) {
-          out << "start of sequence " << call.sequence << ", which was already started";
-          return out.str();
-        }
-        if (running == max_rows) {
-          out << "start of sequence " << call.sequence << " exceeds max_rows " << max_rows << " ("
-              << running << " sequences are running)";
-          return out.str();
-        }
-        state[size_t(call.sequence)] = State::kRunning;
-        ++running;
-        break;
-      case Call::Kind::kStep: {
-        if (call.chunks.empty()) {
-          out << "step feeds no sequence";
-          return out.str();
-        }
-        for (size_t i = 0; i < call.chunks.size(); ++i) {
-          const ChunkSpec& chunk = call.chunks[i];
-          const int s = chunk.sequence;
-          if (!in_range(s)) {
-            out << "step feeds sequence " << s << ", which does not exist (there are "
-                << n_sequences << ")";
-            return out.str();
-          }
-          if (state[size_t(s)] != State::kRunning) {
-            out << "step feeds sequence " << s << " which is not running";
-            return out.str();
-          }
-          for (size_t j = 0; j < i; ++j) {
-            if (call.chunks[j].sequence == s) {
-              out << "step feeds sequence " << s << " twice";
-              return out.str();
-            }
-          }
-          if (chunk.length < 1) {
-            out << "step feeds sequence " << s << " a chunk of length " << chunk.length;
-            return out.str();
-          }
-          const int end = fed[size_t(s)] + chunk.length;
-          if (end > static_cast<int>(sequences[size_t(s)].size())) {
-            out << "step feeds sequence " << s << " tokens " << fed[size_t(s)] << ".." << end - 1
-                << " but it has only " << sequences[size_t(s)].size();
-            return out.str();
-          }
-          if (held[size_t(s)] + chunk.length > capacity) {
-            out << "step feeds sequence " << s << " up to position "
-                << held[size_t(s)] + chunk.length - 1 << ", past the capacity of " << capacity;
-            return out.str();
-          }
-          const int next = next_position(cells[size_t(s)]);
-          if (next + chunk.length > config.max_pos) {
-            out << "step feeds sequence " << s << " up to position " << next + chunk.length - 1
-                << ", past max_pos " << config.max_pos;
-            return out.str();
-          }
-          fed[size_t(s)] = end;
-          held[size_t(s)] += chunk.length;
-          for (int i = 0; i < chunk.length; ++i) cells[size_t(s)].push_back(next + i);
-        }
-        break;
-      }
-      case Call::Kind::kFinish:
-        if (!in_range(call.sequence) || state[size_t(call.sequence)] != State::kRunning) {
-          out << "finish of sequence " << call.sequence << " which is not running";
-          return out.str();
-        }
-        state[size_t(call.sequence)] = State::kDropped;
-        --running;
-        break;
-      case Call::Kind::kReset:
-        for (State& s : state) {
-          if (s == State::kRunning) s = State::kDropped;
-        }
-        running = 0;
-        break;
-      case Call::Kind::kFork:
-        if (!in_range(call.sequence) || state[size_t(call.sequence)] != State::kNotStarted) {
-          out << "fork into sequence " << call.sequence
-              << ", which does not exist or was already started";
-          return out.str();
-        }
-        if (!in_range(call.parent) || state[size_t(call.parent)] != State::kRunning) {
-          out << "fork from sequence " << call.parent << " which is not running";
-          return out.str();
-        }
-        if (call.count < 0 || call.count > held[size_t(call.parent)]) {
-          out << "fork of " << call.count << " tokens from sequence " << call.parent
-              << ", which holds " << held[size_t(call.parent)];
-          return out.str();
-        }
-        if (running == max_rows) {
-          out << "fork into sequence " << call.sequence << " exceeds max_rows " << max_rows;
-          return out.str();
-        }
-        state[size_t(call.sequence)] = State::kRunning;
-        held[size_t(call.sequence)] = call.count;
-        cells[size_t(call.sequence)].assign(cells[size_t(call.parent)].begin(),
-                                            cells[size_t(call.parent)].begin() + call.count);
-        ++running;
-        break;
-      case Call::Kind::kTruncate:
-        if (!in_range(call.sequence) || state[size_t(call.sequence)] != State::kRunning) {
-          out << "truncate of sequence " << call.sequence << " which is not running";
-          return out.str();
-        }
-        if (call.count < 0 || call.count > held[size_t(call.sequence)]) {
-          out << "truncate of " << call.count << " tokens from sequence " << call.sequence
-              << ", which holds " << held[size_t(call.sequence)];
-          return out.str();
-        }
-        held[size_t(call.sequence)] -= call.count;
-        cells[size_t(call.sequence)].resize(size_t(held[size_t(call.sequence)]));
-        break;
-      case Call::Kind::kErase:
-      case Call::Kind::kShift: {
-        const char* what = call.kind == Call::Kind::kErase ? "erase" : "shift";
-        if (!in_range(call.sequence) || state[size_t(call.sequence)] != State::kRunning) {
-          out << what << " of sequence " << call.sequence << " which is not running";
-          return out.str();
-        }
-        if (config.family != Family::kLlama) {
-          out << what << ": needs a RoPE model (llama family); gpt2's learned positions are "
-              << "not applicable";
-          return out.str();
-        }
-        if (block_size != 0) {
-          out << what << ": needs contiguous storage (block_size 0)";
-          return out.str();
-        }
-        if (config.sliding_window > 0) {
-          // No engine keeps a ring and moves its cells yet.
-          out << what << ": not with a sliding window (sliding_window " << config.sliding_window
-              << ")";
-          return out.str();
-        }
-        if (call.p0 < 0 || call.p1 < call.p0) {
-          out << what << " of [" << call.p0 << ", " << call.p1 << "): needs 0 <= p0 <= p1";
-          return out.str();
-        }
-        std::vector<int32_t>& c = cells[size_t(call.sequence)];
-        if (call.kind == Call::Kind::kErase) {
-          held[size_t(call.sequence)] -= erase_cells(c, call.p0, call.p1);
-        } else if (const std::string error =
-                       shift_cells(c, call.p0, call.p1, call.delta, config.max_pos);
-                   !error.empty()) {
-          out << "shift of s" << call.sequence << " [" << call.p0 << ", " << call.p1 << ") by "
-              << call.delta << ": " << error;
-          return out.str();
-        }
-        break;
-      }
-      case Call::Kind::kFlush:
-        if (!prefix_cache) {
-          out << "flush of the prefix cache, which the scenario does not have (prefix_cache 0)";
-          return out.str();
-        }
-        break;
-      default:
-        out << "unknown call kind " << static_cast<int>(call.kind);
-        return out.str();
+    if (static_cast<size_t>(call.kind) >= operations().size()) {
+      out << "call " << c << ": unknown call kind " << static_cast<int>(call.kind);
+      return out.str();
     }
-    out.str("");
+    const Operation& op = operation(call.kind);
+    if (const std::string error = op.precondition(model, call); !error.empty()) {
+      return "call " + std::to_string(c) + ": " + error;
+    }
+    op.apply(model, call);
   }
   return {};
 }
@@ -313,40 +146,9 @@ std::shared_ptr<const Weights> scenario_weights(const Scenario& scenario) {
 }
 
 std::string Call::to_text() const {
-  std::ostringstream out;
-  switch (kind) {
-    case Call::Kind::kStart:
-      out << "start s" << sequence;
-      break;
-    case Call::Kind::kStep:
-      out << "step";
-      for (const ChunkSpec& chunk : chunks) {
-        out << " s" << chunk.sequence << ":" << chunk.length;
-      }
-      break;
-    case Call::Kind::kFinish:
-      out << "finish s" << sequence;
-      break;
-    case Call::Kind::kReset:
-      out << "reset";
-      break;
-    case Call::Kind::kFork:
-      out << "fork s" << sequence << " s" << parent << " " << count;
-      break;
-    case Call::Kind::kTruncate:
-      out << "truncate s" << sequence << " " << count;
-      break;
-    case Call::Kind::kFlush:
-      out << "flush";
-      break;
-    case Call::Kind::kErase:
-      out << "erase s" << sequence << " " << p0 << " " << p1;
-      break;
-    case Call::Kind::kShift:
-      out << "shift s" << sequence << " " << p0 << " " << p1 << " " << delta;
-      break;
-  }
-  return out.str();
+  const Operation& op = operation(kind);
+  const std::string arguments = op.arguments(*this);
+  return std::string(op.keyword) + (arguments.empty() ? "" : " " + arguments);
 }
 
 std::string Scenario::to_text() const {

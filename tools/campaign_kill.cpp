@@ -76,7 +76,7 @@ void run_kill_matrices(Campaign& c, Progress& progress) {
     k.worker.isolate = c.isolated(b);
     k.worker.case_timeout_seconds = o.case_timeout;
     const rcgen::KillMatrix matrix = rcgen::run_kill_matrix(
-        [&](FaultSet f) { return engine_under_test(backend, f, c.reference); }, k,
+        [&](FaultSet f) { return engine_under_test(backend, f, c.subjects[b]->reference); }, k,
         [&](const std::string& line) { progress.update(line); });
     progress.done();
     std::printf(

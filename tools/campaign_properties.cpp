@@ -19,35 +19,54 @@ namespace kvcheck::cli {
 
 namespace {
 
-// The scenario classes the coverage column counts, in its order.
+// The scenario classes the coverage report counts, in its order: the
+// model, the storage, each schedule call and the shapes of erase and shift
+// that tell a cell's index from its position.
 struct CoverageClass {
   const char* name;
-  bool (*has)(const rcgen::Coverage&);
+  bool rcgen::Coverage::*has;
 };
 constexpr CoverageClass kCoverageClasses[] = {
-    {"gpt2", [](const rcgen::Coverage& c) { return c.gpt2; }},
-    {"llama", [](const rcgen::Coverage& c) { return !c.gpt2; }},
-    {"mha", [](const rcgen::Coverage& c) { return c.mha; }},
-    {"gqa", [](const rcgen::Coverage& c) { return c.gqa; }},
-    {"mqa", [](const rcgen::Coverage& c) { return c.mqa; }},
-    {"batched", [](const rcgen::Coverage& c) { return c.batched_step; }},
-    {"mixed", [](const rcgen::Coverage& c) { return c.mixed_step; }},
-    {"1-token chunk", [](const rcgen::Coverage& c) { return c.one_token_chunk; }},
-    {"reset", [](const rcgen::Coverage& c) { return c.reset; }},
-    {"finish", [](const rcgen::Coverage& c) { return c.finish; }},
-    {"reused row", [](const rcgen::Coverage& c) { return c.reused_row; }},
-    {"at capacity", [](const rcgen::Coverage& c) { return c.at_capacity; }},
-    {"bf16/f16/q8_0", [](const rcgen::Coverage& c) { return c.reduced_dtype; }},
-    {"q8_0 2 blocks", [](const rcgen::Coverage& c) { return c.q8_multi_block; }},
-    {"window wraps", [](const rcgen::Coverage& c) { return c.window_wraps; }},
-    {"erase/shift", [](const rcgen::Coverage& c) { return c.erase || c.shift; }},
+    {"gpt2", &rcgen::Coverage::gpt2},
+    {"mha", &rcgen::Coverage::mha},
+    {"gqa", &rcgen::Coverage::gqa},
+    {"mqa", &rcgen::Coverage::mqa},
+    {"f32", &rcgen::Coverage::f32},
+    {"bf16", &rcgen::Coverage::bf16},
+    {"f16", &rcgen::Coverage::f16},
+    {"q8_0", &rcgen::Coverage::q8_0},
+    {"q8_0 2 blocks", &rcgen::Coverage::q8_multi_block},
+    {"paged", &rcgen::Coverage::paged},
+    {"small pool", &rcgen::Coverage::small_pool},
+    {"prefix cache", &rcgen::Coverage::prefix_cache},
+    {"window", &rcgen::Coverage::window},
+    {"window wraps", &rcgen::Coverage::window_wraps},
+    {"step: prefill chunk", &rcgen::Coverage::prefill},
+    {"step: decode", &rcgen::Coverage::decode},
+    {"step: batched", &rcgen::Coverage::batched_step},
+    {"step: mixed", &rcgen::Coverage::mixed_step},
+    {"step: 1-token chunk", &rcgen::Coverage::one_token_chunk},
+    {"at capacity", &rcgen::Coverage::at_capacity},
+    {"finish", &rcgen::Coverage::finish},
+    {"reused row", &rcgen::Coverage::reused_row},
+    {"reset", &rcgen::Coverage::reset},
+    {"fork", &rcgen::Coverage::fork},
+    {"truncate", &rcgen::Coverage::truncate},
+    {"flush", &rcgen::Coverage::flush},
+    {"erase", &rcgen::Coverage::erase},
+    {"shift", &rcgen::Coverage::shift},
+    {"erase middle, then step", &rcgen::Coverage::erase_middle_then_step},
+    {"shift up", &rcgen::Coverage::shift_up},
+    {"shift middle, then step", &rcgen::Coverage::shift_middle_then_step},
+    {"fed where index != position", &rcgen::Coverage::fed_with_gap},
 };
+static_assert(std::size(kCoverageClasses) <= 64, "the coverage mask is 64 bits");
 
-uint32_t coverage_mask(const Scenario& s) {
+uint64_t coverage_mask(const Scenario& s) {
   const rcgen::Coverage c = rcgen::coverage(s);
-  uint32_t mask = 0;
+  uint64_t mask = 0;
   for (size_t i = 0; i < std::size(kCoverageClasses); ++i) {
-    if (kCoverageClasses[i].has(c)) mask |= 1u << i;
+    if (c.*kCoverageClasses[i].has) mask |= uint64_t(1) << i;
   }
   return mask;
 }
@@ -57,7 +76,7 @@ uint32_t coverage_mask(const Scenario& s) {
 // applicable). Short and cheap: a campaign runs thousands of cases a second.
 std::string describe_case(const Scenario& s, const Verdict& v) {
   char head[64];
-  std::snprintf(head, sizeof head, "%d%d %.17g %" PRIu32 " ", v.applicable ? 1 : 0,
+  std::snprintf(head, sizeof head, "%d%d %.17g %" PRIu64 " ", v.applicable ? 1 : 0,
                 v.passed ? 1 : 0, v.worst_ratio, coverage_mask(s));
   if (v.applicable) return head;
   // "P4 reset: not applicable: the engine lacks reset" -> "the engine lacks reset".
@@ -71,7 +90,7 @@ void count_case(Tally& t, const std::string& description) {
   const bool passed = description.size() > 1 && description[1] == '1';
   char* end = nullptr;
   const double ratio = std::strtod(description.c_str() + 3, &end);
-  const auto mask = uint32_t(std::strtoul(end, &end, 10));
+  const auto mask = uint64_t(std::strtoull(end, &end, 10));
   ++t.cases;
   if (!applicable) {
     ++t.not_applicable;
@@ -84,7 +103,7 @@ void count_case(Tally& t, const std::string& description) {
     ++t.ratio_histogram[size_t(ratio_bucket(passed ? ratio : 1.0))];
   }
   for (size_t i = 0; i < std::size(kCoverageClasses); ++i) {
-    if (mask & (1u << i)) ++t.coverage[kCoverageClasses[i].name];
+    t.coverage[kCoverageClasses[i].name] += (mask >> i) & 1;  // 0 too: never drawn shows
   }
 }
 

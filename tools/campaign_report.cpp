@@ -11,19 +11,27 @@ namespace kvcheck::cli {
 
 namespace {
 
-std::string coverage_text(const Tally& t) {
-  std::string text;
-  for (const auto& [name, n] : t.coverage) {
-    if (!text.empty()) text += ", ";
-    text += name + " " + std::to_string(t.cases ? 100 * n / t.cases : 0) + "%";
-  }
-  return text;
-}
-
 std::string result_text(const Tally& t) {
   if (t.failed) return "FAILED: " + t.failure;
   if (not_run(t)) return "not run: " + not_run_reason(t);
-  return coverage_text(t);
+  return "applied in " + std::to_string(t.cases ? 100 * applied(t) / t.cases : 0) +
+         "% of its cases";
+}
+
+// Per backend, the share of all its cases that held each scenario class,
+// three to a line.
+void print_coverage(const RunRecord& r) {
+  for (const BackendRecord& b : r.backends) {
+    const auto [cases, classes] = backend_coverage(r.tallies, b.spec);
+    if (cases == 0) continue;
+    std::printf("\ncoverage on %s (share of its %d cases):\n", b.spec.c_str(), cases);
+    int column = 0;
+    for (const auto& [name, n] : classes) {
+      std::printf("  %-28s %3d%%", name.c_str(), 100 * n / cases);
+      if (++column % 3 == 0) std::printf("\n");
+    }
+    if (column % 3 != 0) std::printf("\n");
+  }
 }
 
 void print_not_applicable(const std::vector<Tally>& tallies) {
@@ -53,6 +61,7 @@ void print_summary(const Campaign& c) {
     std::printf("%-16s %-14s %8d %8d %8d %6d %11s  %s\n", label.c_str(), t.backend.c_str(), t.cases,
                 applied(t), t.passed, t.not_applicable, ratio, result_text(t).c_str());
   }
+  print_coverage(r);
   print_not_applicable(r.tallies);
   for (const std::string& i : r.incomplete) std::printf("incomplete: %s\n", i.c_str());
   int cases = 0;
@@ -137,6 +146,13 @@ std::string campaign_json(const Campaign& c) {
                                 {"traits", traits_to_json(c.backends[b].traits)},
                                 {"isolated", c.isolated(b)},
                                 {"seconds", seconds}});
+  }
+  json["coverage"] = nlohmann::json::object();
+  for (const BackendRecord& b : r.backends) {
+    const auto [cases, classes] = backend_coverage(r.tallies, b.spec);
+    nlohmann::json shares = nlohmann::json::object();
+    for (const auto& [name, n] : classes) shares[name] = cases ? double(n) / cases : 0.0;
+    json["coverage"][b.spec] = {{"cases", cases}, {"share", shares}};
   }
   json["properties"] = nlohmann::json::array();
   for (const Tally& t : r.tallies) json["properties"].push_back(tally_json(t, r));

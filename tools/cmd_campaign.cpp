@@ -110,9 +110,17 @@ void set_up(Campaign& c) {
     c.reference = std::make_shared<const EngineUnderTest>(reference.under_test());
   }
   c.model = load_model_option(o.model);
-  for (const Backend& b : c.backends) {
-    c.subjects.push_back(
-        std::make_shared<const EngineUnderTest>(engine_under_test(b, c.faults, c.reference)));
+  for (size_t b = 0; b < c.backends.size(); ++b) {
+    // Without --reference, P10 compares each engine with the next one the
+    // campaign runs (cpu with cpu-reference by default, and back).
+    std::shared_ptr<const EngineUnderTest> reference = c.reference;
+    if (!reference && c.backends.size() > 1) {
+      const Backend& next = c.backends[(b + 1) % c.backends.size()];
+      c.reference_forkable = c.reference_forkable && next.forkable;
+      reference = std::make_shared<const EngineUnderTest>(next.under_test());
+    }
+    c.subjects.push_back(std::make_shared<const EngineUnderTest>(
+        engine_under_test(c.backends[b], c.faults, reference)));
     c.histories.emplace_back(*c.subjects.back());
   }
   check_writable("--json", o.json_path);
@@ -236,7 +244,9 @@ Action add_campaign(CLI::App& app) {
       "(default: the in-tree engines this machine runs; `kvcheck backends` lists them)");
   cmd->add_option("--reference", o->reference,
                   "P10: compare every backend with this one within the derived bound "
-                  "(e.g. --reference cpu); without it P10 is not run");
+                  "(e.g. --reference cpu); without it, P10 compares each backend with the "
+                  "next one given (cpu with cpu-reference by default), and with one backend "
+                  "P10 is not run");
   cmd->add_option("--model", o->model,
                   "a Hugging Face checkpoint folder (config.json + model.safetensors, GPT-2 or "
                   "Llama): check the cache on these weights; generators then vary schedules and "

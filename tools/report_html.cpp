@@ -89,13 +89,7 @@ void properties_section(std::ostringstream& out, const RunRecord& run) {
 void coverage_section(std::ostringstream& out, const RunRecord& run) {
   out << "<h2>Coverage of scenario shapes</h2><div class=\"backends\">";
   for (const BackendRecord& b : run.backends) {
-    std::map<std::string, int> classes;
-    int cases = 0;
-    for (const Tally& t : run.tallies) {
-      if (t.backend != b.spec) continue;
-      cases += t.cases;
-      for (const auto& [name, n] : t.coverage) classes[name] += n;
-    }
+    const auto [cases, classes] = backend_coverage(run.tallies, b.spec);
     std::vector<std::pair<std::string, double>> rows;
     for (const auto& [name, n] : classes) rows.push_back({name, cases ? double(n) / cases : 0});
     out << "<div><b>" << escape_xml(b.spec) << "</b>, " << cases << " cases<br>"

@@ -36,6 +36,16 @@ std::string not_run_reason(const Tally& t) {
   return "it applied to none of the " + std::to_string(t.cases) + " cases";
 }
 
+BackendCoverage backend_coverage(const std::vector<Tally>& tallies, const std::string& backend) {
+  BackendCoverage out;
+  for (const Tally& t : tallies) {
+    if (t.backend != backend) continue;
+    out.cases += t.cases;
+    for (const auto& [name, n] : t.coverage) out.classes[name] += n;
+  }
+  return out;
+}
+
 std::string utc_now_iso8601() {
   const std::time_t now = std::time(nullptr);
   std::tm tm{};

@@ -54,6 +54,15 @@ inline bool not_run(const Tally& t) {
 // Why, in words ("" when it ran).
 std::string not_run_reason(const Tally& t);
 
+// One backend's coverage over all its properties' cases: the cases, and per
+// scenario class the cases that hold it. The console, JSON and HTML reports
+// all print this.
+struct BackendCoverage {
+  int cases = 0;
+  std::map<std::string, int> classes;  // class -> cases
+};
+BackendCoverage backend_coverage(const std::vector<Tally>& tallies, const std::string& backend);
+
 // One failure: the case file written for it and the verdict's localisation.
 struct FailureRecord {
   Property property = Property::kOracle;

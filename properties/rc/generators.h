@@ -27,6 +27,7 @@
 #include "model/checkpoint.h"
 #include "model/config.h"
 #include "properties/scenario.h"
+#include "properties/schedule/operation.h"
 
 namespace kvcheck::rcgen {
 
@@ -37,6 +38,20 @@ inline constexpr int kMaxHeads = 8;
 inline constexpr int kMaxSequences = 6;
 inline constexpr int kMaxPrompt = 48;
 inline constexpr int kMaxDecode = 16;
+
+// What the generated scenarios must contain.
+enum class Emphasis : uint8_t {
+  kAny,            // every shape
+  kSharedKvHeads,  // n_kv_heads < n_heads (GQA or MQA): P7 has nothing to check otherwise
+  // Erase and shift on every case where the engine declares them: RoPE
+  // models, contiguous storage, no window, a context shift early in the
+  // schedule. The kill matrix draws the shift faults' cases so.
+  kContextShift,
+  kForks,             // forks on most cases (P11 compares a fork with a solo run)
+  kTruncations,       // truncations on most cases (P12)
+  kPrefixCache,       // paged storage with a prefix cache and shared prompts (P15)
+  kSeveralSequences,  // two sequences or more (P5 needs one to finish while another runs)
+};
 
 struct ModelGenes {
   Family family = Family::kGpt2;
@@ -66,23 +81,20 @@ struct SequenceGenes {
   bool operator==(const SequenceGenes&) const = default;
 };
 
-// One fork or truncation (docs/OPERATIONS.md), applied right after step
-// `after_step` (counted over the whole schedule) to a running sequence.
+// One operation on the cache (properties/schedule/: fork, truncate, erase,
+// shift, flush), applied `steps_after` steps after the one before it (the
+// first counts from the first step; 0: right after the same step, so that
+// operations come in runs: an erase, then a shift of what is left). `which`
+// picks among the operations the
+// engine declares and the scenario allows, by their weights (the
+// emphasis may raise some); each draws its parameters from `genes` over its
+// whole domain (Operation::draw).
 struct OpGenes {
-  int after_step = 0;
-  bool truncate = false;  // else a fork
-  int target = 0;         // index among the running sequences
-  int amount = 0;         // fork: prefix length; truncate: tokens forgotten (mod length + 1)
-  int snap = 0;           // 0: amount as drawn, 1: to a block boundary, 2: all of it
-  int child_tokens = 1;   // fork: tokens the child is fed afterwards
+  int steps_after = 0;
+  int which = 0;
+  OperationGenes genes;
+  int child_tokens = 1;  // fork: tokens the child is fed afterwards
   bool child_finishes = false;
-  bool flush = false;  // instead: flush the prefix cache (scenarios that have one)
-  // Instead (RoPE models with contiguous storage, engines that declare erase
-  // and shift): 1 a context shift, erase n = amount cells from position
-  // keep = child_tokens and shift the rest by -n; 2 erase the tail from
-  // keep; 3 the context shift of 1 twice in a row. All keep the positions
-  // contiguous, so `held` stays the content.
-  int context_shift = 0;
 
   bool operator==(const OpGenes&) const = default;
 };
@@ -110,18 +122,13 @@ struct ScenarioGenes {
   // genes above draw what they drew before windows existed.
   int sliding_window = 0;
   int window_pattern = 0;
+  // Where the engine declares erase or shift: the scenario is one they
+  // apply to (a RoPE model, contiguous storage, no window), so that they are
+  // drawn often enough although most scenarios rule them out.
+  bool cell_operations = false;
+  Emphasis emphasis = Emphasis::kAny;  // not a gene: what decode() favours
 
   bool operator==(const ScenarioGenes&) const = default;
-};
-
-// What the generated scenarios must contain.
-enum class Emphasis : uint8_t {
-  kAny,            // every shape
-  kSharedKvHeads,  // n_kv_heads < n_heads (GQA or MQA): P7 has nothing to check otherwise
-  // Erase and shift on every case where the engine declares them: RoPE
-  // models, contiguous storage, no window, a context shift early in the
-  // schedule. The kill matrix draws the shift faults' cases so.
-  kContextShift,
 };
 
 // The independent genes; shrinking them shrinks the decoded scenario.
@@ -165,6 +172,16 @@ struct Coverage {
   bool window_straddle = false;  // a chunk crosses the ring's edge (a multiple of W)
   bool erase = false, shift = false;
   bool shifts_in_a_row = false;  // one sequence shifted twice or more
+  // The shapes of erase and shift that tell a cell's index from its
+  // position (docs/GENERATORS.md, "Operations"):
+  bool erase_middle_then_step = false;  // cells on both sides stay, and the sequence is fed next
+  bool shift_up = false;
+  bool shift_middle_then_step = false;  // cells above the range stay, and it is fed next
+  bool fed_with_gap = false;  // a step feeds a sequence whose cell i does not hold position i
+  bool prefill = false;       // a chunk of two tokens or more
+  bool decode = false;        // a one-token chunk of a sequence that holds tokens
+  bool start = false;
+  bool f32 = false, bf16 = false, f16 = false, q8_0 = false;
 
   // Every tag either side has (coverage over many scenarios).
   Coverage& operator|=(const Coverage& other);

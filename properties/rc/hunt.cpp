@@ -10,7 +10,20 @@
 namespace kvcheck::rcgen {
 
 Emphasis emphasis_for(Property property) {
-  return property == Property::kGqa ? Emphasis::kSharedKvHeads : Emphasis::kAny;
+  switch (property) {
+    case Property::kGqa:
+      return Emphasis::kSharedKvHeads;
+    case Property::kSharing:
+      return Emphasis::kForks;
+    case Property::kRollback:
+      return Emphasis::kTruncations;
+    case Property::kPrefix:
+      return Emphasis::kPrefixCache;
+    case Property::kCompaction:
+      return Emphasis::kSeveralSequences;
+    default:
+      return Emphasis::kAny;
+  }
 }
 
 namespace {

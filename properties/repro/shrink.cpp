@@ -7,6 +7,7 @@
 #include <unordered_set>
 
 #include "properties/runner.h"
+#include "properties/schedule/operation.h"
 
 namespace kvcheck {
 
@@ -97,55 +98,17 @@ void normalize(Scenario& s) {
   }
 }
 
-// The most sequences running at once, and the longest fed sequence.
+// The most sequences running at once, and the most cells one held, on
+// the harness's model of the (valid) scenario.
 std::pair<int, int> peak_rows_and_length(const Scenario& s) {
-  int running = 0, peak = 0;
-  std::vector<int> fed(s.sequences.size(), 0);  // [sequence] content length
-  int longest = 0;
-  const auto valid = [&](int q) { return q >= 0 && size_t(q) < fed.size(); };
+  ScheduleModel model(s);
+  int peak = 0, longest = 0;
   for (const Call& call : s.calls) {
-    switch (call.kind) {
-      case Call::Kind::kStart:
-        peak = std::max(peak, ++running);
-        break;
-      case Call::Kind::kFork:
-        peak = std::max(peak, ++running);
-        if (valid(call.sequence)) fed[size_t(call.sequence)] = call.count;
-        break;
-      case Call::Kind::kTruncate:
-        if (valid(call.sequence)) fed[size_t(call.sequence)] -= call.count;
-        break;
-      case Call::Kind::kErase:  // fewer cells; the peak was before
-      case Call::Kind::kShift:
-        break;
-      case Call::Kind::kFinish:
-        --running;
-        break;
-      case Call::Kind::kReset:
-        running = 0;
-        break;
-      case Call::Kind::kFlush:
-        break;
-      case Call::Kind::kStep:
-        for (const ChunkSpec& chunk : call.chunks) {
-          if (size_t(chunk.sequence) >= fed.size()) continue;
-          longest = std::max(longest, fed[size_t(chunk.sequence)] += chunk.length);
-        }
-        break;
-    }
+    operation(call.kind).apply(model, call);
+    peak = std::max(peak, model.running);
+    for (const SequenceModel& seq : model.sequences) longest = std::max(longest, seq.held());
   }
   return {peak, longest};
-}
-
-// Distinct candidate values below `current` (and >= lo), smallest first.
-std::vector<int> smaller_values(int current, int lo, std::initializer_list<int> extra = {}) {
-  std::set<int> values = {lo, current / 2, current - 1};
-  for (int v : extra) values.insert(v);
-  std::vector<int> out;
-  for (int v : values) {
-    if (v >= lo && v < current) out.push_back(v);
-  }
-  return out;
 }
 
 class CandidateList {
@@ -212,36 +175,13 @@ void schedule_candidates(const Scenario& s, CandidateList& out) {
       c.calls.erase(c.calls.begin() + std::ptrdiff_t(i));
       out.add(std::move(c));
     }
-    if (call.kind == Call::Kind::kErase || call.kind == Call::Kind::kShift) {
-      // A narrower range (invalid shifts are dropped by validation), and
-      // a smaller delta of the same sign.
-      for (int p1 : smaller_values(call.p1, call.p0)) {
+    // Simpler parameters: narrower ranges, smaller counts and deltas.
+    if (const Operation& op = operation(call.kind); op.simpler) {
+      for (const Call& simpler : op.simpler(call)) {
         Scenario c = s;
-        c.calls[i].p1 = p1;
+        c.calls[i] = simpler;
         out.add(std::move(c));
       }
-      for (int p0 : smaller_values(call.p0, 0)) {
-        Scenario c = s;
-        c.calls[i].p0 = p0;
-        out.add(std::move(c));
-      }
-      if (call.kind == Call::Kind::kShift) {
-        for (int d : smaller_values(std::abs(call.delta), 1)) {
-          Scenario c = s;
-          c.calls[i].delta = call.delta < 0 ? -d : d;
-          out.add(std::move(c));
-        }
-      }
-      continue;
-    }
-    if (call.kind == Call::Kind::kFork || call.kind == Call::Kind::kTruncate) {
-      // A shorter fork prefix or a shorter truncation.
-      for (int n : smaller_values(call.count, 0)) {
-        Scenario c = s;
-        c.calls[i].count = n;
-        out.add(std::move(c));
-      }
-      continue;
     }
     if (call.kind != Call::Kind::kStep) continue;
     for (size_t j = 0; j < call.chunks.size(); ++j) {

@@ -1,0 +1,86 @@
+// erase s p0 p1: the cells holding positions [p0, p1) are removed, leaving
+// a gap in the positions (Engine::erase; llama.cpp's llama_memory_seq_rm).
+#include "properties/schedule/operation.h"
+
+namespace kvcheck {
+
+namespace {
+
+std::string arguments(const Call& call) {
+  return "s" + std::to_string(call.sequence) + " " + std::to_string(call.p0) + " " +
+         std::to_string(call.p1);
+}
+
+std::string precondition(const ScheduleModel& model, const Call& call) {
+  if (!model.is_running(call.sequence)) {
+    return "erase of sequence " + std::to_string(call.sequence) + " which is not running";
+  }
+  if (std::string why = cell_operation_scope(model.scenario); !why.empty()) {
+    return "erase: " + why;
+  }
+  if (call.p0 < 0 || call.p1 < call.p0) {
+    return "erase of [" + std::to_string(call.p0) + ", " + std::to_string(call.p1) +
+           "): needs 0 <= p0 <= p1";
+  }
+  return {};
+}
+
+void apply(ScheduleModel& model, const Call& call) {
+  erase_cells(model.at(call.sequence).cells, call.p0, call.p1);
+}
+
+std::string needs(const EngineTraits& traits, const Scenario&, const Call&) {
+  return traits.operations.erase ? "" : "erase";
+}
+
+// Any range of the held positions: most often a middle one, with cells
+// left on both sides (the gap stays unless a shift closes it), else any
+// range, or everything from p0 on (the tail).
+std::optional<Call> draw(const DrawContext& context, const OperationGenes& genes) {
+  const SequenceModel& seq = context.model.at(context.sequence);
+  const int next = seq.next_position();
+  if (seq.held() == 0 || !cell_operation_scope(context.model.scenario).empty()) {
+    return std::nullopt;
+  }
+  const int s = context.sequence;
+  switch (genes.variant % 4) {
+    case 0:
+    case 1:
+      if (next >= 3) {
+        const int p0 = 1 + genes.a % (next - 2);
+        return Call::erase(s, p0, p0 + 1 + genes.b % (next - p0 - 1));
+      }
+      [[fallthrough]];
+    case 2: {
+      const int p0 = genes.a % next;
+      return Call::erase(s, p0, p0 + 1 + genes.b % (next - p0));
+    }
+    default:
+      return Call::erase(s, genes.a % next, context.max_pos);
+  }
+}
+
+// A narrower range, or one that starts earlier.
+std::vector<Call> simpler(const Call& call) {
+  std::vector<Call> out;
+  for (int p1 : smaller_values(call.p1, call.p0)) {
+    out.push_back(Call::erase(call.sequence, call.p0, p1));
+  }
+  for (int p0 : smaller_values(call.p0, 0)) out.push_back(Call::erase(call.sequence, p0, call.p1));
+  return out;
+}
+
+}  // namespace
+
+extern const Operation kEraseOperation{.kind = Call::Kind::kErase,
+                                       .keyword = "erase",
+                                       .weight = 8,
+                                       .arguments = arguments,
+                                       .precondition = precondition,
+                                       .apply = apply,
+                                       .needs = needs,
+                                       .scope = cell_operation_scope,
+                                       .draw = draw,
+                                       .simpler = simpler};
+
+}  // namespace kvcheck

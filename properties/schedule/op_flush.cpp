@@ -1,0 +1,43 @@
+// flush: the prefix cache forgets every cached block (Engine::flush_prefix_cache).
+#include "properties/schedule/operation.h"
+
+namespace kvcheck {
+
+namespace {
+
+std::string arguments(const Call&) {
+  return {};
+}
+
+std::string precondition(const ScheduleModel& model, const Call&) {
+  if (model.scenario.prefix_cache) return {};
+  return "flush of the prefix cache, which the scenario does not have (prefix_cache 0)";
+}
+
+void apply(ScheduleModel&, const Call&) {}
+
+std::string needs(const EngineTraits& traits, const Scenario&, const Call&) {
+  return traits.operations.prefix_cache ? "" : "a prefix cache";
+}
+
+std::string scope(const Scenario& scenario) {
+  return scenario.prefix_cache ? "" : "no prefix cache";
+}
+
+std::optional<Call> draw(const DrawContext&, const OperationGenes&) {
+  return Call::flush();
+}
+
+}  // namespace
+
+extern const Operation kFlushOperation{.kind = Call::Kind::kFlush,
+                                       .keyword = "flush",
+                                       .weight = 6,
+                                       .arguments = arguments,
+                                       .precondition = precondition,
+                                       .apply = apply,
+                                       .needs = needs,
+                                       .scope = scope,
+                                       .draw = draw};
+
+}  // namespace kvcheck

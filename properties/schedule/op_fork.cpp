@@ -1,0 +1,94 @@
+// fork c p n: a new sequence c starts with the first n cells of running
+// sequence p (Engine::fork; beam search, parallel sampling).
+#include <algorithm>
+
+#include "properties/schedule/operation.h"
+
+namespace kvcheck {
+
+namespace {
+
+std::string arguments(const Call& call) {
+  return "s" + std::to_string(call.sequence) + " s" + std::to_string(call.parent) + " " +
+         std::to_string(call.count);
+}
+
+std::string precondition(const ScheduleModel& model, const Call& call) {
+  if (!model.exists(call.sequence) ||
+      model.at(call.sequence).state != SequenceModel::State::kNotStarted) {
+    return "fork into sequence " + std::to_string(call.sequence) +
+           ", which does not exist or was already started";
+  }
+  if (!model.is_running(call.parent)) {
+    return "fork from sequence " + std::to_string(call.parent) + " which is not running";
+  }
+  const int held = model.at(call.parent).held();
+  if (call.count < 0 || call.count > held) {
+    return "fork of " + std::to_string(call.count) + " tokens from sequence " +
+           std::to_string(call.parent) + ", which holds " + std::to_string(held);
+  }
+  if (model.running == model.scenario.max_rows) {
+    return "fork into sequence " + std::to_string(call.sequence) + " exceeds max_rows " +
+           std::to_string(model.scenario.max_rows);
+  }
+  return {};
+}
+
+void apply(ScheduleModel& model, const Call& call) {
+  const std::vector<int32_t>& parent = model.at(call.parent).cells;
+  SequenceModel& child = model.at(call.sequence);
+  child.state = SequenceModel::State::kRunning;
+  child.cells.assign(parent.begin(), parent.begin() + call.count);
+  ++model.running;
+}
+
+std::string needs(const EngineTraits& traits, const Scenario& scenario, const Call&) {
+  if (!traits.operations.fork) return "fork";
+  if (scenario.config.sliding_window > 0) return "fork with a sliding window";
+  return {};
+}
+
+// Any prefix length: as drawn, at a block boundary, all of it, or one
+// either side of a boundary (where copy-on-write of a partial block starts).
+// The child's index is the generator's to fill in.
+std::optional<Call> draw(const DrawContext& context, const OperationGenes& genes) {
+  const int held = context.model.at(context.sequence).held();
+  const int B = context.block_size;
+  int n = 0;
+  switch (genes.variant % 4) {
+    case 0:
+      n = genes.a % (held + 1);
+      break;
+    case 1:
+      n = held / B * B;
+      break;
+    case 2:
+      n = held;
+      break;
+    default:
+      n = std::clamp((genes.a % (held / B + 1)) * B + genes.b % 3 - 1, 0, held);
+      break;
+  }
+  return Call::fork(-1, context.sequence, n);
+}
+
+std::vector<Call> simpler(const Call& call) {
+  std::vector<Call> out;
+  for (int n : smaller_values(call.count, 0))
+    out.push_back(Call::fork(call.sequence, call.parent, n));
+  return out;
+}
+
+}  // namespace
+
+extern const Operation kForkOperation{.kind = Call::Kind::kFork,
+                                      .keyword = "fork",
+                                      .weight = 4,
+                                      .arguments = arguments,
+                                      .precondition = precondition,
+                                      .apply = apply,
+                                      .needs = needs,
+                                      .draw = draw,
+                                      .simpler = simpler};
+
+}  // namespace kvcheck

@@ -1,0 +1,41 @@
+// start s: a new sequence takes a row (Engine::add_sequence).
+#include "properties/schedule/operation.h"
+
+namespace kvcheck {
+
+namespace {
+
+std::string arguments(const Call& call) {
+  return "s" + std::to_string(call.sequence);
+}
+
+std::string precondition(const ScheduleModel& model, const Call& call) {
+  const std::string which = "start of sequence " + std::to_string(call.sequence);
+  if (!model.exists(call.sequence)) {
+    return which + ", which does not exist (there are " + std::to_string(model.sequences.size()) +
+           ")";
+  }
+  if (model.at(call.sequence).state != SequenceModel::State::kNotStarted) {
+    return which + ", which was already started";
+  }
+  if (model.running == model.scenario.max_rows) {
+    return which + " exceeds max_rows " + std::to_string(model.scenario.max_rows) + " (" +
+           std::to_string(model.running) + " sequences are running)";
+  }
+  return {};
+}
+
+void apply(ScheduleModel& model, const Call& call) {
+  model.at(call.sequence).state = SequenceModel::State::kRunning;
+  ++model.running;
+}
+
+}  // namespace
+
+extern const Operation kStartOperation{.kind = Call::Kind::kStart,
+                                       .keyword = "start",
+                                       .arguments = arguments,
+                                       .precondition = precondition,
+                                       .apply = apply};
+
+}  // namespace kvcheck

@@ -1,0 +1,81 @@
+// truncate s n: the running sequence forgets its last n cells
+// (Engine::truncate; speculative decoding's rollback).
+#include <algorithm>
+
+#include "properties/schedule/operation.h"
+
+namespace kvcheck {
+
+namespace {
+
+std::string arguments(const Call& call) {
+  return "s" + std::to_string(call.sequence) + " " + std::to_string(call.count);
+}
+
+std::string precondition(const ScheduleModel& model, const Call& call) {
+  if (!model.is_running(call.sequence)) {
+    return "truncate of sequence " + std::to_string(call.sequence) + " which is not running";
+  }
+  const int held = model.at(call.sequence).held();
+  if (call.count < 0 || call.count > held) {
+    return "truncate of " + std::to_string(call.count) + " tokens from sequence " +
+           std::to_string(call.sequence) + ", which holds " + std::to_string(held);
+  }
+  return {};
+}
+
+void apply(ScheduleModel& model, const Call& call) {
+  SequenceModel& seq = model.at(call.sequence);
+  seq.cells.resize(size_t(seq.held() - call.count));
+}
+
+std::string needs(const EngineTraits& traits, const Scenario& scenario, const Call&) {
+  if (!traits.operations.truncate) return "truncate";
+  if (scenario.config.sliding_window > 0) return "truncate with a sliding window";
+  return {};
+}
+
+// Any count: as drawn, back to the last block boundary, all of it, or
+// across a boundary (freeing a whole block and part of another).
+std::optional<Call> draw(const DrawContext& context, const OperationGenes& genes) {
+  const int held = context.model.at(context.sequence).held();
+  if (held == 0) return std::nullopt;
+  const int B = context.block_size;
+  const int to_boundary = held % B != 0 ? held % B : std::min(held, B);
+  int n = 0;
+  switch (genes.variant % 4) {
+    case 0:
+      n = genes.a % (held + 1);
+      break;
+    case 1:
+      n = to_boundary;
+      break;
+    case 2:
+      n = held;
+      break;
+    default:
+      n = std::min(held, to_boundary + 1 + genes.a % B);
+      break;
+  }
+  return Call::truncate(context.sequence, n);
+}
+
+std::vector<Call> simpler(const Call& call) {
+  std::vector<Call> out;
+  for (int n : smaller_values(call.count, 0)) out.push_back(Call::truncate(call.sequence, n));
+  return out;
+}
+
+}  // namespace
+
+extern const Operation kTruncateOperation{.kind = Call::Kind::kTruncate,
+                                          .keyword = "truncate",
+                                          .weight = 4,
+                                          .arguments = arguments,
+                                          .precondition = precondition,
+                                          .apply = apply,
+                                          .needs = needs,
+                                          .draw = draw,
+                                          .simpler = simpler};
+
+}  // namespace kvcheck

@@ -1,0 +1,36 @@
+// The harness's model of the sequences (schedule_model.h).
+#include "properties/schedule/schedule_model.h"
+
+#include <algorithm>
+
+namespace kvcheck {
+
+bool SequenceModel::gapped() const {
+  for (size_t i = 0; i < cells.size(); ++i) {
+    if (cells[i] != int32_t(i)) return true;
+  }
+  return false;
+}
+
+ScheduleModel::ScheduleModel(const Scenario& s) : scenario(s), sequences(s.sequences.size()) {}
+
+std::string cell_operation_scope(const Scenario& scenario) {
+  if (scenario.config.family != Family::kLlama) {
+    return "needs a RoPE model (llama family); gpt2's learned positions are not applicable";
+  }
+  if (scenario.block_size != 0) return "needs contiguous storage (block_size 0)";
+  if (scenario.config.sliding_window > 0) {
+    // No engine keeps a ring and moves its cells yet.
+    return "not with a sliding window (sliding_window " +
+           std::to_string(scenario.config.sliding_window) + ")";
+  }
+  return {};
+}
+
+std::vector<int32_t> sorted_positions(const SequenceModel& sequence) {
+  std::vector<int32_t> positions = sequence.cells;
+  std::sort(positions.begin(), positions.end());
+  return positions;
+}
+
+}  // namespace kvcheck

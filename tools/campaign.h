@@ -18,6 +18,7 @@
 #include "backends/registry.h"
 #include "engine/faults.h"
 #include "properties/property.h"
+#include "properties/rc/kill_matrix.h"
 #include "tools/case_history.h"
 #include "tools/run_report.h"
 
@@ -98,6 +99,12 @@ class Progress {
 // The kill matrix on every backend with fault switches: its rows go to the
 // record; a fault that survived or a failing correct engine fails the run.
 void run_kill_matrices(Campaign& c, Progress& progress);
+
+// The kill matrix's options for a backend, as a campaign sets them (and
+// `kvcheck kill-matrix`, so that both print the same matrix): `cases` per
+// fault and for the correct engine, `shrink_steps` per shrink.
+rcgen::KillMatrixOptions kill_matrix_options(const Backend& backend, uint64_t seed, int cases,
+                                             int shrink_steps, bool per_property);
 
 // The properties, turn by turn, on every backend: tallies and failures go to
 // the record.

@@ -50,6 +50,18 @@ KillRecord kill_record(const std::string& backend, const rcgen::KillMatrixRow& r
 
 }  // namespace
 
+rcgen::KillMatrixOptions kill_matrix_options(const Backend& backend, uint64_t seed, int cases,
+                                             int shrink_steps, bool per_property) {
+  rcgen::KillMatrixOptions k;
+  k.seed = seed;
+  k.cases_per_cell = cases;
+  k.correct_cases = cases;
+  k.per_property = per_property;
+  k.max_shrink_steps = shrink_steps;
+  k.catalogue_applies = !backend.weakened;
+  return k;
+}
+
 void run_kill_matrices(Campaign& c, Progress& progress) {
   const CampaignOptions& o = c.options;
   for (size_t b = 0; b < c.backends.size() && !c.out_of_time(); ++b) {
@@ -62,17 +74,12 @@ void run_kill_matrices(Campaign& c, Progress& progress) {
                   backend.spec.c_str());
       continue;
     }
-    rcgen::KillMatrixOptions k;
-    k.seed = o.kill_seed;
-    k.cases_per_cell = o.kill_cases;
-    k.correct_cases = o.kill_cases;
     // The 'any' column alone (every property per case) is the fastest kill;
     // per property shows what each one still catches on its own.
-    k.per_property = o.kill_per_property;
-    k.max_shrink_steps = o.shrink_steps;
+    rcgen::KillMatrixOptions k = kill_matrix_options(backend, o.kill_seed, o.kill_cases,
+                                                     o.shrink_steps, o.kill_per_property);
     k.deadline = c.deadline;
     k.stop = [] { return interrupted() != 0; };
-    k.catalogue_applies = !backend.weakened;
     k.worker.isolate = c.isolated(b);
     k.worker.case_timeout_seconds = o.case_timeout;
     const rcgen::KillMatrix matrix = rcgen::run_kill_matrix(

@@ -32,10 +32,10 @@ int main(int argc, char** argv) {
   app.set_version_flag("--version", std::string("kvcheck ") + kvcheck::cli::build_version() +
                                         " (commit " + kvcheck::cli::build_commit() + ")");
   const std::vector<kvcheck::cli::Action> actions = {
-      kvcheck::cli::add_campaign(app),     kvcheck::cli::add_demo(app),
-      kvcheck::cli::add_replay(app),       kvcheck::cli::add_shrink(app),
-      kvcheck::cli::add_backends(app),     kvcheck::cli::add_memory(app),
-      kvcheck::cli::add_check_adapter(app)};
+      kvcheck::cli::add_campaign(app),      kvcheck::cli::add_demo(app),
+      kvcheck::cli::add_replay(app),        kvcheck::cli::add_shrink(app),
+      kvcheck::cli::add_backends(app),      kvcheck::cli::add_memory(app),
+      kvcheck::cli::add_check_adapter(app), kvcheck::cli::add_kill_matrix(app)};
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

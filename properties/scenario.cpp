@@ -146,9 +146,8 @@ std::shared_ptr<const Weights> scenario_weights(const Scenario& scenario) {
 }
 
 std::string Call::to_text() const {
-  const Operation& op = operation(kind);
-  const std::string arguments = op.arguments(*this);
-  return std::string(op.keyword) + (arguments.empty() ? "" : " " + arguments);
+  const std::string arguments = written_arguments(*this);
+  return std::string(operation(kind).keyword) + (arguments.empty() ? "" : " " + arguments);
 }
 
 std::string Scenario::to_text() const {

@@ -64,7 +64,7 @@ CacheTimeline cache_timeline(const Scenario& s, const EngineUnderTest& subject) 
       }
       std::optional<TimelineFrame> frame =
           frame_of(r, n, &timeline.frames.back(),
-                   "after call " + std::to_string(call) + ": " + call_text(s.calls[size_t(call)]));
+                   "after call " + std::to_string(call) + ": " + s.calls[size_t(call)].to_text());
       if (frame) timeline.frames.push_back(std::move(*frame));
       return true;
     };

@@ -22,6 +22,8 @@ namespace {
 
 struct KillMatrixCliOptions {
   std::string backend = "cpu";
+  // P10's reference: the default campaign compares cpu with cpu-reference.
+  std::string reference = "cpu-reference";
   uint64_t seed = rcgen::kKillMatrixSeed;
   int cases = 200;          // per fault and for the correct engine (campaign: --kill-cases)
   int shrink_steps = 2000;  // per shrink (campaign: --shrink-steps)
@@ -43,9 +45,11 @@ std::string caught_by_text(const rcgen::CatalogueEntry& entry) {
 std::string markdown(const rcgen::KillMatrix& m, const KillMatrixCliOptions& o,
                      const std::string& spec) {
   std::ostringstream out;
-  out << "Backend `" << spec << "`, kill seed " << o.seed << ", up to " << o.cases
-      << " cases per fault, every property per case, up to " << o.shrink_steps
-      << " shrink steps: " << kFaultCount << " faults, " << kPropertyCount << " properties.\n\n";
+  out << "Backend `" << spec << "`"
+      << (o.reference.empty() ? "" : " (P10 against `" + o.reference + "`)") << ", kill seed "
+      << o.seed << ", up to " << o.cases << " cases per fault, every property per case, up to "
+      << o.shrink_steps << " shrink steps: " << kFaultCount << " faults, " << kPropertyCount
+      << " properties.\n\n";
   out << "| fault | cases to kill | killed first by | shrunk size | shrink target | "
          "logits minimum | caught by (docs/FAULTS.md) |\n";
   out << "|---|---:|---|---:|---:|---:|---|\n";
@@ -85,14 +89,15 @@ int run_kill_matrix_command(const KillMatrixCliOptions& o) {
     throw InputError("--shrink-steps: must be 0 or more, got " + std::to_string(o.shrink_steps));
   }
   const Backend backend = chosen_backends({o.backend}).front();
+  const std::shared_ptr<const EngineUnderTest> reference = reference_engine(o.reference);
   if (!backend.traits.operations.fault_switches) {
     throw InputError("--backend: " + backend.spec + " declares no fault switches");
   }
   rcgen::KillMatrixOptions k =
       kill_matrix_options(backend, o.seed, o.cases, o.shrink_steps, o.per_property);
   k.worker.isolate = backend.forkable;
-  const rcgen::KillMatrix m =
-      rcgen::run_kill_matrix([&](FaultSet f) { return engine_under_test(backend, f, nullptr); }, k);
+  const rcgen::KillMatrix m = rcgen::run_kill_matrix(
+      [&](FaultSet f) { return engine_under_test(backend, f, reference); }, k);
   if (o.markdown) {
     std::printf("%s", markdown(m, o, backend.spec).c_str());
   } else {
@@ -116,6 +121,9 @@ Action add_kill_matrix(CLI::App& app) {
       "Run the fault kill matrix alone, as a campaign does first (docs/KILL_MATRIX.md)");
   auto o = std::make_shared<KillMatrixCliOptions>();
   cmd->add_option("--backend", o->backend, "a backend with fault switches")->capture_default_str();
+  cmd->add_option("--reference", o->reference,
+                  "P10's reference backend, as the default campaign pairs them (\"\": none)")
+      ->capture_default_str();
   cmd->add_option("--kill-seed", o->seed, "the matrix's seed")->capture_default_str();
   cmd->add_option("--kill-cases", o->cases, "cases per fault and for the correct engine")
       ->capture_default_str();

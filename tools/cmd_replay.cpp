@@ -49,8 +49,8 @@ struct ReplayOptions {
 std::string schedule_text(const Scenario& s, int marked_call) {
   std::ostringstream out;
   for (size_t c = 0; c < s.calls.size(); ++c) {
-    out << (int(c) == marked_call ? "  > " : "    ") << "call " << c << ": "
-        << call_text(s.calls[c]) << "\n";
+    out << (int(c) == marked_call ? "  > " : "    ") << "call " << c << ": " << s.calls[c].to_text()
+        << "\n";
   }
   return out.str();
 }
@@ -166,7 +166,7 @@ nlohmann::json replay_property(const CaseFile& c, Property property, const CaseE
   if (w.call >= 0) {
     std::printf(" call %d", w.call);
     if (w.call < static_cast<int>(s.calls.size())) {
-      std::printf(" (%s)", call_text(s.calls[size_t(w.call)]).c_str());
+      std::printf(" (%s)", s.calls[size_t(w.call)].to_text().c_str());
     } else {
       std::printf(" (a probe call after the scenario)");
     }
@@ -250,11 +250,13 @@ void print_prelude_cases(const CaseFile& c, const CaseEngine& engine) {
 
 // --trace: the case's run, after its prelude when it has one.
 std::vector<std::string> traced(const CaseFile& c, const CaseEngine& engine) {
-  if (c.prelude.empty()) return cache_trace(c.scenario, engine.subject.factory, call_text);
+  if (c.prelude.empty())
+    return cache_trace(c.scenario, engine.subject.factory,
+                       [](const Call& call) { return call.to_text(); });
   const EngineUnderTest fresh = fresh_process(engine.subject);
   run_prelude(fresh, c.prelude, c.scenario);
   std::printf("(after the prelude, %s)\n", prelude_process(engine));
-  return cache_trace(c.scenario, fresh.factory, call_text);
+  return cache_trace(c.scenario, fresh.factory, [](const Call& call) { return call.to_text(); });
 }
 
 // The backends a replay ran on, each once, for the HTML report.

@@ -63,38 +63,6 @@ std::vector<std::string> cache_shape_lines(const Scenario& scenario, int call_in
   return lines;
 }
 
-std::string call_text(const Call& call) {
-  switch (call.kind) {
-    case Call::Kind::kStart:
-      return "start s" + std::to_string(call.sequence);
-    case Call::Kind::kFinish:
-      return "finish s" + std::to_string(call.sequence);
-    case Call::Kind::kReset:
-      return "reset";
-    case Call::Kind::kStep: {
-      std::string text = "step";
-      for (const ChunkSpec& c : call.chunks) {
-        text += " s" + std::to_string(c.sequence) + ":" + std::to_string(c.length);
-      }
-      return text;
-    }
-    case Call::Kind::kFork:
-      return "fork s" + std::to_string(call.sequence) + " s" + std::to_string(call.parent) + " " +
-             std::to_string(call.count);
-    case Call::Kind::kTruncate:
-      return "truncate s" + std::to_string(call.sequence) + " " + std::to_string(call.count);
-    case Call::Kind::kFlush:
-      return "flush";
-    case Call::Kind::kErase:
-      return "erase s" + std::to_string(call.sequence) + " " + std::to_string(call.p0) + " " +
-             std::to_string(call.p1);
-    case Call::Kind::kShift:
-      return "shift s" + std::to_string(call.sequence) + " " + std::to_string(call.p0) + " " +
-             std::to_string(call.p1) + " " + std::to_string(call.delta);
-  }
-  return "?";
-}
-
 std::vector<std::string> cache_trace(const Scenario& scenario, const EngineFactory& factory,
                                      const std::function<std::string(const Call&)>& call_label) {
   const std::shared_ptr<const Weights> model_weights = scenario_weights(scenario);

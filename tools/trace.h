@@ -19,9 +19,6 @@
 
 namespace kvcheck::cli {
 
-// "step s0:3 s1:1", "finish s2", ...: one call as the trace and the report name it.
-std::string call_text(const Call& call);
-
 // The lines after call `call_index` of the runner's scenario (the hook's view).
 std::vector<std::string> cache_shape_lines(const Scenario& scenario, int call_index,
                                            const ScenarioRunner& runner);

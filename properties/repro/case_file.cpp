@@ -1,5 +1,7 @@
 #include "properties/repro/case_file.h"
 
+#include "properties/schedule/operation.h"
+
 #include <cctype>
 #include <charconv>
 #include <cmath>
@@ -356,36 +358,11 @@ class Parser {
               "1; expected weight_seed <integer> (docs/CASE_FORMAT.md)");
     } else if (key == "sequence") {
       read_sequence(line, rest);
-    } else if (key == "start" || key == "finish") {
-      const std::string_view ref = next_word(rest);
-      expect_end(line, key, rest);
-      const int s = parse_sequence_ref(line, key, ref);
-      add_call(line, key == "start" ? Call::start(s) : Call::finish(s));
-    } else if (key == "reset") {
-      expect_end(line, key, rest);
-      add_call(line, Call::reset());
-    } else if (key == "flush") {
-      // flush: the engine forgets its prefix cache (Engine::flush_prefix_cache).
-      expect_end(line, key, rest);
-      add_call(line, Call::flush());
     } else if (key == "prefix_cache") {
       once(line, key);
       const std::string_view value = next_word(rest);
       expect_end(line, key, rest);
       c_.scenario.prefix_cache = parse_int(line, key, value, 0, 1) == 1;
-    } else if (key == "fork") {
-      // fork sCHILD sPARENT N: the child starts with the parent's first N tokens.
-      const int child = parse_sequence_ref(line, "fork child", next_word(rest));
-      const int parent = parse_sequence_ref(line, "fork parent", next_word(rest));
-      const int n = parse_int(line, "fork length", next_word(rest));
-      expect_end(line, key, rest);
-      add_call(line, Call::fork(child, parent, n));
-    } else if (key == "truncate") {
-      // truncate sN COUNT: the sequence forgets its last COUNT tokens.
-      const int sequence = parse_sequence_ref(line, "truncate", next_word(rest));
-      const int n = parse_int(line, "truncate count", next_word(rest));
-      expect_end(line, key, rest);
-      add_call(line, Call::truncate(sequence, n));
     } else if (key == "sliding_window" || key == "sliding_window_pattern") {
       // Optional config keys (absent = 0): files without a window stay valid.
       once(line, key);
@@ -394,21 +371,6 @@ class Parser {
       Config& config = c_.scenario.config;
       (key == "sliding_window" ? config.sliding_window : config.sliding_window_pattern) =
           parse_int(line, key, value, 0);
-    } else if (key == "erase") {
-      // erase sN P0 P1: the cells holding positions [P0, P1) are removed.
-      const int sequence = parse_sequence_ref(line, "erase", next_word(rest));
-      const int p0 = parse_int(line, "erase p0", next_word(rest));
-      const int p1 = parse_int(line, "erase p1", next_word(rest));
-      expect_end(line, key, rest);
-      add_call(line, Call::erase(sequence, p0, p1));
-    } else if (key == "shift") {
-      // shift sN P0 P1 DELTA: the positions in [P0, P1) move by DELTA.
-      const int sequence = parse_sequence_ref(line, "shift", next_word(rest));
-      const int p0 = parse_int(line, "shift p0", next_word(rest));
-      const int p1 = parse_int(line, "shift p1", next_word(rest));
-      const int delta = parse_int(line, "shift delta", next_word(rest), -(1 << 30), 1 << 30);
-      expect_end(line, key, rest);
-      add_call(line, Call::shift(sequence, p0, p1, delta));
     } else if (key == "block_size" || key == "pool_blocks") {
       once(line, key);
       const std::string_view value = next_word(rest);
@@ -417,6 +379,8 @@ class Parser {
           parse_int(line, key, value, 0, key == "block_size" ? 32 : (1 << 20));
     } else if (key == "step") {
       read_step(line, rest);
+    } else if (const Operation* op = find_operation(key)) {
+      read_call(line, *op, rest);
     } else if (key == "verdict") {
       once(line, key);
       const std::string_view outcome = next_word(rest);
@@ -550,6 +514,20 @@ class Parser {
     }
     sequences.push_back(std::move(tokens));
     index_.sequence_line.push_back(line);
+  }
+
+  // A schedule call other than a step: its keyword, then the arguments its
+  // operation's syntax lists (properties/schedule/).
+  void read_call(int line, const Operation& op, std::string_view rest) {
+    Call call;
+    call.kind = op.kind;
+    for (const Argument& a : op.syntax) {
+      const std::string_view word = next_word(rest);
+      call.*a.field = a.sequence ? parse_sequence_ref(line, a.label, word)
+                                 : parse_int(line, a.label, word, a.lo, a.hi);
+    }
+    expect_end(line, op.keyword, rest);
+    add_call(line, std::move(call));
   }
 
   void read_step(int line, std::string_view rest) {

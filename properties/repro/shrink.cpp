@@ -34,20 +34,22 @@ void erase_tokens(Scenario& s, int sequence, int from, int count) {
   tokens.erase(tokens.begin() + from, tokens.begin() + end);
 }
 
+// Drops sequence k: every call that names it (a fork from it too; normalize
+// then drops the child, which is never started) and its chunks, and
+// renumbers the later sequences, through each operation's syntax.
 void drop_sequence(Scenario& s, int k) {
   std::vector<Call> calls;
   for (Call call : s.calls) {
-    const bool own = call.kind == Call::Kind::kStart || call.kind == Call::Kind::kFinish ||
-                     call.kind == Call::Kind::kTruncate || call.kind == Call::Kind::kFork ||
-                     call.kind == Call::Kind::kErase || call.kind == Call::Kind::kShift;
-    if (own && call.sequence == k) continue;
-    // A fork from the dropped sequence goes too; normalize then drops the
-    // child, which is never started.
-    if (call.kind == Call::Kind::kFork && call.parent == k) continue;
-    if (call.kind == Call::Kind::kFork && call.parent > k) --call.parent;
+    bool names_k = false;
+    for (const Argument& a : operation(call.kind).syntax) {
+      if (!a.sequence) continue;
+      int& sequence = call.*a.field;
+      names_k |= sequence == k;
+      if (sequence > k) --sequence;
+    }
+    if (names_k) continue;
     std::erase_if(call.chunks, [k](const ChunkSpec& c) { return c.sequence == k; });
     if (call.kind == Call::Kind::kStep && call.chunks.empty()) continue;
-    if (call.sequence > k) --call.sequence;
     for (ChunkSpec& chunk : call.chunks) {
       if (chunk.sequence > k) --chunk.sequence;
     }

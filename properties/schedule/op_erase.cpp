@@ -6,11 +6,6 @@ namespace kvcheck {
 
 namespace {
 
-std::string arguments(const Call& call) {
-  return "s" + std::to_string(call.sequence) + " " + std::to_string(call.p0) + " " +
-         std::to_string(call.p1);
-}
-
 std::string precondition(const ScheduleModel& model, const Call& call) {
   if (!model.is_running(call.sequence)) {
     return "erase of sequence " + std::to_string(call.sequence) + " which is not running";
@@ -70,12 +65,15 @@ std::vector<Call> simpler(const Call& call) {
   return out;
 }
 
+constexpr Argument kSyntax[] = {
+    {"erase", &Call::sequence, true}, {"erase p0", &Call::p0}, {"erase p1", &Call::p1}};
+
 }  // namespace
 
 extern const Operation kEraseOperation{.kind = Call::Kind::kErase,
                                        .keyword = "erase",
+                                       .syntax = kSyntax,
                                        .weight = 8,
-                                       .arguments = arguments,
                                        .precondition = precondition,
                                        .apply = apply,
                                        .needs = needs,

@@ -5,10 +5,6 @@ namespace kvcheck {
 
 namespace {
 
-std::string arguments(const Call& call) {
-  return "s" + std::to_string(call.sequence);
-}
-
 std::string precondition(const ScheduleModel& model, const Call& call) {
   if (model.is_running(call.sequence)) return {};
   return "finish of sequence " + std::to_string(call.sequence) + " which is not running";
@@ -23,11 +19,13 @@ std::string needs(const EngineTraits& traits, const Scenario&, const Call&) {
   return traits.operations.finish ? "" : "finish";
 }
 
+constexpr Argument kSyntax[] = {{"finish", &Call::sequence, true}};
+
 }  // namespace
 
 extern const Operation kFinishOperation{.kind = Call::Kind::kFinish,
                                         .keyword = "finish",
-                                        .arguments = arguments,
+                                        .syntax = kSyntax,
                                         .precondition = precondition,
                                         .apply = apply,
                                         .needs = needs};

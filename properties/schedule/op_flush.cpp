@@ -5,10 +5,6 @@ namespace kvcheck {
 
 namespace {
 
-std::string arguments(const Call&) {
-  return {};
-}
-
 std::string precondition(const ScheduleModel& model, const Call&) {
   if (model.scenario.prefix_cache) return {};
   return "flush of the prefix cache, which the scenario does not have (prefix_cache 0)";
@@ -33,7 +29,6 @@ std::optional<Call> draw(const DrawContext&, const OperationGenes&) {
 extern const Operation kFlushOperation{.kind = Call::Kind::kFlush,
                                        .keyword = "flush",
                                        .weight = 6,
-                                       .arguments = arguments,
                                        .precondition = precondition,
                                        .apply = apply,
                                        .needs = needs,

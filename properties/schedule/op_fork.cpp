@@ -8,11 +8,6 @@ namespace kvcheck {
 
 namespace {
 
-std::string arguments(const Call& call) {
-  return "s" + std::to_string(call.sequence) + " s" + std::to_string(call.parent) + " " +
-         std::to_string(call.count);
-}
-
 std::string precondition(const ScheduleModel& model, const Call& call) {
   if (!model.exists(call.sequence) ||
       model.at(call.sequence).state != SequenceModel::State::kNotStarted) {
@@ -79,12 +74,16 @@ std::vector<Call> simpler(const Call& call) {
   return out;
 }
 
+constexpr Argument kSyntax[] = {{"fork child", &Call::sequence, true},
+                                {"fork parent", &Call::parent, true},
+                                {"fork length", &Call::count}};
+
 }  // namespace
 
 extern const Operation kForkOperation{.kind = Call::Kind::kFork,
                                       .keyword = "fork",
+                                      .syntax = kSyntax,
                                       .weight = 4,
-                                      .arguments = arguments,
                                       .precondition = precondition,
                                       .apply = apply,
                                       .needs = needs,

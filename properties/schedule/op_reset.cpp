@@ -5,10 +5,6 @@ namespace kvcheck {
 
 namespace {
 
-std::string arguments(const Call&) {
-  return {};
-}
-
 std::string precondition(const ScheduleModel&, const Call&) {
   return {};
 }
@@ -28,7 +24,6 @@ std::string needs(const EngineTraits& traits, const Scenario&, const Call&) {
 
 extern const Operation kResetOperation{.kind = Call::Kind::kReset,
                                        .keyword = "reset",
-                                       .arguments = arguments,
                                        .precondition = precondition,
                                        .apply = apply,
                                        .needs = needs};

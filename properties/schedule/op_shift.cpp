@@ -8,11 +8,6 @@ namespace kvcheck {
 
 namespace {
 
-std::string arguments(const Call& call) {
-  return "s" + std::to_string(call.sequence) + " " + std::to_string(call.p0) + " " +
-         std::to_string(call.p1) + " " + std::to_string(call.delta);
-}
-
 std::string precondition(const ScheduleModel& model, const Call& call) {
   if (!model.is_running(call.sequence)) {
     return "shift of sequence " + std::to_string(call.sequence) + " which is not running";
@@ -184,12 +179,17 @@ std::vector<Call> simpler(const Call& call) {
   return out;
 }
 
+constexpr Argument kSyntax[] = {{"shift", &Call::sequence, true},
+                                {"shift p0", &Call::p0},
+                                {"shift p1", &Call::p1},
+                                {"shift delta", &Call::delta, false, -(1 << 30), 1 << 30}};
+
 }  // namespace
 
 extern const Operation kShiftOperation{.kind = Call::Kind::kShift,
                                        .keyword = "shift",
+                                       .syntax = kSyntax,
                                        .weight = 8,
-                                       .arguments = arguments,
                                        .precondition = precondition,
                                        .apply = apply,
                                        .needs = needs,

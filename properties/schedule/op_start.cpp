@@ -5,10 +5,6 @@ namespace kvcheck {
 
 namespace {
 
-std::string arguments(const Call& call) {
-  return "s" + std::to_string(call.sequence);
-}
-
 std::string precondition(const ScheduleModel& model, const Call& call) {
   const std::string which = "start of sequence " + std::to_string(call.sequence);
   if (!model.exists(call.sequence)) {
@@ -30,11 +26,13 @@ void apply(ScheduleModel& model, const Call& call) {
   ++model.running;
 }
 
+constexpr Argument kSyntax[] = {{"start", &Call::sequence, true}};
+
 }  // namespace
 
 extern const Operation kStartOperation{.kind = Call::Kind::kStart,
                                        .keyword = "start",
-                                       .arguments = arguments,
+                                       .syntax = kSyntax,
                                        .precondition = precondition,
                                        .apply = apply};
 

@@ -8,10 +8,6 @@ namespace kvcheck {
 
 namespace {
 
-std::string arguments(const Call& call) {
-  return "s" + std::to_string(call.sequence) + " " + std::to_string(call.count);
-}
-
 std::string precondition(const ScheduleModel& model, const Call& call) {
   if (!model.is_running(call.sequence)) {
     return "truncate of sequence " + std::to_string(call.sequence) + " which is not running";
@@ -66,12 +62,15 @@ std::vector<Call> simpler(const Call& call) {
   return out;
 }
 
+constexpr Argument kSyntax[] = {{"truncate", &Call::sequence, true},
+                                {"truncate count", &Call::count}};
+
 }  // namespace
 
 extern const Operation kTruncateOperation{.kind = Call::Kind::kTruncate,
                                           .keyword = "truncate",
+                                          .syntax = kSyntax,
                                           .weight = 4,
-                                          .arguments = arguments,
                                           .precondition = precondition,
                                           .apply = apply,
                                           .needs = needs,

@@ -9,6 +9,7 @@
 #pragma once
 
 #include <initializer_list>
+#include <limits>
 #include <optional>
 #include <span>
 #include <string>
@@ -43,11 +44,24 @@ struct DrawContext {
   int max_pos = 0;     // positions a shift may reach: [0, max_pos)
 };
 
+// One argument of a call as a case file writes it after the keyword.
+struct Argument {
+  std::string_view label;  // names it in a parse error ("fork child")
+  int Call::*field;
+  bool sequence = false;  // written s<index>, else a decimal integer
+  int lo = 0;             // the integers accepted: shift's delta may be negative
+  int hi = std::numeric_limits<int>::max();
+};
+
 struct Operation {
-  Call::Kind kind;
-  std::string_view keyword;  // the case file's and the trace's name
-  int weight = 0;            // relative chance the generators draw it (0: never drawn)
+  Call::Kind kind = Call::Kind::kStep;
+  std::string_view keyword = {};  // the case file's and the trace's name
+  // The arguments after the keyword, in order; a step writes its chunks
+  // instead (`arguments` below, and the case file's own reader).
+  std::span<const Argument> syntax = {};
+  int weight = 0;  // relative chance the generators draw it (0: never drawn)
   // The call's arguments as a case file writes them after the keyword.
+  // Null: `syntax`'s, space-separated.
   std::string (*arguments)(const Call& call) = nullptr;
   // "" when `call` may run in `model`'s state, else what is wrong with it.
   std::string (*precondition)(const ScheduleModel& model, const Call& call) = nullptr;
@@ -73,6 +87,9 @@ struct Operation {
 // Distinct values below `current` and at least `lo`, smallest first: lo,
 // half, one less and any of `extra`. The shrinker's steps toward simpler.
 std::vector<int> smaller_values(int current, int lo, std::initializer_list<int> extra = {});
+
+// The arguments of `call` as its operation's syntax writes them.
+std::string written_arguments(const Call& call);
 
 // Every operation, in Call::Kind order.
 std::span<const Operation> operations();

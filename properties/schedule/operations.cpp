@@ -43,6 +43,17 @@ const Operation& operation(Call::Kind kind) {
   return all[i];
 }
 
+std::string written_arguments(const Call& call) {
+  const Operation& op = operation(call.kind);
+  if (op.arguments) return op.arguments(call);
+  std::string out;
+  for (const Argument& a : op.syntax) {
+    if (!out.empty()) out += " ";
+    out += (a.sequence ? "s" : "") + std::to_string(call.*a.field);
+  }
+  return out;
+}
+
 std::vector<int> smaller_values(int current, int lo, std::initializer_list<int> extra) {
   std::set<int> values = {lo, current / 2, current - 1};
   values.insert(extra.begin(), extra.end());

@@ -143,7 +143,7 @@ EngineUnderTest oracle_path(int64_t path) {
 
 // One thread per path of a comparison, each run in turn, never two at once.
 // The weights and oracle references of a model are cached per thread
-// (properties/property.cpp), so on one thread the path that goes first would
+// (properties/common/reference.cpp), so on one thread the path that goes first would
 // compute them for the others; on its own thread each path computes what a
 // campaign on it computes for every case.
 class PathThreads {

@@ -38,7 +38,7 @@ Fixture fixture(Family family) {
 }
 
 // The reference cache serves a prefix of a sequence it holds by slicing
-// (properties/property.cpp, ReferenceCache): the oracle and the bounds of
+// (properties/common/reference.cpp, ReferenceCache): the oracle and the bounds of
 // the first n tokens must be those rows of the whole sequence's, bit for bit.
 TEST(Tolerance, APrefixOfAReferenceIsTheReferenceOfThePrefix) {
   for (Family family : {Family::kGpt2, Family::kLlama}) {

@@ -66,6 +66,7 @@ struct Campaign {
   FaultSet faults;
   bool reference_forkable = true;  // P10's reference survives a fork (or there is none)
   std::shared_ptr<const EngineUnderTest> reference;
+  std::vector<std::string> reference_specs;  // [backend] P10's reference backend string, or ""
   std::shared_ptr<const Checkpoint> model;
   std::vector<std::shared_ptr<const EngineUnderTest>> subjects;  // [backend]
   // What each backend's engine process has checked (exec: backends), for

@@ -158,7 +158,7 @@ void record_failure(Campaign& c, Tally& t, const rcgen::HuntResult& r, uint64_t 
   f.faults = c.faults.to_string();
   f.verdict = r.verdict;
   f.case_path = report_failure(r, t.property, backend, c.faults, seed, c.options.failures_dir,
-                               &c.histories[t.backend_index]);
+                               &c.histories[t.backend_index], c.reference_specs[t.backend_index]);
   f.case_text = f.case_path.empty() ? "" : read_text_file(f.case_path);
   // Maps and timelines run the engine again in this process: not after a
   // crash, which would take the campaign down with it.

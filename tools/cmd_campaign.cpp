@@ -114,10 +114,12 @@ void set_up(Campaign& c) {
     // Without --reference, P10 compares each engine with the next one the
     // campaign runs (cpu with cpu-reference by default, and back).
     std::shared_ptr<const EngineUnderTest> reference = c.reference;
+    c.reference_specs.push_back(o.reference);
     if (!reference && c.backends.size() > 1) {
       const Backend& next = c.backends[(b + 1) % c.backends.size()];
       c.reference_forkable = c.reference_forkable && next.forkable;
       reference = std::make_shared<const EngineUnderTest>(next.under_test());
+      c.reference_specs.back() = next.spec;
     }
     c.subjects.push_back(std::make_shared<const EngineUnderTest>(
         engine_under_test(c.backends[b], c.faults, reference)));

@@ -39,7 +39,7 @@ std::optional<Confirmation> confirmed(const rcgen::HuntResult& result, Property 
 
 std::string report_failure(const rcgen::HuntResult& result, Property property, const Backend& on,
                            FaultSet faults, uint64_t seed, const std::string& failures_dir,
-                           const CaseHistory* history) {
+                           const CaseHistory* history, const std::string& reference) {
   const std::string& backend = on.spec;
   std::printf("\nFAILED %s %s on %s (faults: %s) after %d cases, hunt seed %llu\n",
               std::string(property_label(property)).c_str(),
@@ -62,6 +62,7 @@ std::string report_failure(const rcgen::HuntResult& result, Property property, c
   FailureContext context;
   context.failures_dir = failures_dir;
   context.backend = backend;
+  if (property == Property::kCrossEngine) context.reference = reference;
   context.engine = on.traits.identity.name + " " + on.traits.identity.version;
   context.found_by = "kvcheck campaign (" + std::string(property_label(property)) + " on " +
                      backend + ", hunt seed " + std::to_string(seed) + ")";
@@ -120,7 +121,17 @@ CaseEngine case_engine(const CaseFile& c, const std::string& backend_override,
   const std::string name = backend_for_case(c.backend, backend_override, "cpu");
   const FaultSet faults = fault_override ? *fault_override : c.faults;
   Backend backend = backend_registry().resolve(name);
-  EngineUnderTest subject = engine_under_test(backend, faults, reference_engine(reference));
+  std::string reference_name = reference;
+  if (reference_name.empty() && !c.reference.empty()) {
+    if (backend_runs_named_code(c.reference)) {
+      throw InputError("the case's P10 reference is " + c.reference +
+                       "; kvcheck never loads a plugin or starts a command named by a case "
+                       "file. To run it, pass it yourself: --reference " +
+                       shell_quote(c.reference));
+    }
+    reference_name = c.reference;
+  }
+  EngineUnderTest subject = engine_under_test(backend, faults, reference_engine(reference_name));
   return {std::move(backend), faults, std::move(subject)};
 }
 

@@ -30,9 +30,11 @@ namespace kvcheck::cli {
 // history is the record of every check the run made on `backend`'s engines
 // (CaseHistory::record after each); the fresh processes take its subject's
 // traits and P10 reference.
+// `reference` is P10's reference backend string, recorded in a P10 case.
 std::string report_failure(const rcgen::HuntResult& result, Property property,
                            const Backend& backend, FaultSet faults, uint64_t seed,
-                           const std::string& failures_dir, const CaseHistory* history = nullptr);
+                           const std::string& failures_dir, const CaseHistory* history = nullptr,
+                           const std::string& reference = "");
 
 // Every case file the arguments name: files as given, folders searched
 // recursively for *.case, sorted. Throws InputError for a path that does not
@@ -55,6 +57,8 @@ struct CaseEngine {
   EngineUnderTest subject;
   bool in_process = false;  // --in-process: no forked process per check (for a debugger)
 };
+// P10's reference: `reference` when given, else the one the case records
+// (under the same rule as its backend: never a plugin or a command).
 CaseEngine case_engine(const CaseFile& c, const std::string& backend_override,
                        const std::optional<FaultSet>& fault_override,
                        const std::string& reference = "");

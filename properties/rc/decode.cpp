@@ -113,7 +113,7 @@ void fit_context(std::vector<Plan>& plans, int max_pos, bool shared) {
 
 // Would the engine take erase or shift in scenarios of this model at all?
 bool draws_cell_operations(const ScenarioGenes& genes, const EngineTraits& traits) {
-  return genes.cell_operations && (traits.operations.erase || traits.operations.shift) &&
+  return genes.cell_operations > 0 && (traits.operations.erase || traits.operations.shift) &&
          accepts_family(traits.limits, Family::kLlama);
 }
 
@@ -160,7 +160,7 @@ std::vector<Plan> decode_plans(const ScenarioGenes& genes, const EngineTraits& t
     // Erase and shift scenarios go on feeding after the operations, where
     // a cell's index and its position can differ,
     // and hold a few cells by then, so that a range can lie in the middle.
-    if (draws_cell_operations(genes, traits)) {
+    if (draws_cell_operations(genes, traits) && genes.cell_operations == 2) {
       fitted.prompt_length = std::max(g.prompt_length, 4);
       fitted.decode_length = std::max(g.decode_length, 2);
     }

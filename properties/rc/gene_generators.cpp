@@ -192,6 +192,14 @@ rc::Gen<int> window_gene(Emphasis emphasis) {
                             {1, between(1, kMaxPrompt)}});
 }
 
+rc::Gen<int> cell_operations_gene(Emphasis emphasis) {
+  switch (emphasis) {
+    case Emphasis::kContextShift: return between(1, 2);
+    case Emphasis::kPrefixCache: return rc::gen::just(0);
+    default: return weighted_choice<int>({{4, 0}, {1, 1}, {3, 2}});
+  }
+}
+
 rc::Gen<std::vector<OpGenes>> ops_gene(Emphasis emphasis) {
   const bool focused = emphasis == Emphasis::kContextShift || emphasis == Emphasis::kForks ||
                        emphasis == Emphasis::kTruncations;
@@ -203,7 +211,6 @@ rc::Gen<std::vector<OpGenes>> ops_gene(Emphasis emphasis) {
 }  // namespace
 
 rc::Gen<ScenarioGenes> scenario_genes(Emphasis emphasis) {
-  const bool shift = emphasis == Emphasis::kContextShift;
   const rc::Gen<int> sequence_count =
       emphasis == Emphasis::kPrefixCache || emphasis == Emphasis::kSeveralSequences
           ? weighted_choice<int>({{4, 2}, {2, 3}, {1, 4}, {1, 5}, {1, 6}})
@@ -242,10 +249,7 @@ rc::Gen<ScenarioGenes> scenario_genes(Emphasis emphasis) {
       rc::gen::set(&ScenarioGenes::sliding_window, window_gene(emphasis)),
       rc::gen::set(&ScenarioGenes::window_pattern,
                    weighted_gen<int>({{3, rc::gen::just(0)}, {1, between(2, 3)}})),
-      rc::gen::set(&ScenarioGenes::cell_operations,
-                   shift                                ? rc::gen::just(true)
-                   : emphasis == Emphasis::kPrefixCache ? rc::gen::just(false)
-                                                        : rarely_true(1, 1)),
+      rc::gen::set(&ScenarioGenes::cell_operations, cell_operations_gene(emphasis)),
       rc::gen::set(&ScenarioGenes::emphasis, rc::gen::just(emphasis)));
 }
 

@@ -122,10 +122,12 @@ struct ScenarioGenes {
   // genes above draw what they drew before windows existed.
   int sliding_window = 0;
   int window_pattern = 0;
-  // Where the engine declares erase or shift: the scenario is one they
+  // Where the engine declares erase or shift: 0 any scenario; 1 one they
   // apply to (a RoPE model, contiguous storage, no window), so that they are
-  // drawn often enough although most scenarios rule them out.
-  bool cell_operations = false;
+  // drawn often enough although most scenarios rule them out; 2 as 1, with
+  // sequences that hold a few cells before the operations and are fed after
+  // them (a range in the middle, then a step). Shrinks 2 -> 1 -> 0.
+  int cell_operations = 0;
   Emphasis emphasis = Emphasis::kAny;  // not a gene: what decode() favours
 
   bool operator==(const ScenarioGenes&) const = default;

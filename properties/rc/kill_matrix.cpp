@@ -68,7 +68,10 @@ const HuntResult* KillMatrixRow::smallest() const {
 }
 
 Emphasis emphasis_for_fault(Fault fault) {
-  return fault_needs(fault) == "shift" ? Emphasis::kContextShift : Emphasis::kAny;
+  const std::string_view needs = fault_needs(fault);
+  if (needs == "shift") return Emphasis::kContextShift;
+  if (needs == "prefix_cache") return Emphasis::kPrefixCache;
+  return Emphasis::kAny;
 }
 
 namespace {

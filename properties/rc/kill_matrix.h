@@ -56,8 +56,9 @@ struct KillMatrixOptions {
   bool catalogue_applies = true;
 };
 
-// The shift faults live in erase and shift, which the default generator
-// draws in few cases: their rows draw every case with a context shift.
+// Faults that live in one operation have their rows drawn where it is: the
+// shift faults with a context shift in every case, the prefix-cache faults
+// with a prefix cache and shared prompts in every case.
 Emphasis emphasis_for_fault(Fault fault);
 
 struct KillMatrixRow {

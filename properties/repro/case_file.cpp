@@ -292,8 +292,8 @@ class Parser {
   // A line of a prelude block: the keys of a case's property, model, engine,
   // sequences and calls; what describes the whole case belongs to it alone.
   void read_block_line(int line, std::string_view key, std::string_view rest) {
-    for (const char* only : {"note", "fault", "backend", "engine", "model", "model_hash", "verdict",
-                             "where", "summary"}) {
+    for (const char* only : {"note", "fault", "backend", "engine", "reference", "model",
+                             "model_hash", "verdict", "where", "summary"}) {
       if (key == only) {
         fail_at(line, std::string(key) + ": not allowed in a prelude block (begun on line " +
                           std::to_string(block_begin_) +
@@ -325,17 +325,18 @@ class Parser {
       once(line, key);
       read_faults(line, next_word(rest));
       expect_end(line, key, rest);
-    } else if (key == "backend" || key == "engine") {
+    } else if (key == "backend" || key == "engine" || key == "reference") {
       // The rest of the line: a backend string may hold a path, options
       // ("plugin:./x.so?bug=restart_positions") or a command with spaces.
       once(line, key);
       const std::string value = one_line(rest);
       if (value.empty()) {
-        fail_at(line, key == "backend" ? "backend: expected a backend string (e.g. cpu)"
-                                       : "engine: expected the engine's name and version");
+        fail_at(line, key == "engine"
+                          ? "engine: expected the engine's name and version"
+                          : std::string(key) + ": expected a backend string (e.g. cpu)");
       }
       if (value.size() > 1000) fail_at(line, std::string(key) + ": longer than 1000 characters");
-      (key == "backend" ? c_.backend : c_.engine) = value;
+      (key == "backend" ? c_.backend : key == "engine" ? c_.engine : c_.reference) = value;
     } else if (key == "model") {
       // The rest of the line: a path may hold spaces.
       once(line, key);

@@ -49,6 +49,9 @@ struct CaseFile {
   std::string
       backend;         // the backend string it was seen on ("cpu", "plugin:x.so?..."); may be empty
   std::string engine;  // the engine's declared identity, "name version"; may be empty
+  // P10: the backend string of the reference engine it was compared with;
+  // empty for the other properties.
+  std::string reference;
   // A --model case: the checkpoint folder and the hash of its files
   // ("fnv1a64:<16 hex digits>"); both empty for seeded weights. The
   // scenario's config is the checkpoint's; replay needs --model to run it.
@@ -78,8 +81,8 @@ inline constexpr std::string_view kCaseMagic = "kvcheck-case 1";
 // and NaN included.
 std::string exact_text(double value);
 
-// The case as text (properties/repro/case_print.cpp); parse_case(print_case(c)) == c for every case whose
-// scenario validates and whose strings are one_line().
+// The case as text (properties/repro/case_print.cpp); parse_case(print_case(c)) == c for every case
+// whose scenario validates and whose strings are one_line().
 std::string print_case(const CaseFile& c);
 
 // Text -> case, or "line N: <what was wrong>; expected <what>" for the first

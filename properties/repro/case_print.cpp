@@ -98,6 +98,7 @@ std::string print_case(const CaseFile& c) {
   out << "property " << property_name(c.property) << "\n";
   out << "fault " << c.faults.to_string() << "\n";
   if (!c.backend.empty()) out << "backend " << c.backend << "\n";
+  if (!c.reference.empty()) out << "reference " << c.reference << "\n";
   if (!c.engine.empty()) out << "engine " << c.engine << "\n";
   std::string model_lines;
   if (!c.model_path.empty()) {

@@ -132,6 +132,7 @@ CaseFile failure_case(const Scenario& scenario, const Verdict& verdict, FaultSet
   c.property = verdict.property;
   c.faults = faults;
   c.backend = one_line(context.backend);
+  c.reference = one_line(context.reference);
   c.engine = one_line(context.engine);
   if (scenario.model) {
     c.model_path = one_line(scenario.model->path);
@@ -172,6 +173,8 @@ WrittenCase write_failure_case(const Scenario& scenario, const Verdict& verdict,
       // runs only when the user names it with --backend, so say how.
       std::string backend =
           backend_runs_named_code(c.backend) ? " --backend " + shell_quote(c.backend) : "";
+      if (backend_runs_named_code(c.reference))
+        backend += " --reference " + shell_quote(c.reference);
       if (!c.model_path.empty()) backend += " --model " + shell_quote(c.model_path);
       report << "replay:    " << context.kvcheck_command << " replay" << backend << " "
              << written.path << "\n";

@@ -25,6 +25,7 @@ struct FailureContext {
   std::string failures_dir;
   std::string backend;    // backend string it failed on ("cpu", "plugin:x.so"); may be empty
   std::string engine;     // the engine's identity, "name version"; may be empty
+  std::string reference;  // P10's reference backend string; empty for the other properties
   std::string found_by;   // e.g. "kvcheck campaign --seed 5", "ctest Properties.P1Oracle"
   std::string reproduce;  // RapidCheck reproduce string or command; may be empty
   std::string kvcheck_command = "kvcheck";  // how the printed replay command names the CLI

@@ -370,6 +370,12 @@ int64_t shrink_complexity(const Scenario& s) {
     total += int64_t(tokens.size());
     for (int32_t t : tokens) total += std::max<int32_t>(t, 0);
   }
+  // A call's parameters: smaller counts, positions and deltas are simpler
+  // (a range's end counts up to max_pos, past which it changes nothing).
+  for (const Call& call : s.calls) {
+    total += int64_t(std::abs(call.count)) + std::abs(call.p0) +
+             std::min(std::abs(call.p1), c.max_pos) + std::abs(call.delta);
+  }
   return total;
 }
 

@@ -6,7 +6,8 @@
 // Each round lists every candidate one edit away (drop a sequence or a call,
 // keep one sequence, cut the schedule, shorten or drop a chunk, merge two
 // steps, fewer layers, heads, KV heads, narrower dims, a smaller vocabulary
-// with token ids remapped, smaller capacity/max_pos/max_rows, simpler tokens),
+// with token ids remapped, smaller capacity/max_pos/max_rows, simpler tokens,
+// each call's simpler parameters as its operation declares them),
 // keeps those that validate and are smaller, sorts them smallest first, and
 // accepts the first that still fails. Rounds repeat until none is accepted: a
 // fixed point. "Smaller" is (Scenario::size(), shrink_complexity()) in
@@ -25,7 +26,8 @@
 namespace kvcheck {
 
 // The tie-breaker after size: model widths, vocabulary, capacity, rows, the
-// tokens held and their ids. Lower is simpler.
+// tokens held and their ids, the calls' counts, positions and deltas.
+// Lower is simpler.
 int64_t shrink_complexity(const Scenario& scenario);
 
 // Every candidate one edit away, each validating and smaller than

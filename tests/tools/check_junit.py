@@ -132,6 +132,8 @@ def main():
     os.makedirs(workdir, exist_ok=True)
     runs = {
         "clean": ["--cases", "20", "--time", "60"],
+        # One backend and no --reference: P10 has nothing to compare with.
+        "alone": ["--backend", "cpu", "--cases", "10", "--time", "60", "--no-kill-matrix"],
         "fault": ["--fault", "kv_swapped", "--property", "cache_state", "--cases", "50"],
         # Every property failing, P1's summary with a '>' to escape.
         "shared_rows": ["--fault", "shared_rows", "--cases", "20", "--time", "60"],
@@ -143,8 +145,11 @@ def main():
         print(f"{tag}: {totals} (exit {rc})")
     check(int(ET.parse(os.path.join(workdir, "fault.xml")).getroot().get("failures")) >= 1,
           "fault: kv_swapped caused no failure")
-    check(int(ET.parse(os.path.join(workdir, "clean.xml")).getroot().get("skipped")) >= 1,
-          "clean: P10 without --reference should be skipped")
+    check(int(ET.parse(os.path.join(workdir, "alone.xml")).getroot().get("skipped")) >= 1,
+          "alone: P10 with one backend and no --reference should be skipped")
+    clean = json.load(open(os.path.join(workdir, "clean.json")))
+    check(all(t["applied"] > 0 for t in clean["properties"] if t["property"] == "cross_engine"),
+          "clean: P10 should run by default (cpu against cpu-reference, and back)")
     for e in errors:
         print("FAIL:", e)
     return 1 if errors else 0

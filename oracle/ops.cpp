@@ -96,18 +96,33 @@ double silu(double x) {
   return x / (1.0 + std::exp(-x));
 }
 
-void apply_rope(std::span<double> head, int position, double theta) {
-  require(!head.empty() && head.size() % 2 == 0, "apply_rope: head_dim is even");
-  const size_t half = head.size() / 2;
-  const double dim = static_cast<double>(head.size());
-  for (size_t i = 0; i < half; ++i) {
+void rope_cos_sin(int position, double theta, std::span<double> cos, std::span<double> sin) {
+  require(!cos.empty() && sin.size() == cos.size(), "rope_cos_sin: cos and sin are [D/2]");
+  const double dim = 2.0 * static_cast<double>(cos.size());
+  for (size_t i = 0; i < cos.size(); ++i) {
     const double inv_freq = std::pow(theta, -2.0 * static_cast<double>(i) / dim);
     const double angle = static_cast<double>(position) * inv_freq;
-    const double c = std::cos(angle), s = std::sin(angle);
-    const double first = head[i], second = head[i + half];
-    head[i] = first * c - second * s;
-    head[i + half] = second * c + first * s;
+    cos[i] = std::cos(angle);
+    sin[i] = std::sin(angle);
   }
+}
+
+void rotate_half(std::span<double> head, std::span<const double> cos, std::span<const double> sin) {
+  require(!head.empty() && head.size() % 2 == 0, "rotate_half: head_dim is even");
+  const size_t half = head.size() / 2;
+  require(cos.size() == half && sin.size() == half, "rotate_half: cos and sin are [D/2]");
+  for (size_t i = 0; i < half; ++i) {
+    const double first = head[i], second = head[i + half];
+    head[i] = first * cos[i] - second * sin[i];
+    head[i + half] = second * cos[i] + first * sin[i];
+  }
+}
+
+void apply_rope(std::span<double> head, int position, double theta) {
+  require(!head.empty() && head.size() % 2 == 0, "apply_rope: head_dim is even");
+  std::vector<double> cos(head.size() / 2), sin(head.size() / 2);  // [D/2] each
+  rope_cos_sin(position, theta, cos, sin);
+  rotate_half(head, cos, sin);
 }
 
 int kv_head_of(int query_head, int n_heads, int n_kv_heads) {
@@ -137,6 +152,51 @@ std::vector<double> softmax(std::span<const double> scores) {
   return weights;
 }
 
+void attention_scores(std::span<const double> query, std::span<const double> keys, int n_kv_heads,
+                      int kv_head, std::span<double> scores) {
+  const size_t D = query.size(), KVH = static_cast<size_t>(n_kv_heads), N = scores.size();
+  require(D > 0 && n_kv_heads > 0 && kv_head >= 0 && kv_head < n_kv_heads,
+          "attention_scores: a KV head of a nonempty query");
+  require(keys.size() == N * KVH * D, "attention_scores: keys are [N][KVH][D]");
+  const double scale = 1.0 / std::sqrt(static_cast<double>(D));
+  for (size_t j = 0; j < N; ++j) {
+    const double* key = &keys[(j * KVH + static_cast<size_t>(kv_head)) * D];  // [D]
+    double dot = 0.0;
+    for (size_t d = 0; d < D; ++d) dot += query[d] * key[d];
+    scores[j] = dot * scale;
+  }
+}
+
+void weighted_sum(std::span<const double> weights, std::span<const double> values, int n_kv_heads,
+                  int kv_head, std::span<double> out) {
+  const size_t D = out.size(), KVH = static_cast<size_t>(n_kv_heads), N = weights.size();
+  require(D > 0 && n_kv_heads > 0 && kv_head >= 0 && kv_head < n_kv_heads,
+          "weighted_sum: a KV head of a nonempty output");
+  require(values.size() == N * KVH * D, "weighted_sum: values are [N][KVH][D]");
+  std::fill(out.begin(), out.end(), 0.0);
+  for (size_t j = 0; j < N; ++j) {
+    const double* value = &values[(j * KVH + static_cast<size_t>(kv_head)) * D];  // [D]
+    for (size_t d = 0; d < D; ++d) out[d] += weights[j] * value[d];
+  }
+}
+
+void attend(std::span<const double> query, std::span<const double> keys,
+            std::span<const double> values, int n_heads, int n_kv_heads, int head_dim,
+            std::span<double> out) {
+  require(n_heads > 0 && n_kv_heads > 0 && head_dim > 0, "attend: positive sizes");
+  const size_t H = static_cast<size_t>(n_heads), D = static_cast<size_t>(head_dim);
+  const size_t N = keys.size() / (static_cast<size_t>(n_kv_heads) * D);
+  require(N > 0, "attend: at least one key");
+  require(query.size() == H * D && out.size() == H * D, "attend: query and out are [H][D]");
+  std::vector<double> scores(N), weights(N);  // [N] one query head at a time
+  for (size_t h = 0; h < H; ++h) {
+    const int kv = kv_head_of(static_cast<int>(h), n_heads, n_kv_heads);
+    attention_scores(query.subspan(h * D, D), keys, n_kv_heads, kv, scores);
+    softmax(scores, weights);
+    weighted_sum(weights, values, n_kv_heads, kv, out.subspan(h * D, D));
+  }
+}
+
 void causal_attention(std::span<const double> q, std::span<const double> k,
                       std::span<const double> v, int n_tokens, int n_heads, int n_kv_heads,
                       int head_dim, std::span<double> out, int window) {
@@ -149,33 +209,15 @@ void causal_attention(std::span<const double> q, std::span<const double> k,
           "causal_attention: k and v are [T][KVH][D]");
   require(out.size() == T * H * D, "causal_attention: out is [T][H][D]");
   require(window >= 0, "causal_attention: window >= 0");
-  const double scale = 1.0 / std::sqrt(static_cast<double>(head_dim));
-  std::fill(out.begin(), out.end(), 0.0);
-  // Room for the longest row of scores; row t uses its first t+1 entries.
-  std::vector<double> score_buffer(T), weight_buffer(T);  // [T]
+  const size_t row = KVH * D;  // one position of k or v
   for (size_t t = 0; t < T; ++t) {
-    for (size_t h = 0; h < H; ++h) {
-      const size_t kv = static_cast<size_t>(kv_head_of(static_cast<int>(h), n_heads, n_kv_heads));
-      const double* query = &q[(t * H + h) * D];  // [D]
-      // Keys outside first..t are not looked at at all: the mask is the loop
-      // bounds (the window's t - W < j, then the causal j <= t).
-      const size_t first = window > 0 && t + 1 > size_t(window) ? t + 1 - size_t(window) : 0;
-      const size_t n = t + 1 - first;
-      const std::span<double> scores = std::span<double>(score_buffer).first(n);  // [n]
-      for (size_t j = first; j <= t; ++j) {
-        const double* key = &k[(j * KVH + kv) * D];  // [D]
-        double dot = 0.0;
-        for (size_t d = 0; d < D; ++d) dot += query[d] * key[d];
-        scores[j - first] = dot * scale;
-      }
-      const std::span<double> weights = std::span<double>(weight_buffer).first(n);  // [n]
-      softmax(scores, weights);
-      double* result = &out[(t * H + h) * D];  // [D]
-      for (size_t j = first; j <= t; ++j) {
-        const double* value = &v[(j * KVH + kv) * D];  // [D]
-        for (size_t d = 0; d < D; ++d) result[d] += weights[j - first] * value[d];
-      }
-    }
+    // Keys outside first..t are not looked at at all: the mask is the slice
+    // passed (the window's t - W < j, then the causal j <= t).
+    const size_t first = window > 0 && t + 1 > size_t(window) ? t + 1 - size_t(window) : 0;
+    const size_t n = t + 1 - first;
+    attend(q.subspan(t * H * D, H * D), k.subspan(first * row, n * row),
+           v.subspan(first * row, n * row), n_heads, n_kv_heads, head_dim,
+           out.subspan(t * H * D, H * D));
   }
 }
 

@@ -47,8 +47,19 @@ double silu(double x);
 
 // Rotary embedding at absolute `position`, rotate-half pairing (Hugging Face
 // Llama): element i pairs with i + D/2, angle position * theta^(-2i/D).
-// head [D], D even; rotated in place.
+// head [D], D even; rotated in place. It is rope_cos_sin then rotate_half.
 void apply_rope(std::span<double> head, int position, double theta);
+
+// cos and sin of RoPE's angles at `position` (a shift's re-rotation passes its
+// delta): angle_i = position * theta^(-2i/D) for i < D/2, D = 2 * cos.size().
+// cos [D/2], sin [D/2] written. Apart so a caller rotating many heads at one
+// position (the tolerance's value track) computes them once, with the same bits.
+void rope_cos_sin(int position, double theta, std::span<double> cos, std::span<double> sin);
+
+// The rotate-half rotation by given angles: head[i] = x_i cos_i - x_{i+D/2}
+// sin_i, head[i+D/2] = x_{i+D/2} cos_i + x_i sin_i.
+// head [D], cos [D/2], sin [D/2]; rotated in place.
+void rotate_half(std::span<double> head, std::span<const double> cos, std::span<const double> sin);
 
 // The KV head a query head reads: contiguous groups of n_heads / n_kv_heads
 // query heads share one KV head (repeat_interleave), never h % n_kv_heads.
@@ -58,9 +69,28 @@ int kv_head_of(int query_head, int n_heads, int n_kv_heads);
 std::vector<double> softmax(std::span<const double> scores);
 void softmax(std::span<const double> scores, std::span<double> out);
 
+// The scores of one query head over N keys: q.k_j / sqrt(D), computed as
+// q.k_j * (1 / sqrt(D)), the dot product summed over d in order.
+// query [D], keys [N][KVH][D] (read at KV head kv_head) -> scores [N]
+void attention_scores(std::span<const double> query, std::span<const double> keys, int n_kv_heads,
+                      int kv_head, std::span<double> scores);
+
+// sum_j weights_j values[j][kv_head], summed over j in order from 0.0.
+// weights [N], values [N][KVH][D] -> out [D]
+void weighted_sum(std::span<const double> weights, std::span<const double> values, int n_kv_heads,
+                  int kv_head, std::span<double> out);
+
+// One query position over exactly the N keys given (the caller's choice of
+// keys is the mask): per query head, attention_scores, softmax, weighted_sum.
+// query [H][D], keys [N][KVH][D], values [N][KVH][D] -> out [H][D]
+void attend(std::span<const double> query, std::span<const double> keys,
+            std::span<const double> values, int n_heads, int n_kv_heads, int head_dim,
+            std::span<double> out);
+
 // Causal self-attention of T positions over themselves: the query at t
 // attends to keys 0..t with scores q.k / sqrt(D); with window W > 0 only to
-// keys j with t - W < j <= t (a sliding-window layer; 0: no window).
+// keys j with t - W < j <= t (a sliding-window layer; 0: no window). Each
+// position is one attend() over its keys.
 // q [T][H][D], k [T][KVH][D], v [T][KVH][D] -> [T][H][D]
 std::vector<double> causal_attention(std::span<const double> q, std::span<const double> k,
                                      std::span<const double> v, int n_tokens, int n_heads,

@@ -55,28 +55,69 @@ void norm(const Config& config, std::span<const double> x, const std::vector<flo
   }
 }
 
-// Buffers for the feed-forward block of one position, reused across positions.
-struct MlpBuffers {
-  std::vector<double> gate, up, hidden;  // [F] each
+// Buffers of one position's pass through a layer, reused across positions.
+struct Buffers {
+  std::vector<double> h, update;         // [E] one normed position; a block's output
+  std::vector<double> gate, up, hidden;  // [F] each: the feed-forward block
+  Buffers(int E, int F)
+      : h(size_t(E)), update(size_t(E)), gate(size_t(F)), up(size_t(F)), hidden(size_t(F)) {}
 };
 
-// The family's feed-forward block on one normed position. h [E] -> out [E]
-void mlp(const Config& config, const LayerWeights& layer, std::span<const double> h,
-         MlpBuffers& buffers, std::span<double> out) {
-  const int E = config.d_model, F = config.d_ff;
-  std::vector<double>& hidden = buffers.hidden;  // [F]
-  std::vector<double>& up = buffers.up;          // [F]
+// The input of one position: its token's embedding row, plus (gpt2) the
+// learned embedding of its absolute position. x [E] written.
+void embed(const Config& config, const Weights& weights, int32_t token, int position,
+           std::span<double> x) {
+  const int E = config.d_model;
+  const std::span<const float> token_row = row(weights.tok_embedding, token, E);  // [E]
+  for (int e = 0; e < E; ++e) x[e] = token_row[e];
   if (config.family == Family::kGpt2) {
-    linear(h, layer.w_up, layer.b_up, F, up);
-    for (int i = 0; i < F; ++i) hidden[i] = gelu_tanh(up[i]);
+    const std::span<const float> position_row = row(weights.pos_embedding, position, E);  // [E]
+    for (int e = 0; e < E; ++e) x[e] += position_row[e];
+  }
+}
+
+// The attention block's input projections of one position, before RoPE.
+// x [E] -> q [H*D], k [KVH*D], v [KVH*D]
+void project_qkv(const Config& config, const LayerWeights& layer, std::span<const double> x,
+                 Buffers& b, std::span<double> q, std::span<double> k, std::span<double> v) {
+  const int H = config.n_heads, KVH = config.n_kv_heads, D = config.head_dim;
+  norm(config, x, layer.attn_norm, layer.attn_norm_bias, b.h);  // [E]
+  linear(b.h, layer.wq, layer.bq, H * D, q);
+  linear(b.h, layer.wk, layer.bk, KVH * D, k);
+  linear(b.h, layer.wv, layer.bv, KVH * D, v);
+}
+
+// The residual add of the attention block's output projection.
+// attended [H*D], x [E] updated.
+void add_attention_output(const Config& config, const LayerWeights& layer,
+                          std::span<const double> attended, Buffers& b, std::span<double> x) {
+  linear(attended, layer.wo, layer.bo, config.d_model, b.update);  // [E]
+  for (int e = 0; e < config.d_model; ++e) x[e] += b.update[size_t(e)];
+}
+
+// The family's feed-forward block on one position, with its norm and
+// residual add. x [E] updated.
+void add_mlp(const Config& config, const LayerWeights& layer, Buffers& b, std::span<double> x) {
+  const int E = config.d_model, F = config.d_ff;
+  norm(config, x, layer.mlp_norm, layer.mlp_norm_bias, b.h);  // [E]
+  if (config.family == Family::kGpt2) {
+    linear(b.h, layer.w_up, layer.b_up, F, b.up);
+    for (int i = 0; i < F; ++i) b.hidden[size_t(i)] = gelu_tanh(b.up[size_t(i)]);
   } else {
-    std::vector<double>& gate = buffers.gate;  // [F]
-    linear(h, layer.w_gate, {}, F, gate);
-    linear(h, layer.w_up, {}, F, up);
-    for (int i = 0; i < F; ++i) hidden[i] = silu(gate[i]) * up[i];
+    linear(b.h, layer.w_gate, {}, F, b.gate);
+    linear(b.h, layer.w_up, {}, F, b.up);
+    for (int i = 0; i < F; ++i) b.hidden[size_t(i)] = silu(b.gate[size_t(i)]) * b.up[size_t(i)];
   }
   // b_down is empty for llama, so linear adds no bias there.
-  linear(hidden, layer.w_down, layer.b_down, E, out);
+  linear(b.hidden, layer.w_down, layer.b_down, E, b.update);
+  for (int e = 0; e < E; ++e) x[e] += b.update[size_t(e)];
+}
+
+// The head of one position. x [E] -> logits [V]
+void head(const Config& config, const Weights& weights, std::span<const double> x, Buffers& b,
+          std::span<double> logits) {
+  norm(config, x, weights.final_norm, weights.final_norm_bias, b.h);  // [E]
+  linear(b.h, weights.lm_head, {}, config.vocab, logits);
 }
 
 }  // namespace
@@ -85,8 +126,7 @@ Output forward(const Config& config, const Weights& weights, std::span<const int
   check_inputs(config, weights, tokens);
   const int T = static_cast<int>(tokens.size());
   const int L = config.n_layers, E = config.d_model, H = config.n_heads, KVH = config.n_kv_heads,
-            D = config.head_dim, F = config.d_ff, V = config.vocab;
-  const bool gpt2 = config.family == Family::kGpt2;
+            D = config.head_dim, V = config.vocab;
 
   Output out;
   out.n_tokens = T;
@@ -97,36 +137,21 @@ Output forward(const Config& config, const Weights& weights, std::span<const int
 
   // Every buffer is made once here and overwritten by each op that uses it.
   std::vector<double> x(static_cast<size_t>(T) * E);             // [T][E] the residual stream
-  std::vector<double> h(static_cast<size_t>(E));                 // [E] one normed position
-  std::vector<double> update(static_cast<size_t>(E));            // [E] a block's output
   std::vector<double> q(static_cast<size_t>(T) * H * D);         // [T][H][D]
   std::vector<double> k(static_cast<size_t>(T) * KVH * D);       // [T][KVH][D]
   std::vector<double> v(static_cast<size_t>(T) * KVH * D);       // [T][KVH][D]
   std::vector<double> attended(static_cast<size_t>(T) * H * D);  // [T][H][D]
-  MlpBuffers mlp_buffers{std::vector<double>(static_cast<size_t>(F)),
-                         std::vector<double>(static_cast<size_t>(F)),
-                         std::vector<double>(static_cast<size_t>(F))};
+  Buffers buffers(E, config.d_ff);
 
   // Position t sits at absolute position t.
-  for (int t = 0; t < T; ++t) {
-    const std::span<const float> token_row = row(weights.tok_embedding, tokens[t], E);  // [E]
-    std::span<double> xt = row(x, t, E);                                                // [E]
-    for (int e = 0; e < E; ++e) xt[e] = token_row[e];
-    if (gpt2) {
-      const std::span<const float> position_row = row(weights.pos_embedding, t, E);  // [E]
-      for (int e = 0; e < E; ++e) xt[e] += position_row[e];
-    }
-  }
+  for (int t = 0; t < T; ++t) embed(config, weights, tokens[t], t, row(x, t, E));
 
   for (int l = 0; l < L; ++l) {
     const LayerWeights& layer = weights.layers[static_cast<size_t>(l)];
-
     for (int t = 0; t < T; ++t) {
-      norm(config, row(x, t, E), layer.attn_norm, layer.attn_norm_bias, h);  // [E]
-      linear(h, layer.wq, layer.bq, H * D, row(q, t, H * D));                // [H*D]
-      linear(h, layer.wk, layer.bk, KVH * D, row(k, t, KVH * D));            // [KVH*D]
-      linear(h, layer.wv, layer.bv, KVH * D, row(v, t, KVH * D));            // [KVH*D]
-      if (!gpt2) {
+      project_qkv(config, layer, row(x, t, E), buffers, row(q, t, H * D), row(k, t, KVH * D),
+                  row(v, t, KVH * D));
+      if (config.family == Family::kLlama) {
         // RoPE before K is stored: the cache holds rotated keys.
         for (int hq = 0; hq < H; ++hq) apply_rope(row(q, t * H + hq, D), t, config.rope_theta);
         for (int hk = 0; hk < KVH; ++hk) apply_rope(row(k, t * KVH + hk, D), t, config.rope_theta);
@@ -140,25 +165,74 @@ Output forward(const Config& config, const Weights& weights, std::span<const int
     causal_attention(q, k, v, T, H, KVH, D, attended,
                      config.windowed(l) ? config.sliding_window : 0);  // [T][H][D]
     for (int t = 0; t < T; ++t) {
-      linear(row(attended, t, H * D), layer.wo, layer.bo, E, update);  // [E]
-      std::span<double> xt = row(x, t, E);                             // [E]
-      for (int e = 0; e < E; ++e) xt[e] += update[e];
-    }
-
-    for (int t = 0; t < T; ++t) {
-      std::span<double> xt = row(x, t, E);                       // [E]
-      norm(config, xt, layer.mlp_norm, layer.mlp_norm_bias, h);  // [E]
-      mlp(config, layer, h, mlp_buffers, update);                // [E]
-      for (int e = 0; e < E; ++e) xt[e] += update[e];
+      add_attention_output(config, layer, row(attended, t, H * D), buffers, row(x, t, E));
+      add_mlp(config, layer, buffers, row(x, t, E));
     }
   }
 
-  for (int t = 0; t < T; ++t) {
-    norm(config, row(x, t, E), weights.final_norm, weights.final_norm_bias, h);  // [E]
-    linear(h, weights.lm_head, {}, V, row(out.logits, t, V));                    // [V]
-  }
+  for (int t = 0; t < T; ++t) head(config, weights, row(x, t, E), buffers, row(out.logits, t, V));
   return out;
 }
+
+namespace {
+
+// replay's cells: positions and, per layer, each cell's un-rotated key and
+// its value, exactly as computed when the token was fed.
+struct Cells {
+  std::vector<int32_t> positions;             // [C] in slot order
+  std::vector<std::vector<double>> k_raw, v;  // [L][C * KVH * D]
+  size_t width = 0;                           // KVH * D, one cell of one layer
+
+  // Keeps the cells whose flag is set, in order.
+  void keep(const std::vector<bool>& kept) {
+    size_t to = 0;
+    for (size_t c = 0; c < kept.size(); ++c) {
+      if (!kept[c]) continue;
+      positions[to] = positions[c];
+      for (size_t l = 0; l < k_raw.size(); ++l) {
+        std::copy_n(k_raw[l].begin() + std::ptrdiff_t(c * width), width,
+                    k_raw[l].begin() + std::ptrdiff_t(to * width));
+        std::copy_n(v[l].begin() + std::ptrdiff_t(c * width), width,
+                    v[l].begin() + std::ptrdiff_t(to * width));
+      }
+      ++to;
+    }
+    positions.resize(to);
+    for (size_t l = 0; l < k_raw.size(); ++l) k_raw[l].resize(to * width), v[l].resize(to * width);
+  }
+
+  // Layer l's keys, each rotated to its cell's current position.
+  // rotated [C][KVH][D] written.
+  void rotated_keys(size_t l, int head_dim, double theta, std::vector<double>& rotated) const {
+    rotated = k_raw[l];
+    for (size_t c = 0; c < positions.size(); ++c) {
+      for (size_t at = c * width; at < (c + 1) * width; at += size_t(head_dim)) {
+        apply_rope(std::span<double>(rotated).subspan(at, size_t(head_dim)), positions[c], theta);
+      }
+    }
+  }
+};
+
+// A shift's new positions, or the reason it is invalid.
+std::string shift_positions(const Config& config, const Event& e, std::vector<int32_t>& positions) {
+  if (e.p0 < 0 || e.p1 < e.p0) return "shift needs 0 <= p0 <= p1";
+  std::vector<int32_t> moved = positions;
+  for (int32_t& p : moved) {
+    if (p < e.p0 || p >= e.p1) continue;
+    const long long to = (long long)p + e.delta;
+    if (to < 0 || to >= config.max_pos) return "a shifted position leaves [0, max_pos)";
+    p = int32_t(to);
+  }
+  std::vector<int32_t> sorted = moved;
+  std::sort(sorted.begin(), sorted.end());
+  if (std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end()) {
+    return "the shift makes two cells hold one position";
+  }
+  positions = std::move(moved);
+  return "";
+}
+
+}  // namespace
 
 CellOutput replay(const Config& config, const Weights& weights, std::span<const Event> events) {
   check_inputs(config, weights, {});
@@ -166,144 +240,73 @@ CellOutput replay(const Config& config, const Weights& weights, std::span<const 
     throw InputError("oracle: erase and shift need a RoPE model (llama family)");
   }
   const int L = config.n_layers, E = config.d_model, H = config.n_heads, KVH = config.n_kv_heads,
-            D = config.head_dim, F = config.d_ff, V = config.vocab;
-  const size_t KV = static_cast<size_t>(KVH) * D;
-  // The cells: positions and, per layer, each cell's un-rotated key and its
-  // value, exactly as computed when the token was fed.
-  std::vector<int32_t> positions;                                  // [C]
-  std::vector<std::vector<double>> k_raw(static_cast<size_t>(L));  // [L][C * KVH * D]
-  std::vector<std::vector<double>> v_of(static_cast<size_t>(L));   // [L][C * KVH * D]
+            D = config.head_dim, V = config.vocab;
+  Cells cells;
+  cells.width = size_t(KVH) * size_t(D);
+  cells.k_raw.resize(size_t(L));
+  cells.v.resize(size_t(L));
   CellOutput out;
-  std::vector<double> x(static_cast<size_t>(E)), h(x.size()), update(x.size());  // [E]
-  std::vector<double> q(static_cast<size_t>(H) * D), attended(q.size());         // [H][D]
-  std::vector<double> k(KV), v(KV);                                              // [KVH][D]
-  MlpBuffers mlp_buffers{std::vector<double>(size_t(F)), std::vector<double>(size_t(F)),
-                         std::vector<double>(size_t(F))};
+  Buffers buffers(E, config.d_ff);
+  std::vector<double> x(static_cast<size_t>(E));                          // [E]
+  std::vector<double> q(static_cast<size_t>(H) * D), attended(q.size());  // [H][D]
+  std::vector<double> k(cells.width), v(cells.width);                     // [KVH][D]
+  std::vector<double> keys;                                               // [C][KVH][D] rotated
   const auto fail = [](size_t i, const std::string& what) {
     throw InputError("oracle: event " + std::to_string(i) + ": " + what);
   };
   for (size_t i = 0; i < events.size(); ++i) {
     const Event& e = events[i];
-    const size_t C = positions.size();
+    const size_t C = cells.positions.size();
     if (e.kind == Event::Kind::kTruncate) {
       if (e.n < 0 || size_t(e.n) > C) fail(i, "truncation past the cells");
-      positions.resize(C - size_t(e.n));
-      for (int l = 0; l < L; ++l) {
-        k_raw[size_t(l)].resize(positions.size() * KV);
-        v_of[size_t(l)].resize(positions.size() * KV);
-      }
+      std::vector<bool> kept(C, false);
+      std::fill(kept.begin(), kept.begin() + std::ptrdiff_t(C - size_t(e.n)), true);
+      cells.keep(kept);
       continue;
     }
     if (e.kind == Event::Kind::kErase) {
       if (e.p0 < 0 || e.p1 < e.p0) fail(i, "erase needs 0 <= p0 <= p1");
-      size_t kept = 0;
+      std::vector<bool> kept(C);
       for (size_t c = 0; c < C; ++c) {
-        if (positions[c] >= e.p0 && positions[c] < e.p1) continue;
-        positions[kept] = positions[c];
-        for (int l = 0; l < L; ++l) {
-          std::copy_n(k_raw[size_t(l)].begin() + std::ptrdiff_t(c * KV), KV,
-                      k_raw[size_t(l)].begin() + std::ptrdiff_t(kept * KV));
-          std::copy_n(v_of[size_t(l)].begin() + std::ptrdiff_t(c * KV), KV,
-                      v_of[size_t(l)].begin() + std::ptrdiff_t(kept * KV));
-        }
-        ++kept;
+        kept[c] = cells.positions[c] < e.p0 || cells.positions[c] >= e.p1;
       }
-      positions.resize(kept);
-      for (int l = 0; l < L; ++l) {
-        k_raw[size_t(l)].resize(kept * KV);
-        v_of[size_t(l)].resize(kept * KV);
-      }
+      cells.keep(kept);
       continue;
     }
     if (e.kind == Event::Kind::kShift) {
-      if (e.p0 < 0 || e.p1 < e.p0) fail(i, "shift needs 0 <= p0 <= p1");
-      std::vector<int32_t> moved = positions;
-      for (int32_t& p : moved) {
-        if (p < e.p0 || p >= e.p1) continue;
-        const long long to = (long long)p + e.delta;
-        if (to < 0 || to >= config.max_pos) fail(i, "a shifted position leaves [0, max_pos)");
-        p = int32_t(to);
+      if (const std::string error = shift_positions(config, e, cells.positions); !error.empty()) {
+        fail(i, error);
       }
-      std::vector<int32_t> sorted = moved;
-      std::sort(sorted.begin(), sorted.end());
-      if (std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end()) {
-        fail(i, "the shift makes two cells hold one position");
-      }
-      positions = std::move(moved);
       continue;
     }
     // A fed token at the largest held position + 1.
     int position = 0;
-    for (int32_t p : positions) position = std::max(position, p + 1);
+    for (int32_t p : cells.positions) position = std::max(position, p + 1);
     if (position >= config.max_pos) fail(i, "the next position reaches max_pos");
     if (e.token < 0 || e.token >= V) fail(i, "token out of range");
-    const std::span<const float> token_row = row(weights.tok_embedding, e.token, E);
-    for (int d = 0; d < E; ++d) x[size_t(d)] = token_row[size_t(d)];
-    positions.push_back(position);
-    const size_t cells = positions.size();
+    embed(config, weights, e.token, position, x);
+    cells.positions.push_back(position);
     for (int l = 0; l < L; ++l) {
       const LayerWeights& layer = weights.layers[size_t(l)];
-      norm(config, x, layer.attn_norm, layer.attn_norm_bias, h);
-      linear(h, layer.wq, layer.bq, H * D, q);
-      linear(h, layer.wk, layer.bk, KVH * D, k);
-      linear(h, layer.wv, layer.bv, KVH * D, v);
-      k_raw[size_t(l)].insert(k_raw[size_t(l)].end(), k.begin(), k.end());
-      v_of[size_t(l)].insert(v_of[size_t(l)].end(), v.begin(), v.end());
+      project_qkv(config, layer, x, buffers, q, k, v);
+      cells.k_raw[size_t(l)].insert(cells.k_raw[size_t(l)].end(), k.begin(), k.end());
+      cells.v[size_t(l)].insert(cells.v[size_t(l)].end(), v.begin(), v.end());
       for (int hq = 0; hq < H; ++hq) apply_rope(row(q, hq, D), position, config.rope_theta);
       // Every alive cell (this token's included) at its current position.
-      std::vector<double> keys(cells * KV);  // [C][KVH][D] rotated
-      std::copy(k_raw[size_t(l)].begin(), k_raw[size_t(l)].end(), keys.begin());
-      for (size_t c = 0; c < cells; ++c) {
-        for (int g = 0; g < KVH; ++g) {
-          apply_rope(std::span<double>(keys).subspan(c * KV + size_t(g) * D, size_t(D)),
-                     positions[c], config.rope_theta);
-        }
-      }
-      for (int hq = 0; hq < H; ++hq) {
-        const int g = kv_head_of(hq, H, KVH);
-        std::vector<double> scores(cells);  // [C]
-        for (size_t c = 0; c < cells; ++c) {
-          double dot = 0;
-          for (int d = 0; d < D; ++d) {
-            dot += q[size_t(hq * D + d)] * keys[c * KV + size_t(g * D + d)];
-          }
-          scores[c] = dot / std::sqrt(double(D));
-        }
-        const std::vector<double> p = softmax(scores);
-        for (int d = 0; d < D; ++d) {
-          double sum = 0;
-          for (size_t c = 0; c < cells; ++c)
-            sum += p[c] * v_of[size_t(l)][c * KV + size_t(g * D + d)];
-          attended[size_t(hq * D + d)] = sum;
-        }
-      }
-      linear(attended, layer.wo, layer.bo, E, update);
-      for (int d = 0; d < E; ++d) x[size_t(d)] += update[size_t(d)];
-      norm(config, x, layer.mlp_norm, layer.mlp_norm_bias, h);
-      mlp(config, layer, h, mlp_buffers, update);
-      for (int d = 0; d < E; ++d) x[size_t(d)] += update[size_t(d)];
+      cells.rotated_keys(size_t(l), D, config.rope_theta, keys);
+      attend(q, keys, cells.v[size_t(l)], H, KVH, D, attended);
+      add_attention_output(config, layer, attended, buffers, x);
+      add_mlp(config, layer, buffers, x);
     }
-    norm(config, x, weights.final_norm, weights.final_norm_bias, h);
     out.logits.resize(out.logits.size() + size_t(V));
-    linear(h, weights.lm_head, {}, V,
-           std::span<double>(out.logits).subspan(out.logits.size() - size_t(V), size_t(V)));
+    head(config, weights, x, buffers,
+         std::span<double>(out.logits).subspan(out.logits.size() - size_t(V), size_t(V)));
   }
-  const size_t C = positions.size();
-  out.positions = positions;
-  out.k.assign(size_t(L) * C * KV, 0.0);
-  out.v.assign(out.k.size(), 0.0);
+  out.positions = cells.positions;
   for (int l = 0; l < L; ++l) {
-    for (size_t c = 0; c < C; ++c) {
-      for (int g = 0; g < KVH; ++g) {
-        const size_t at = (size_t(l) * C + c) * KV + size_t(g) * D;
-        std::copy_n(k_raw[size_t(l)].begin() + std::ptrdiff_t(c * KV + size_t(g) * D), D,
-                    out.k.begin() + std::ptrdiff_t(at));
-        apply_rope(std::span<double>(out.k).subspan(at, size_t(D)), positions[c],
-                   config.rope_theta);
-      }
-    }
-    std::copy(v_of[size_t(l)].begin(), v_of[size_t(l)].end(),
-              out.v.begin() + std::ptrdiff_t(size_t(l) * C * KV));
+    cells.rotated_keys(size_t(l), D, config.rope_theta, keys);
+    out.k.insert(out.k.end(), keys.begin(), keys.end());
+    out.v.insert(out.v.end(), cells.v[size_t(l)].begin(), cells.v[size_t(l)].end());
   }
   return out;
 }

@@ -12,6 +12,7 @@
 #include <vector>
 
 #include "engine/engine.h"
+#include "engine/engine_under_test.h"  // EngineFactory, EngineUnderTest
 #include "engine/traits.h"
 #include "properties/scenario.h"
 
@@ -40,27 +41,6 @@ constexpr int kPropertyCount = static_cast<int>(Property::kCount);
 std::string_view property_name(Property p);   // "oracle", "chunking", ...
 std::string_view property_label(Property p);  // "P1", ...
 std::optional<Property> parse_property(std::string_view name);
-
-// Makes a fresh engine for a config, weights and options. Properties call it
-// as often as they need (solo runs, reruns); faults are baked into it.
-using EngineFactory =
-    std::function<std::unique_ptr<Engine>(const Config&, const Weights&, const EngineOptions&)>;
-
-// The engine a property checks: how to make one, what it declares, and for
-// P10 the engine it is compared with. Implicit from a bare factory, which is
-// then held to the strict contract (every operation, bitwise invariance).
-struct EngineUnderTest {
-  EngineFactory factory;
-  EngineTraits traits = EngineTraits::strict();
-  std::string backend;  // the backend string, for case files ("" when unknown)
-  std::shared_ptr<const EngineUnderTest> reference;  // P10; null: P10 not applicable
-  // The backend sizes a pool the scenario does not name (cpu?paged=B&pool=N):
-  // its refusals are data, as for a scenario's own pool_blocks.
-  bool forces_pool = false;
-
-  EngineUnderTest(EngineFactory f, EngineTraits t = EngineTraits::strict())  // NOLINT: implicit
-      : factory(std::move(f)), traits(std::move(t)) {}
-};
 
 // Where a failure shows first. -1 where not applicable.
 struct Location {

@@ -9,7 +9,9 @@
 // <= 2 exp(-kConfidence^2 / 2) under the model). The worst-case (every
 // rounding aligned) bound grows by the operator norms of every layer and is
 // useless past two layers; docs/TOLERANCE.md shows why and measures the
-// margin this one keeps.
+// margin this one keeps. Code: tolerance_pass.cpp (the one pass behind both
+// derive_* functions), tolerance_kernels.h (per-op error models, whose
+// values are the oracle's ops), tolerance_storage.cpp (K/V storage rounding).
 #pragma once
 
 #include <cstdint>
@@ -81,9 +83,13 @@ struct ErrorBounds {
 // rope_angles_in_float: the engine computes RoPE angles as llama.cpp does,
 // pos * powf(base, -2/D)^i by repeated float products (docs/TOLERANCE.md);
 // the bound then includes each angle's error, which grows with the position.
+// value_track (optional): receives the exact values the bounds were
+// propagated along (logits, and K/V as cached), computed with the oracle's
+// ops: oracle::forward's output bit for bit (tested).
 ErrorBounds derive_error_bounds(const Config& config, const Weights& weights,
                                 std::span<const int32_t> tokens, KvDtype kv_dtype,
-                                bool rope_angles_in_float = false);
+                                bool rope_angles_in_float = false,
+                                oracle::Output* value_track = nullptr);
 
 // derive_error_bounds of the first n <= T tokens, taken from the bounds of
 // all T: causal like the oracle, so equal bit for bit (tested).

@@ -6,7 +6,7 @@
 #include <memory>
 
 #include "engine/engine.h"
-#include "properties/property.h"
+#include "engine/engine_under_test.h"
 
 namespace kvcheck::test {
 

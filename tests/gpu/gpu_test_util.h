@@ -5,7 +5,7 @@
 #include <gtest/gtest.h>
 
 #include "engine/cuda/cuda_engine.h"
-#include "properties/property.h"
+#include "engine/engine_under_test.h"
 
 namespace kvcheck::test {
 

@@ -1,0 +1,95 @@
+// The error model of attention for one query position (docs/TOLERANCE.md,
+// "Attention"): scores, softmax and the weighted sum of values, each with
+// the variance it adds. Apart because it is the one kernel whose error
+// couples positions (every key's error reaches the output through its
+// weight), and the longest derivation; its values are oracle::attend's ops.
+#include <algorithm>
+#include <cmath>
+#include <span>
+
+#include "oracle/ops.h"
+#include "properties/tolerance.h"
+#include "properties/tolerance_kernels.h"
+
+namespace kvcheck::tolerance {
+
+namespace {
+
+constexpr double u = kUnitRoundoff;
+
+size_t sz(int n) {
+  return static_cast<size_t>(n);
+}
+
+// Weight j of one query head is exp(s_j - max) (1 + sigma_j); var_sigma[j]
+// gets sigma_j's variance. Score s_j = scale q.k_j: first-order variance
+// scale^2 sum (k^2 var_q + q^2 var_k) plus the dot product's rounding (D
+// terms, * scale, the float scale); then the float rounding of s_j - max and
+// exp's own error (kept at its worst).
+//   qh, vqh: [D];  k, var_k: [n_keys][KVH][D] read at KV head g;  scores: [n_keys].
+void weight_var(const double* qh, const double* vqh, const double* k, const double* var_k,
+                int n_keys, int KVH, int g, int D, const std::vector<double>& scores,
+                std::vector<double>& var_sigma) {
+  const double scale = 1.0 / std::sqrt(double(D));
+  const double score_rounding = (D + 2) * u * u * scale * scale;
+  const double exp_var = sq(kExpRelativeError);
+  double max_score = -INFINITY;
+  for (int j = 0; j < n_keys; ++j) max_score = std::max(max_score, scores[sz(j)]);
+  for (int j = 0; j < n_keys; ++j) {
+    const size_t kv_at = (sz(j) * sz(KVH) + sz(g)) * sz(D);
+    const double* kj = k + kv_at;
+    const double* vkj = var_k + kv_at;
+    double abs_dot = 0, var = 0;
+    for (int d = 0; d < D; ++d) {
+      abs_dot += std::abs(qh[d] * kj[d]);
+      var += kj[d] * kj[d] * vqh[d] + qh[d] * qh[d] * vkj[d];
+    }
+    const double shifted = scores[sz(j)] - max_score;
+    var_sigma[sz(j)] =
+        scale * scale * var + score_rounding * abs_dot * abs_dot + sq(u * shifted) + exp_var;
+  }
+}
+
+}  // namespace
+
+// o = sum p_j v_j; first order do = sum p_j dv_j + sum p_j sigma_j (v_j - o)
+// (a shift common to all sigma_j cancels); then the float sums (n_keys terms
+// each) and the division.
+void attend_var(const double* q_t, const double* var_q_t, const double* k, const double* var_k,
+                const double* v, const double* var_v, int n_keys, int H, int KVH, int D,
+                AttendScratch& s, double* att, double* var_att) {
+  const size_t keys_size = sz(n_keys) * sz(KVH) * sz(D);
+  const std::span<const double> keys(k, keys_size), values(v, keys_size);  // [n_keys][KVH][D]
+  const double sum_rounding = n_keys * u * u;
+  s.scores.resize(sz(n_keys)), s.p.resize(sz(n_keys)), s.var_sigma.resize(sz(n_keys));
+  s.o_var.resize(sz(D)), s.o_magnitude.resize(sz(D));
+  for (int hq = 0; hq < H; ++hq) {
+    const int g = oracle::kv_head_of(hq, H, KVH);
+    const double* qh = q_t + sz(hq) * sz(D);
+    oracle::attention_scores(std::span<const double>(qh, sz(D)), keys, KVH, g, s.scores);
+    weight_var(qh, var_q_t + sz(hq) * sz(D), k, var_k, n_keys, KVH, g, D, s.scores, s.var_sigma);
+    oracle::softmax(s.scores, s.p);
+    double* o = att + sz(hq) * sz(D);
+    oracle::weighted_sum(s.p, values, KVH, g, std::span<double>(o, sz(D)));
+    std::fill(s.o_var.begin(), s.o_var.end(), 0.0);
+    std::fill(s.o_magnitude.begin(), s.o_magnitude.end(), 0.0);
+    // The key loop is outside so the rows of v are read contiguously.
+    for (int j = 0; j < n_keys; ++j) {
+      const double pj = s.p[sz(j)], sigma = s.var_sigma[sz(j)];
+      const size_t at = (sz(j) * sz(KVH) + sz(g)) * sz(D);
+      const double* vj = v + at;
+      const double* vvj = var_v + at;
+      for (int d = 0; d < D; ++d) {
+        s.o_var[sz(d)] += pj * pj * (vvj[d] + sigma * sq(vj[d] - o[d]));
+        s.o_magnitude[sz(d)] += pj * std::abs(vj[d]);
+      }
+    }
+    double* var_o = var_att + sz(hq) * sz(D);
+    for (int d = 0; d < D; ++d) {
+      var_o[d] =
+          s.o_var[sz(d)] + sum_rounding * sq(s.o_magnitude[sz(d)] + std::abs(o[d])) + sq(u * o[d]);
+    }
+  }
+}
+
+}  // namespace kvcheck::tolerance

@@ -1,0 +1,75 @@
+// What storing a K/V element costs in each dtype: the rounding constants
+// (kv_storage_error, q8_0's scale bounds, which P6 also uses with the
+// engine's stored scale) and store_var, the bound P6 compares a stored
+// element against. Apart from the kernels because it models the cache, not
+// arithmetic: a new K/V dtype changes this file alone.
+#include <algorithm>
+#include <cmath>
+
+#include "properties/tolerance.h"
+#include "properties/tolerance_kernels.h"
+
+namespace kvcheck {
+
+double gamma_n(double n) {
+  return n * kUnitRoundoff / (1.0 - n * kUnitRoundoff);
+}
+
+KvStorageError kv_storage_error(KvDtype dtype) {
+  switch (dtype) {
+    case KvDtype::kF32:
+      return {0.0, 0.0};
+    case KvDtype::kBF16:
+      return {kv_dtype_unit_roundoff(dtype), 0x1p-134};
+    case KvDtype::kF16:
+      return {kv_dtype_unit_roundoff(dtype), 0x1p-25};
+    case KvDtype::kQ8_0:
+      return {0.0, 0.0, 0.5 + 0x1p-16};
+  }
+  return {};
+}
+
+double q8_element_bound(double computed, double stored_scale) {
+  return computed + std::abs(stored_scale) * kv_storage_error(KvDtype::kQ8_0).per_scale;
+}
+
+double q8_scale_bound(double block_computed_max, double stored_scale) {
+  return block_computed_max / 127 + kUnitRoundoff * std::abs(stored_scale) / (1 - kUnitRoundoff);
+}
+
+namespace tolerance {
+
+// kConfidence deviations of the computed value, then storage's rounding of
+// it at its worst, |x^ (1 + r) - x| <= |x^ - x| (1 + r) + r |x| + a (+ h s
+// for q8_0: half a code of the block's scale s, at most fl((amax + the
+// block's largest computed bound) / 127)). Attention reads the stored value,
+// whose storage rounding enters its variance as one more bounded term.
+void store_var(const double* value, double* var, double* bound, double* computed, int KVH, int D,
+               KvDtype kv_dtype) {
+  const KvStorageError storage = kv_storage_error(kv_dtype);
+  const bool quantized = kv_dtype == KvDtype::kQ8_0;
+  if (computed != nullptr) {
+    for (int i = 0; i < KVH * D; ++i) computed[i] = kConfidence * std::sqrt(var[i]);
+  }
+  for (int g = 0; g < KVH; ++g) {
+    for (int first = 0; first < D; first += int(kQ8Block)) {
+      const int end = quantized ? std::min(D, first + int(kQ8Block)) : D;
+      double amax = 0, computed_max = 0;
+      for (int i = g * D + first; i < g * D + end; ++i) {
+        amax = std::max(amax, std::abs(value[i]));
+        computed_max = std::max(computed_max, kConfidence * std::sqrt(var[i]));
+      }
+      const double scale_max = (amax + computed_max) / 127 * (1 + kUnitRoundoff);
+      for (int i = g * D + first; i < g * D + end; ++i) {
+        const double stored = storage.relative * std::abs(value[i]) + storage.absolute +
+                              storage.per_scale * scale_max;
+        bound[i] = kConfidence * std::sqrt(var[i]) * (1 + storage.relative) + stored;
+        var[i] = var[i] * sq(1 + storage.relative) + stored * stored;
+      }
+      if (!quantized) break;
+    }
+  }
+}
+
+}  // namespace tolerance
+}  // namespace kvcheck

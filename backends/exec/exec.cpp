@@ -1,4 +1,4 @@
-#include "backends/exec.h"
+#include "backends/exec/exec.h"
 
 #include <cstdlib>
 #include <cstring>
@@ -8,9 +8,9 @@
 #include <mutex>
 #include <set>
 
-#include "backends/exec_child.h"
-#include "backends/exec_models.h"
-#include "backends/exec_wire.h"
+#include "backends/exec/exec_child.h"
+#include "backends/exec/exec_models.h"
+#include "backends/exec/exec_wire.h"
 #include "engine/traits_json.h"
 #include "model/status.h"
 #include "model/weights.h"

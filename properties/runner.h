@@ -136,6 +136,12 @@ class ScenarioRunner {
   // sequence's stream tokens fed before the step.
   void file_step(const Call& call, std::span<const int> fed_at);
 
+  // The run's outcome so far: it ended (failed, refused or stopped), and
+  // the failure of a call (error null: another exception than EngineError).
+  static bool ended(const RunResult& result);
+  static void clear_failure(RunResult& result);
+  static void record_failure(RunResult& result, int call, const EngineError* error,
+                             const char* what);
   // A refused step ends the run if it changed nothing, else fails it.
   static void settle_refusal(RunResult& result, int call, const EngineError& e,
                              const std::string& before, const std::string& after);
@@ -146,7 +152,8 @@ class ScenarioRunner {
   std::string digest(const EngineState& state, std::span<const size_t> sequences) const;
   std::string state_digest() const;
 
-  // Steps sent through the engine's pipeline (engine/pipeline.h): posted
+  // Steps sent through the engine's pipeline (engine/pipeline.h; the
+  // functions below live in runner_pipeline.cpp): posted
   // where nothing reads the engine between calls (no hook) and, in a pool
   // that may run dry, watched so that a refusal can be judged.
   struct PostedStep {

@@ -11,7 +11,7 @@
 #include <string_view>
 #include <vector>
 
-#include "backends/exec_reply.h"
+#include "backends/exec/exec_reply.h"
 #include "engine/traits_json.h"
 #include "kvcheck/engine_plugin.h"
 #include "model/config_json.h"
@@ -173,7 +173,7 @@ class PluginEngine final : public Engine {
   }
 
   // The same JSON as the engine protocol's pool reply, parsed by the same
-  // parser (backends/exec_reply.h).
+  // parser (backends/exec/exec_reply.h).
   PoolReport pool() const override {
     if (table().pool_json == nullptr) return Engine::pool();
     kvcheck_error e{};

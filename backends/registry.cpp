@@ -1,6 +1,6 @@
 #include "backends/registry.h"
 
-#include "backends/exec.h"
+#include "backends/exec/exec.h"
 #include "backends/in_tree.h"
 #include "backends/plugin.h"
 #include "model/status.h"

@@ -31,7 +31,7 @@ install(TARGETS ${kvcheck_package_targets} EXPORT kvcheckTargets
         ARCHIVE DESTINATION ${CMAKE_INSTALL_LIBDIR})
 
 foreach(dir model oracle engine engine/cpu properties properties/rc properties/repro backends
-            conformance)
+            backends/exec conformance)
   file(GLOB headers ${PROJECT_SOURCE_DIR}/${dir}/*.h)
   install(FILES ${headers} DESTINATION ${CMAKE_INSTALL_INCLUDEDIR}/kvcheck/${dir})
 endforeach()

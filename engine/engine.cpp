@@ -81,36 +81,6 @@ std::string Engine::unheld_storage_check() const {
                         " (traits.operations.storage_check is false)");
 }
 
-Engine::Observed Engine::observe(std::span<const SequenceId> sequences) const {
-  Observed out;
-  try {
-    out.pool = pool();
-  } catch (const EngineError&) {
-  }
-  for (const SequenceId id : sequences) out.lengths.push_back(length(id));
-  return out;
-}
-
-bool Engine::post_observe(std::span<const SequenceId>) {
-  return false;
-}
-
-Engine::Observed Engine::take_observed() {
-  throw std::logic_error("take_observed: " + name() + " posted no observe");
-}
-
-void Engine::drop_observed() {
-  throw std::logic_error("drop_observed: " + name() + " posted no observe");
-}
-
-bool Engine::post_step(std::span<const BatchEntry>) {
-  return false;
-}
-
-void Engine::collect_step(std::vector<float>&) {
-  throw std::logic_error("collect_step: " + name() + " posted no step");
-}
-
 int Engine::reused(SequenceId) const {
   return 0;
 }

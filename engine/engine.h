@@ -102,6 +102,8 @@ struct PoolReport {
   std::vector<std::pair<SequenceId, std::vector<int>>> tables;  // per sequence: [block index]
 };
 
+class Pipeline;  // engine/pipeline.h
+
 class Engine {
  public:
   virtual ~Engine() = default;
@@ -117,23 +119,6 @@ class Engine {
   // [sum of n][V], entries in batch order. A sequence appears at most once.
   // The whole batch is checked before anything changes.
   virtual void step(std::span<const BatchEntry> batch, std::vector<float>& logits) = 0;
-
-  // Pipelining, for an engine in another process, where a step's reply is a
-  // round trip: post_step sends the step and returns true without waiting;
-  // collect_step then returns the logits of the oldest step posted and not
-  // yet collected, and throws what step() would have thrown for it. Calls
-  // in between behave as if each posted step had completed in order. The
-  // default returns false (nothing sent): the caller uses step() instead.
-  virtual bool post_step(std::span<const BatchEntry> batch);
-  virtual void collect_step(std::vector<float>& logits);
-  // Sends what post_step has queued now, so that the engine works on it
-  // while the caller does something else (kvcheck computes the oracle);
-  // collect_step would send it anyway. The default has nothing queued.
-  virtual void send_posted() {}
-  // Reads the answers to every call this engine sent without waiting and
-  // throws the first refusal among them not yet raised: the end of a run,
-  // where no later call would raise it. The default sends nothing ahead.
-  virtual void settle_sent() {}
 
   // EOS: frees the sequence's row; compaction may move other rows.
   virtual void finish(SequenceId sequence) = 0;
@@ -182,31 +167,17 @@ class Engine {
 
   virtual int length(SequenceId sequence) const = 0;
 
-  // What a step refused for capacity must leave as it was (the runner reads
-  // it before and after such a step, docs/OPERATIONS.md "Small pools"): the
-  // pool report, nullopt where pool() throws EngineError, and the length of
-  // each of `sequences`. One call, so that an engine in another process
-  // answers it in one round trip; the default asks pool() and length().
-  struct Observed {
-    std::optional<PoolReport> pool;
-    std::vector<int> lengths;  // [sequences]
-  };
-  virtual Observed observe(std::span<const SequenceId> sequences) const;
-  // observe sent without waiting where the engine can (protocol 2 of the exec
-  // backend; false by default, and the caller then calls observe): its
-  // queries go out with the next call that waits. take_observed reads the
-  // answer as it stood when posted; drop_observed discards it unread. Each
-  // post is followed by exactly one of the two.
-  virtual bool post_observe(std::span<const SequenceId> sequences);
-  virtual Observed take_observed();
-  virtual void drop_observed();
-
   virtual CacheSnapshot cache(SequenceId sequence, int layer) const = 0;
   virtual MemoryReport memory() const = 0;
 
   // The storage as the report's cache timeline draws it (engine/storage_map.h);
   // nullopt from engines that do not offer it (operations.storage_map false).
   virtual std::optional<StorageMap> storage_map() const { return std::nullopt; }
+
+  // The one seam for transports (engine/pipeline.h): an engine in another
+  // process returns the interface that sends steps without waiting; an
+  // in-process engine returns null (the default) and the runner calls step.
+  virtual Pipeline* pipeline() { return nullptr; }
 };
 
 }  // namespace kvcheck

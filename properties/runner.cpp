@@ -6,6 +6,7 @@
 #include <bit>
 #include <cstdio>
 #include <cstring>
+#include <utility>
 
 #include "model/rng.h"
 
@@ -204,6 +205,150 @@ ScenarioRunner::ScenarioRunner(const Scenario& scenario, const Config& config,
       logits_(scenario.sequences.size()),
       reused_(scenario.sequences.size()) {}
 
+RunResult ScenarioRunner::run(const CallHook& hook) {
+  RunResult result = run_calls(hook);
+  result.logits = logits_;
+  result.reused = reused_;
+  return result;
+}
+
+RunResult ScenarioRunner::run_and_take_logits(const CallHook& hook, const Meanwhile& meanwhile) {
+  RunResult result = run_calls(hook, meanwhile);
+  result.logits = std::move(logits_);
+  result.reused = reused_;
+  logits_.assign(result.logits.size(), {});
+  return result;
+}
+
+bool ScenarioRunner::ended(const RunResult& result) {
+  return result.engine_failed || result.refused || result.stopped;
+}
+
+void ScenarioRunner::clear_failure(RunResult& result) {
+  result.engine_failed = result.threw = false;
+  result.failed_call = -1;
+  result.error_kind = EngineError::Kind::kBadBatch;
+  result.error_message.clear();
+}
+
+void ScenarioRunner::record_failure(RunResult& result, int call, const EngineError* error,
+                                    const char* what) {
+  result.engine_failed = true;
+  result.threw = error == nullptr;
+  result.failed_call = call;
+  if (error != nullptr) result.error_kind = error->kind();
+  result.error_message = what;
+}
+
+RunResult ScenarioRunner::run_calls(const CallHook& hook, const Meanwhile& meanwhile) {
+  // Reserving every sequence's logits up front keeps the step loop free of
+  // reallocation.
+  const SchedulePlan plan = plan_schedule(scenario_);
+  for (size_t s = 0; s < logits_.size(); ++s)
+    logits_[s].reserve(size_t(plan.fed[s]) * size_t(vocab_));
+  // Only an explicitly sized pool may run dry, by the scenario or by a
+  // backend option; its refusals are data the schedule cannot predict.
+  may_run_dry_ = scenario_.pool_blocks > 0 || engine_->options().pool_blocks > 0;
+  pipeline_ = engine_->pipeline();
+  defer_ = pipeline_ != nullptr && !hook;  // a hook reads the engine after every call
+  meanwhile_ = meanwhile ? &meanwhile : nullptr;
+  RunResult result;
+  for (size_t c = 0; c < scenario_.calls.size() && !ended(result); ++c) {
+    const Call& call = scenario_.calls[c];
+    if (waits_for_posted(call)) {
+      run_meanwhile();
+      collect_posted(result);
+      if (ended(result)) break;
+    }
+    run_call(call, static_cast<int>(c), result);
+    if (!ended(result) && hook && !hook(static_cast<int>(c), *this)) result.stopped = true;
+  }
+  finish_run(result);
+  return result;
+}
+
+void ScenarioRunner::run_call(const Call& call, int call_index, RunResult& result) {
+  // The state before a step that may be refused; a pipeline reads it with
+  // the step instead.
+  const bool judged_here = may_run_dry_ && call.kind == Call::Kind::kStep && !posts(call);
+  const std::string before = judged_here ? state_digest() : std::string();
+  try {
+    execute(call, call_index);
+  } catch (const EngineError& e) {
+    if (judged_here && e.kind() == EngineError::Kind::kCapacity)
+      settle_refusal(result, call_index, e, before, state_digest());
+    else
+      record_failure(result, call_index, &e, e.what());
+  } catch (const InputError&) {
+    throw;  // the engine could not be built or configured: check_property reports it
+  } catch (const std::exception& e) {
+    record_failure(result, call_index, nullptr, e.what());
+  }
+  // Without deferring, a posted (watched) step is read at once, as a call
+  // that waits.
+  if (!defer_ && !posted_.empty() && !ended(result)) collect_posted(result);
+}
+
+void ScenarioRunner::execute(const Call& call, int call_index) {
+  const size_t q = size_t(call.sequence);
+  switch (call.kind) {
+    case Call::Kind::kStart:
+      ids_[q] = engine_->start();
+      running_[q] = true;
+      break;
+    case Call::Kind::kStep:
+      step(call, call_index);
+      break;
+    case Call::Kind::kFork:
+      ids_[q] = engine_->fork(ids_[size_t(call.parent)], call.count);
+      running_[q] = true;
+      held_[q] = call.count;
+      cells_[q].assign(cells_[size_t(call.parent)].begin(),
+                       cells_[size_t(call.parent)].begin() + call.count);
+      break;
+    case Call::Kind::kTruncate:
+      engine_->truncate(ids_[q], call.count);
+      held_[q] -= call.count;
+      cells_[q].resize(size_t(held_[q]));
+      break;
+    case Call::Kind::kErase:
+      engine_->erase(ids_[q], call.p0, call.p1);
+      held_[q] -= erase_cells(cells_[q], call.p0, call.p1);
+      break;
+    case Call::Kind::kShift:
+      engine_->shift(ids_[q], call.p0, call.p1, call.delta);
+      shift_cells(cells_[q], call.p0, call.p1, call.delta, scenario_.config.max_pos);
+      break;
+    case Call::Kind::kFinish:
+      engine_->finish(ids_[q]);
+      running_[q] = false;
+      break;
+    case Call::Kind::kReset:
+      engine_->reset();
+      std::fill(running_.begin(), running_.end(), false);
+      break;
+    case Call::Kind::kFlush:
+      engine_->flush_prefix_cache();
+      break;
+  }
+}
+
+void ScenarioRunner::step(const Call& call, int call_index) {
+  std::vector<int> fed_at = fill_batch(call);
+  if (!posts(call)) {
+    engine_->step(batch_, step_logits_);
+    file_step(call, fed_at);
+  } else if (may_run_dry_) {
+    std::vector<size_t> running = running_sequences();
+    pipeline_->post_watched_step(batch_, engine_ids(running));
+    posted_.push_back({call_index, std::move(fed_at), std::move(running)});
+  } else {
+    pipeline_->post_step(batch_);
+    posted_.push_back({call_index, std::move(fed_at), {}});
+  }
+  advance(call);
+}
+
 std::vector<int> ScenarioRunner::fill_batch(const Call& call) {
   batch_.clear();
   std::vector<int> fed_at;  // [chunk]
@@ -224,118 +369,6 @@ void ScenarioRunner::advance(const Call& call) {
     const int next = next_position(cells_[s]);
     for (int i = 0; i < chunk.length; ++i) cells_[s].push_back(next + i);
   }
-}
-
-bool ScenarioRunner::refusal_blind(Call::Kind kind) {
-  return kind == Call::Kind::kStart || kind == Call::Kind::kFinish || kind == Call::Kind::kReset;
-}
-
-bool ScenarioRunner::post_dry_step(const Call& call, int call_index) {
-  std::vector<size_t> running = running_sequences();
-  const std::vector<SequenceId> ids = engine_ids(running);
-  // Steps posted back to back, with no call between them, share an observe:
-  // the one after a step is the one before the next. A start, finish or
-  // reset between them changes the state, so the next step asks again.
-  const bool shares_before = !posted_.empty() && step_posted_last_;
-  if (!shares_before && !engine_->post_observe(ids)) return false;
-  std::vector<int> fed_at = fill_batch(call);
-  if (!engine_->post_step(batch_) || !engine_->post_observe(ids))
-    throw std::logic_error(engine_->name() + " sent an observe ahead but not a step");
-  posted_.push_back({call_index, std::move(fed_at), true, std::move(running), shares_before});
-  advance(call);
-  step_posted_last_ = true;
-  return true;
-}
-
-void ScenarioRunner::execute(const Call& call, int call_index) {
-  switch (call.kind) {
-    case Call::Kind::kStart:
-      ids_[size_t(call.sequence)] = engine_->start();
-      running_[size_t(call.sequence)] = true;
-      break;
-    case Call::Kind::kStep: {
-      std::vector<int> fed_at = fill_batch(call);
-      if (post_steps_ && !may_run_dry_ && engine_->post_step(batch_)) {
-        posted_.push_back({call_index, std::move(fed_at), false, {}, false});
-      } else {
-        engine_->step(batch_, step_logits_);
-        file_step(call, fed_at);
-      }
-      advance(call);
-      break;
-    }
-    case Call::Kind::kFork: {
-      ids_[size_t(call.sequence)] = engine_->fork(ids_[size_t(call.parent)], call.count);
-      running_[size_t(call.sequence)] = true;
-      held_[size_t(call.sequence)] = call.count;
-      const std::vector<int32_t>& parent = cells_[size_t(call.parent)];
-      cells_[size_t(call.sequence)].assign(parent.begin(), parent.begin() + call.count);
-      break;
-    }
-    case Call::Kind::kTruncate:
-      engine_->truncate(ids_[size_t(call.sequence)], call.count);
-      held_[size_t(call.sequence)] -= call.count;
-      cells_[size_t(call.sequence)].resize(size_t(held_[size_t(call.sequence)]));
-      break;
-    case Call::Kind::kErase:
-      engine_->erase(ids_[size_t(call.sequence)], call.p0, call.p1);
-      held_[size_t(call.sequence)] -= erase_cells(cells_[size_t(call.sequence)], call.p0, call.p1);
-      break;
-    case Call::Kind::kShift:
-      engine_->shift(ids_[size_t(call.sequence)], call.p0, call.p1, call.delta);
-      shift_cells(cells_[size_t(call.sequence)], call.p0, call.p1, call.delta,
-                  scenario_.config.max_pos);
-      break;
-    case Call::Kind::kFinish:
-      engine_->finish(ids_[size_t(call.sequence)]);
-      running_[size_t(call.sequence)] = false;
-      break;
-    case Call::Kind::kReset:
-      engine_->reset();
-      std::fill(running_.begin(), running_.end(), false);
-      break;
-    case Call::Kind::kFlush:
-      engine_->flush_prefix_cache();
-      break;
-  }
-}
-
-std::vector<size_t> ScenarioRunner::running_sequences() const {
-  std::vector<size_t> running;  // [running sequences] scenario order
-  for (size_t s = 0; s < ids_.size(); ++s)
-    if (running_[s]) running.push_back(s);
-  return running;
-}
-
-std::vector<SequenceId> ScenarioRunner::engine_ids(std::span<const size_t> sequences) const {
-  std::vector<SequenceId> ids;  // [sequences]
-  for (const size_t s : sequences) ids.push_back(ids_[s]);
-  return ids;
-}
-
-std::string ScenarioRunner::state_digest() const {
-  const std::vector<size_t> running = running_sequences();
-  return digest(engine_->observe(engine_ids(running)), running);
-}
-
-std::string ScenarioRunner::digest(const Engine::Observed& observed,
-                                   std::span<const size_t> sequences) const {
-  std::string out;
-  if (const std::optional<PoolReport>& r = observed.pool) {
-    out += "free " + std::to_string(r->free) + " used " + std::to_string(r->used) + " cached " +
-           std::to_string(r->cached) + "; refcounts";
-    for (const int c : r->refcounts) out += " " + std::to_string(c);
-    for (const auto& [id, table] : r->tables) {
-      out += "; table of " + std::to_string(id) + ":";
-      for (const int b : table) out += " " + std::to_string(b);
-    }
-  } else {
-    out += "(no pool report)";
-  }
-  for (size_t k = 0; k < sequences.size() && k < observed.lengths.size(); ++k)
-    out +=
-        "; length of s" + std::to_string(sequences[k]) + " " + std::to_string(observed.lengths[k]);
-  return out;
 }
 
 void ScenarioRunner::file_step(const Call& call, std::span<const int> fed_at) {
@@ -361,25 +394,6 @@ void ScenarioRunner::file_step(const Call& call, std::span<const int> fed_at) {
   }
 }
 
-namespace {
-
-void clear_failure(RunResult& result) {
-  result.engine_failed = result.threw = false;
-  result.failed_call = -1;
-  result.error_kind = EngineError::Kind::kBadBatch;
-  result.error_message.clear();
-}
-
-void record_failure(RunResult& result, int call, const EngineError* error, const char* what) {
-  result.engine_failed = true;
-  result.threw = error == nullptr;
-  result.failed_call = call;
-  if (error != nullptr) result.error_kind = error->kind();
-  result.error_message = what;
-}
-
-}  // namespace
-
 void ScenarioRunner::settle_refusal(RunResult& result, int call, const EngineError& e,
                                     const std::string& before, const std::string& after) {
   if (after == before) {
@@ -395,166 +409,41 @@ void ScenarioRunner::settle_refusal(RunResult& result, int call, const EngineErr
   record_failure(result, call, &e, what.c_str());
 }
 
-void ScenarioRunner::collect_posted(RunResult& result) {
-  std::optional<Engine::Observed>
-      carried;  // the observe after the last step: the next one's before
-  for (size_t i = 0; i < posted_.size(); ++i) {
-    const PostedStep& step = posted_[i];
-    // A step after the failure or the refusal: its logits are not read, and
-    // the engine is not asked for them (a child that died answers nothing).
-    if ((result.engine_failed && step.call > result.failed_call) || result.refused) break;
-    std::optional<Engine::Observed> before;
-    bool collected = false;  // the step's reply is read: a later error is not its refusal
-    try {
-      if (step.observed)
-        before = step.shares_before ? std::move(carried) : engine_->take_observed();
-      carried.reset();
-      engine_->collect_step(step_logits_);
-      collected = true;
-      if (step.observed && i + 1 < posted_.size() && posted_[i + 1].shares_before)
-        carried = engine_->take_observed();
-      else if (step.observed)
-        engine_->drop_observed();
-      file_step(scenario_.calls[size_t(step.call)], step.fed_at);
-    } catch (const EngineError& e) {
-      if (!collected && before && e.kind() == EngineError::Kind::kCapacity) {
-        std::string after;
-        try {
-          after = digest(engine_->take_observed(), step.running);
-        } catch (const std::exception& x) {
-          after = std::string("(unreadable: ") + x.what() + ")";
-        }
-        // A later call failed after this refusal, which kvcheck had not
-        // seen yet: the run ends here instead.
-        if (result.engine_failed) clear_failure(result);
-        settle_refusal(result, step.call, e, digest(*before, step.running), after);
-      } else {
-        record_failure(result, step.call, &e, e.what());
-      }
-      break;
-    } catch (const InputError&) {
-      throw;
-    } catch (const std::exception& e) {
-      record_failure(result, step.call, nullptr, e.what());
-      break;
+std::vector<size_t> ScenarioRunner::running_sequences() const {
+  std::vector<size_t> running;  // [running sequences] scenario order
+  for (size_t s = 0; s < ids_.size(); ++s)
+    if (running_[s]) running.push_back(s);
+  return running;
+}
+
+std::vector<SequenceId> ScenarioRunner::engine_ids(std::span<const size_t> sequences) const {
+  std::vector<SequenceId> ids;  // [sequences]
+  for (const size_t s : sequences) ids.push_back(ids_[s]);
+  return ids;
+}
+
+std::string ScenarioRunner::state_digest() const {
+  const std::vector<size_t> running = running_sequences();
+  return digest(read_state(*engine_, engine_ids(running)), running);
+}
+
+std::string ScenarioRunner::digest(const EngineState& state,
+                                   std::span<const size_t> sequences) const {
+  std::string out;
+  if (const std::optional<PoolReport>& r = state.pool) {
+    out += "free " + std::to_string(r->free) + " used " + std::to_string(r->used) + " cached " +
+           std::to_string(r->cached) + "; refcounts";
+    for (const int c : r->refcounts) out += " " + std::to_string(c);
+    for (const auto& [id, table] : r->tables) {
+      out += "; table of " + std::to_string(id) + ":";
+      for (const int b : table) out += " " + std::to_string(b);
     }
+  } else {
+    out += "(no pool report)";
   }
-  posted_.clear();
-}
-
-RunResult ScenarioRunner::run(const CallHook& hook) {
-  RunResult result = run_calls(hook);
-  result.logits = logits_;
-  result.reused = reused_;
-  return result;
-}
-
-RunResult ScenarioRunner::run_and_take_logits(const CallHook& hook, const Meanwhile& meanwhile) {
-  RunResult result = run_calls(hook, meanwhile);
-  result.logits = std::move(logits_);
-  result.reused = reused_;
-  logits_.assign(result.logits.size(), {});
-  return result;
-}
-
-RunResult ScenarioRunner::run_calls(const CallHook& hook, const Meanwhile& meanwhile) {
-  // Reserving every sequence's logits up front keeps the step loop free of
-  // reallocation.
-  const SchedulePlan plan = plan_schedule(scenario_);
-  for (size_t s = 0; s < logits_.size(); ++s) {
-    logits_[s].reserve(size_t(plan.fed[s]) * size_t(vocab_));
-  }
-  RunResult result;
-  // Only an explicitly sized pool may run dry, by the scenario or by a
-  // backend option; its refusals are data the schedule cannot predict
-  // (docs/OPERATIONS.md, "Small pools").
-  may_run_dry_ = scenario_.pool_blocks > 0 || engine_->options().pool_blocks > 0;
-  post_steps_ = !hook;
-  // The meanwhile work goes before the first wait for posted steps, so the
-  // engine computes them while it runs.
-  bool meanwhile_done = !meanwhile;
-  for (size_t c = 0; c < scenario_.calls.size(); ++c) {
-    const Call& call = scenario_.calls[c];
-    const bool step = call.kind == Call::Kind::kStep;
-    // A pool that may run dry, on an engine that sends ahead: steps go out
-    // between observes, and any other call first reads the steps before it,
-    // so that nothing goes out after a refusal kvcheck has not seen yet;
-    // except a start, finish or reset, which the engine must accept whether
-    // a step before it was refused or not (the refusal changed nothing).
-    if (may_run_dry_ && post_steps_) {
-      if (step && post_dry_step(call, static_cast<int>(c))) continue;
-      step_posted_last_ = false;
-      if (!step && !posted_.empty() && !refusal_blind(call.kind)) {
-        if (!meanwhile_done) {
-          send_posted();
-          meanwhile();
-          meanwhile_done = true;
-        }
-        collect_posted(result);
-        if (result.refused || result.engine_failed) break;
-      }
-    }
-    // Otherwise the state before a step that may be refused is needed only
-    // if it is: an engine that can sends the queries with the step and
-    // reads their replies with its reply (one round trip), else it is read
-    // now.
-    const bool dry_step = may_run_dry_ && step;
-    const bool observed = dry_step && engine_->post_observe(engine_ids(running_sequences()));
-    std::string before = dry_step && !observed ? state_digest() : std::string();
-    try {
-      execute(call, static_cast<int>(c));
-      if (observed) engine_->drop_observed();
-    } catch (const EngineError& e) {
-      if (dry_step && e.kind() == EngineError::Kind::kCapacity) {
-        if (observed) before = digest(engine_->take_observed(), running_sequences());
-        settle_refusal(result, static_cast<int>(c), e, before, state_digest());
-        break;
-      }
-      record_failure(result, static_cast<int>(c), &e, e.what());
-      break;
-    } catch (const InputError&) {
-      throw;  // the engine could not be built or configured: check_property reports it
-    } catch (const std::exception& e) {
-      record_failure(result, static_cast<int>(c), nullptr, e.what());
-      break;
-    }
-    if (hook && !hook(static_cast<int>(c), *this)) {
-      result.stopped = true;
-      break;
-    }
-  }
-  send_posted();
-  // A run already failed or refused (a call that waited) needs no meanwhile
-  // work: a refused one is checked again as the calls before the refusal.
-  if (!meanwhile_done && !result.engine_failed && !result.refused) meanwhile();
-  collect_posted(result);
-  if (!result.engine_failed && !result.refused && !result.stopped) settle_sent(result);
-  return result;
-}
-
-void ScenarioRunner::settle_sent(RunResult& result) {
-  // A refusal of a call sent ahead that no later call raised: charged to
-  // the last call, its message naming the request.
-  const int last = static_cast<int>(scenario_.calls.size()) - 1;
-  try {
-    engine_->settle_sent();
-  } catch (const EngineError& e) {
-    record_failure(result, last, &e, e.what());
-  } catch (const InputError&) {
-    throw;
-  } catch (const std::exception& e) {
-    record_failure(result, last, nullptr, e.what());
-  }
-}
-
-void ScenarioRunner::send_posted() {
-  if (posted_.empty()) return;
-  // A failure to send is the child's, and collect_posted reports it at the
-  // step it belongs to, as it would without this early send.
-  try {
-    engine_->send_posted();
-  } catch (const std::exception&) {
-  }
+  for (size_t k = 0; k < sequences.size() && k < state.lengths.size(); ++k)
+    out += "; length of s" + std::to_string(sequences[k]) + " " + std::to_string(state.lengths[k]);
+  return out;
 }
 
 RunResult run_scenario(const Scenario& scenario, const Weights& weights,

@@ -13,6 +13,7 @@
 #include <vector>
 
 #include "engine/engine.h"
+#include "engine/pipeline.h"
 #include "oracle/oracle.h"
 #include "properties/property.h"
 #include "properties/scenario.h"
@@ -68,7 +69,7 @@ SchedulePlan plan_schedule(const Scenario& scenario);
 class ScenarioRunner;
 using CallHook = std::function<bool(int call_index, const ScenarioRunner& runner)>;
 // Work the caller does while an engine in another process computes the
-// steps sent without waiting (Engine::post_step): before the first wait for
+// steps sent without waiting (Pipeline::post_step): before the first wait for
 // them, else after the last call. It must not touch the engine. Skipped
 // when a call that waited has already failed or been refused.
 using Meanwhile = std::function<void()>;
@@ -120,38 +121,60 @@ class ScenarioRunner {
   std::vector<std::vector<float>> take_logits() { return std::move(logits_); }
 
  private:
+  // Executes each call in order; on a refusal, compares the states before
+  // and after it (docs/OPERATIONS.md, "Small pools").
+  RunResult run_calls(const CallHook& hook, const Meanwhile& meanwhile = {});
+  // One call; its failure or refusal goes into `result`.
+  void run_call(const Call& call, int call_index, RunResult& result);
+  // The engine's call for `call`, and its effect on the sequences as the
+  // runner models them (ids, fed and held tokens, cells).
   void execute(const Call& call, int call_index);
+  void step(const Call& call, int call_index);
+  std::vector<int> fill_batch(const Call& call);  // [chunk] fed before the step
+  void advance(const Call& call);                 // a step's tokens are now held
   // Files a step's logits and prefix-cache counts; fed_at: [chunk] the
   // sequence's stream tokens fed before the step.
   void file_step(const Call& call, std::span<const int> fed_at);
-  // Collects the steps posted without waiting, in order; the first that
-  // fails becomes the run's failure if it came before `result`'s.
-  void collect_posted(RunResult& result);
-  // Has the engine start on the posted steps now (Engine::send_posted).
-  void send_posted();
-  // A run that went through: a refusal of a call sent ahead that nothing
-  // raised yet fails it (Engine::settle_sent).
-  void settle_sent(RunResult& result);
-  // What a refused step must leave as it was: the pool and the length of
-  // every running sequence (scenario indices; engine_ids maps them), as
-  // observe answered, formatted by digest.
-  std::vector<size_t> running_sequences() const;
-  std::vector<SequenceId> engine_ids(std::span<const size_t> sequences) const;
-  std::string digest(const Engine::Observed& observed, std::span<const size_t> sequences) const;
-  std::string state_digest() const;
-  // A step of a pool that may run dry, sent without waiting between two
-  // observes (the state before and after it), which are read only if it is
-  // refused; false where the engine sends nothing ahead.
-  bool post_dry_step(const Call& call, int call_index);
-  // Calls the engine must accept whether a step posted before them was
-  // refused or not: they go out without reading those steps first.
-  static bool refusal_blind(Call::Kind kind);
-  std::vector<int> fill_batch(const Call& call);  // [chunk] fed before the step
-  void advance(const Call& call);                 // a step's tokens are now held
+
+  // The run's outcome so far: it ended (failed, refused or stopped), and
+  // the failure of a call (error null: another exception than EngineError).
+  static bool ended(const RunResult& result);
+  static void clear_failure(RunResult& result);
+  static void record_failure(RunResult& result, int call, const EngineError* error,
+                             const char* what);
   // A refused step ends the run if it changed nothing, else fails it.
   static void settle_refusal(RunResult& result, int call, const EngineError& e,
                              const std::string& before, const std::string& after);
-  RunResult run_calls(const CallHook& hook, const Meanwhile& meanwhile = {});
+  // What a refused step must leave as it was: the pool and the length of
+  // every running sequence (scenario indices; engine_ids maps them), as text.
+  std::vector<size_t> running_sequences() const;
+  std::vector<SequenceId> engine_ids(std::span<const size_t> sequences) const;
+  std::string digest(const EngineState& state, std::span<const size_t> sequences) const;
+  std::string state_digest() const;
+
+  // Steps sent through the engine's pipeline (engine/pipeline.h; the
+  // functions below live in runner_pipeline.cpp): posted
+  // where nothing reads the engine between calls (no hook) and, in a pool
+  // that may run dry, watched so that a refusal can be judged.
+  struct PostedStep {
+    int call = -1;
+    std::vector<int> fed_at;      // [chunk]
+    std::vector<size_t> watched;  // running sequences whose state it carries, if watched
+  };
+  bool posts(const Call& call) const;
+  // Whether the posted steps must be read before `call`: in a pool that may
+  // run dry, every call a refusal before it could change (all but a start,
+  // finish, reset or another step) waits for them.
+  bool waits_for_posted(const Call& call) const;
+  // Reads the posted steps in order; the first that fails or is refused
+  // becomes the run's failure if it came before `result`'s.
+  void collect_posted(RunResult& result);
+  bool collect(const PostedStep& step, RunResult& result);
+  // The caller's meanwhile work, once, with the posted steps sent first.
+  void run_meanwhile();
+  // The end of a run: meanwhile, the posted steps, and any refusal of a call
+  // sent ahead that nothing raised (Pipeline::settle_sent).
+  void finish_run(RunResult& result);
 
   const Scenario& scenario_;
   std::unique_ptr<Engine> engine_;
@@ -165,24 +188,11 @@ class ScenarioRunner {
   std::vector<std::vector<bool>> reused_;    // [sequence][stream index] logits not computed
   std::vector<BatchEntry> batch_;            // [chunk] of the current step
   std::vector<float> step_logits_;           // [tokens in step][V]
-  // Steps sent with Engine::post_step, not yet collected (runs without a
-  // hook and without a pool that may run dry: nothing reads the engine
-  // between calls there).
-  bool post_steps_ = false;
-  bool may_run_dry_ = false;  // a sized pool: a step may be refused for want of blocks
-  struct PostedStep {
-    int call = -1;
-    std::vector<int> fed_at;  // [chunk]
-    // post_dry_step: the running sequences its observes asked about, and
-    // whether the observe before it is the one after the step before.
-    bool observed = false;
-    std::vector<size_t> running;
-    bool shares_before = false;
-  };
-  std::vector<PostedStep> posted_;  // oldest first
-  // The last call was a step posted by post_dry_step: the observe after it
-  // is the state before the next step.
-  bool step_posted_last_ = false;
+  bool may_run_dry_ = false;              // a sized pool: a step may be refused for want of blocks
+  Pipeline* pipeline_ = nullptr;          // Engine::pipeline, null in process
+  bool defer_ = false;                    // posted steps are read when needed, not at once
+  std::vector<PostedStep> posted_;        // oldest first
+  const Meanwhile* meanwhile_ = nullptr;  // the caller's, until it has run
 };
 
 // The scenario on a fresh engine built from its own config and weights.

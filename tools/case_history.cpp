@@ -2,7 +2,7 @@
 
 #include <utility>
 
-#include "backends/exec.h"
+#include "backends/exec/exec.h"
 
 namespace kvcheck::cli {
 

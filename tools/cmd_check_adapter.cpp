@@ -22,10 +22,10 @@
 
 #include <nlohmann/json.hpp>
 
-#include "backends/exec.h"
-#include "backends/exec_child.h"
-#include "backends/exec_models.h"
-#include "backends/exec_reply.h"
+#include "backends/exec/exec.h"
+#include "backends/exec/exec_child.h"
+#include "backends/exec/exec_models.h"
+#include "backends/exec/exec_reply.h"
 #include "engine/traits_json.h"
 #include "model/status.h"
 #include "model/weights.h"

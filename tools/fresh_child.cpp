@@ -1,6 +1,6 @@
 #include "tools/fresh_child.h"
 
-#include "backends/exec.h"
+#include "backends/exec/exec.h"
 #include "backends/registry.h"
 
 namespace kvcheck::cli {

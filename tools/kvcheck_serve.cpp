@@ -23,9 +23,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "backends/exec.h"
-#include "backends/exec_reply.h"
-#include "backends/exec_wire.h"
+#include "backends/exec/exec.h"
+#include "backends/exec/exec_reply.h"
+#include "backends/exec/exec_wire.h"
 #include "backends/in_tree.h"
 #include "engine/cpu/cpu_engine.h"
 #include "engine/traits_json.h"

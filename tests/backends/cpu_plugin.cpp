@@ -26,7 +26,7 @@
 #include <utility>
 #include <vector>
 
-#include "backends/exec_reply.h"
+#include "backends/exec/exec_reply.h"
 #include "backends/in_tree.h"
 #include "engine/cpu/cpu_engine.h"
 #include "engine/traits_json.h"

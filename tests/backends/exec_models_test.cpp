@@ -9,7 +9,7 @@
 #include <optional>
 #include <string>
 
-#include "backends/exec_models.h"
+#include "backends/exec/exec_models.h"
 #include "model/safetensors.h"
 #include "model/weights.h"
 #include "tests/backends/saved_environment.h"

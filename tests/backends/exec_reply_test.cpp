@@ -6,7 +6,7 @@
 #include <cstring>
 #include <string>
 
-#include "backends/exec_reply.h"
+#include "backends/exec/exec_reply.h"
 
 namespace kvcheck::wire {
 namespace {

@@ -9,7 +9,7 @@
 #include <chrono>
 #include <thread>
 
-#include "backends/exec_wire.h"
+#include "backends/exec/exec_wire.h"
 
 namespace kvcheck::wire {
 namespace {

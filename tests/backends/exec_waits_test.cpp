@@ -6,8 +6,8 @@
 #include <chrono>
 #include <string>
 
-#include "backends/exec.h"
-#include "backends/exec_wire.h"
+#include "backends/exec/exec.h"
+#include "backends/exec/exec_wire.h"
 #include "model/status.h"
 #include "tests/backends/saved_environment.h"
 

@@ -11,11 +11,13 @@
 #include <cstring>
 #include <filesystem>
 #include <fstream>
+#include <optional>
 #include <string>
 #include <thread>
 #include <vector>
 
 #include "backends/registry.h"
+#include "engine/pipeline.h"
 #include "model/weights.h"
 #include "properties/property.h"
 #include "properties/runner.h"
@@ -248,7 +250,7 @@ TEST(ExecServe, RefusedForkAndTruncateSentAheadFailTheNextCall) {
   EXPECT_THROW(e->fork(987654321, 0), EngineError);
 }
 
-// A run without a hook posts its steps (Engine::post_step) and reads their
+// A run without a hook posts its steps (Pipeline::post_step) and reads their
 // logits at the end: the same logits as a run that waits for each step (a
 // hook forces that), and a step that fails is reported at its own call, with
 // its kind, as a waiting run reports it.
@@ -277,9 +279,13 @@ TEST(ExecServe, StepsSentAheadGiveTheWaitingRunsLogitsAndFailures) {
     const SequenceId id = e->start();
     const std::vector<int32_t> tokens = {1, 2, 3};
     std::vector<float> posted, waited;
-    ASSERT_EQ(e->post_step(std::vector<BatchEntry>{{id, tokens}}), !v1);
+    Pipeline* pipeline = e->pipeline();
+    ASSERT_EQ(pipeline != nullptr, !v1);
     if (v1) continue;
-    e->collect_step(posted);
+    pipeline->post_step(std::vector<BatchEntry>{{id, tokens}});
+    std::optional<StepStates> unwatched;
+    pipeline->collect_step(posted, unwatched);
+    EXPECT_FALSE(unwatched);
     e->truncate(id, 3);
     e->step(std::vector<BatchEntry>{{id, tokens}}, waited);
     EXPECT_EQ(posted, waited);
@@ -439,11 +445,13 @@ TEST(ExecServe, ManyPostedStepsComeBackInOrder) {
   const SequenceId a = ahead->start(), w = waiting->start();
   std::vector<std::vector<int32_t>> tokens;  // [step] two tokens
   for (int i = 0; i < 100; ++i) tokens.push_back({i % 512, (7 * i) % 512});
-  for (const std::vector<int32_t>& t : tokens)
-    ASSERT_TRUE(ahead->post_step(std::vector<BatchEntry>{{a, t}}));
+  Pipeline* pipeline = ahead->pipeline();
+  ASSERT_NE(pipeline, nullptr);
+  for (const std::vector<int32_t>& t : tokens) pipeline->post_step(std::vector<BatchEntry>{{a, t}});
   std::vector<float> posted, waited;
+  std::optional<StepStates> unwatched;
   for (const std::vector<int32_t>& t : tokens) {
-    ahead->collect_step(posted);
+    pipeline->collect_step(posted, unwatched);
     waiting->step(std::vector<BatchEntry>{{w, t}}, waited);
     ASSERT_EQ(posted, waited);
   }
@@ -514,11 +522,12 @@ TEST(ExecServe, ForkAndTruncateThroughExec) {
   }
 }
 
-// observe (before and after a step of a pool that may run dry) sends the
-// pool and every length in one write, or with the step when posted: it must
-// answer what the in-process engine answers, and a refused or dropped query
-// must leave no reply behind for the next call to take by mistake.
-TEST(ExecServe, ObserveAnswersAsInProcessAndLeavesNoReplyBehind) {
+// The state around a watched step (a pool that may run dry) goes out with
+// the step as a pool query and a length per sequence: it must answer what
+// the in-process engine answers, steps back to back share the state between
+// them, and a refused query must leave no reply behind for the next call to
+// take by mistake.
+TEST(ExecServe, WatchedStatesAnswerAsInProcessAndLeaveNoReplyBehind) {
   const Config config = gqa_llama();
   const Weights weights = init_weights(config, 5);
   EngineOptions options;
@@ -528,6 +537,8 @@ TEST(ExecServe, ObserveAnswersAsInProcessAndLeavesNoReplyBehind) {
   options.pool_blocks = 12;
   auto exec = backend_registry().resolve(kServe).under_test().factory(config, weights, options);
   auto cpu = backend_registry().resolve("cpu").under_test().factory(config, weights, options);
+  Pipeline* pipeline = exec->pipeline();
+  ASSERT_NE(pipeline, nullptr);
   std::vector<float> logits_exec, logits_cpu;
   std::vector<SequenceId> exec_ids, cpu_ids;
   for (int s = 0; s < 3; ++s) {
@@ -536,41 +547,51 @@ TEST(ExecServe, ObserveAnswersAsInProcessAndLeavesNoReplyBehind) {
     const BatchEntry a{exec_ids.back(), tokens}, b{cpu_ids.back(), tokens};
     exec->step({&a, 1}, logits_exec), cpu->step({&b, 1}, logits_cpu);
   }
-  const Engine::Observed x = exec->observe(exec_ids), y = cpu->observe(cpu_ids);
-  EXPECT_EQ(x.lengths, (std::vector<int>{1, 3, 5}));
-  EXPECT_EQ(x.lengths, y.lengths);
-  ASSERT_TRUE(x.pool && y.pool);
-  EXPECT_EQ(x.pool->free, y.pool->free);
-  EXPECT_EQ(x.pool->used, y.pool->used);
-  EXPECT_EQ(x.pool->refcounts, y.pool->refcounts);
-  EXPECT_EQ(x.pool->tables.size(), y.pool->tables.size());
-
-  const SequenceId unknown = 987654321;
-  EXPECT_THROW(exec->observe(std::vector<SequenceId>{exec_ids[0], unknown, exec_ids[2]}),
-               EngineError);
+  const auto expect_same = [](const EngineState& x, const EngineState& y) {
+    EXPECT_EQ(x.lengths, y.lengths);
+    ASSERT_TRUE(x.pool && y.pool);
+    EXPECT_EQ(x.pool->free, y.pool->free);
+    EXPECT_EQ(x.pool->used, y.pool->used);
+    EXPECT_EQ(x.pool->refcounts, y.pool->refcounts);
+    EXPECT_EQ(x.pool->tables.size(), y.pool->tables.size());
+  };
+  // Two watched steps back to back: the second's state before is the
+  // first's after (one query set between them), each as in process.
   const std::vector<int32_t> more{4, 5};
-  const BatchEntry a{exec_ids[1], more}, b{cpu_ids[1], more};
-  exec->step({&a, 1}, logits_exec), cpu->step({&b, 1}, logits_cpu);
-  EXPECT_EQ(logits_exec, logits_cpu) << "the step after a refused observe";
-  EXPECT_EQ(exec->observe(exec_ids).lengths, (std::vector<int>{1, 5, 5}));
+  std::vector<std::optional<StepStates>> states(2);
+  const EngineState before = read_state(*cpu, cpu_ids);
+  for (const SequenceId id : {exec_ids[0], exec_ids[1]})
+    pipeline->post_watched_step(std::vector<BatchEntry>{{id, more}}, exec_ids);
+  for (size_t k = 0; k < 2; ++k) {
+    pipeline->collect_step(logits_exec, states[k]);
+    const BatchEntry b{cpu_ids[k], more};
+    cpu->step({&b, 1}, logits_cpu);
+    EXPECT_EQ(logits_exec, logits_cpu) << "watched step " << k;
+    ASSERT_TRUE(states[k] && states[k]->after) << k;
+    expect_same(states[k]->after.value(), read_state(*cpu, cpu_ids));
+  }
+  expect_same(states[0]->before, before);
+  EXPECT_EQ(states[0]->after->lengths, (std::vector<int>{3, 3, 5}));
+  expect_same(states[1]->before, *states[0]->after);
 
-  // Posted, it answers as the engine stood before the step it went out with;
-  // dropped, it leaves nothing for the next calls.
-  const BatchEntry one{exec_ids[0], more};
-  ASSERT_TRUE(exec->post_observe(exec_ids));
-  exec->step({&one, 1}, logits_exec);
-  EXPECT_EQ(exec->take_observed().lengths, (std::vector<int>{1, 5, 5}));
-  ASSERT_TRUE(exec->post_observe(exec_ids));
-  exec->step({&one, 1}, logits_exec);
-  exec->drop_observed();
-  EXPECT_EQ(exec->observe(exec_ids).lengths, (std::vector<int>{5, 5, 5}));
-  const BatchEntry c{exec_ids[2], more}, d{cpu_ids[2], more};
-  exec->step({&c, 1}, logits_exec), cpu->step({&d, 1}, logits_cpu);
-  EXPECT_EQ(logits_exec, logits_cpu) << "the step after a dropped observe";
+  // A length query of a sequence the engine never started is refused: the
+  // collect throws, and the step after it gets its own reply.
+  const SequenceId unknown = 987654321;
+  pipeline->post_watched_step(std::vector<BatchEntry>{{exec_ids[2], more}},
+                              std::vector<SequenceId>{exec_ids[0], unknown});
+  std::optional<StepStates> refused;
+  EXPECT_THROW(pipeline->collect_step(logits_exec, refused), EngineError);
+  EXPECT_FALSE(refused) << "a refused state query is not the step's refusal";
+  const BatchEntry c{cpu_ids[2], more};
+  cpu->step({&c, 1}, logits_cpu);
+  const BatchEntry d{exec_ids[2], more}, e{cpu_ids[2], more};
+  exec->step({&d, 1}, logits_exec), cpu->step({&e, 1}, logits_cpu);
+  EXPECT_EQ(logits_exec, logits_cpu) << "the step after a refused state query";
+  EXPECT_EQ(read_state(*exec, exec_ids).lengths, (std::vector<int>{3, 5, 9}));
 }
 
 // A pool that runs dry through the protocol, where the state before the
-// refused step travels with the step (post_observe) and is read only when it
+// refused step travels with the step (post_watched_step) and is read only when it
 // is refused: the clean refusal stops the check, the refusal that keeps half
 // a table is a failure that names both states (as in process,
 // Properties.APoolRefusalStopsTheCheckThereAndMustChangeNothing).
@@ -617,7 +638,7 @@ void expect_refused_at(const Scenario& s, int call) {
   expect_refusal_told_apart(s);
 }
 
-// Two steps sent back to back share the observe between them (the one
+// Two steps sent back to back share the state between them (the one
 // after the first is the one before the second): the pool runs dry at the
 // second, and its refusal must still be told apart.
 TEST(ExecServe, ARefusalOfAStepAfterAPostedStepIsToldApart) {

@@ -1,4 +1,4 @@
-#include "backends/exec_reply.h"
+#include "backends/exec/exec_reply.h"
 
 #include <climits>
 #include <cstdint>

@@ -1,16 +1,19 @@
-#include "backends/exec.h"
+#include "backends/exec/exec.h"
 
+#include <algorithm>
 #include <cstdlib>
 #include <cstring>
 #include <deque>
+#include <exception>
 #include <map>
 #include <memory>
 #include <mutex>
 #include <set>
 
-#include "backends/exec_child.h"
-#include "backends/exec_models.h"
-#include "backends/exec_wire.h"
+#include "backends/exec/exec_child.h"
+#include "backends/exec/exec_models.h"
+#include "backends/exec/exec_wire.h"
+#include "engine/pipeline.h"
 #include "engine/traits_json.h"
 #include "model/status.h"
 #include "model/weights.h"
@@ -115,7 +118,7 @@ class Session {
   }
 
   // A request sent without waiting whose reply is kept (protocol 2): a step,
-  // or a query of ExecEngine::observe; take_kept returns its reply.
+  // or a state query of a watched step (Pipeline); take_kept returns its reply.
   void post_kept(int generation, int64_t engine, const json& request,
                  const wire::ReplyLimits& limits) {
     std::lock_guard lock(mutex_);
@@ -159,7 +162,7 @@ class Session {
 
   void destroy(int generation, int64_t engine, const std::string& model_key, int64_t model) {
     std::lock_guard lock(mutex_);
-    // Its steps' replies, and its posted observe's (ExecEngine::observe_tag).
+    // Its steps' replies, and their state queries' (ExecEngine::state_tag).
     if (generation == generation_ && child_) child_->forget(engine), child_->forget(-engine);
     if (generation != generation_ || !child_ || !child_->alive()) return;
     guarded([&] { child_->post({{"op", "destroy"}, {"engine", engine}}, false); });
@@ -324,7 +327,10 @@ class Session {
   std::string last_fault_ = "it was restarted";
 };
 
-class ExecEngine final : public Engine {
+// An engine of the child. In protocol 2 it is also its own Pipeline
+// (engine/pipeline.h): steps go out without waiting and their replies are
+// read when collected.
+class ExecEngine final : public Engine, private Pipeline {
  public:
   ExecEngine(std::shared_ptr<Session> session, const Config& config, const Weights& weights,
              const EngineOptions& options, std::string name)
@@ -355,7 +361,7 @@ class ExecEngine final : public Engine {
     const SequenceId id = session_->new_id();
     const json request = {{"op", "start"}, {"engine", id_}, {"sequence", id}};
     if (int(live_.size()) < options_.max_rows)
-      session_->post(generation_, request);
+      post(request);
     else
       call(request);
     live_.insert(id);
@@ -368,33 +374,46 @@ class ExecEngine final : public Engine {
     take_logits(call(request, 1, bytes), batch, bytes, logits);
   }
 
-  // Protocol 2: the step goes out with the next request that waits, and its
+  Pipeline* pipeline() override { return session_->version() >= 2 ? this : nullptr; }
+
+  // Pipeline: the step goes out with the next request that waits, and its
   // reply is read then (ChildProcess::post_keeping).
-  bool post_step(std::span<const BatchEntry> batch) override {
-    if (session_->version() < 2) return false;
-    size_t bytes = 0;
-    const json request = step_request(batch, bytes);
-    session_->post_kept(generation_, id_, request, {1, bytes});
-    posted_.push_back({std::vector<BatchEntry>(batch.begin(), batch.end()), bytes});
-    return true;
+  void post_step(std::span<const BatchEntry> batch) override { post_step_request(batch, {}); }
+
+  // The state before and after the step go out with it as one pool query
+  // and a length query per sequence. Steps sent back to back, with nothing
+  // sent between them, share the state between them: the one after a step
+  // is the one before the next.
+  void post_watched_step(std::span<const BatchEntry> batch,
+                         std::span<const SequenceId> watch) override {
+    const bool shares = !posted_.empty() && posted_.back().watched && requests_ == watched_at_ &&
+                        std::ranges::equal(posted_.back().watch, watch);
+    if (!shares) post_queries(watch);
+    post_step_request(batch, watch);
+    posted_.back().watched = true;
+    posted_.back().shares_before = shares;
+    post_queries(watch);
+    watched_at_ = requests_;
+  }
+
+  void collect_step(std::vector<float>& logits, std::optional<StepStates>& states) override {
+    if (posted_.empty()) throw std::logic_error("collect_step: no step was posted");
+    const PostedStep step = std::move(posted_.front());
+    posted_.pop_front();
+    if (!step.watched) {
+      const Reply reply = session_->take_kept(generation_, id_, "step");
+      Session::throw_if_error("step", reply);
+      return take_logits(reply, step.batch, step.bytes, logits);
+    }
+    collect_watched(step, logits, states);
   }
 
   void send_posted() override {
     if (!posted_.empty()) session_->send_posted(generation_);
   }
 
-  void settle_sent() override {
-    if (session_->version() >= 2) session_->settle(generation_, id_);
-  }
+  void settle_sent() override { session_->settle(generation_, id_); }
 
-  void collect_step(std::vector<float>& logits) override {
-    if (posted_.empty()) throw std::logic_error("collect_step: no step was posted");
-    const PostedStep step = std::move(posted_.front());
-    posted_.pop_front();
-    Reply reply = session_->take_kept(generation_, id_, "step");
-    Session::throw_if_error("step", reply);
-    take_logits(reply, step.batch, step.bytes, logits);
-  }
   int reused(SequenceId sequence) const override {
     const auto it = reused_.find(sequence);
     return it == reused_.end() ? 0 : it->second;
@@ -408,7 +427,7 @@ class ExecEngine final : public Engine {
   void finish(SequenceId sequence) override {
     const json request = {{"op", "finish"}, {"engine", id_}, {"sequence", sequence}};
     if (session_->version() >= 2 && live_.count(sequence))
-      session_->post(generation_, request);
+      post(request);
     else
       call(request);
     live_.erase(sequence);
@@ -417,7 +436,7 @@ class ExecEngine final : public Engine {
   void reset() override {
     const json request = {{"op", "reset"}, {"engine", id_}};
     if (session_->version() >= 2)
-      session_->post(generation_, request);
+      post(request);
     else
       call(request);
     live_.clear();
@@ -432,7 +451,7 @@ class ExecEngine final : public Engine {
     const SequenceId id = session_->new_id();
     request["sequence"] = id;
     if (live_.count(parent) && int(live_.size()) < options_.max_rows)
-      session_->post(generation_, request);
+      post(request);
     else
       call(request);
     live_.insert(id);
@@ -444,7 +463,7 @@ class ExecEngine final : public Engine {
   void truncate(SequenceId sequence, int n) override {
     const json request = {{"op", "truncate"}, {"engine", id_}, {"sequence", sequence}, {"n", n}};
     if (session_->version() >= 2 && live_.count(sequence))
-      session_->post(generation_, request);
+      post(request);
     else
       call(request);
   }
@@ -464,37 +483,6 @@ class ExecEngine final : public Engine {
 
   int length(SequenceId sequence) const override {
     return checked_length(call({{"op", "length"}, {"engine", id_}, {"sequence", sequence}}));
-  }
-
-  // Protocol 2: the pool and every length go out in one write, and their
-  // replies are read together: one round trip instead of one per query.
-  Observed observe(std::span<const SequenceId> sequences) const override {
-    if (session_->version() < 2 || !observed_posted_.empty()) return Engine::observe(sequences);
-    post_queries(sequences);
-    return take_queries(sequences.size());
-  }
-
-  // The same queries left to go out with the next call that waits (with the
-  // steps whose refusal they are for): no round trip of their own. Their
-  // replies are kept under observe_tag, and taken oldest first.
-  bool post_observe(std::span<const SequenceId> sequences) override {
-    if (session_->version() < 2) return false;
-    post_queries(sequences);
-    observed_posted_.push_back(sequences.size());
-    return true;
-  }
-  Observed take_observed() override {
-    if (observed_posted_.empty()) return Engine::take_observed();  // throws: none posted
-    const size_t lengths = observed_posted_.front();
-    observed_posted_.pop_front();
-    return take_queries(lengths);
-  }
-  void drop_observed() override {
-    try {
-      take_observed();
-    } catch (const std::exception&) {
-      // Unread, it changes nothing; a dead child is reported by the next call.
-    }
   }
 
   CacheSnapshot cache(SequenceId sequence, int layer) const override {
@@ -536,8 +524,75 @@ class ExecEngine final : public Engine {
   MemoryReport memory() const override { return {}; }
 
  private:
+  struct PostedStep {
+    std::vector<BatchEntry> batch;  // [entry], tokens pointing into the caller's scenario
+    size_t bytes = 0;               // the logits it owes
+    std::vector<SequenceId> watch;  // post_watched_step: the sequences whose state it carries
+    bool watched = false;
+    bool shares_before = false;  // its state before is the step before's state after
+  };
+
   Reply call(const json& request, size_t max_payloads = 0, size_t max_bytes = 0) const {
+    ++requests_;
     return session_->call(generation_, request, max_payloads, max_bytes);
+  }
+
+  // A request whose reply carries nothing (protocol 2): its refusal fails
+  // the next call that waits.
+  void post(const json& request) {
+    ++requests_;
+    session_->post(generation_, request);
+  }
+
+  // Sends a step without waiting; its reply is kept under the engine's id.
+  void post_step_request(std::span<const BatchEntry> batch, std::span<const SequenceId> watch) {
+    PostedStep step{std::vector<BatchEntry>(batch.begin(), batch.end()), 0,
+                    std::vector<SequenceId>(watch.begin(), watch.end())};
+    const json request = step_request(batch, step.bytes);
+    ++requests_;
+    session_->post_kept(generation_, id_, request, {1, step.bytes});
+    posted_.push_back(std::move(step));
+  }
+
+  // A watched step: every reply it owes (the state before it, unless the
+  // step before left it in carried_, its own and the state after it) is
+  // read before anything is thrown, so none is left behind.
+  void collect_watched(const PostedStep& step, std::vector<float>& logits,
+                       std::optional<StepStates>& states) {
+    StepStates got;
+    std::exception_ptr before_error, reply_error, after_error;
+    try {
+      got.before = step.shares_before ? take_carried() : take_queries(step.watch.size());
+    } catch (...) {
+      before_error = std::current_exception();
+    }
+    Reply reply;
+    try {
+      reply = session_->take_kept(generation_, id_, "step");
+    } catch (...) {
+      reply_error = std::current_exception();
+    }
+    try {
+      got.after = take_queries(step.watch.size());
+    } catch (const std::exception& e) {
+      got.unreadable = e.what();
+      after_error = std::current_exception();
+    }
+    const bool next_shares = !posted_.empty() && posted_.front().shares_before;
+    if (next_shares && got.after) carried_ = *got.after;
+    if (before_error) std::rethrow_exception(before_error);
+    if (reply_error) std::rethrow_exception(reply_error);
+    // The next step's state before it is this one's after: unread, it fails
+    // this step, which took it.
+    if (!reply.error && next_shares && after_error) std::rethrow_exception(after_error);
+    states = std::move(got);
+    Session::throw_if_error("step", reply);
+    take_logits(reply, step.batch, step.bytes, logits);
+  }
+
+  EngineState take_carried() {
+    if (!carried_) throw std::logic_error("exec: the state after the step before was not read");
+    return *std::exchange(carried_, std::nullopt);
   }
 
   int checked_length(const Reply& reply) const {
@@ -555,24 +610,24 @@ class ExecEngine final : public Engine {
     return report;
   }
 
-  // The tag observe's replies are kept under: not the engine's own, which its
+  // The tag the state queries' replies are kept under: not the engine's own, which its
   // posted steps use.
-  int64_t observe_tag() const { return -id_; }
+  int64_t state_tag() const { return -id_; }
 
   void post_queries(std::span<const SequenceId> sequences) const {
-    session_->post_kept(generation_, observe_tag(), {{"op", "pool"}, {"engine", id_}}, {});
+    session_->post_kept(generation_, state_tag(), {{"op", "pool"}, {"engine", id_}}, {});
     for (const SequenceId id : sequences)
-      session_->post_kept(generation_, observe_tag(),
+      session_->post_kept(generation_, state_tag(),
                           {{"op", "length"}, {"engine", id_}, {"sequence", id}}, {});
   }
 
   // Every reply is taken before an error is raised, so none is left behind.
-  Observed take_queries(size_t lengths) const {
-    const Reply pool = session_->take_kept(generation_, observe_tag(), "pool");
+  EngineState take_queries(size_t lengths) const {
+    const Reply pool = session_->take_kept(generation_, state_tag(), "pool");
     std::vector<Reply> replies;  // [lengths]
     for (size_t k = 0; k < lengths; ++k)
-      replies.push_back(session_->take_kept(generation_, observe_tag(), "length"));
-    Observed out;
+      replies.push_back(session_->take_kept(generation_, state_tag(), "length"));
+    EngineState out;
     try {
       Session::throw_if_error("pool", pool);
       out.pool = checked_pool(pool);
@@ -623,18 +678,16 @@ class ExecEngine final : public Engine {
   Config config_;
   EngineOptions options_;
   std::string name_;
-  std::string model_key_;               // ModelFolder::key of its model
-  std::deque<size_t> observed_posted_;  // [posted observe] its lengths, oldest first
+  std::string model_key_;  // ModelFolder::key of its model
   int generation_ = 0;
   int64_t id_ = 0;
-  int64_t model_id_ = 0;              // the child's id of its model
-  std::set<SequenceId> live_;         // sequences started and not finished (protocol 2)
-  std::map<SequenceId, int> reused_;  // [sequence] cached tokens of its last step
-  struct PostedStep {
-    std::vector<BatchEntry> batch;  // [entry], tokens pointing into the caller's scenario
-    size_t bytes = 0;               // the logits it owes
-  };
-  std::deque<PostedStep> posted_;  // steps posted and not yet collected, oldest first
+  int64_t model_id_ = 0;                // the child's id of its model
+  std::set<SequenceId> live_;           // sequences started and not finished (protocol 2)
+  std::map<SequenceId, int> reused_;    // [sequence] cached tokens of its last step
+  std::deque<PostedStep> posted_;       // steps posted and not yet collected, oldest first
+  mutable uint64_t requests_ = 0;       // requests sent: a watched step's state may be shared
+  uint64_t watched_at_ = 0;             // requests_ after the last watched step went out
+  std::optional<EngineState> carried_;  // the last collected step's state after, for the next
 };
 
 }  // namespace

@@ -9,7 +9,7 @@
 
 #include <optional>
 
-#include "backends/exec_child.h"
+#include "backends/exec/exec_child.h"
 #include "backends/registry.h"
 
 namespace kvcheck {

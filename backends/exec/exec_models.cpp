@@ -1,4 +1,4 @@
-#include "backends/exec_models.h"
+#include "backends/exec/exec_models.h"
 
 #include <fcntl.h>
 #include <unistd.h>

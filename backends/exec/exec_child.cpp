@@ -1,4 +1,4 @@
-#include "backends/exec_child.h"
+#include "backends/exec/exec_child.h"
 
 #include <fcntl.h>
 #include <poll.h>
@@ -12,7 +12,7 @@
 #include <thread>
 #include <utility>
 
-#include "backends/exec_wire.h"
+#include "backends/exec/exec_wire.h"
 #include "model/child_process_io.h"
 
 extern char** environ;

@@ -1,4 +1,4 @@
-#include "backends/exec_wire.h"
+#include "backends/exec/exec_wire.h"
 
 #include <sched.h>
 #include <unistd.h>

@@ -20,7 +20,7 @@
 
 #include <nlohmann/json.hpp>
 
-#include "backends/exec_reply.h"
+#include "backends/exec/exec_reply.h"
 
 namespace kvcheck {
 
@@ -38,7 +38,7 @@ class RefusedAhead : public std::runtime_error {
 
 using wire::Reply;
 
-// How kvcheck waits on a child (exec_waits in backends/exec.h reads them
+// How kvcheck waits on a child (exec_waits in backends/exec/exec.h reads them
 // from the backend string).
 struct ChildWaits {
   std::chrono::milliseconds timeout{30000};  // per call, then the child is hung

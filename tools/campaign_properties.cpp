@@ -135,6 +135,7 @@ rcgen::HuntSpec spec_for(Campaign& c, const std::vector<Tally>& tallies, const s
   spec.options.seed = seed;
   spec.options.max_cases = cases;
   spec.options.max_shrink_steps = c.options.shrink_steps;
+  spec.options.scenario_shrink_steps = c.options.shrink_steps;
   spec.options.deadline = c.deadline;
   // Where the check runs: in the caller for an exec: backend, whose one
   // child serves every case and may carry state from one to the next.

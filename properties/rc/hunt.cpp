@@ -1,5 +1,7 @@
 #include "properties/rc/hunt.h"
 
+#include "properties/repro/shrink.h"
+
 #include <chrono>
 #include <iostream>
 #include <sstream>
@@ -50,6 +52,35 @@ void load_rapidcheck_configuration_quietly() {
     return true;
   }();
   (void)loaded;
+}
+
+// The second stage of shrinking (HuntOptions::scenario_shrink_steps).
+// Candidates not run for time count as passing, and the result says cut.
+void shrink_scenario_further(const std::function<Verdict(const Scenario&)>& check,
+                             const HuntOptions& options, const std::function<bool()>& out_of_time,
+                             HuntResult& result) {
+  if (options.scenario_shrink_steps <= 0) return;
+  ShrinkOptions shrink;
+  shrink.max_evaluations = options.scenario_shrink_steps;
+  shrink.max_seconds = 1e9;  // steps, never seconds, bound it (the deadline cuts)
+  const ShrinkResult r = shrink_scenario(
+      *result.counterexample, result.verdict,
+      [&](const Scenario& s) -> std::optional<Verdict> {
+        if (out_of_time()) return std::nullopt;
+        ++result.evaluations;
+        ++result.shrink_steps;
+        Verdict v = check(s);
+        if (v.passed) return std::nullopt;
+        ++result.failing_evaluations;
+        return v;
+      },
+      shrink);
+  result.cut = result.cut || out_of_time();
+  if (r.size_after < r.size_before ||
+      shrink_complexity(r.scenario) < shrink_complexity(*result.counterexample)) {
+    result.counterexample = r.scenario;
+    result.verdict = r.verdict;
+  }
 }
 
 }  // namespace
@@ -115,13 +146,12 @@ HuntResult hunt(const std::function<Verdict(const Scenario&)>& check, Emphasis e
   rc::detail::printResultMessage(outcome, message);
   result.rapidcheck_message = message.str();
   rc::detail::FailureResult failure;
+  result.cases_run = cases;
   if (outcome.match(failure)) {
     result.failed = true;
-    result.cases_run = cases;
     result.counterexample = std::move(last_failing);
     result.verdict = std::move(last_failing_verdict);
-  } else {
-    result.cases_run = cases;
+    if (options.shrink && !cut) shrink_scenario_further(check, options, out_of_time, result);
   }
   return result;
 }

@@ -31,6 +31,12 @@ struct HuntOptions {
   // failing case found so far is the result. A budget in steps, not seconds,
   // so that a build shrinks to the same case on every machine. 0: unbounded.
   int max_shrink_steps = 0;
+  // Then the scenario-level shrinker (properties/repro/shrink.h) runs up to
+  // this many candidates on RapidCheck's result: it edits the scenario
+  // itself where RapidCheck can only shrink genes, so a case drawn with a
+  // floor (a scenario for erase and shift holds 4+ prompt tokens) still
+  // shrinks past it. 0: not run.
+  int scenario_shrink_steps = 0;
   // Nothing is evaluated after this (a campaign's --time), nor once `stop`
   // says so (an interrupted run): cases and candidates not run count as not
   // failing, and the result says it was cut. The first

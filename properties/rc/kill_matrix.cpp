@@ -112,6 +112,7 @@ KillMatrix run_kill_matrix(const std::function<EngineUnderTest(FaultSet)>& subje
     spec.options.seed = options.seed;
     spec.options.max_cases = fault ? options.cases_per_cell : options.correct_cases;
     spec.options.max_shrink_steps = options.max_shrink_steps;
+    spec.options.scenario_shrink_steps = options.scenario_shrink_steps;
     spec.options.deadline = options.deadline;
     spec.options.stop = options.stop;
     return spec;

@@ -40,10 +40,11 @@ inline constexpr uint64_t kKillMatrixSeed = 0x6b76;
 
 struct KillMatrixOptions {
   uint64_t seed = kKillMatrixSeed;
-  int cases_per_cell = 100;  // per (fault, property)
-  int correct_cases = 1000;  // per property for the correct engine
-  bool per_property = true;  // false: only the 'any' column (fast)
-  int max_shrink_steps = 0;  // per hunt; 0: unbounded
+  int cases_per_cell = 100;         // per (fault, property)
+  int correct_cases = 1000;         // per property for the correct engine
+  bool per_property = true;         // false: only the 'any' column (fast)
+  int max_shrink_steps = 0;         // per hunt; 0: unbounded
+  int scenario_shrink_steps = 300;  // per failure, after RapidCheck's (HuntOptions)
   // Rows not finished by then (or once `stop` says so) are marked not run:
   // the matrix is incomplete, not failed.
   std::optional<std::chrono::steady_clock::time_point> deadline;

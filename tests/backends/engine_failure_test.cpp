@@ -11,7 +11,7 @@
 #include "backends/registry.h"
 #include "properties/rc/hunt.h"
 #include "tests/backends/wrapped_engine.h"
-#include "tests/property_units/test_scenarios.h"
+#include "tests/properties/test_scenarios.h"
 
 namespace kvcheck {
 namespace {

@@ -16,7 +16,7 @@
 
 #include "backends/registry.h"
 #include "engine/traits.h"
-#include "tests/property_units/test_scenarios.h"
+#include "tests/properties/test_scenarios.h"
 
 namespace kvcheck::test {
 

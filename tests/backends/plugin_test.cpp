@@ -17,7 +17,7 @@
 #include "model/weights.h"
 #include "properties/runner.h"
 #include "tests/backends/operation_faults.h"
-#include "tests/property_units/test_scenarios.h"
+#include "tests/properties/test_scenarios.h"
 
 namespace kvcheck {
 namespace {

@@ -1,7 +1,7 @@
 """An engine behind the engine protocol whose logits are all one
 non-finite value (NaN unless --value says inf or -inf): the same bits in
 every run and every chunking, so that only a check of non-finite values
-fails it (tests/tools/exec_non_finite_test.cpp). It caches nothing and
+fails it (tests/backends/exec/exec_non_finite_test.cpp). It caches nothing and
 declares no cache snapshot.
 
     python3 nan_engine.py ADAPTER_DIR [--value nan|inf|-inf]

@@ -23,7 +23,7 @@
 #include "properties/runner.h"
 #include "properties/scenario.h"
 #include "tests/backends/operation_faults.h"
-#include "tests/property_units/test_scenarios.h"
+#include "tests/properties/test_scenarios.h"
 
 namespace kvcheck {
 namespace {

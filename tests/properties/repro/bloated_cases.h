@@ -6,7 +6,7 @@
 #include <optional>
 
 #include "properties/repro/case_file.h"
-#include "tests/repro/fault_targets.h"
+#include "tests/properties/repro/fault_targets.h"
 
 namespace kvcheck::test {
 

@@ -9,7 +9,7 @@
 #include "properties/rc/generators.h"
 #include "properties/repro/shrink.h"
 #include "properties/runner.h"
-#include "tests/repro/bloated_cases.h"
+#include "tests/properties/repro/bloated_cases.h"
 
 namespace kvcheck::test {
 namespace {

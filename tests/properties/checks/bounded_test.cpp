@@ -9,7 +9,7 @@
 #include "backends/in_tree.h"
 #include "backends/registry.h"
 #include "tests/backends/wrapped_engine.h"
-#include "tests/property_units/test_scenarios.h"
+#include "tests/properties/test_scenarios.h"
 
 namespace kvcheck {
 namespace {

@@ -5,7 +5,7 @@
 #include <gtest/gtest.h>
 
 #include "backends/registry.h"
-#include "tests/property_units/test_scenarios.h"
+#include "tests/properties/test_scenarios.h"
 
 namespace kvcheck::test {
 namespace {

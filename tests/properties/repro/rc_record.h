@@ -11,11 +11,11 @@
 
 #include <rapidcheck.h>
 
+#include "backends/in_tree.h"
 #include "properties/property.h"
 #include "properties/rc/generators.h"
 #include "properties/rc/hunt.h"
 #include "properties/repro/failure_file.h"
-#include "backends/in_tree.h"
 #include "properties/runner.h"
 
 namespace kvcheck::test {

@@ -1,4 +1,4 @@
-#include "tests/property_units/test_scenarios.h"
+#include "tests/properties/test_scenarios.h"
 
 #include <sstream>
 

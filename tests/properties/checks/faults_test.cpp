@@ -8,7 +8,7 @@
 #include "backends/in_tree.h"
 #include "engine/cpu/cpu_engine.h"
 #include "properties/runner.h"
-#include "tests/property_units/test_scenarios.h"
+#include "tests/properties/test_scenarios.h"
 
 namespace kvcheck::test {
 namespace {

@@ -13,7 +13,7 @@
 
 #include "oracle/oracle.h"
 #include "properties/tolerance.h"
-#include "tests/property_units/test_scenarios.h"
+#include "tests/properties/test_scenarios.h"
 
 namespace kvcheck::test {
 namespace {

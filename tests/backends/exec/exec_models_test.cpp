@@ -13,7 +13,7 @@
 #include "model/safetensors.h"
 #include "model/weights.h"
 #include "tests/backends/saved_environment.h"
-#include "tests/property_units/test_scenarios.h"
+#include "tests/properties/test_scenarios.h"
 
 namespace kvcheck {
 namespace {

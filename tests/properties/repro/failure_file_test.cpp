@@ -7,8 +7,8 @@
 #include <filesystem>
 #include <fstream>
 
-#include "properties/repro/failure_file.h"
 #include "backends/in_tree.h"
+#include "properties/repro/failure_file.h"
 #include "properties/runner.h"
 
 namespace kvcheck::test {
@@ -138,7 +138,7 @@ TEST(FailureFile, DefaultFolderFollowsTheEnvironment) {
 }  // namespace kvcheck::test
 
 #include "properties/repro/shrink.h"
-#include "tests/repro/rc_record.h"
+#include "tests/properties/repro/rc_record.h"
 
 namespace kvcheck::test {
 namespace {

@@ -1,4 +1,4 @@
-#include "tests/repro/bloated_cases.h"
+#include "tests/properties/repro/bloated_cases.h"
 
 #include <rapidcheck.h>
 

@@ -10,7 +10,7 @@
 
 #include "backends/in_tree.h"
 #include "properties/rc/generators.h"
-#include "tests/property_units/test_scenarios.h"
+#include "tests/properties/test_scenarios.h"
 
 namespace kvcheck {
 namespace {

@@ -6,7 +6,7 @@
 #include <string>
 
 #include "properties/repro/failure_file.h"
-#include "tests/repro/bloated_cases.h"
+#include "tests/properties/repro/bloated_cases.h"
 
 int main(int argc, char** argv) {
   if (argc < 2) {

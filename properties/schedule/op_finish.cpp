@@ -1,5 +1,6 @@
 // finish s: the sequence ends (EOS) and frees its row (Engine::finish).
 #include "properties/schedule/operation.h"
+#include "properties/schedule/plan.h"
 
 namespace kvcheck {
 
@@ -21,6 +22,13 @@ std::string needs(const EngineTraits& traits, const Scenario&, const Call&) {
 
 constexpr Argument kSyntax[] = {{"finish", &Call::sequence, true}};
 
+void plan(PlanBuilder& builder, const Call& call, int call_index) {
+  const size_t s = size_t(call.sequence);
+  builder.plan.end_call[s] = call_index;
+  builder.running[s] = false;
+  builder.close(s);
+}
+
 }  // namespace
 
 extern const Operation kFinishOperation{.kind = Call::Kind::kFinish,
@@ -28,6 +36,7 @@ extern const Operation kFinishOperation{.kind = Call::Kind::kFinish,
                                         .syntax = kSyntax,
                                         .precondition = precondition,
                                         .apply = apply,
+                                        .plan = plan,
                                         .needs = needs};
 
 }  // namespace kvcheck

@@ -1,5 +1,6 @@
 // reset: every running sequence is dropped at once (Engine::reset).
 #include "properties/schedule/operation.h"
+#include "properties/schedule/plan.h"
 
 namespace kvcheck {
 
@@ -20,12 +21,20 @@ std::string needs(const EngineTraits& traits, const Scenario&, const Call&) {
   return traits.operations.reset ? "" : "reset";
 }
 
+void plan(PlanBuilder& builder, const Call&, int call_index) {
+  for (size_t s = 0; s < builder.running.size(); ++s) {
+    if (builder.running[s]) builder.plan.end_call[s] = call_index, builder.close(s);
+    builder.running[s] = false;
+  }
+}
+
 }  // namespace
 
 extern const Operation kResetOperation{.kind = Call::Kind::kReset,
                                        .keyword = "reset",
                                        .precondition = precondition,
                                        .apply = apply,
+                                       .plan = plan,
                                        .needs = needs};
 
 }  // namespace kvcheck

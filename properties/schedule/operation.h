@@ -1,10 +1,11 @@
 // One schedule operation, declared once: its case-file keyword, how a call
 // of it is written, its precondition and its effect on the harness's model
-// (ScheduleModel), the engine trait it needs, and how the generators draw it
-// over its whole domain and the shrinker simplifies it. The walkers
-// (Scenario::validate, traits_exclude, the generators, the shrinker) read
-// this table instead of switching over Call::Kind; an operation of its own
-// is one file in properties/schedule/ plus its row in operations.cpp.
+// (ScheduleModel), its meaning for the oracle (SchedulePlan), the engine
+// trait it needs, and how the generators draw it over its whole domain and
+// the shrinker simplifies it. The walkers (Scenario::validate,
+// traits_exclude, plan_schedule, the generators, the shrinker) read this
+// table instead of switching over Call::Kind; an operation of its own is one
+// file in properties/schedule/ plus its row in operations.cpp.
 // Modelled on RapidCheck's state::Command (checkPreconditions, apply).
 #pragma once
 
@@ -21,6 +22,8 @@
 #include "properties/schedule/schedule_model.h"
 
 namespace kvcheck {
+
+struct PlanBuilder;  // properties/schedule/plan.h
 
 // The generic genes a generated operation is drawn from: independent,
 // shrinkable integers, each shrinking toward 0 (the simplest choice). Each
@@ -67,6 +70,9 @@ struct Operation {
   std::string (*precondition)(const ScheduleModel& model, const Call& call) = nullptr;
   // Its effect on the model (the precondition holds).
   void (*apply)(ScheduleModel& model, const Call& call) = nullptr;
+  // Its meaning for the oracle: how call `call_index` of a valid scenario
+  // changes the plan (segments, histories, content, chunks, flags).
+  void (*plan)(PlanBuilder& builder, const Call& call, int call_index) = nullptr;
   // "" when an engine with `traits` runs `call` in `scenario`, else what
   // it lacks (the "not applicable" reason). Null: every engine runs it.
   std::string (*needs)(const EngineTraits& traits, const Scenario& scenario,

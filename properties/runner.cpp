@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "model/rng.h"
+#include "properties/schedule/operation.h"
 
 namespace kvcheck {
 
@@ -17,11 +18,7 @@ ScenarioRunner::ScenarioRunner(const Scenario& scenario, const Config& config,
     : scenario_(scenario),
       engine_(factory(config, weights, scenario.engine_options())),
       vocab_(config.vocab),
-      ids_(scenario.sequences.size(), -1),
-      running_(scenario.sequences.size(), false),
-      fed_(scenario.sequences.size(), 0),
-      held_(scenario.sequences.size(), 0),
-      cells_(scenario.sequences.size()),
+      sequences_(scenario.sequences.size()),
       logits_(scenario.sequences.size()),
       reused_(scenario.sequences.size()) {}
 
@@ -110,50 +107,10 @@ void ScenarioRunner::run_call(const Call& call, int call_index, RunResult& resul
 }
 
 void ScenarioRunner::execute(const Call& call, int call_index) {
-  const size_t q = size_t(call.sequence);
-  switch (call.kind) {
-    case Call::Kind::kStart:
-      ids_[q] = engine_->start();
-      running_[q] = true;
-      break;
-    case Call::Kind::kStep:
-      step(call, call_index);
-      break;
-    case Call::Kind::kFork:
-      ids_[q] = engine_->fork(ids_[size_t(call.parent)], call.count);
-      running_[q] = true;
-      held_[q] = call.count;
-      cells_[q].assign(cells_[size_t(call.parent)].begin(),
-                       cells_[size_t(call.parent)].begin() + call.count);
-      break;
-    case Call::Kind::kTruncate:
-      engine_->truncate(ids_[q], call.count);
-      held_[q] -= call.count;
-      cells_[q].resize(size_t(held_[q]));
-      break;
-    case Call::Kind::kErase:
-      engine_->erase(ids_[q], call.p0, call.p1);
-      held_[q] -= erase_cells(cells_[q], call.p0, call.p1);
-      break;
-    case Call::Kind::kShift:
-      engine_->shift(ids_[q], call.p0, call.p1, call.delta);
-      shift_cells(cells_[q], call.p0, call.p1, call.delta, scenario_.config.max_pos);
-      break;
-    case Call::Kind::kFinish:
-      engine_->finish(ids_[q]);
-      running_[q] = false;
-      break;
-    case Call::Kind::kReset:
-      engine_->reset();
-      std::fill(running_.begin(), running_.end(), false);
-      break;
-    case Call::Kind::kFlush:
-      engine_->flush_prefix_cache();
-      break;
-  }
+  operation(call.kind).run(*this, call, call_index);
 }
 
-void ScenarioRunner::step(const Call& call, int call_index) {
+void ScenarioRunner::feed(const Call& call, int call_index) {
   std::vector<int> fed_at = fill_batch(call);
   if (!posts(call)) {
     engine_->step(batch_, step_logits_);
@@ -175,19 +132,20 @@ std::vector<int> ScenarioRunner::fill_batch(const Call& call) {
   for (const ChunkSpec& chunk : call.chunks) {
     const size_t s = size_t(chunk.sequence);
     const std::span<const int32_t> tokens(scenario_.sequences[s]);
-    batch_.push_back({ids_[s], tokens.subspan(size_t(fed_[s]), size_t(chunk.length))});
-    fed_at.push_back(fed_[s]);
+    const RunnerSequence& seq = sequences_[s];
+    batch_.push_back({seq.id, tokens.subspan(size_t(seq.fed), size_t(chunk.length))});
+    fed_at.push_back(seq.fed);
   }
   return fed_at;
 }
 
 void ScenarioRunner::advance(const Call& call) {
   for (const ChunkSpec& chunk : call.chunks) {
-    const size_t s = size_t(chunk.sequence);
-    fed_[s] += chunk.length;
-    held_[s] += chunk.length;
-    const int next = next_position(cells_[s]);
-    for (int i = 0; i < chunk.length; ++i) cells_[s].push_back(next + i);
+    RunnerSequence& seq = sequences_[size_t(chunk.sequence)];
+    seq.fed += chunk.length;
+    seq.held += chunk.length;
+    const int next = next_position(seq.cells);
+    for (int i = 0; i < chunk.length; ++i) seq.cells.push_back(next + i);
   }
 }
 
@@ -202,7 +160,7 @@ void ScenarioRunner::file_step(const Call& call, std::span<const int> fed_at) {
                       step_logits_.begin() + std::ptrdiff_t(at + count));
     at += count;
     // A prefix hit: the chunk's first k tokens were not computed.
-    const int k = engine_->reused(ids_[s]);
+    const int k = engine_->reused(sequences_[s].id);
     if (k < 0 || k >= chunk.length) {
       throw std::runtime_error("reused: the engine says " + std::to_string(k) +
                                " tokens of a chunk of " + std::to_string(chunk.length) +
@@ -231,14 +189,14 @@ void ScenarioRunner::settle_refusal(RunResult& result, int call, const EngineErr
 
 std::vector<size_t> ScenarioRunner::running_sequences() const {
   std::vector<size_t> running;  // [running sequences] scenario order
-  for (size_t s = 0; s < ids_.size(); ++s)
-    if (running_[s]) running.push_back(s);
+  for (size_t s = 0; s < sequences_.size(); ++s)
+    if (sequences_[s].running) running.push_back(s);
   return running;
 }
 
 std::vector<SequenceId> ScenarioRunner::engine_ids(std::span<const size_t> sequences) const {
   std::vector<SequenceId> ids;  // [sequences]
-  for (const size_t s : sequences) ids.push_back(ids_[s]);
+  for (const size_t s : sequences) ids.push_back(sequences_[s].id);
   return ids;
 }
 

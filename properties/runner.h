@@ -16,6 +16,7 @@
 #include "engine/pipeline.h"
 #include "properties/property.h"
 #include "properties/scenario.h"
+#include "properties/schedule/call_target.h"
 #include "properties/schedule/plan.h"
 
 namespace kvcheck {
@@ -49,8 +50,9 @@ struct RunResult {
 };
 
 // One scenario on one fresh engine. Keeps the engine after the run so a
-// property (P9) can go on driving it.
-class ScenarioRunner {
+// property (P9) can go on driving it. Each call runs through its operation
+// (operation.h, `run`) on the runner as a CallTarget.
+class ScenarioRunner final : private CallTarget {
  public:
   // `config` and `weights` may differ from the scenario's (P7 runs the MHA
   // twin); the options come from the scenario, faults from the factory.
@@ -63,12 +65,12 @@ class ScenarioRunner {
   // the runner keeps none (logits() is empty afterwards). Run once.
   RunResult run_and_take_logits(const CallHook& hook = {}, const Meanwhile& meanwhile = {});
 
-  Engine& engine() { return *engine_; }
+  Engine& engine() override { return *engine_; }
   const Engine& engine() const { return *engine_; }
-  bool running(int sequence) const { return running_[size_t(sequence)]; }
-  SequenceId id(int sequence) const { return ids_[size_t(sequence)]; }
-  int fed(int sequence) const { return fed_[size_t(sequence)]; }
-  int held(int sequence) const { return held_[size_t(sequence)]; }  // content length
+  bool running(int sequence) const { return sequences_[size_t(sequence)].running; }
+  SequenceId id(int sequence) const { return sequences_[size_t(sequence)].id; }
+  int fed(int sequence) const { return sequences_[size_t(sequence)].fed; }
+  int held(int sequence) const { return sequences_[size_t(sequence)].held; }  // content length
   const std::vector<float>& logits(int sequence) const { return logits_[size_t(sequence)]; }
   // [stream index] whose logits came from the prefix cache (RunResult::reused).
   const std::vector<bool>& reused(int sequence) const { return reused_[size_t(sequence)]; }
@@ -82,11 +84,15 @@ class ScenarioRunner {
   // One call; its failure or refusal goes into `result`.
   void run_call(const Call& call, int call_index, RunResult& result);
   // The engine's call for `call`, and its effect on the sequences as the
-  // runner models them (ids, fed and held tokens, cells).
+  // runner models them (ids, fed and held tokens, cells): its operation's
+  // `run` on this runner.
   void execute(const Call& call, int call_index);
-  void step(const Call& call, int call_index);
-  std::vector<int> fill_batch(const Call& call);  // [chunk] fed before the step
-  void advance(const Call& call);                 // a step's tokens are now held
+  // CallTarget: what an operation's `run` reaches.
+  std::span<RunnerSequence> sequences() override { return sequences_; }
+  int max_pos() const override { return scenario_.config.max_pos; }
+  void feed(const Call& call, int call_index) override;  // a step
+  std::vector<int> fill_batch(const Call& call);         // [chunk] fed before the step
+  void advance(const Call& call);                        // a step's tokens are now held
   // Files a step's logits and prefix-cache counts; fed_at: [chunk] the
   // sequence's stream tokens fed before the step.
   void file_step(const Call& call, std::span<const int> fed_at);
@@ -134,15 +140,11 @@ class ScenarioRunner {
   const Scenario& scenario_;
   std::unique_ptr<Engine> engine_;
   int vocab_;
-  std::vector<SequenceId> ids_;              // [sequence]
-  std::vector<bool> running_;                // [sequence]
-  std::vector<int> fed_;                     // [sequence] stream tokens fed
-  std::vector<int> held_;                    // [sequence] content length
-  std::vector<std::vector<int32_t>> cells_;  // [sequence][cell] position (erase needs it)
-  std::vector<std::vector<float>> logits_;   // [sequence][position][V]
-  std::vector<std::vector<bool>> reused_;    // [sequence][stream index] logits not computed
-  std::vector<BatchEntry> batch_;            // [chunk] of the current step
-  std::vector<float> step_logits_;           // [tokens in step][V]
+  std::vector<RunnerSequence> sequences_;   // [sequence] engine id, running, fed, held, cells
+  std::vector<std::vector<float>> logits_;  // [sequence][position][V]
+  std::vector<std::vector<bool>> reused_;   // [sequence][stream index] logits not computed
+  std::vector<BatchEntry> batch_;           // [chunk] of the current step
+  std::vector<float> step_logits_;          // [tokens in step][V]
   bool may_run_dry_ = false;              // a sized pool: a step may be refused for want of blocks
   Pipeline* pipeline_ = nullptr;          // Engine::pipeline, null in process
   bool defer_ = false;                    // posted steps are read when needed, not at once

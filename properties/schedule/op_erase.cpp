@@ -2,6 +2,7 @@
 // a gap in the positions (Engine::erase; llama.cpp's llama_memory_seq_rm).
 #include <utility>
 
+#include "properties/schedule/call_target.h"
 #include "properties/schedule/operation.h"
 #include "properties/schedule/plan.h"
 
@@ -91,6 +92,12 @@ void plan(PlanBuilder& builder, const Call& call, int call_index) {
   builder.open_history(q, call_index);
 }
 
+void run(CallTarget& target, const Call& call, int) {
+  RunnerSequence& seq = target.sequences()[size_t(call.sequence)];
+  target.engine().erase(seq.id, call.p0, call.p1);
+  seq.held -= erase_cells(seq.cells, call.p0, call.p1);
+}
+
 }  // namespace
 
 extern const Operation kEraseOperation{.kind = Call::Kind::kErase,
@@ -100,6 +107,7 @@ extern const Operation kEraseOperation{.kind = Call::Kind::kErase,
                                        .precondition = precondition,
                                        .apply = apply,
                                        .plan = plan,
+                                       .run = run,
                                        .needs = needs,
                                        .scope = cell_operation_scope,
                                        .draw = draw,

@@ -1,4 +1,5 @@
 // finish s: the sequence ends (EOS) and frees its row (Engine::finish).
+#include "properties/schedule/call_target.h"
 #include "properties/schedule/operation.h"
 #include "properties/schedule/plan.h"
 
@@ -29,6 +30,12 @@ void plan(PlanBuilder& builder, const Call& call, int call_index) {
   builder.close(s);
 }
 
+void run(CallTarget& target, const Call& call, int) {
+  RunnerSequence& seq = target.sequences()[size_t(call.sequence)];
+  target.engine().finish(seq.id);
+  seq.running = false;
+}
+
 }  // namespace
 
 extern const Operation kFinishOperation{.kind = Call::Kind::kFinish,
@@ -37,6 +44,7 @@ extern const Operation kFinishOperation{.kind = Call::Kind::kFinish,
                                         .precondition = precondition,
                                         .apply = apply,
                                         .plan = plan,
+                                        .run = run,
                                         .needs = needs};
 
 }  // namespace kvcheck

@@ -1,4 +1,5 @@
 // flush: the prefix cache forgets every cached block (Engine::flush_prefix_cache).
+#include "properties/schedule/call_target.h"
 #include "properties/schedule/operation.h"
 #include "properties/schedule/plan.h"
 
@@ -28,6 +29,10 @@ std::optional<Call> draw(const DrawContext&, const OperationGenes&) {
 // The cache holds what the oracle recomputes anyway.
 void plan(PlanBuilder&, const Call&, int) {}
 
+void run(CallTarget& target, const Call&, int) {
+  target.engine().flush_prefix_cache();
+}
+
 }  // namespace
 
 extern const Operation kFlushOperation{.kind = Call::Kind::kFlush,
@@ -36,6 +41,7 @@ extern const Operation kFlushOperation{.kind = Call::Kind::kFlush,
                                        .precondition = precondition,
                                        .apply = apply,
                                        .plan = plan,
+                                       .run = run,
                                        .needs = needs,
                                        .scope = scope,
                                        .draw = draw};

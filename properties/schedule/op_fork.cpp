@@ -2,6 +2,7 @@
 // sequence p (Engine::fork; beam search, parallel sampling).
 #include <algorithm>
 
+#include "properties/schedule/call_target.h"
 #include "properties/schedule/operation.h"
 #include "properties/schedule/plan.h"
 
@@ -106,6 +107,15 @@ void plan(PlanBuilder& builder, const Call& call, int call_index) {
   builder.reopen(q, call_index);
 }
 
+void run(CallTarget& target, const Call& call, int) {
+  RunnerSequence& child = target.sequences()[size_t(call.sequence)];
+  const RunnerSequence& parent = target.sequences()[size_t(call.parent)];
+  child.id = target.engine().fork(parent.id, call.count);
+  child.running = true;
+  child.held = call.count;
+  child.cells.assign(parent.cells.begin(), parent.cells.begin() + call.count);
+}
+
 }  // namespace
 
 extern const Operation kForkOperation{.kind = Call::Kind::kFork,
@@ -115,6 +125,7 @@ extern const Operation kForkOperation{.kind = Call::Kind::kFork,
                                       .precondition = precondition,
                                       .apply = apply,
                                       .plan = plan,
+                                      .run = run,
                                       .needs = needs,
                                       .draw = draw,
                                       .simpler = simpler};

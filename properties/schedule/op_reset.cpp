@@ -1,4 +1,5 @@
 // reset: every running sequence is dropped at once (Engine::reset).
+#include "properties/schedule/call_target.h"
 #include "properties/schedule/operation.h"
 #include "properties/schedule/plan.h"
 
@@ -28,6 +29,11 @@ void plan(PlanBuilder& builder, const Call&, int call_index) {
   }
 }
 
+void run(CallTarget& target, const Call&, int) {
+  target.engine().reset();
+  for (RunnerSequence& seq : target.sequences()) seq.running = false;
+}
+
 }  // namespace
 
 extern const Operation kResetOperation{.kind = Call::Kind::kReset,
@@ -35,6 +41,7 @@ extern const Operation kResetOperation{.kind = Call::Kind::kReset,
                                        .precondition = precondition,
                                        .apply = apply,
                                        .plan = plan,
+                                       .run = run,
                                        .needs = needs};
 
 }  // namespace kvcheck

@@ -2,6 +2,7 @@
 // + d, keys re-rotated (Engine::shift; llama.cpp's llama_memory_seq_add).
 #include <algorithm>
 
+#include "properties/schedule/call_target.h"
 #include "properties/schedule/operation.h"
 #include "properties/schedule/plan.h"
 
@@ -196,6 +197,12 @@ void plan(PlanBuilder& builder, const Call& call, int call_index) {
   builder.open_history(q, call_index);
 }
 
+void run(CallTarget& target, const Call& call, int) {
+  RunnerSequence& seq = target.sequences()[size_t(call.sequence)];
+  target.engine().shift(seq.id, call.p0, call.p1, call.delta);
+  shift_cells(seq.cells, call.p0, call.p1, call.delta, target.max_pos());
+}
+
 }  // namespace
 
 extern const Operation kShiftOperation{.kind = Call::Kind::kShift,
@@ -205,6 +212,7 @@ extern const Operation kShiftOperation{.kind = Call::Kind::kShift,
                                        .precondition = precondition,
                                        .apply = apply,
                                        .plan = plan,
+                                       .run = run,
                                        .needs = needs,
                                        .scope = cell_operation_scope,
                                        .draw = draw,

@@ -1,4 +1,5 @@
 // start s: a new sequence takes a row (Engine::add_sequence).
+#include "properties/schedule/call_target.h"
 #include "properties/schedule/operation.h"
 #include "properties/schedule/plan.h"
 
@@ -36,6 +37,12 @@ void plan(PlanBuilder& builder, const Call& call, int call_index) {
   builder.open(s, call_index);
 }
 
+void run(CallTarget& target, const Call& call, int) {
+  RunnerSequence& seq = target.sequences()[size_t(call.sequence)];
+  seq.id = target.engine().start();
+  seq.running = true;
+}
+
 }  // namespace
 
 extern const Operation kStartOperation{.kind = Call::Kind::kStart,
@@ -43,6 +50,7 @@ extern const Operation kStartOperation{.kind = Call::Kind::kStart,
                                        .syntax = kSyntax,
                                        .precondition = precondition,
                                        .apply = apply,
-                                       .plan = plan};
+                                       .plan = plan,
+                                       .run = run};
 
 }  // namespace kvcheck

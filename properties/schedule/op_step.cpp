@@ -3,6 +3,7 @@
 // sequence's plan of chunks rather than from operation genes (weight 0).
 #include <algorithm>
 
+#include "properties/schedule/call_target.h"
 #include "properties/schedule/operation.h"
 #include "properties/schedule/plan.h"
 
@@ -112,6 +113,10 @@ void plan(PlanBuilder& builder, const Call& call, int call_index) {
   }
 }
 
+void run(CallTarget& target, const Call& call, int call_index) {
+  target.feed(call, call_index);
+}
+
 }  // namespace
 
 extern const Operation kStepOperation{.kind = Call::Kind::kStep,
@@ -120,6 +125,7 @@ extern const Operation kStepOperation{.kind = Call::Kind::kStep,
                                       .precondition = precondition,
                                       .apply = apply,
                                       .plan = plan,
+                                      .run = run,
                                       .needs = needs};
 
 }  // namespace kvcheck

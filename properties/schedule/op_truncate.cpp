@@ -2,6 +2,7 @@
 // (Engine::truncate; speculative decoding's rollback).
 #include <algorithm>
 
+#include "properties/schedule/call_target.h"
 #include "properties/schedule/operation.h"
 #include "properties/schedule/plan.h"
 
@@ -90,6 +91,13 @@ void plan(PlanBuilder& builder, const Call& call, int call_index) {
   builder.reopen(q, call_index);
 }
 
+void run(CallTarget& target, const Call& call, int) {
+  RunnerSequence& seq = target.sequences()[size_t(call.sequence)];
+  target.engine().truncate(seq.id, call.count);
+  seq.held -= call.count;
+  seq.cells.resize(size_t(seq.held));
+}
+
 }  // namespace
 
 extern const Operation kTruncateOperation{.kind = Call::Kind::kTruncate,
@@ -99,6 +107,7 @@ extern const Operation kTruncateOperation{.kind = Call::Kind::kTruncate,
                                           .precondition = precondition,
                                           .apply = apply,
                                           .plan = plan,
+                                          .run = run,
                                           .needs = needs,
                                           .draw = draw,
                                           .simpler = simpler};

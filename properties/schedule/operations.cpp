@@ -24,9 +24,9 @@ std::vector<Operation> table_in_kind_order() {
     if (static_cast<size_t>(op->kind) != out.size()) {
       throw std::logic_error("operations.cpp: the table is not in Call::Kind order");
     }
-    if (!op->precondition || !op->apply || !op->plan) {
+    if (!op->precondition || !op->apply || !op->plan || !op->run) {
       throw std::logic_error("operations.cpp: " + std::string(op->keyword) +
-                             " lacks a precondition, apply or plan");
+                             " lacks a precondition, apply, plan or run");
     }
     out.push_back(*op);
   }

@@ -9,199 +9,16 @@
 #include <utility>
 
 #include "model/rng.h"
+#include "properties/schedule/operation.h"
 
 namespace kvcheck {
-
-SchedulePlan plan_schedule(const Scenario& scenario) {
-  const size_t n = scenario.sequences.size();
-  SchedulePlan plan;
-  plan.fed.assign(n, 0);
-  plan.chunks.assign(n, {});
-  plan.call_of_position.assign(n, {});
-  plan.start_call.assign(n, -1);
-  plan.end_call.assign(n, -1);
-  plan.shared_step.assign(n, false);
-  plan.plain.assign(n, true);
-  plan.forked_from.assign(n, -1);
-  plan.forked.assign(n, false);
-  plan.truncated.assign(n, false);
-  plan.shifted.assign(n, false);
-  plan.history.assign(n, {});
-  plan.cells.assign(n, {});
-  plan.segments.assign(n, {});
-  plan.content.assign(n, {});
-  plan.content_stream.assign(n, {});
-  plan.content_chunks.assign(n, {});
-  std::vector<bool> running(n, false);  // [sequence]
-  const auto open = [&](size_t s, int call) { plan.segments[s].push_back({call, {}, {}, {}}); };
-  const auto close = [&](size_t s) {
-    if (!plan.segments[s].empty()) plan.segments[s].back().tokens = plan.content[s];
-  };
-  // A shifted sequence gets a segment after every call that changes it,
-  // whose reference is the replay of its history so far (the caller closes
-  // a plain segment before changing the content).
-  const auto open_history = [&](size_t s, int call) {
-    plan.segments[s].push_back({call, plan.content[s], {}, plan.history[s]});
-  };
-  const auto feeds = [](const std::vector<oracle::Event>& history) {
-    return int(std::count_if(history.begin(), history.end(), [](const oracle::Event& e) {
-      return e.kind == oracle::Event::Kind::kFeed;
-    }));
-  };
-  for (size_t c = 0; c < scenario.calls.size(); ++c) {
-    const Call& call = scenario.calls[c];
-    const int ci = static_cast<int>(c);
-    const size_t q = size_t(call.sequence);
-    switch (call.kind) {
-      case Call::Kind::kStart:
-        plan.start_call[q] = ci;
-        running[q] = true;
-        open(q, ci);
-        break;
-      case Call::Kind::kStep:
-        for (const ChunkSpec& chunk : call.chunks) {
-          const size_t s = size_t(chunk.sequence);
-          plan.chunks[s].push_back(chunk.length);
-          plan.content_chunks[s].push_back(chunk.length);
-          if (plan.shifted[s]) open_history(s, ci);
-          const int next = next_position(plan.cells[s]);
-          for (int i = 0; i < chunk.length; ++i) {
-            const int k = plan.fed[s] + i;
-            const int32_t token = scenario.sequences[s][size_t(k)];
-            const int feed = feeds(plan.history[s]);
-            plan.segments[s].back().fed.push_back(
-                {k, plan.shifted[s] ? feed : int(plan.content[s].size())});
-            plan.content[s].push_back(token);
-            plan.content_stream[s].push_back(k);
-            plan.cells[s].push_back(next + i);
-            plan.history[s].push_back(oracle::Event::feed(token));
-          }
-          if (plan.shifted[s]) plan.segments[s].back().history = plan.history[s];
-          plan.fed[s] += chunk.length;
-          plan.call_of_position[s].resize(size_t(plan.fed[s]), ci);
-          plan.max_content = std::max(plan.max_content, int(plan.content[s].size()));
-          if (call.chunks.size() > 1) plan.shared_step[s] = true;
-        }
-        break;
-      case Call::Kind::kFinish:
-        plan.end_call[q] = ci;
-        running[q] = false;
-        close(q);
-        break;
-      case Call::Kind::kReset:
-        for (size_t s = 0; s < n; ++s) {
-          if (running[s]) plan.end_call[s] = ci, close(s);
-          running[s] = false;
-        }
-        break;
-      case Call::Kind::kFork: {
-        const size_t p = size_t(call.parent);
-        plan.start_call[q] = ci;
-        running[q] = true;
-        plan.plain[q] = false;
-        plan.forked_from[q] = call.parent;
-        plan.forked[p] = true;
-        const size_t keep = size_t(call.count);
-        plan.content[q].assign(plan.content[p].begin(),
-                               plan.content[p].begin() + std::ptrdiff_t(keep));
-        plan.cells[q].assign(plan.cells[p].begin(), plan.cells[p].begin() + std::ptrdiff_t(keep));
-        plan.history[q] = plan.history[p];
-        plan.history[q].push_back(oracle::Event::truncate(int(plan.cells[p].size() - keep)));
-        plan.shifted[q] = plan.shifted[p];
-        plan.content_stream[q].assign(keep, -1);
-        // The parent's chunks, cut at n: how the inherited prefix was fed.
-        int left = call.count;
-        for (int length : plan.content_chunks[p]) {
-          if (left == 0) break;
-          plan.content_chunks[q].push_back(std::min(length, left));
-          left -= plan.content_chunks[q].back();
-        }
-        if (plan.shifted[q]) {
-          open_history(q, ci);
-        } else {
-          open(q, ci);
-        }
-        break;
-      }
-      case Call::Kind::kFlush:
-        break;  // the cache holds what the oracle recomputes anyway
-      case Call::Kind::kTruncate: {
-        if (call.count == 0) break;
-        plan.plain[q] = false;
-        plan.truncated[q] = true;
-        close(q);
-        const size_t keep = plan.content[q].size() - size_t(call.count);
-        plan.content[q].resize(keep);
-        plan.content_stream[q].resize(keep);
-        plan.cells[q].resize(keep);
-        plan.history[q].push_back(oracle::Event::truncate(call.count));
-        std::vector<int>& chunks = plan.content_chunks[q];
-        for (int drop = call.count; drop > 0;) {
-          const int cut = std::min(drop, chunks.back());
-          chunks.back() -= cut;
-          drop -= cut;
-          if (chunks.back() == 0) chunks.pop_back();
-        }
-        if (plan.shifted[q]) {
-          open_history(q, ci);
-        } else {
-          open(q, ci);
-        }
-        break;
-      }
-      case Call::Kind::kErase:
-      case Call::Kind::kShift: {
-        // From here on the content no longer defines the cache: the
-        // reference replays the history (docs/OPERATIONS.md).
-        plan.plain[q] = false;
-        plan.shifted[q] = true;
-        close(q);  // what it held before this call
-        if (call.kind == Call::Kind::kErase) {
-          std::vector<int32_t>& c = plan.cells[q];
-          std::vector<bool> kept(c.size());  // [cell]
-          for (size_t i = 0; i < c.size(); ++i) kept[i] = c[i] < call.p0 || c[i] >= call.p1;
-          std::vector<int32_t> content, stream;
-          for (size_t i = 0; i < c.size(); ++i) {
-            if (!kept[i]) continue;
-            content.push_back(plan.content[q][i]);
-            stream.push_back(plan.content_stream[q][i]);
-          }
-          plan.content[q] = std::move(content);
-          plan.content_stream[q] = std::move(stream);
-          erase_cells(c, call.p0, call.p1);
-          plan.history[q].push_back(oracle::Event::erase(call.p0, call.p1));
-        } else {
-          shift_cells(plan.cells[q], call.p0, call.p1, call.delta, scenario.config.max_pos);
-          plan.history[q].push_back(oracle::Event::shift(call.p0, call.p1, call.delta));
-        }
-        open_history(q, ci);
-        break;
-      }
-    }
-  }
-  for (size_t s = 0; s < n; ++s) {
-    if (running[s]) close(s);
-  }
-  return plan;
-}
-
-int SchedulePlan::segment_at(int sequence, int call) const {
-  const std::vector<Segment>& list = segments[size_t(sequence)];
-  int found = -1;
-  for (size_t i = 0; i < list.size() && list[i].begin_call <= call; ++i) found = int(i);
-  return found;
-}
 
 ScenarioRunner::ScenarioRunner(const Scenario& scenario, const Config& config,
                                const Weights& weights, const EngineFactory& factory)
     : scenario_(scenario),
       engine_(factory(config, weights, scenario.engine_options())),
       vocab_(config.vocab),
-      ids_(scenario.sequences.size(), -1),
-      running_(scenario.sequences.size(), false),
-      fed_(scenario.sequences.size(), 0),
-      held_(scenario.sequences.size(), 0),
-      cells_(scenario.sequences.size()),
+      sequences_(scenario.sequences.size()),
       logits_(scenario.sequences.size()),
       reused_(scenario.sequences.size()) {}
 
@@ -290,50 +107,10 @@ void ScenarioRunner::run_call(const Call& call, int call_index, RunResult& resul
 }
 
 void ScenarioRunner::execute(const Call& call, int call_index) {
-  const size_t q = size_t(call.sequence);
-  switch (call.kind) {
-    case Call::Kind::kStart:
-      ids_[q] = engine_->start();
-      running_[q] = true;
-      break;
-    case Call::Kind::kStep:
-      step(call, call_index);
-      break;
-    case Call::Kind::kFork:
-      ids_[q] = engine_->fork(ids_[size_t(call.parent)], call.count);
-      running_[q] = true;
-      held_[q] = call.count;
-      cells_[q].assign(cells_[size_t(call.parent)].begin(),
-                       cells_[size_t(call.parent)].begin() + call.count);
-      break;
-    case Call::Kind::kTruncate:
-      engine_->truncate(ids_[q], call.count);
-      held_[q] -= call.count;
-      cells_[q].resize(size_t(held_[q]));
-      break;
-    case Call::Kind::kErase:
-      engine_->erase(ids_[q], call.p0, call.p1);
-      held_[q] -= erase_cells(cells_[q], call.p0, call.p1);
-      break;
-    case Call::Kind::kShift:
-      engine_->shift(ids_[q], call.p0, call.p1, call.delta);
-      shift_cells(cells_[q], call.p0, call.p1, call.delta, scenario_.config.max_pos);
-      break;
-    case Call::Kind::kFinish:
-      engine_->finish(ids_[q]);
-      running_[q] = false;
-      break;
-    case Call::Kind::kReset:
-      engine_->reset();
-      std::fill(running_.begin(), running_.end(), false);
-      break;
-    case Call::Kind::kFlush:
-      engine_->flush_prefix_cache();
-      break;
-  }
+  operation(call.kind).run(*this, call, call_index);
 }
 
-void ScenarioRunner::step(const Call& call, int call_index) {
+void ScenarioRunner::feed(const Call& call, int call_index) {
   std::vector<int> fed_at = fill_batch(call);
   if (!posts(call)) {
     engine_->step(batch_, step_logits_);
@@ -355,19 +132,20 @@ std::vector<int> ScenarioRunner::fill_batch(const Call& call) {
   for (const ChunkSpec& chunk : call.chunks) {
     const size_t s = size_t(chunk.sequence);
     const std::span<const int32_t> tokens(scenario_.sequences[s]);
-    batch_.push_back({ids_[s], tokens.subspan(size_t(fed_[s]), size_t(chunk.length))});
-    fed_at.push_back(fed_[s]);
+    const RunnerSequence& seq = sequences_[s];
+    batch_.push_back({seq.id, tokens.subspan(size_t(seq.fed), size_t(chunk.length))});
+    fed_at.push_back(seq.fed);
   }
   return fed_at;
 }
 
 void ScenarioRunner::advance(const Call& call) {
   for (const ChunkSpec& chunk : call.chunks) {
-    const size_t s = size_t(chunk.sequence);
-    fed_[s] += chunk.length;
-    held_[s] += chunk.length;
-    const int next = next_position(cells_[s]);
-    for (int i = 0; i < chunk.length; ++i) cells_[s].push_back(next + i);
+    RunnerSequence& seq = sequences_[size_t(chunk.sequence)];
+    seq.fed += chunk.length;
+    seq.held += chunk.length;
+    const int next = next_position(seq.cells);
+    for (int i = 0; i < chunk.length; ++i) seq.cells.push_back(next + i);
   }
 }
 
@@ -382,7 +160,7 @@ void ScenarioRunner::file_step(const Call& call, std::span<const int> fed_at) {
                       step_logits_.begin() + std::ptrdiff_t(at + count));
     at += count;
     // A prefix hit: the chunk's first k tokens were not computed.
-    const int k = engine_->reused(ids_[s]);
+    const int k = engine_->reused(sequences_[s].id);
     if (k < 0 || k >= chunk.length) {
       throw std::runtime_error("reused: the engine says " + std::to_string(k) +
                                " tokens of a chunk of " + std::to_string(chunk.length) +
@@ -411,14 +189,14 @@ void ScenarioRunner::settle_refusal(RunResult& result, int call, const EngineErr
 
 std::vector<size_t> ScenarioRunner::running_sequences() const {
   std::vector<size_t> running;  // [running sequences] scenario order
-  for (size_t s = 0; s < ids_.size(); ++s)
-    if (running_[s]) running.push_back(s);
+  for (size_t s = 0; s < sequences_.size(); ++s)
+    if (sequences_[s].running) running.push_back(s);
   return running;
 }
 
 std::vector<SequenceId> ScenarioRunner::engine_ids(std::span<const size_t> sequences) const {
   std::vector<SequenceId> ids;  // [sequences]
-  for (const size_t s : sequences) ids.push_back(ids_[s]);
+  for (const size_t s : sequences) ids.push_back(sequences_[s].id);
   return ids;
 }
 

@@ -14,56 +14,12 @@
 
 #include "engine/engine.h"
 #include "engine/pipeline.h"
-#include "oracle/oracle.h"
 #include "properties/property.h"
 #include "properties/scenario.h"
+#include "properties/schedule/call_target.h"
+#include "properties/schedule/plan.h"
 
 namespace kvcheck {
-
-// What one sequence held between two truncations (or its start and its end):
-// the oracle of `tokens` is the reference of every token fed in the span
-// (docs/OPERATIONS.md).
-struct Segment {
-  int begin_call = -1;                   // the call that opened it (start, fork, truncate)
-  std::vector<int32_t> tokens;           // [position] content when it closed
-  std::vector<std::pair<int, int>> fed;  // [token fed in it] (stream index, position)
-  // A sequence whose lineage holds an erase or shift: its reference is
-  // oracle::replay of this history (the state after begin_call), and `fed`
-  // pairs each stream index with its feed index in the history.
-  std::vector<oracle::Event> history;
-};
-
-// What a valid scenario's schedule implies, computed without an engine. One
-// walk over the calls (plan_schedule) fills it; properties, the shrinker and
-// the generators' coverage read it instead of walking again.
-struct SchedulePlan {
-  std::vector<int> fed;                            // [sequence] stream tokens fed by the last call
-  std::vector<std::vector<int>> chunks;            // [sequence][chunk] lengths, in feed order
-  std::vector<std::vector<int>> call_of_position;  // [sequence][stream index] call that fed it
-  std::vector<int> start_call;                     // [sequence] call that started it, or -1
-  std::vector<int> end_call;  // [sequence] call that finished or reset it, or -1 (still running)
-  std::vector<bool> shared_step;  // [sequence] fed in a step together with another sequence
-  // The operations: a plain sequence is never forked into and never
-  // truncated, so its content is its stream (P2..P5, P9 solo runs need it).
-  std::vector<bool> plain;       // [sequence]
-  std::vector<int> forked_from;  // [sequence] parent, or -1
-  std::vector<bool> forked;      // [sequence] some fork took from it
-  std::vector<bool> truncated;   // [sequence] lost tokens to a truncation
-  std::vector<bool> shifted;  // [sequence] its lineage holds an erase or shift (Segment::history)
-  std::vector<std::vector<oracle::Event>> history;  // [sequence] every feed and operation so far
-  std::vector<std::vector<int32_t>> cells;          // [sequence][cell] position it holds, last
-  std::vector<std::vector<Segment>> segments;       // [sequence][segment] in call order
-  std::vector<std::vector<int32_t>> content;        // [sequence][position] what it held last
-  std::vector<std::vector<int>> content_stream;  // [sequence][position] stream index, -1 inherited
-  std::vector<std::vector<int>> content_chunks;  // [sequence][chunk] how its content was fed
-  int max_content = 0;                           // the longest content at any time
-
-  // The segment of `sequence` in force after call `call` (-1 before it starts).
-  int segment_at(int sequence, int call) const;
-};
-
-// The scenario must validate.
-SchedulePlan plan_schedule(const Scenario& scenario);
 
 // Called after every call that succeeded; returning false stops the run there.
 class ScenarioRunner;
@@ -94,8 +50,9 @@ struct RunResult {
 };
 
 // One scenario on one fresh engine. Keeps the engine after the run so a
-// property (P9) can go on driving it.
-class ScenarioRunner {
+// property (P9) can go on driving it. Each call runs through its operation
+// (operation.h, `run`) on the runner as a CallTarget.
+class ScenarioRunner final : private CallTarget {
  public:
   // `config` and `weights` may differ from the scenario's (P7 runs the MHA
   // twin); the options come from the scenario, faults from the factory.
@@ -108,12 +65,12 @@ class ScenarioRunner {
   // the runner keeps none (logits() is empty afterwards). Run once.
   RunResult run_and_take_logits(const CallHook& hook = {}, const Meanwhile& meanwhile = {});
 
-  Engine& engine() { return *engine_; }
+  Engine& engine() override { return *engine_; }
   const Engine& engine() const { return *engine_; }
-  bool running(int sequence) const { return running_[size_t(sequence)]; }
-  SequenceId id(int sequence) const { return ids_[size_t(sequence)]; }
-  int fed(int sequence) const { return fed_[size_t(sequence)]; }
-  int held(int sequence) const { return held_[size_t(sequence)]; }  // content length
+  bool running(int sequence) const { return sequences_[size_t(sequence)].running; }
+  SequenceId id(int sequence) const { return sequences_[size_t(sequence)].id; }
+  int fed(int sequence) const { return sequences_[size_t(sequence)].fed; }
+  int held(int sequence) const { return sequences_[size_t(sequence)].held; }  // content length
   const std::vector<float>& logits(int sequence) const { return logits_[size_t(sequence)]; }
   // [stream index] whose logits came from the prefix cache (RunResult::reused).
   const std::vector<bool>& reused(int sequence) const { return reused_[size_t(sequence)]; }
@@ -127,11 +84,15 @@ class ScenarioRunner {
   // One call; its failure or refusal goes into `result`.
   void run_call(const Call& call, int call_index, RunResult& result);
   // The engine's call for `call`, and its effect on the sequences as the
-  // runner models them (ids, fed and held tokens, cells).
+  // runner models them (ids, fed and held tokens, cells): its operation's
+  // `run` on this runner.
   void execute(const Call& call, int call_index);
-  void step(const Call& call, int call_index);
-  std::vector<int> fill_batch(const Call& call);  // [chunk] fed before the step
-  void advance(const Call& call);                 // a step's tokens are now held
+  // CallTarget: what an operation's `run` reaches.
+  std::span<RunnerSequence> sequences() override { return sequences_; }
+  int max_pos() const override { return scenario_.config.max_pos; }
+  void feed(const Call& call, int call_index) override;  // a step
+  std::vector<int> fill_batch(const Call& call);         // [chunk] fed before the step
+  void advance(const Call& call);                        // a step's tokens are now held
   // Files a step's logits and prefix-cache counts; fed_at: [chunk] the
   // sequence's stream tokens fed before the step.
   void file_step(const Call& call, std::span<const int> fed_at);
@@ -179,15 +140,11 @@ class ScenarioRunner {
   const Scenario& scenario_;
   std::unique_ptr<Engine> engine_;
   int vocab_;
-  std::vector<SequenceId> ids_;              // [sequence]
-  std::vector<bool> running_;                // [sequence]
-  std::vector<int> fed_;                     // [sequence] stream tokens fed
-  std::vector<int> held_;                    // [sequence] content length
-  std::vector<std::vector<int32_t>> cells_;  // [sequence][cell] position (erase needs it)
-  std::vector<std::vector<float>> logits_;   // [sequence][position][V]
-  std::vector<std::vector<bool>> reused_;    // [sequence][stream index] logits not computed
-  std::vector<BatchEntry> batch_;            // [chunk] of the current step
-  std::vector<float> step_logits_;           // [tokens in step][V]
+  std::vector<RunnerSequence> sequences_;   // [sequence] engine id, running, fed, held, cells
+  std::vector<std::vector<float>> logits_;  // [sequence][position][V]
+  std::vector<std::vector<bool>> reused_;   // [sequence][stream index] logits not computed
+  std::vector<BatchEntry> batch_;           // [chunk] of the current step
+  std::vector<float> step_logits_;          // [tokens in step][V]
   bool may_run_dry_ = false;              // a sized pool: a step may be refused for want of blocks
   Pipeline* pipeline_ = nullptr;          // Engine::pipeline, null in process
   bool defer_ = false;                    // posted steps are read when needed, not at once

@@ -1,6 +1,10 @@
 // erase s p0 p1: the cells holding positions [p0, p1) are removed, leaving
 // a gap in the positions (Engine::erase; llama.cpp's llama_memory_seq_rm).
+#include <utility>
+
+#include "properties/schedule/call_target.h"
 #include "properties/schedule/operation.h"
+#include "properties/schedule/plan.h"
 
 namespace kvcheck {
 
@@ -68,6 +72,32 @@ std::vector<Call> simpler(const Call& call) {
 constexpr Argument kSyntax[] = {
     {"erase", &Call::sequence, true}, {"erase p0", &Call::p0}, {"erase p1", &Call::p1}};
 
+// The erased cells leave the content with their positions; from here on the
+// reference replays the history (PlanBuilder::mark_shifted).
+void plan(PlanBuilder& builder, const Call& call, int call_index) {
+  SchedulePlan& plan = builder.plan;
+  const size_t q = size_t(call.sequence);
+  builder.mark_shifted(q);
+  std::vector<int32_t>& c = plan.cells[q];
+  std::vector<int32_t> content, stream;
+  for (size_t i = 0; i < c.size(); ++i) {
+    if (c[i] >= call.p0 && c[i] < call.p1) continue;
+    content.push_back(plan.content[q][i]);
+    stream.push_back(plan.content_stream[q][i]);
+  }
+  plan.content[q] = std::move(content);
+  plan.content_stream[q] = std::move(stream);
+  erase_cells(c, call.p0, call.p1);
+  plan.history[q].push_back(oracle::Event::erase(call.p0, call.p1));
+  builder.open_history(q, call_index);
+}
+
+void run(CallTarget& target, const Call& call, int) {
+  RunnerSequence& seq = target.sequences()[size_t(call.sequence)];
+  target.engine().erase(seq.id, call.p0, call.p1);
+  seq.held -= erase_cells(seq.cells, call.p0, call.p1);
+}
+
 }  // namespace
 
 extern const Operation kEraseOperation{.kind = Call::Kind::kErase,
@@ -76,6 +106,8 @@ extern const Operation kEraseOperation{.kind = Call::Kind::kErase,
                                        .weight = 8,
                                        .precondition = precondition,
                                        .apply = apply,
+                                       .plan = plan,
+                                       .run = run,
                                        .needs = needs,
                                        .scope = cell_operation_scope,
                                        .draw = draw,

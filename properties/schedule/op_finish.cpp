@@ -1,5 +1,7 @@
 // finish s: the sequence ends (EOS) and frees its row (Engine::finish).
+#include "properties/schedule/call_target.h"
 #include "properties/schedule/operation.h"
+#include "properties/schedule/plan.h"
 
 namespace kvcheck {
 
@@ -21,6 +23,19 @@ std::string needs(const EngineTraits& traits, const Scenario&, const Call&) {
 
 constexpr Argument kSyntax[] = {{"finish", &Call::sequence, true}};
 
+void plan(PlanBuilder& builder, const Call& call, int call_index) {
+  const size_t s = size_t(call.sequence);
+  builder.plan.end_call[s] = call_index;
+  builder.running[s] = false;
+  builder.close(s);
+}
+
+void run(CallTarget& target, const Call& call, int) {
+  RunnerSequence& seq = target.sequences()[size_t(call.sequence)];
+  target.engine().finish(seq.id);
+  seq.running = false;
+}
+
 }  // namespace
 
 extern const Operation kFinishOperation{.kind = Call::Kind::kFinish,
@@ -28,6 +43,8 @@ extern const Operation kFinishOperation{.kind = Call::Kind::kFinish,
                                         .syntax = kSyntax,
                                         .precondition = precondition,
                                         .apply = apply,
+                                        .plan = plan,
+                                        .run = run,
                                         .needs = needs};
 
 }  // namespace kvcheck

@@ -1,5 +1,7 @@
 // flush: the prefix cache forgets every cached block (Engine::flush_prefix_cache).
+#include "properties/schedule/call_target.h"
 #include "properties/schedule/operation.h"
+#include "properties/schedule/plan.h"
 
 namespace kvcheck {
 
@@ -24,6 +26,13 @@ std::optional<Call> draw(const DrawContext&, const OperationGenes&) {
   return Call::flush();
 }
 
+// The cache holds what the oracle recomputes anyway.
+void plan(PlanBuilder&, const Call&, int) {}
+
+void run(CallTarget& target, const Call&, int) {
+  target.engine().flush_prefix_cache();
+}
+
 }  // namespace
 
 extern const Operation kFlushOperation{.kind = Call::Kind::kFlush,
@@ -31,6 +40,8 @@ extern const Operation kFlushOperation{.kind = Call::Kind::kFlush,
                                        .weight = 6,
                                        .precondition = precondition,
                                        .apply = apply,
+                                       .plan = plan,
+                                       .run = run,
                                        .needs = needs,
                                        .scope = scope,
                                        .draw = draw};

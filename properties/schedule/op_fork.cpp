@@ -2,7 +2,9 @@
 // sequence p (Engine::fork; beam search, parallel sampling).
 #include <algorithm>
 
+#include "properties/schedule/call_target.h"
 #include "properties/schedule/operation.h"
+#include "properties/schedule/plan.h"
 
 namespace kvcheck {
 
@@ -78,6 +80,42 @@ constexpr Argument kSyntax[] = {{"fork child", &Call::sequence, true},
                                 {"fork parent", &Call::parent, true},
                                 {"fork length", &Call::count}};
 
+// The child inherits the parent's first n cells: content, history (with a
+// truncation of the rest) and the parent's chunks cut at n.
+void plan(PlanBuilder& builder, const Call& call, int call_index) {
+  SchedulePlan& plan = builder.plan;
+  const size_t q = size_t(call.sequence);
+  const size_t p = size_t(call.parent);
+  plan.start_call[q] = call_index;
+  builder.running[q] = true;
+  plan.plain[q] = false;
+  plan.forked_from[q] = call.parent;
+  plan.forked[p] = true;
+  const size_t keep = size_t(call.count);
+  plan.content[q].assign(plan.content[p].begin(), plan.content[p].begin() + std::ptrdiff_t(keep));
+  plan.cells[q].assign(plan.cells[p].begin(), plan.cells[p].begin() + std::ptrdiff_t(keep));
+  plan.history[q] = plan.history[p];
+  plan.history[q].push_back(oracle::Event::truncate(int(plan.cells[p].size() - keep)));
+  plan.shifted[q] = plan.shifted[p];
+  plan.content_stream[q].assign(keep, -1);
+  int left = call.count;
+  for (int length : plan.content_chunks[p]) {
+    if (left == 0) break;
+    plan.content_chunks[q].push_back(std::min(length, left));
+    left -= plan.content_chunks[q].back();
+  }
+  builder.reopen(q, call_index);
+}
+
+void run(CallTarget& target, const Call& call, int) {
+  RunnerSequence& child = target.sequences()[size_t(call.sequence)];
+  const RunnerSequence& parent = target.sequences()[size_t(call.parent)];
+  child.id = target.engine().fork(parent.id, call.count);
+  child.running = true;
+  child.held = call.count;
+  child.cells.assign(parent.cells.begin(), parent.cells.begin() + call.count);
+}
+
 }  // namespace
 
 extern const Operation kForkOperation{.kind = Call::Kind::kFork,
@@ -86,6 +124,8 @@ extern const Operation kForkOperation{.kind = Call::Kind::kFork,
                                       .weight = 4,
                                       .precondition = precondition,
                                       .apply = apply,
+                                      .plan = plan,
+                                      .run = run,
                                       .needs = needs,
                                       .draw = draw,
                                       .simpler = simpler};

@@ -1,5 +1,7 @@
 // reset: every running sequence is dropped at once (Engine::reset).
+#include "properties/schedule/call_target.h"
 #include "properties/schedule/operation.h"
+#include "properties/schedule/plan.h"
 
 namespace kvcheck {
 
@@ -20,12 +22,26 @@ std::string needs(const EngineTraits& traits, const Scenario&, const Call&) {
   return traits.operations.reset ? "" : "reset";
 }
 
+void plan(PlanBuilder& builder, const Call&, int call_index) {
+  for (size_t s = 0; s < builder.running.size(); ++s) {
+    if (builder.running[s]) builder.plan.end_call[s] = call_index, builder.close(s);
+    builder.running[s] = false;
+  }
+}
+
+void run(CallTarget& target, const Call&, int) {
+  target.engine().reset();
+  for (RunnerSequence& seq : target.sequences()) seq.running = false;
+}
+
 }  // namespace
 
 extern const Operation kResetOperation{.kind = Call::Kind::kReset,
                                        .keyword = "reset",
                                        .precondition = precondition,
                                        .apply = apply,
+                                       .plan = plan,
+                                       .run = run,
                                        .needs = needs};
 
 }  // namespace kvcheck

@@ -2,7 +2,9 @@
 // + d, keys re-rotated (Engine::shift; llama.cpp's llama_memory_seq_add).
 #include <algorithm>
 
+#include "properties/schedule/call_target.h"
 #include "properties/schedule/operation.h"
+#include "properties/schedule/plan.h"
 
 namespace kvcheck {
 
@@ -184,6 +186,23 @@ constexpr Argument kSyntax[] = {{"shift", &Call::sequence, true},
                                 {"shift p1", &Call::p1},
                                 {"shift delta", &Call::delta, false, -(1 << 30), 1 << 30}};
 
+// The cells move; the content stays. From here on the reference replays
+// the history (PlanBuilder::mark_shifted).
+void plan(PlanBuilder& builder, const Call& call, int call_index) {
+  SchedulePlan& plan = builder.plan;
+  const size_t q = size_t(call.sequence);
+  builder.mark_shifted(q);
+  shift_cells(plan.cells[q], call.p0, call.p1, call.delta, builder.scenario.config.max_pos);
+  plan.history[q].push_back(oracle::Event::shift(call.p0, call.p1, call.delta));
+  builder.open_history(q, call_index);
+}
+
+void run(CallTarget& target, const Call& call, int) {
+  RunnerSequence& seq = target.sequences()[size_t(call.sequence)];
+  target.engine().shift(seq.id, call.p0, call.p1, call.delta);
+  shift_cells(seq.cells, call.p0, call.p1, call.delta, target.max_pos());
+}
+
 }  // namespace
 
 extern const Operation kShiftOperation{.kind = Call::Kind::kShift,
@@ -192,6 +211,8 @@ extern const Operation kShiftOperation{.kind = Call::Kind::kShift,
                                        .weight = 8,
                                        .precondition = precondition,
                                        .apply = apply,
+                                       .plan = plan,
+                                       .run = run,
                                        .needs = needs,
                                        .scope = cell_operation_scope,
                                        .draw = draw,

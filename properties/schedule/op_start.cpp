@@ -1,5 +1,7 @@
 // start s: a new sequence takes a row (Engine::add_sequence).
+#include "properties/schedule/call_target.h"
 #include "properties/schedule/operation.h"
+#include "properties/schedule/plan.h"
 
 namespace kvcheck {
 
@@ -28,12 +30,27 @@ void apply(ScheduleModel& model, const Call& call) {
 
 constexpr Argument kSyntax[] = {{"start", &Call::sequence, true}};
 
+void plan(PlanBuilder& builder, const Call& call, int call_index) {
+  const size_t s = size_t(call.sequence);
+  builder.plan.start_call[s] = call_index;
+  builder.running[s] = true;
+  builder.open(s, call_index);
+}
+
+void run(CallTarget& target, const Call& call, int) {
+  RunnerSequence& seq = target.sequences()[size_t(call.sequence)];
+  seq.id = target.engine().start();
+  seq.running = true;
+}
+
 }  // namespace
 
 extern const Operation kStartOperation{.kind = Call::Kind::kStart,
                                        .keyword = "start",
                                        .syntax = kSyntax,
                                        .precondition = precondition,
-                                       .apply = apply};
+                                       .apply = apply,
+                                       .plan = plan,
+                                       .run = run};
 
 }  // namespace kvcheck

@@ -1,7 +1,11 @@
 // step s0:n0 s1:n1 ...: one batch feeding each listed sequence its next
 // chunk of tokens (Engine::step). The generators build steps from each
 // sequence's plan of chunks rather than from operation genes (weight 0).
+#include <algorithm>
+
+#include "properties/schedule/call_target.h"
 #include "properties/schedule/operation.h"
+#include "properties/schedule/plan.h"
 
 namespace kvcheck {
 
@@ -80,6 +84,39 @@ std::string needs(const EngineTraits& traits, const Scenario&, const Call& call)
   return {};
 }
 
+// Each chunk's tokens join its sequence's content, chunks and history; a
+// shifted sequence gets a segment of its own for every chunk.
+void plan(PlanBuilder& builder, const Call& call, int call_index) {
+  SchedulePlan& plan = builder.plan;
+  for (const ChunkSpec& chunk : call.chunks) {
+    const size_t s = size_t(chunk.sequence);
+    plan.chunks[s].push_back(chunk.length);
+    plan.content_chunks[s].push_back(chunk.length);
+    if (plan.shifted[s]) builder.open_history(s, call_index);
+    const int next = next_position(plan.cells[s]);
+    for (int i = 0; i < chunk.length; ++i) {
+      const int k = plan.fed[s] + i;
+      const int32_t token = builder.scenario.sequences[s][size_t(k)];
+      const int feed = builder.feeds(s);
+      plan.segments[s].back().fed.push_back(
+          {k, plan.shifted[s] ? feed : int(plan.content[s].size())});
+      plan.content[s].push_back(token);
+      plan.content_stream[s].push_back(k);
+      plan.cells[s].push_back(next + i);
+      plan.history[s].push_back(oracle::Event::feed(token));
+    }
+    if (plan.shifted[s]) plan.segments[s].back().history = plan.history[s];
+    plan.fed[s] += chunk.length;
+    plan.call_of_position[s].resize(size_t(plan.fed[s]), call_index);
+    plan.max_content = std::max(plan.max_content, int(plan.content[s].size()));
+    if (call.chunks.size() > 1) plan.shared_step[s] = true;
+  }
+}
+
+void run(CallTarget& target, const Call& call, int call_index) {
+  target.feed(call, call_index);
+}
+
 }  // namespace
 
 extern const Operation kStepOperation{.kind = Call::Kind::kStep,
@@ -87,6 +124,8 @@ extern const Operation kStepOperation{.kind = Call::Kind::kStep,
                                       .arguments = arguments,
                                       .precondition = precondition,
                                       .apply = apply,
+                                      .plan = plan,
+                                      .run = run,
                                       .needs = needs};
 
 }  // namespace kvcheck

@@ -2,7 +2,9 @@
 // (Engine::truncate; speculative decoding's rollback).
 #include <algorithm>
 
+#include "properties/schedule/call_target.h"
 #include "properties/schedule/operation.h"
+#include "properties/schedule/plan.h"
 
 namespace kvcheck {
 
@@ -65,6 +67,37 @@ std::vector<Call> simpler(const Call& call) {
 constexpr Argument kSyntax[] = {{"truncate", &Call::sequence, true},
                                 {"truncate count", &Call::count}};
 
+// The sequence loses its last n tokens (content, cells, chunks); a new
+// segment starts. A truncation of nothing changes nothing.
+void plan(PlanBuilder& builder, const Call& call, int call_index) {
+  if (call.count == 0) return;
+  SchedulePlan& plan = builder.plan;
+  const size_t q = size_t(call.sequence);
+  plan.plain[q] = false;
+  plan.truncated[q] = true;
+  builder.close(q);
+  const size_t keep = plan.content[q].size() - size_t(call.count);
+  plan.content[q].resize(keep);
+  plan.content_stream[q].resize(keep);
+  plan.cells[q].resize(keep);
+  plan.history[q].push_back(oracle::Event::truncate(call.count));
+  std::vector<int>& chunks = plan.content_chunks[q];
+  for (int drop = call.count; drop > 0;) {
+    const int cut = std::min(drop, chunks.back());
+    chunks.back() -= cut;
+    drop -= cut;
+    if (chunks.back() == 0) chunks.pop_back();
+  }
+  builder.reopen(q, call_index);
+}
+
+void run(CallTarget& target, const Call& call, int) {
+  RunnerSequence& seq = target.sequences()[size_t(call.sequence)];
+  target.engine().truncate(seq.id, call.count);
+  seq.held -= call.count;
+  seq.cells.resize(size_t(seq.held));
+}
+
 }  // namespace
 
 extern const Operation kTruncateOperation{.kind = Call::Kind::kTruncate,
@@ -73,6 +106,8 @@ extern const Operation kTruncateOperation{.kind = Call::Kind::kTruncate,
                                           .weight = 4,
                                           .precondition = precondition,
                                           .apply = apply,
+                                          .plan = plan,
+                                          .run = run,
                                           .needs = needs,
                                           .draw = draw,
                                           .simpler = simpler};

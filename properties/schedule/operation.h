@@ -1,11 +1,13 @@
 // One schedule operation, declared once: its case-file keyword, how a call
 // of it is written, its precondition and its effect on the harness's model
-// (ScheduleModel), the engine trait it needs, and how the generators draw it
-// over its whole domain and the shrinker simplifies it. The walkers
-// (Scenario::validate, traits_exclude, the generators, the shrinker) read
-// this table instead of switching over Call::Kind; an operation of its own
-// is one file in properties/schedule/ plus its row in operations.cpp.
-// Modelled on RapidCheck's state::Command (checkPreconditions, apply).
+// (ScheduleModel), its meaning for the oracle (SchedulePlan), how it runs on
+// an engine, the engine trait it needs, and how the generators draw it over
+// its whole domain and the shrinker simplifies it. The walkers
+// (Scenario::validate, traits_exclude, plan_schedule, the runner, the
+// generators, the shrinker) read this table instead of switching over
+// Call::Kind; an operation of its own is one file in properties/schedule/
+// plus its row in operations.cpp (docs/OPERATIONS.md, "Adding an operation").
+// Modelled on RapidCheck's state::Command (checkPreconditions, apply, run).
 #pragma once
 
 #include <initializer_list>
@@ -21,6 +23,9 @@
 #include "properties/schedule/schedule_model.h"
 
 namespace kvcheck {
+
+struct PlanBuilder;  // properties/schedule/plan.h
+class CallTarget;    // properties/schedule/call_target.h
 
 // The generic genes a generated operation is drawn from: independent,
 // shrinkable integers, each shrinking toward 0 (the simplest choice). Each
@@ -67,6 +72,12 @@ struct Operation {
   std::string (*precondition)(const ScheduleModel& model, const Call& call) = nullptr;
   // Its effect on the model (the precondition holds).
   void (*apply)(ScheduleModel& model, const Call& call) = nullptr;
+  // Its meaning for the oracle: how call `call_index` of a valid scenario
+  // changes the plan (segments, histories, content, chunks, flags).
+  void (*plan)(PlanBuilder& builder, const Call& call, int call_index) = nullptr;
+  // How it runs: the engine's call, and its effect on the runner's record
+  // of the sequences. EngineErrors propagate to the runner.
+  void (*run)(CallTarget& target, const Call& call, int call_index) = nullptr;
   // "" when an engine with `traits` runs `call` in `scenario`, else what
   // it lacks (the "not applicable" reason). Null: every engine runs it.
   std::string (*needs)(const EngineTraits& traits, const Scenario& scenario,

@@ -1,6 +1,6 @@
 // The table of schedule operations (operation.h): one row per Call::Kind,
 // in its order. A new operation is its own file, its Call::Kind and a row
-// here.
+// here (docs/OPERATIONS.md, "Adding an operation").
 #include <array>
 #include <set>
 #include <stdexcept>
@@ -23,6 +23,10 @@ std::vector<Operation> table_in_kind_order() {
   for (const Operation* op : kTable) {
     if (static_cast<size_t>(op->kind) != out.size()) {
       throw std::logic_error("operations.cpp: the table is not in Call::Kind order");
+    }
+    if (!op->precondition || !op->apply || !op->plan || !op->run) {
+      throw std::logic_error("operations.cpp: " + std::string(op->keyword) +
+                             " lacks a precondition, apply, plan or run");
     }
     out.push_back(*op);
   }

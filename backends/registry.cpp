@@ -3,8 +3,8 @@
 #include "backends/exec/exec.h"
 #include "backends/in_tree.h"
 #include "backends/plugin.h"
+#include "model/command_text.h"
 #include "model/status.h"
-#include "properties/repro/failure_file.h"
 
 namespace kvcheck {
 

@@ -23,10 +23,6 @@
 #include "engine/engine_under_test.h"
 #include "engine/faults.h"
 #include "engine/traits.h"
-// Upward, and not needed by this header: kept only because drivers reach
-// case files through it. It goes when backend_for_case (registry.cpp) moves
-// to properties/repro/ and those drivers include case_file.h themselves.
-#include "properties/repro/case_file.h"
 
 namespace kvcheck {
 
@@ -89,7 +85,7 @@ const BackendRegistry& backend_registry();
 // Throws InputError when `spec` has an option outside `known`.
 void reject_unknown_options(const BackendSpec& spec, const std::vector<std::string>& known);
 
-// backend_runs_named_code: properties/repro/case_file.h.
+// backend_runs_named_code: model/command_text.h.
 
 // The backend that replays or shrinks a case file: `given` (the user's
 // --backend) when not empty, else the one the case records, else

@@ -186,6 +186,7 @@ class CoverageWalk {
     cov_.shifts_in_a_row |= cov_.shift && shifted_[i];
     cov_.shift = true;
     shifted_[i] = true;
+    pending_erase_[i] = false;  // counted only when no shift follows the erase
     if (cells.inside == 0) return;
     cov_.shift_up |= call.delta > 0;
     if (cells.above > 0) pending_shift_[i] = true;
@@ -196,7 +197,7 @@ class CoverageWalk {
   ScheduleModel model_;
   std::vector<char> one_token_chunk_;  // [sequence] had a one-token chunk
   std::vector<char> shifted_;          // [sequence] shifted before
-  std::vector<char> pending_erase_;    // [sequence] erased in the middle, not fed since
+  std::vector<char> pending_erase_;    // [sequence] erased in the middle, not fed or shifted since
   std::vector<char> pending_shift_;    // [sequence] shifted in the middle, not fed since
   bool finished_since_reset_ = false;
 };

@@ -230,16 +230,11 @@ void decode_tokens(const ScenarioGenes& genes, std::vector<Plan>& plans, Scenari
 
 // How much the emphasis favours an operation (a factor on its weight).
 int emphasis_factor(Emphasis emphasis, Call::Kind kind) {
-  switch (emphasis) {
-    case Emphasis::kContextShift:
-      return kind == Call::Kind::kErase || kind == Call::Kind::kShift ? 1 : 0;
-    case Emphasis::kForks:
-      return kind == Call::Kind::kFork ? 8 : 1;
-    case Emphasis::kTruncations:
-      return kind == Call::Kind::kTruncate ? 8 : 1;
-    default:
-      return 1;
-  }
+  const bool cells = kind == Call::Kind::kErase || kind == Call::Kind::kShift;
+  if (emphasis == Emphasis::kContextShift) return cells ? 1 : 0;
+  if (emphasis == Emphasis::kForks) return kind == Call::Kind::kFork ? 8 : 1;
+  if (emphasis == Emphasis::kTruncations) return kind == Call::Kind::kTruncate ? 8 : 1;
+  return 1;
 }
 
 // Builds the schedule: epochs are separated by resets; inside one,

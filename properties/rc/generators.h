@@ -176,7 +176,7 @@ struct Coverage {
   bool shifts_in_a_row = false;  // one sequence shifted twice or more
   // The shapes of erase and shift that tell a cell's index from its
   // position (docs/GENERATORS.md, "Operations"):
-  bool erase_middle_then_step = false;  // cells on both sides stay, and the sequence is fed next
+  bool erase_middle_then_step = false;  // cells on both sides stay; fed next, no shift between
   bool shift_up = false;
   bool shift_middle_then_step = false;  // cells above the range stay, and it is fed next
   bool fed_with_gap = false;  // a step feeds a sequence whose cell i does not hold position i

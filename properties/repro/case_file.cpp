@@ -1,5 +1,8 @@
+// Reading a case file: the parser of the format docs/CASE_FORMAT.md
+// specifies (its words and numbers: case_text.h; writing: case_print.cpp).
 #include "properties/repro/case_file.h"
 
+#include "properties/repro/case_text.h"
 #include "properties/schedule/operation.h"
 
 #include <cctype>
@@ -18,180 +21,7 @@ namespace kvcheck {
 
 namespace {
 
-bool is_space(char c) {
-  return c == ' ' || c == '\t';
-}
-
-// Blanks and control characters at the ends carry nothing a reader could
-// see, so they never belong to a value (and a value never ends with one).
-bool is_blank(char c) {
-  const unsigned char u = static_cast<unsigned char>(c);
-  return u <= 0x20 || u == 0x7f;
-}
-
-std::string_view trim(std::string_view text) {
-  while (!text.empty() && is_blank(text.front())) text.remove_prefix(1);
-  while (!text.empty() && is_blank(text.back())) text.remove_suffix(1);
-  return text;
-}
-
-// Splits off the first whitespace-separated word.
-std::string_view next_word(std::string_view& rest) {
-  rest = trim(rest);
-  size_t end = 0;
-  while (end < rest.size() && !is_space(rest[end])) ++end;
-  const std::string_view word = rest.substr(0, end);
-  rest = trim(rest.substr(end));
-  return word;
-}
-
-// Quotes input text in a message: printable ASCII kept, the rest escaped, and
-// cut short so that a hostile line cannot make the message huge.
-std::string quoted(std::string_view text) {
-  constexpr size_t kMaxQuoted = 60;
-  std::string out = "\"";
-  for (size_t i = 0; i < text.size() && i < kMaxQuoted; ++i) {
-    const unsigned char c = static_cast<unsigned char>(text[i]);
-    if (c >= 0x20 && c < 0x7f && c != '"' && c != '\\') {
-      out += static_cast<char>(c);
-    } else {
-      char escaped[8];
-      std::snprintf(escaped, sizeof(escaped), "\\x%02x", c);
-      out += escaped;
-    }
-  }
-  if (text.size() > kMaxQuoted) out += "...";
-  return out + "\"";
-}
-
-struct ParseError {
-  int line;  // 0: not tied to one line
-  std::string message;
-};
-
-[[noreturn]] void fail_at(int line, std::string message) {
-  throw ParseError{line, std::move(message)};
-}
-
-// Config fields in print order; each is required exactly once.
-constexpr const char* kConfigKeys[] = {"family",     "n_layers",   "d_model",  "n_heads",
-                                       "n_kv_heads", "head_dim",   "d_ff",     "vocab",
-                                       "max_pos",    "rope_theta", "norm_eps", "qkv_bias"};
-constexpr const char* kEngineKeys[] = {"weight_seed", "capacity", "max_rows", "kv_dtype"};
-
-bool is_config_key(std::string_view key) {
-  for (const char* k : kConfigKeys) {
-    if (key == k) return true;
-  }
-  return false;
-}
-
-bool is_engine_key(std::string_view key) {
-  for (const char* k : kEngineKeys) {
-    if (key == k) return true;
-  }
-  return false;
-}
-
-std::string property_choices() {
-  std::string text;
-  for (int i = 0; i < kPropertyCount; ++i) {
-    if (i > 0) text += ", ";
-    text += std::string(property_name(static_cast<Property>(i)));
-  }
-  return text;
-}
-
-int64_t parse_integer(int line, std::string_view field, std::string_view text, int64_t lo,
-                      int64_t hi) {
-  int64_t value = 0;
-  const char* end = text.data() + text.size();
-  const auto result = std::from_chars(text.data(), end, value);
-  if (text.empty() || result.ec != std::errc() || result.ptr != end || value < lo || value > hi) {
-    fail_at(line, std::string(field) + ": expected an integer in [" + std::to_string(lo) + ", " +
-                      std::to_string(hi) + "], got " + quoted(text));
-  }
-  return value;
-}
-
-int parse_int(int line, std::string_view field, std::string_view text, int lo = 0,
-              int hi = std::numeric_limits<int>::max()) {
-  return static_cast<int>(parse_integer(line, field, text, lo, hi));
-}
-
-uint64_t parse_u64(int line, std::string_view field, std::string_view text) {
-  uint64_t value = 0;
-  const char* end = text.data() + text.size();
-  const auto result = std::from_chars(text.data(), end, value);
-  if (text.empty() || result.ec != std::errc() || result.ptr != end) {
-    fail_at(line,
-            std::string(field) + ": expected an unsigned 64-bit integer, got " + quoted(text));
-  }
-  return value;
-}
-
-double parse_double(int line, std::string_view field, std::string_view text) {
-  double value = 0;
-  const char* end = text.data() + text.size();
-  const auto result = std::from_chars(text.data(), end, value);
-  if (text.empty() || result.ec != std::errc() || result.ptr != end || !std::isfinite(value)) {
-    fail_at(line,
-            std::string(field) + ": expected a finite number (e.g. 1e-05), got " + quoted(text));
-  }
-  return value;
-}
-
-// "s<index>" naming a sequence; the index is checked against the schedule by
-// Scenario::validate.
-int parse_sequence_ref(int line, std::string_view what, std::string_view text) {
-  if (text.size() < 2 || text[0] != 's') {
-    fail_at(line,
-            std::string(what) + ": expected a sequence as s<index> (e.g. s0), got " + quoted(text));
-  }
-  return parse_int(line, what, text.substr(1), 0, kMaxCaseSequences - 1);
-}
-
-// Traces a Scenario::validate message ("call 3: ...", "sequence 1, token 2:
-// ...", "capacity: ...", "config: n_heads: ...") back to the line it names.
-struct LineIndex {
-  std::map<std::string, int, std::less<>> key_line;
-  std::vector<int> sequence_line;  // [sequence]
-  std::vector<int> call_line;      // [call]
-};
-
-int leading_number(std::string_view text) {
-  int value = -1;
-  std::from_chars(text.data(), text.data() + text.size(), value);
-  return value;
-}
-
-int line_of_validation_error(const LineIndex& index, std::string_view error) {
-  const auto key_line = [&](std::string_view key) {
-    const auto it = index.key_line.find(key);
-    return it == index.key_line.end() ? 0 : it->second;
-  };
-  if (error.starts_with("call ")) {
-    const int call = leading_number(error.substr(5));
-    if (call >= 0 && call < static_cast<int>(index.call_line.size())) {
-      return index.call_line[size_t(call)];
-    }
-    return 0;
-  }
-  if (error.starts_with("sequence ")) {
-    const int sequence = leading_number(error.substr(9));
-    if (sequence >= 0 && sequence < static_cast<int>(index.sequence_line.size())) {
-      return index.sequence_line[size_t(sequence)];
-    }
-    return 0;
-  }
-  if (error.starts_with("config: ")) error.remove_prefix(8);
-  size_t field_end = 0;
-  while (field_end < error.size() &&
-         (std::isalnum(static_cast<unsigned char>(error[field_end])) || error[field_end] == '_')) {
-    ++field_end;
-  }
-  return key_line(error.substr(0, field_end));
-}
+using namespace case_text;  // NOLINT: the lexer of this one format
 
 // What the whole file may ask the parser to hold, the prelude blocks
 // included (kMaxCase* in case_file.h).
@@ -306,6 +136,20 @@ class Parser {
   }
 
   void read_key(int line, std::string_view key, std::string_view rest) {
+    if (!read_case_key(line, key, rest) && !read_scenario_key(line, key, rest)) {
+      std::string calls;
+      for (const Operation& op : operations()) calls += std::string(op.keyword) + ", ";
+      fail_at(line, "unknown key " + quoted(key) +
+                        "; expected one of note, property, fault, backend, engine, reference, "
+                        "model, model_hash, the model and engine fields (family ... kv_dtype, "
+                        "sliding_window, sliding_window_pattern, block_size, pool_blocks, "
+                        "prefix_cache), sequence, " +
+                        calls + "verdict, where, summary, prelude (docs/CASE_FORMAT.md)");
+    }
+  }
+
+  // The keys about the case: what was checked where, and what it gave.
+  bool read_case_key(int line, std::string_view key, std::string_view rest) {
     if (key == "note") {
       if (static_cast<int>(c_.notes.size()) == kMaxCaseNotes) {
         fail_at(line, "note: more than " + std::to_string(kMaxCaseNotes) + " notes");
@@ -348,7 +192,36 @@ class Parser {
       const std::string_view hash = next_word(rest);
       expect_end(line, key, rest);
       read_model_hash(line, hash);
-    } else if (is_config_key(key) || is_engine_key(key)) {
+    } else if (key == "verdict") {
+      once(line, key);
+      const std::string_view outcome = next_word(rest);
+      expect_end(line, key, rest);
+      if (outcome == "failed") {
+        c_.verdict.outcome = RecordedVerdict::Outcome::kFailed;
+      } else if (outcome == "passed") {
+        c_.verdict.outcome = RecordedVerdict::Outcome::kPassed;
+      } else if (outcome == "not_applicable") {
+        c_.verdict.outcome = RecordedVerdict::Outcome::kNotApplicable;
+      } else {
+        fail_at(line, "verdict: expected failed, passed or not_applicable, got " + quoted(outcome));
+      }
+      c_.has_verdict = true;
+    } else if (key == "where") {
+      once(line, key);
+      read_where(line, rest);
+    } else if (key == "summary") {
+      once(line, key);
+      c_.verdict.summary = std::string(rest);
+    } else {
+      return false;
+    }
+    return true;
+  }
+
+  // The keys of the scenario: the model, the engine's options, the
+  // sequences and the calls.
+  bool read_scenario_key(int line, std::string_view key, std::string_view rest) {
+    if (is_config_key(key) || is_engine_key(key)) {
       once(line, key);
       const std::string_view value = next_word(rest);
       expect_end(line, key, rest);
@@ -382,36 +255,10 @@ class Parser {
       read_step(line, rest);
     } else if (const Operation* op = find_operation(key)) {
       read_call(line, *op, rest);
-    } else if (key == "verdict") {
-      once(line, key);
-      const std::string_view outcome = next_word(rest);
-      expect_end(line, key, rest);
-      if (outcome == "failed") {
-        c_.verdict.outcome = RecordedVerdict::Outcome::kFailed;
-      } else if (outcome == "passed") {
-        c_.verdict.outcome = RecordedVerdict::Outcome::kPassed;
-      } else if (outcome == "not_applicable") {
-        c_.verdict.outcome = RecordedVerdict::Outcome::kNotApplicable;
-      } else {
-        fail_at(line, "verdict: expected failed, passed or not_applicable, got " + quoted(outcome));
-      }
-      c_.has_verdict = true;
-    } else if (key == "where") {
-      once(line, key);
-      read_where(line, rest);
-    } else if (key == "summary") {
-      once(line, key);
-      c_.verdict.summary = std::string(rest);
     } else {
-      fail_at(line,
-              "unknown key " + quoted(key) +
-                  "; expected one of note, property, fault, backend, engine, model, model_hash, "
-                  "the model and engine fields (family ... kv_dtype, sliding_window, "
-                  "sliding_window_pattern, block_size, pool_blocks, prefix_cache), sequence, "
-                  "start, step, finish, reset, fork, truncate, flush, erase, shift, "
-                  "verdict, where, summary, prelude "
-                  "(docs/CASE_FORMAT.md)");
+      return false;
     }
+    return true;
   }
 
   static void expect_end(int line, std::string_view key, std::string_view rest) {
@@ -674,58 +521,6 @@ class Parser {
 
 }  // namespace
 
-bool RecordedVerdict::operator==(const RecordedVerdict& other) const {
-  const auto key = [](const RecordedVerdict& v) {
-    const Location& w = v.where;
-    return std::tuple(v.outcome, w.call, w.sequence, w.position, w.layer, w.kv_head,
-                      w.first_bad_position, w.last_bad_position, std::string_view(v.summary));
-  };
-  return key(*this) == key(other);
-}
-
-std::string one_line(std::string_view text) {
-  std::string out(text);
-  for (char& c : out) {
-    const unsigned char u = static_cast<unsigned char>(c);
-    if (u < 0x20 || u == 0x7f) c = ' ';
-  }
-  return std::string(trim(out));
-}
-
-std::string_view outcome_name(RecordedVerdict::Outcome outcome) {
-  switch (outcome) {
-    case RecordedVerdict::Outcome::kPassed:
-      return "passed";
-    case RecordedVerdict::Outcome::kFailed:
-      return "failed";
-    case RecordedVerdict::Outcome::kNotApplicable:
-      return "not_applicable";
-  }
-  return "failed";
-}
-
-RecordedVerdict::Outcome outcome_of(const Verdict& verdict) {
-  if (!verdict.passed) return RecordedVerdict::Outcome::kFailed;
-  return verdict.applicable ? RecordedVerdict::Outcome::kPassed
-                            : RecordedVerdict::Outcome::kNotApplicable;
-}
-
-RecordedVerdict record_verdict(const Verdict& verdict) {
-  RecordedVerdict r;
-  r.outcome = outcome_of(verdict);
-  r.where = verdict.where;
-  for (int* field :
-       {&r.where.call, &r.where.sequence, &r.where.position, &r.where.layer, &r.where.kv_head}) {
-    if (*field < 0) *field = -1;
-  }
-  // The range is written as first..last, so it is kept only when whole.
-  if (r.where.first_bad_position < 0 || r.where.last_bad_position < 0) {
-    r.where.first_bad_position = r.where.last_bad_position = -1;
-  }
-  r.summary = one_line(verdict.summary);
-  return r;
-}
-
 Result<CaseFile> parse_case(std::string_view text) {
   try {
     return Parser().parse(text);
@@ -750,10 +545,6 @@ Result<CaseFile> read_case_file(const std::string& path) {
   Result<CaseFile> parsed = parse_case(text);
   if (!parsed) return Result<CaseFile>::failure(path + ": " + parsed.error());
   return parsed;
-}
-
-bool backend_runs_named_code(std::string_view backend) {
-  return backend.starts_with("plugin:") || backend.starts_with("exec:");
 }
 
 }  // namespace kvcheck

@@ -14,6 +14,7 @@
 #include <vector>
 
 #include "engine/faults.h"
+#include "model/command_text.h"
 #include "model/status.h"
 #include "properties/property.h"
 #include "properties/scenario.h"
@@ -92,11 +93,6 @@ Result<CaseFile> parse_case(std::string_view text);
 
 // Reads and parses one file; errors start with the path.
 Result<CaseFile> read_case_file(const std::string& path);
-
-// Whether a backend string loads a shared object (plugin:) or starts a
-// command (exec:): code that the string alone names, which a case file must
-// never make kvcheck run (backend_for_case, backends/registry.h).
-bool backend_runs_named_code(std::string_view backend);
 
 // The text with control characters turned into spaces and the ends trimmed,
 // so that it fits on one line of a case file and reads back unchanged.

@@ -4,8 +4,63 @@
 #include <sstream>
 
 #include "properties/repro/case_file.h"
+#include "properties/repro/case_text.h"
 
 namespace kvcheck {
+
+// Recording a verdict: what a case file keeps of it, and the one-line
+// strings it writes.
+bool RecordedVerdict::operator==(const RecordedVerdict& other) const {
+  const auto key = [](const RecordedVerdict& v) {
+    const Location& w = v.where;
+    return std::tuple(v.outcome, w.call, w.sequence, w.position, w.layer, w.kv_head,
+                      w.first_bad_position, w.last_bad_position, std::string_view(v.summary));
+  };
+  return key(*this) == key(other);
+}
+
+std::string one_line(std::string_view text) {
+  std::string out(text);
+  for (char& c : out) {
+    const unsigned char u = static_cast<unsigned char>(c);
+    if (u < 0x20 || u == 0x7f) c = ' ';
+  }
+  return std::string(case_text::trim(out));
+}
+
+std::string_view outcome_name(RecordedVerdict::Outcome outcome) {
+  switch (outcome) {
+    case RecordedVerdict::Outcome::kPassed:
+      return "passed";
+    case RecordedVerdict::Outcome::kFailed:
+      return "failed";
+    case RecordedVerdict::Outcome::kNotApplicable:
+      return "not_applicable";
+  }
+  return "failed";
+}
+
+RecordedVerdict::Outcome outcome_of(const Verdict& verdict) {
+  if (!verdict.passed) return RecordedVerdict::Outcome::kFailed;
+  return verdict.applicable ? RecordedVerdict::Outcome::kPassed
+                            : RecordedVerdict::Outcome::kNotApplicable;
+}
+
+RecordedVerdict record_verdict(const Verdict& verdict) {
+  RecordedVerdict r;
+  r.outcome = outcome_of(verdict);
+  r.where = verdict.where;
+  for (int* field :
+       {&r.where.call, &r.where.sequence, &r.where.position, &r.where.layer, &r.where.kv_head}) {
+    if (*field < 0) *field = -1;
+  }
+  // The range is written as first..last, so it is kept only when whole.
+  if (r.where.first_bad_position < 0 || r.where.last_bad_position < 0) {
+    r.where.first_bad_position = r.where.last_bad_position = -1;
+  }
+  r.summary = one_line(verdict.summary);
+  return r;
+}
 
 std::string exact_text(double value) {
   char buffer[40];

@@ -119,12 +119,6 @@ Result<std::string> write_new_file(const std::string& dir, const std::string& st
                                       " different files already hold this name");
 }
 
-std::string shell_quote(const std::string& text) {
-  std::string out = "'";
-  for (char ch : text) out += ch == '\'' ? std::string("'\\''") : std::string(1, ch);
-  return out + "'";
-}
-
 CaseFile failure_case(const Scenario& scenario, const Verdict& verdict, FaultSet faults,
                       const FailureContext& context) {
   CaseFile c;

@@ -52,9 +52,6 @@ CaseFile failure_case(const Scenario& scenario, const Verdict& verdict, FaultSet
 // of the scenario, so the same failure found twice gets the same name.
 std::string case_file_stem(Property property, FaultSet faults, const Scenario& scenario);
 
-// 'text' for a POSIX shell: single quotes, embedded ones escaped.
-std::string shell_quote(const std::string& text);
-
 // The folder failures go to when the context names none.
 std::string default_failures_dir();
 

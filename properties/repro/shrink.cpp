@@ -142,6 +142,73 @@ class CandidateList {
   std::vector<Scenario> list_;
 };
 
+// A step's chunks: dropped (with their tokens), shortened from the end or
+// by its first token; the step merged with the next one.
+void step_candidates(const Scenario& s, size_t i, const std::vector<int>& offsets,
+                     CandidateList& out) {
+  const Call& call = s.calls[i];
+  for (size_t j = 0; j < call.chunks.size(); ++j) {
+    const ChunkSpec chunk = call.chunks[j];
+    if (call.chunks.size() > 1) {
+      Scenario c = s;
+      erase_tokens(c, chunk.sequence, offsets[j], chunk.length);
+      c.calls[i].chunks.erase(c.calls[i].chunks.begin() + std::ptrdiff_t(j));
+      out.add(std::move(c));
+    }
+    for (int length : smaller_values(chunk.length, 1)) {
+      // Keep the chunk's first tokens, or (for one token less) its last ones.
+      Scenario tail_cut = s;
+      erase_tokens(tail_cut, chunk.sequence, offsets[j] + length, chunk.length - length);
+      tail_cut.calls[i].chunks[j].length = length;
+      out.add(std::move(tail_cut));
+      if (length == chunk.length - 1) {
+        Scenario head_cut = s;
+        erase_tokens(head_cut, chunk.sequence, offsets[j], 1);
+        head_cut.calls[i].chunks[j].length = length;
+        out.add(std::move(head_cut));
+      }
+    }
+  }
+  // Merge with the next step: one call fewer, the same tokens fed.
+  if (i + 1 < s.calls.size() && s.calls[i + 1].kind == Call::Kind::kStep) {
+    Scenario c = s;
+    std::vector<ChunkSpec>& merged = c.calls[i].chunks;
+    for (const ChunkSpec& next : s.calls[i + 1].chunks) {
+      auto same = std::find_if(merged.begin(), merged.end(),
+                               [&](const ChunkSpec& m) { return m.sequence == next.sequence; });
+      if (same != merged.end()) {
+        same->length += next.length;
+      } else {
+        merged.push_back(next);
+      }
+    }
+    c.calls.erase(c.calls.begin() + std::ptrdiff_t(i + 1));
+    out.add(std::move(c));
+  }
+}
+
+// Call i dropped (a step's tokens go with it so later steps feed the same
+// ones), or simpler as its operation declares; a step's chunks.
+void call_candidates(const Scenario& s, size_t i, const std::vector<int>& offsets,
+                     CandidateList& out) {
+  const Call& call = s.calls[i];
+  if (call.kind == Call::Kind::kStart) return;  // goes with its sequence
+  Scenario dropped = s;
+  for (size_t j = call.chunks.size(); j-- > 0;) {
+    erase_tokens(dropped, call.chunks[j].sequence, offsets[j], call.chunks[j].length);
+  }
+  dropped.calls.erase(dropped.calls.begin() + std::ptrdiff_t(i));
+  out.add(std::move(dropped));
+  if (const Operation& op = operation(call.kind); op.simpler) {
+    for (const Call& simpler : op.simpler(call)) {
+      Scenario c = s;
+      c.calls[i] = simpler;
+      out.add(std::move(c));
+    }
+  }
+  if (call.kind == Call::Kind::kStep) step_candidates(s, i, offsets, out);
+}
+
 void schedule_candidates(const Scenario& s, CandidateList& out) {
   const int n = static_cast<int>(s.sequences.size());
   // Whole sequences: keep one, or drop one.
@@ -159,70 +226,91 @@ void schedule_candidates(const Scenario& s, CandidateList& out) {
     drop_sequence(c, k);
     out.add(std::move(c));
   }
-  const std::vector<std::vector<int>> offsets = chunk_offsets(s);
   for (size_t cut = 1; cut < s.calls.size(); ++cut) {
     Scenario c = s;
     c.calls.resize(cut);
     out.add(std::move(c));
   }
-  for (size_t i = 0; i < s.calls.size(); ++i) {
-    const Call& call = s.calls[i];
-    if (call.kind == Call::Kind::kStart) continue;  // goes with its sequence
-    {
-      // Drop the call; a step's tokens go with it so later steps feed the same ones.
-      Scenario c = s;
-      for (size_t j = call.chunks.size(); j-- > 0;) {
-        erase_tokens(c, call.chunks[j].sequence, offsets[i][j], call.chunks[j].length);
-      }
-      c.calls.erase(c.calls.begin() + std::ptrdiff_t(i));
-      out.add(std::move(c));
+  const std::vector<std::vector<int>> offsets = chunk_offsets(s);
+  for (size_t i = 0; i < s.calls.size(); ++i) call_candidates(s, i, offsets[i], out);
+}
+
+// A smaller vocabulary: ids taken modulo the new size, or ranked.
+void vocabulary_candidates(const Scenario& s, CandidateList& out) {
+  const Config& config = s.config;
+  std::set<int32_t> distinct;
+  for (const auto& tokens : s.sequences) distinct.insert(tokens.begin(), tokens.end());
+  for (int v : smaller_values(config.vocab, 1, {2})) {
+    Scenario c = s;
+    c.config.vocab = v;
+    for (auto& tokens : c.sequences) {
+      for (int32_t& t : tokens) t %= v;
     }
-    // Simpler parameters: narrower ranges, smaller counts and deltas.
-    if (const Operation& op = operation(call.kind); op.simpler) {
-      for (const Call& simpler : op.simpler(call)) {
-        Scenario c = s;
-        c.calls[i] = simpler;
-        out.add(std::move(c));
-      }
-    }
-    if (call.kind != Call::Kind::kStep) continue;
-    for (size_t j = 0; j < call.chunks.size(); ++j) {
-      const ChunkSpec chunk = call.chunks[j];
-      if (call.chunks.size() > 1) {
-        Scenario c = s;
-        erase_tokens(c, chunk.sequence, offsets[i][j], chunk.length);
-        c.calls[i].chunks.erase(c.calls[i].chunks.begin() + std::ptrdiff_t(j));
-        out.add(std::move(c));
-      }
-      for (int length : smaller_values(chunk.length, 1)) {
-        // Keep the chunk's first tokens, or (for one token less) its last ones.
-        Scenario tail_cut = s;
-        erase_tokens(tail_cut, chunk.sequence, offsets[i][j] + length, chunk.length - length);
-        tail_cut.calls[i].chunks[j].length = length;
-        out.add(std::move(tail_cut));
-        if (length == chunk.length - 1) {
-          Scenario head_cut = s;
-          erase_tokens(head_cut, chunk.sequence, offsets[i][j], 1);
-          head_cut.calls[i].chunks[j].length = length;
-          out.add(std::move(head_cut));
-        }
+    out.add(std::move(c));
+  }
+  if (!distinct.empty() && static_cast<int>(distinct.size()) < config.vocab) {
+    Scenario c = s;
+    c.config.vocab = static_cast<int>(distinct.size());
+    for (auto& tokens : c.sequences) {
+      for (int32_t& t : tokens) {
+        t = static_cast<int32_t>(std::distance(distinct.begin(), distinct.find(t)));
       }
     }
-    // Merge with the next step: one call fewer, the same tokens fed.
-    if (i + 1 < s.calls.size() && s.calls[i + 1].kind == Call::Kind::kStep) {
-      Scenario c = s;
-      std::vector<ChunkSpec>& merged = c.calls[i].chunks;
-      for (const ChunkSpec& next : s.calls[i + 1].chunks) {
-        auto same = std::find_if(merged.begin(), merged.end(),
-                                 [&](const ChunkSpec& m) { return m.sequence == next.sequence; });
-        if (same != merged.end()) {
-          same->length += next.length;
-        } else {
-          merged.push_back(next);
-        }
-      }
-      c.calls.erase(c.calls.begin() + std::ptrdiff_t(i + 1));
-      out.add(std::move(c));
+    out.add(std::move(c));
+  }
+}
+
+// Capacity, max_pos, rows, the dtype and the storage settings.
+void storage_candidates(const Scenario& s, CandidateList& out) {
+  const Config& config = s.config;
+  const auto [peak_rows, longest] = peak_rows_and_length(s);
+  for (int v : smaller_values(s.capacity, std::max(1, longest))) {
+    Scenario c = s;
+    c.capacity = v;
+    out.add(std::move(c));
+  }
+  if (!s.model && config.max_pos > s.capacity) {
+    Scenario c = s;
+    c.config.max_pos = s.capacity;
+    out.add(std::move(c));
+  }
+  for (int v : smaller_values(s.max_rows, std::max(1, peak_rows))) {
+    Scenario c = s;
+    c.max_rows = v;
+    out.add(std::move(c));
+  }
+  if (s.kv_dtype != KvDtype::kF32) {
+    Scenario c = s;
+    c.kv_dtype = KvDtype::kF32;
+    out.add(std::move(c));
+  }
+  // No prefix cache (its flushes go with it), contiguous storage, smaller
+  // blocks, the default pool (the largest: nothing runs dry).
+  const auto without_prefix_cache = [](Scenario& c) {
+    c.prefix_cache = false;
+    std::erase_if(c.calls, [](const Call& call) { return call.kind == Call::Kind::kFlush; });
+  };
+  if (s.prefix_cache) {
+    Scenario c = s;
+    without_prefix_cache(c);
+    out.add(std::move(c));
+  }
+  for (int v : smaller_values(s.block_size, 0, {1, 2})) {
+    Scenario c = s;
+    c.block_size = v;
+    if (v == 0) c.pool_blocks = 0, without_prefix_cache(c);
+    out.add(std::move(c));
+  }
+  if (s.pool_blocks > 0) {
+    // The default pool (it never runs dry), or a smaller one (a refusal
+    // then comes with fewer tokens).
+    Scenario c = s;
+    c.pool_blocks = 0;
+    out.add(std::move(c));
+    for (int v : smaller_values(s.pool_blocks, 1)) {
+      Scenario d = s;
+      d.pool_blocks = v;
+      out.add(std::move(d));
     }
   }
 }
@@ -263,74 +351,8 @@ void model_candidates(const Scenario& s, CandidateList& out) {
   }
   if (config.sliding_window_pattern != 0) with([](Config& c) { c.sliding_window_pattern = 0; });
 
-  // A smaller vocabulary: ids taken modulo the new size, or ranked.
-  std::set<int32_t> distinct;
-  for (const auto& tokens : s.sequences) distinct.insert(tokens.begin(), tokens.end());
-  for (int v : smaller_values(config.vocab, 1, {2})) {
-    Scenario c = s;
-    c.config.vocab = v;
-    for (auto& tokens : c.sequences) {
-      for (int32_t& t : tokens) t %= v;
-    }
-    out.add(std::move(c));
-  }
-  if (!distinct.empty() && static_cast<int>(distinct.size()) < config.vocab) {
-    Scenario c = s;
-    c.config.vocab = static_cast<int>(distinct.size());
-    for (auto& tokens : c.sequences) {
-      for (int32_t& t : tokens) {
-        t = static_cast<int32_t>(std::distance(distinct.begin(), distinct.find(t)));
-      }
-    }
-    out.add(std::move(c));
-  }
-
-  const auto [peak_rows, longest] = peak_rows_and_length(s);
-  for (int v : smaller_values(s.capacity, std::max(1, longest))) {
-    Scenario c = s;
-    c.capacity = v;
-    out.add(std::move(c));
-  }
-  if (config.max_pos > s.capacity) with([&](Config& c) { c.max_pos = s.capacity; });
-  for (int v : smaller_values(s.max_rows, std::max(1, peak_rows))) {
-    Scenario c = s;
-    c.max_rows = v;
-    out.add(std::move(c));
-  }
-  if (s.kv_dtype != KvDtype::kF32) {
-    Scenario c = s;
-    c.kv_dtype = KvDtype::kF32;
-    out.add(std::move(c));
-  }
-  // No prefix cache (its flushes go with it), contiguous storage, smaller
-  // blocks, the default pool (the largest: nothing runs dry).
-  const auto without_prefix_cache = [](Scenario& c) {
-    c.prefix_cache = false;
-    std::erase_if(c.calls, [](const Call& call) { return call.kind == Call::Kind::kFlush; });
-  };
-  if (s.prefix_cache) {
-    Scenario c = s;
-    without_prefix_cache(c);
-    out.add(std::move(c));
-  }
-  for (int v : smaller_values(s.block_size, 0, {1, 2})) {
-    Scenario c = s;
-    c.block_size = v;
-    if (v == 0) c.pool_blocks = 0, without_prefix_cache(c);
-    out.add(std::move(c));
-  }
-  if (s.pool_blocks > 0) {
-    // The default pool (it never runs dry), or a smaller one (a refusal
-    // then comes with fewer tokens).
-    Scenario c = s;
-    c.pool_blocks = 0;
-    out.add(std::move(c));
-    for (int v : smaller_values(s.pool_blocks, 1)) {
-      Scenario d = s;
-      d.pool_blocks = v;
-      out.add(std::move(d));
-    }
-  }
+  vocabulary_candidates(s, out);
+  storage_candidates(s, out);
 }
 
 void token_candidates(const Scenario& s, CandidateList& out) {

@@ -161,10 +161,10 @@ std::vector<Malformed> malformed_cases() {
        "reads version 1)"},
       {"unknown key", with_line("backend", "colour blue"),
        "line 7: unknown key \"colour\"; expected one of note, property, fault, backend, engine, "
-       "model, model_hash, the model and engine fields (family ... kv_dtype, sliding_window, "
-       "sliding_window_pattern, block_size, pool_blocks, prefix_cache), sequence, start, step, "
-       "finish, reset, fork, truncate, flush, erase, shift, verdict, where, summary, prelude "
-       "(docs/CASE_FORMAT.md)"},
+       "reference, model, model_hash, the model and engine fields (family ... kv_dtype, "
+       "sliding_window, sliding_window_pattern, block_size, pool_blocks, prefix_cache), "
+       "sequence, start, step, finish, reset, fork, truncate, flush, erase, shift, verdict, "
+       "where, summary, prelude (docs/CASE_FORMAT.md)"},
       {"negative window", with_line("backend", "sliding_window -2"),
        "line 7: sliding_window: expected an integer in [0, 2147483647], got \"-2\""},
       // Found by case_file_fuzz in CI: a pattern without a window printed as

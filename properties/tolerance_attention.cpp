@@ -15,12 +15,6 @@ namespace kvcheck::tolerance {
 
 namespace {
 
-constexpr double u = kUnitRoundoff;
-
-size_t sz(int n) {
-  return static_cast<size_t>(n);
-}
-
 // Weight j of one query head is exp(s_j - max) (1 + sigma_j); var_sigma[j]
 // gets sigma_j's variance. Score s_j = scale q.k_j: first-order variance
 // scale^2 sum (k^2 var_q + q^2 var_k) plus the dot product's rounding (D

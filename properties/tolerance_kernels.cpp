@@ -12,15 +12,7 @@
 
 namespace kvcheck::tolerance {
 
-namespace {
-
-constexpr double u = kUnitRoundoff;
-
-size_t sz(int n) {
-  return static_cast<size_t>(n);
-}
-
-}  // namespace
+namespace {}  // namespace
 
 // The variance of the float result's error: sum_i W_oi^2 var_x_i from the
 // inputs, plus the kernel's own rounding. An n-term float dot product (any

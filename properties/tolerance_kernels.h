@@ -16,8 +16,16 @@
 
 #include "engine/kv_dtype.h"
 #include "model/weights.h"
+#include "properties/tolerance.h"
 
 namespace kvcheck::tolerance {
+
+// The derivations' notation (docs/TOLERANCE.md): u, the unit roundoff.
+inline constexpr double u = kUnitRoundoff;
+
+inline size_t sz(int n) {
+  return static_cast<size_t>(n);
+}
 
 inline double sq(double a) {
   return a * a;

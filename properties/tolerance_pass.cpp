@@ -17,12 +17,6 @@ namespace {
 
 using namespace tolerance;
 
-constexpr double u = kUnitRoundoff;
-
-size_t sz(int n) {
-  return static_cast<size_t>(n);
-}
-
 // One layer's cells as the engine holds them: value and error variance of
 // the stored K/V, P6's bound, and q8_0's pre-storage bound (empty otherwise).
 struct CellLayer {

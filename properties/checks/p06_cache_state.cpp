@@ -45,7 +45,7 @@ struct LayerView {
 
 // Per sequence and segment, the oracle of what it held then; a segment
 // with no tokens keeps the empty reference.
-std::vector<std::vector<std::shared_ptr<const SequenceReference>>> segment_references(
+std::vector<std::vector<std::shared_ptr<const SequenceReference>>> held_references(
     const Context& context) {
   const size_t n = context.scenario.sequences.size();
   const auto empty = std::make_shared<const SequenceReference>();
@@ -200,7 +200,7 @@ Verdict check_cache_state(const Context& context) {
   for (const Call& call : context.scenario.calls) any_step |= call.kind == Call::Kind::kStep;
   if (!any_step) return not_applicable(Property::kCacheState, "no step");
 
-  const auto references = segment_references(context);
+  const auto references = held_references(context);
   double worst_ratio = 0;
   bool failed = false;
   const CallHook hook = [&](int call, const ScenarioRunner& runner) {

@@ -44,7 +44,10 @@ bool write_frame(int fd, char type, const std::string& payload) {
   return write_all(fd, frame.data(), frame.size());
 }
 
+}  // namespace
+
 // Frames from one pipe, read through a buffer: one read takes many frames.
+// Not file-local: WorkerProcess (hunt_worker.h's pimpl) holds one.
 class FrameReader {
  public:
   enum class Status { kFrame, kClosed, kTimedOut, kStopped };
@@ -96,6 +99,8 @@ class FrameReader {
   std::string buffer_;
   size_t at_ = 0;  // first unread byte of buffer_
 };
+
+namespace {
 
 nlohmann::json verdict_json(const Verdict& v) {
   const Location& w = v.where;

@@ -8,7 +8,7 @@
 
 namespace kvcheck {
 
-namespace {
+namespace op_erase {
 
 std::string precondition(const ScheduleModel& model, const Call& call) {
   if (!model.is_running(call.sequence)) {
@@ -98,19 +98,19 @@ void run(CallTarget& target, const Call& call, int) {
   seq.held -= erase_cells(seq.cells, call.p0, call.p1);
 }
 
-}  // namespace
+}  // namespace op_erase
 
 extern const Operation kEraseOperation{.kind = Call::Kind::kErase,
                                        .keyword = "erase",
-                                       .syntax = kSyntax,
+                                       .syntax = op_erase::kSyntax,
                                        .weight = 8,
-                                       .precondition = precondition,
-                                       .apply = apply,
-                                       .plan = plan,
-                                       .run = run,
-                                       .needs = needs,
+                                       .precondition = op_erase::precondition,
+                                       .apply = op_erase::apply,
+                                       .plan = op_erase::plan,
+                                       .run = op_erase::run,
+                                       .needs = op_erase::needs,
                                        .scope = cell_operation_scope,
-                                       .draw = draw,
-                                       .simpler = simpler};
+                                       .draw = op_erase::draw,
+                                       .simpler = op_erase::simpler};
 
 }  // namespace kvcheck

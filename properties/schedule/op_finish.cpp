@@ -5,7 +5,7 @@
 
 namespace kvcheck {
 
-namespace {
+namespace op_finish {
 
 std::string precondition(const ScheduleModel& model, const Call& call) {
   if (model.is_running(call.sequence)) return {};
@@ -36,15 +36,15 @@ void run(CallTarget& target, const Call& call, int) {
   seq.running = false;
 }
 
-}  // namespace
+}  // namespace op_finish
 
 extern const Operation kFinishOperation{.kind = Call::Kind::kFinish,
                                         .keyword = "finish",
-                                        .syntax = kSyntax,
-                                        .precondition = precondition,
-                                        .apply = apply,
-                                        .plan = plan,
-                                        .run = run,
-                                        .needs = needs};
+                                        .syntax = op_finish::kSyntax,
+                                        .precondition = op_finish::precondition,
+                                        .apply = op_finish::apply,
+                                        .plan = op_finish::plan,
+                                        .run = op_finish::run,
+                                        .needs = op_finish::needs};
 
 }  // namespace kvcheck

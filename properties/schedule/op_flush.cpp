@@ -5,7 +5,7 @@
 
 namespace kvcheck {
 
-namespace {
+namespace op_flush {
 
 std::string precondition(const ScheduleModel& model, const Call&) {
   if (model.scenario.prefix_cache) return {};
@@ -33,17 +33,17 @@ void run(CallTarget& target, const Call&, int) {
   target.engine().flush_prefix_cache();
 }
 
-}  // namespace
+}  // namespace op_flush
 
 extern const Operation kFlushOperation{.kind = Call::Kind::kFlush,
                                        .keyword = "flush",
                                        .weight = 6,
-                                       .precondition = precondition,
-                                       .apply = apply,
-                                       .plan = plan,
-                                       .run = run,
-                                       .needs = needs,
-                                       .scope = scope,
-                                       .draw = draw};
+                                       .precondition = op_flush::precondition,
+                                       .apply = op_flush::apply,
+                                       .plan = op_flush::plan,
+                                       .run = op_flush::run,
+                                       .needs = op_flush::needs,
+                                       .scope = op_flush::scope,
+                                       .draw = op_flush::draw};
 
 }  // namespace kvcheck

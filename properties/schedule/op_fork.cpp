@@ -8,7 +8,7 @@
 
 namespace kvcheck {
 
-namespace {
+namespace op_fork {
 
 std::string precondition(const ScheduleModel& model, const Call& call) {
   if (!model.exists(call.sequence) ||
@@ -116,18 +116,18 @@ void run(CallTarget& target, const Call& call, int) {
   child.cells.assign(parent.cells.begin(), parent.cells.begin() + call.count);
 }
 
-}  // namespace
+}  // namespace op_fork
 
 extern const Operation kForkOperation{.kind = Call::Kind::kFork,
                                       .keyword = "fork",
-                                      .syntax = kSyntax,
+                                      .syntax = op_fork::kSyntax,
                                       .weight = 4,
-                                      .precondition = precondition,
-                                      .apply = apply,
-                                      .plan = plan,
-                                      .run = run,
-                                      .needs = needs,
-                                      .draw = draw,
-                                      .simpler = simpler};
+                                      .precondition = op_fork::precondition,
+                                      .apply = op_fork::apply,
+                                      .plan = op_fork::plan,
+                                      .run = op_fork::run,
+                                      .needs = op_fork::needs,
+                                      .draw = op_fork::draw,
+                                      .simpler = op_fork::simpler};
 
 }  // namespace kvcheck

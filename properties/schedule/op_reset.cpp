@@ -5,7 +5,7 @@
 
 namespace kvcheck {
 
-namespace {
+namespace op_reset {
 
 std::string precondition(const ScheduleModel&, const Call&) {
   return {};
@@ -34,14 +34,14 @@ void run(CallTarget& target, const Call&, int) {
   for (RunnerSequence& seq : target.sequences()) seq.running = false;
 }
 
-}  // namespace
+}  // namespace op_reset
 
 extern const Operation kResetOperation{.kind = Call::Kind::kReset,
                                        .keyword = "reset",
-                                       .precondition = precondition,
-                                       .apply = apply,
-                                       .plan = plan,
-                                       .run = run,
-                                       .needs = needs};
+                                       .precondition = op_reset::precondition,
+                                       .apply = op_reset::apply,
+                                       .plan = op_reset::plan,
+                                       .run = op_reset::run,
+                                       .needs = op_reset::needs};
 
 }  // namespace kvcheck

@@ -8,7 +8,7 @@
 
 namespace kvcheck {
 
-namespace {
+namespace op_shift {
 
 std::string precondition(const ScheduleModel& model, const Call& call) {
   if (!model.is_running(call.sequence)) {
@@ -203,19 +203,19 @@ void run(CallTarget& target, const Call& call, int) {
   shift_cells(seq.cells, call.p0, call.p1, call.delta, target.max_pos());
 }
 
-}  // namespace
+}  // namespace op_shift
 
 extern const Operation kShiftOperation{.kind = Call::Kind::kShift,
                                        .keyword = "shift",
-                                       .syntax = kSyntax,
+                                       .syntax = op_shift::kSyntax,
                                        .weight = 8,
-                                       .precondition = precondition,
-                                       .apply = apply,
-                                       .plan = plan,
-                                       .run = run,
-                                       .needs = needs,
+                                       .precondition = op_shift::precondition,
+                                       .apply = op_shift::apply,
+                                       .plan = op_shift::plan,
+                                       .run = op_shift::run,
+                                       .needs = op_shift::needs,
                                        .scope = cell_operation_scope,
-                                       .draw = draw,
-                                       .simpler = simpler};
+                                       .draw = op_shift::draw,
+                                       .simpler = op_shift::simpler};
 
 }  // namespace kvcheck

@@ -5,7 +5,7 @@
 
 namespace kvcheck {
 
-namespace {
+namespace op_start {
 
 std::string precondition(const ScheduleModel& model, const Call& call) {
   const std::string which = "start of sequence " + std::to_string(call.sequence);
@@ -43,14 +43,14 @@ void run(CallTarget& target, const Call& call, int) {
   seq.running = true;
 }
 
-}  // namespace
+}  // namespace op_start
 
 extern const Operation kStartOperation{.kind = Call::Kind::kStart,
                                        .keyword = "start",
-                                       .syntax = kSyntax,
-                                       .precondition = precondition,
-                                       .apply = apply,
-                                       .plan = plan,
-                                       .run = run};
+                                       .syntax = op_start::kSyntax,
+                                       .precondition = op_start::precondition,
+                                       .apply = op_start::apply,
+                                       .plan = op_start::plan,
+                                       .run = op_start::run};
 
 }  // namespace kvcheck

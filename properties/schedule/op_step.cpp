@@ -9,7 +9,7 @@
 
 namespace kvcheck {
 
-namespace {
+namespace op_step {
 
 std::string arguments(const Call& call) {
   std::string out;
@@ -117,15 +117,15 @@ void run(CallTarget& target, const Call& call, int call_index) {
   target.feed(call, call_index);
 }
 
-}  // namespace
+}  // namespace op_step
 
 extern const Operation kStepOperation{.kind = Call::Kind::kStep,
                                       .keyword = "step",
-                                      .arguments = arguments,
-                                      .precondition = precondition,
-                                      .apply = apply,
-                                      .plan = plan,
-                                      .run = run,
-                                      .needs = needs};
+                                      .arguments = op_step::arguments,
+                                      .precondition = op_step::precondition,
+                                      .apply = op_step::apply,
+                                      .plan = op_step::plan,
+                                      .run = op_step::run,
+                                      .needs = op_step::needs};
 
 }  // namespace kvcheck

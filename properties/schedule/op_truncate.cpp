@@ -8,7 +8,7 @@
 
 namespace kvcheck {
 
-namespace {
+namespace op_truncate {
 
 std::string precondition(const ScheduleModel& model, const Call& call) {
   if (!model.is_running(call.sequence)) {
@@ -98,18 +98,18 @@ void run(CallTarget& target, const Call& call, int) {
   seq.cells.resize(size_t(seq.held));
 }
 
-}  // namespace
+}  // namespace op_truncate
 
 extern const Operation kTruncateOperation{.kind = Call::Kind::kTruncate,
                                           .keyword = "truncate",
-                                          .syntax = kSyntax,
+                                          .syntax = op_truncate::kSyntax,
                                           .weight = 4,
-                                          .precondition = precondition,
-                                          .apply = apply,
-                                          .plan = plan,
-                                          .run = run,
-                                          .needs = needs,
-                                          .draw = draw,
-                                          .simpler = simpler};
+                                          .precondition = op_truncate::precondition,
+                                          .apply = op_truncate::apply,
+                                          .plan = op_truncate::plan,
+                                          .run = op_truncate::run,
+                                          .needs = op_truncate::needs,
+                                          .draw = op_truncate::draw,
+                                          .simpler = op_truncate::simpler};
 
 }  // namespace kvcheck

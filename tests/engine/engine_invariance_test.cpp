@@ -121,7 +121,7 @@ TEST_P(EngineInvariance, SameScenarioTwiceSameBits) {
   expect_bitwise(solo(tokens), solo(tokens), "determinism");
 }
 
-std::string name_of(const ::testing::TestParamInfo<Param>& info) {
+std::string invariance_case_name(const ::testing::TestParamInfo<Param>& info) {
   const auto& [model, path, dtype] = info.param;
   return model.name + (path == KernelPath::kReference ? "_ref_" : "_simd_") + kv_dtype_name(dtype);
 }
@@ -131,7 +131,7 @@ INSTANTIATE_TEST_SUITE_P(
     ::testing::Combine(::testing::ValuesIn(model_cases()),
                        ::testing::Values(KernelPath::kReference, KernelPath::kOptimized),
                        ::testing::Values(KvDtype::kF32, KvDtype::kBF16, KvDtype::kQ8_0)),
-    name_of);
+    invariance_case_name);
 
 }  // namespace
 }  // namespace kvcheck::test

@@ -120,7 +120,7 @@ TEST_P(EngineVsOracle, ResetAndReuse) {
   check(a, feed(*engine, t, a, {1, 11}), "in a freed row");
 }
 
-std::string name_of(const ::testing::TestParamInfo<Param>& info) {
+std::string oracle_case_name(const ::testing::TestParamInfo<Param>& info) {
   const auto& [model, path, dtype] = info.param;
   return model.name + (path == KernelPath::kReference ? "_ref_" : "_simd_") + kv_dtype_name(dtype);
 }
@@ -131,7 +131,7 @@ INSTANTIATE_TEST_SUITE_P(AllModels, EngineVsOracle,
                                                               KernelPath::kOptimized),
                                             ::testing::Values(KvDtype::kF32, KvDtype::kBF16,
                                                               KvDtype::kF16, KvDtype::kQ8_0)),
-                         name_of);
+                         oracle_case_name);
 
 }  // namespace
 }  // namespace kvcheck::test

@@ -10,18 +10,18 @@
 namespace kvcheck::test {
 namespace {
 
-struct Shape {
+struct HeadShape {
   Family family;
   int heads, kv_heads;
 };
 
 TEST(Properties, CorrectEnginePassesEveryPropertyOnTheRichScenario) {
-  const Shape shapes[] = {{Family::kGpt2, 4, 4},
-                          {Family::kGpt2, 4, 2},
-                          {Family::kLlama, 4, 2},
-                          {Family::kLlama, 4, 1},
-                          {Family::kLlama, 4, 4}};
-  for (const Shape& shape : shapes) {
+  const HeadShape shapes[] = {{Family::kGpt2, 4, 4},
+                              {Family::kGpt2, 4, 2},
+                              {Family::kLlama, 4, 2},
+                              {Family::kLlama, 4, 1},
+                              {Family::kLlama, 4, 4}};
+  for (const HeadShape& shape : shapes) {
     for (KvDtype dtype : {KvDtype::kF32, KvDtype::kBF16, KvDtype::kF16}) {
       for (KernelPath path : {KernelPath::kReference, KernelPath::kOptimized}) {
         const Scenario scenario = rich_scenario(shape.family, shape.heads, shape.kv_heads, dtype);

@@ -147,9 +147,15 @@ void ChildProcess::fail(const std::string& call, const std::string& reason) {
   if (child_err_ >= 0) fcntl(child_err_, F_SETFL, fcntl(child_err_, F_GETFL) & ~O_NONBLOCK);
   drain_stderr();
   close_fd(to_child_), close_fd(from_child_), close_fd(child_err_);
-  throw ChildFault("exec " + command_ + ": " + call + ": " +
-                   (exited ? "the child " + how : reason + "; the child was killed") +
-                   stderr_tail());
+  death_ = call + ": " + (exited ? "the child " + how : reason + "; the child was killed");
+  throw ChildFault("exec " + command_ + ": " + death_ + stderr_tail());
+}
+
+std::string ChildProcess::gone(const std::string& call) const {
+  // A later call names how the child ended, so that whichever call a
+  // property sees fail, the verdict says it was a crash (and which).
+  return "exec " + command_ + ": " + call + ": the child is gone" +
+         (death_.empty() ? "" : " (after " + death_ + ")");
 }
 
 bool ChildProcess::wait_ready(int fd, short events) {
@@ -254,7 +260,7 @@ void ChildProcess::post_keeping(const nlohmann::json& request, int64_t tag,
 }
 
 void ChildProcess::enqueue(const nlohmann::json& request, Posted posted) {
-  if (pid_ <= 0) throw ChildFault("exec " + command_ + ": " + posted.op + ": the child is gone");
+  if (pid_ <= 0) throw ChildFault(gone(posted.op));
   std::string framed = wire::frame(request.dump());
   make_room(framed.size());
   unsent_ += framed;
@@ -278,7 +284,7 @@ Reply ChildProcess::take_kept(int64_t tag) {
     // Replies read before the child failed are still returned, in order; the
     // fault is thrown to the call whose reply never came.
     if (!fault_.empty()) throw ChildFault(fault_);
-    if (pid_ <= 0) throw ChildFault("exec " + command_ + ": step: the child is gone");
+    if (pid_ <= 0) throw ChildFault(gone("step"));
     try {
       drain();
     } catch (const ChildFault& e) {
@@ -349,7 +355,7 @@ void ChildProcess::drain() {
 
 Reply ChildProcess::call(const nlohmann::json& request, const wire::ReplyLimits& limits) {
   const std::string name = request.value("op", std::string("request"));
-  if (pid_ <= 0) throw ChildFault("exec " + command_ + ": " + name + ": the child is gone");
+  if (pid_ <= 0) throw ChildFault(gone(name));
   std::string framed = wire::frame(request.dump());
   make_room(framed.size());
   unsent_ += framed;

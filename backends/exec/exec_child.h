@@ -112,6 +112,8 @@ class ChildProcess {
   void drain_stderr();
   std::string stderr_tail() const;
   std::string reap(bool kill_first);  // "exited with code 3", "killed by signal 11 (...)"
+  // "exec CMD: CALL: the child is gone (after how it failed)".
+  std::string gone(const std::string& call) const;
   std::chrono::steady_clock::time_point deadline_;
 
   std::string command_;
@@ -139,6 +141,7 @@ class ChildProcess {
   std::map<int64_t, std::deque<Reply>> kept_;  // [tag] replies read and not yet taken
   std::set<int64_t> forgotten_;                // tags whose replies are dropped
   std::string fault_;                          // how the child failed while kept replies were read
+  std::string death_;  // the call the child failed in and how ("step: the child was killed by ...")
   // The first refusal of a posted request, not yet thrown (later ones are
   // dropped until it is: they follow from it).
   std::optional<Refusal> refused_ahead_;

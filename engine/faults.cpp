@@ -72,6 +72,17 @@ constexpr std::array<FaultInfo, kFaultCount> kFaults = {{
      "shift"},
     {"shift_rotates_v", "context shift rotates V as well as K (llama.cpp #12357 class)", "shift"},
     {"shift_wrong_sign", "context shift rotates K by -delta (llama.cpp #12357 class)", "shift"},
+    {"truncate_late",
+     "rejected drafts stay visible to the next step: a rejection handled one step late "
+     "(openvino.genai #4190)",
+     "truncate"},
+    {"truncate_all_noop",
+     "a rollback of the whole cache keeps it: crop(0) read as no limit (transformers #47433)",
+     "truncate"},
+    {"truncate_keeps_last",
+     "a rollback of n tokens keeps the last rejected one: a negative crop off by one "
+     "(transformers #47433)",
+     "truncate"},
 }};
 
 }  // namespace

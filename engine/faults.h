@@ -55,6 +55,10 @@ enum class Fault : uint8_t {
   kShiftKeepsK,     // shift moves the positions but does not re-rotate the keys
   kShiftRotatesV,   // shift re-rotates the values as well as the keys
   kShiftWrongSign,  // shift re-rotates the keys by -delta
+  // Speculative decoding's rollback (verify: truncate of rejected drafts).
+  kTruncateLate,       // the rolled-back tail stays visible to the next step
+  kTruncateAllNoop,    // a rollback of every cached token changes nothing
+  kTruncateKeepsLast,  // a rollback of n tokens keeps the last of them
   kCount
 };
 

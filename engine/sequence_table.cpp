@@ -133,6 +133,7 @@ std::vector<TokenPlan> BasicSequenceTable<kFaults>::make_plan(
         t.position += 1, t.slot += 1, t.n_keys += 1;
       }
       if (has(Fault::kMaskTopLeft)) t.n_keys = s.slot_base + i + 1;
+      if (has(Fault::kTruncateLate)) t.n_keys = std::max(t.n_keys, s.rolled_back_end);
       if (has(Fault::kAppendOverwrites)) t.slot = s.slot_base + i, t.n_keys = s.slot_base + i + 1;
       plan.push_back(t);
     }
@@ -162,6 +163,7 @@ void BasicSequenceTable<kFaults>::commit(std::span<const BatchEntry> batch) {
     }
     s.length += static_cast<int>(e.tokens.size());
     s.chunks += 1;
+    s.rolled_back_end = 0;
     row_fill_[size_t(s.row)] = std::max(row_fill_[size_t(s.row)], s.slot_base + s.length);
     row_position_[size_t(s.row)] = s.position_base + s.next_position();
     if (prefix_cache_) {
@@ -411,7 +413,10 @@ void BasicSequenceTable<kFaults>::truncate(SequenceId id, int n, const PoisonSlo
   lookup_count(id, n, "truncate");
   if (has(Fault::kTruncateNoop)) return;
   SequenceState& s = sequences_.at(id);
+  if (has(Fault::kTruncateAllNoop) && n > 0 && n == s.length) return;
+  if (has(Fault::kTruncateKeepsLast) && n > 0) n -= 1;
   const int old_end = std::min(s.slot_base + s.length, capacity_);
+  if (has(Fault::kTruncateLate)) s.rolled_back_end = old_end;
   s.length -= n;
   if (prefix_cache_) s.tokens.resize(size_t(s.length));
   if (!s.positions.empty()) s.positions.resize(size_t(s.length));
@@ -420,7 +425,8 @@ void BasicSequenceTable<kFaults>::truncate(SequenceId id, int n, const PoisonSlo
   row_fill_[size_t(s.row)] = new_end;
   row_position_[size_t(s.row)] = s.position_base + s.next_position();
   if (!paged()) {
-    poison(storage_row(s.row), new_end, old_end);
+    // Rolled back late: the tail keeps its data until the next step.
+    if (!has(Fault::kTruncateLate)) poison(storage_row(s.row), new_end, old_end);
     return;
   }
   const size_t keep = size_t(blocks_for(new_end));

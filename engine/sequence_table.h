@@ -30,7 +30,8 @@ struct SequenceState {
   int position_base = 0;        // added to its positions
   std::vector<int> blocks;      // paged: [logical block] pool block holding slots b*B..b*B+B-1
   std::vector<int32_t> tokens;  // prefix cache: [position] the content, to register full blocks
-  int reused = 0;  // prefix cache: leading tokens of its last step taken from the cache
+  int reused = 0;           // prefix cache: leading tokens of its last step taken from the cache
+  int rolled_back_end = 0;  // fault truncate_late: keys the next step still sees, else 0
   // Context shift: [slot - slot_base] the position each cell holds, kept
   // only once an erase or shift moved one (empty: cell i holds position i).
   std::vector<int32_t> positions;

@@ -193,6 +193,14 @@ bool code_truncate(CallBytes& io, const FuzzModel& model, Call& call) {
   return true;
 }
 
+// verify: a sequence holding cells, its drafts among them, the accepted.
+bool code_verify(CallBytes& io, const FuzzModel& model, Call& call) {
+  if (!io.pick(model.holding(), call.sequence)) return false;
+  io.value(call.count, 1, model.at(call.sequence).held());
+  io.value(call.accepted, 0, call.count);
+  return true;
+}
+
 // A shift moves positions down only (max_pos stays what feeding needs),
 // into the gap below p0: at most p0 minus the largest held position under
 // p0, minus one (p0 when none is held there). 0: no room.
@@ -261,13 +269,15 @@ constexpr std::array kFuzzOps = {
            [](const ExampleDraws& d, Random& random) {
              return Call::shift(d.sequence, d.a, d.b, -random.between(1, kMaxTokens));
            }},
+    FuzzOp{Call::Kind::kVerify, code_verify,
+           [](const ExampleDraws& d, Random&) { return Call::verify(d.sequence, d.b, d.a % d.b); }},
 };
 constexpr int kOpLast = static_cast<int>(kFuzzOps.size()) - 1;
 
 // The opcodes in the order the mutator draws which call to insert: the
 // order it has always used, so that its edits (pinned by
 // schedule_program_test's digest) stay the same. New operations go at the end.
-constexpr std::array<int, kFuzzOps.size()> kInsertOrder = {0, 1, 2, 4, 5, 6, 7, 8, 3};
+constexpr std::array<int, kFuzzOps.size()> kInsertOrder = {0, 1, 2, 4, 5, 6, 7, 8, 3, 9};
 
 int opcode(Call::Kind kind) {
   for (size_t op = 0; op < kFuzzOps.size(); ++op) {

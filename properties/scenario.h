@@ -36,16 +36,18 @@ struct Call {
     kTruncate,
     kFlush,
     kErase,
-    kShift
+    kShift,
+    kVerify
   };
   Kind kind = Kind::kStep;
   int sequence = 0;               // kStart, kFinish, kTruncate; kFork: the child
   std::vector<ChunkSpec> chunks;  // kStep: the batch, in order
   int parent = 0;                 // kFork: the sequence forked from
   int count = 0;                  // kFork: parent tokens the child starts with;
-                                  // kTruncate: tokens forgotten
+                                  // kTruncate: tokens forgotten; kVerify: draft tokens
   int p0 = 0, p1 = 0;             // kErase, kShift: the positions [p0, p1)
   int delta = 0;                  // kShift: added to those positions
+  int accepted = 0;               // kVerify: draft tokens kept (the rest roll back)
 
   static Call start(int s) { return {Kind::kStart, s, {}}; }
   static Call step(std::vector<ChunkSpec> c) { return {Kind::kStep, 0, std::move(c)}; }
@@ -57,6 +59,9 @@ struct Call {
   static Call erase(int s, int p0, int p1) { return {Kind::kErase, s, {}, 0, 0, p0, p1}; }
   static Call shift(int s, int p0, int p1, int delta) {
     return {Kind::kShift, s, {}, 0, 0, p0, p1, delta};
+  }
+  static Call verify(int s, int drafts, int accepted) {
+    return {Kind::kVerify, s, {}, 0, drafts, 0, 0, 0, accepted};
   }
 
   // The call as a case file's schedule line writes it ("step s0:3 s1:1"),

@@ -59,6 +59,12 @@ constexpr CoverageClass kCoverageClasses[] = {
     {"shift up", &rcgen::Coverage::shift_up},
     {"shift middle, then step", &rcgen::Coverage::shift_middle_then_step},
     {"fed where index != position", &rcgen::Coverage::fed_with_gap},
+    {"verify", &rcgen::Coverage::verify},
+    {"verify: reject all", &rcgen::Coverage::verify_reject_all},
+    {"verify: accept all", &rcgen::Coverage::verify_accept_all},
+    {"verify: one draft", &rcgen::Coverage::verify_one_draft},
+    {"verify: across blocks", &rcgen::Coverage::verify_across_blocks},
+    {"verify: forked", &rcgen::Coverage::verify_forked},
 };
 static_assert(std::size(kCoverageClasses) <= 64, "the coverage mask is 64 bits");
 

@@ -5,17 +5,14 @@
 #include "properties/common/context.h"
 #include "properties/common/every_call.h"
 #include "properties/common/verdicts.h"
+#include "properties/schedule/operation.h"
 
 namespace kvcheck::checks {
 
 Verdict check_poison(const Context& context) {
   const Scenario& scenario = context.scenario;
-  const bool releases =
-      std::any_of(scenario.calls.begin(), scenario.calls.end(), [](const Call& c) {
-        return c.kind == Call::Kind::kFinish || c.kind == Call::Kind::kReset ||
-               c.kind == Call::Kind::kFork || c.kind == Call::Kind::kTruncate ||
-               c.kind == Call::Kind::kFlush || c.kind == Call::Kind::kErase;
-      });
+  const bool releases = std::any_of(scenario.calls.begin(), scenario.calls.end(),
+                                    [](const Call& c) { return operation(c.kind).releases; });
   // A prefix cache (or a pool that runs dry) also frees blocks inside steps:
   // evictions.
   if (!releases && !scenario.prefix_cache) {

@@ -42,6 +42,12 @@ Coverage& Coverage::operator|=(const Coverage& o) {
                       &Coverage::shift_up,
                       &Coverage::shift_middle_then_step,
                       &Coverage::fed_with_gap,
+                      &Coverage::verify,
+                      &Coverage::verify_reject_all,
+                      &Coverage::verify_accept_all,
+                      &Coverage::verify_one_draft,
+                      &Coverage::verify_across_blocks,
+                      &Coverage::verify_forked,
                       &Coverage::prefill,
                       &Coverage::decode,
                       &Coverage::start,
@@ -84,6 +90,7 @@ class CoverageWalk {
         model_(s),
         one_token_chunk_(s.sequences.size()),
         shifted_(s.sequences.size()),
+        forked_(s.sequences.size()),
         pending_erase_(s.sequences.size()),
         pending_shift_(s.sequences.size()) {}
 
@@ -93,6 +100,7 @@ class CoverageWalk {
       if (call.kind == Call::Kind::kStep) step(call);
       if (call.kind == Call::Kind::kFork) fork(call);
       if (call.kind == Call::Kind::kTruncate) truncate(call);
+      if (call.kind == Call::Kind::kVerify) verify(call);
       if (call.kind == Call::Kind::kErase) erase(call);
       if (call.kind == Call::Kind::kShift) shift(call);
       cov_.flush |= call.kind == Call::Kind::kFlush;
@@ -148,6 +156,7 @@ class CoverageWalk {
   void fork(const Call& call) {
     const int n = call.count, B = s_.block_size;
     cov_.fork = true;
+    forked_[size_t(call.sequence)] = forked_[size_t(call.parent)] = 1;
     cov_.fork_mid_block |= B > 0 && n % B != 0;
     cov_.fork_at_boundary |= B > 0 && n % B == 0;
   }
@@ -158,6 +167,18 @@ class CoverageWalk {
     cov_.truncate = true;
     cov_.truncate_to_zero |= after == 0 && before > 0;
     cov_.truncate_across_blocks |= B > 0 && before / B != after / B;
+  }
+
+  void verify(const Call& call) {
+    const int before = model_.at(call.sequence).held();
+    const int after = before - (call.count - call.accepted);
+    const int B = s_.block_size;
+    cov_.verify = true;
+    cov_.verify_reject_all |= call.accepted == 0;
+    cov_.verify_accept_all |= call.accepted == call.count;
+    cov_.verify_one_draft |= call.count == 1;
+    cov_.verify_across_blocks |= B > 0 && (before + B - 1) / B != (after + B - 1) / B;
+    cov_.verify_forked |= forked_[size_t(call.sequence)];
   }
 
   // Cells below, inside and above [p0, p1) before the call.
@@ -197,6 +218,7 @@ class CoverageWalk {
   ScheduleModel model_;
   std::vector<char> one_token_chunk_;  // [sequence] had a one-token chunk
   std::vector<char> shifted_;          // [sequence] shifted before
+  std::vector<char> forked_;           // [sequence] a fork's parent or child
   std::vector<char> pending_erase_;    // [sequence] erased in the middle, not fed or shifted since
   std::vector<char> pending_shift_;    // [sequence] shifted in the middle, not fed since
   bool finished_since_reset_ = false;

@@ -232,8 +232,14 @@ void decode_tokens(const ScenarioGenes& genes, std::vector<Plan>& plans, Scenari
 int emphasis_factor(Emphasis emphasis, Call::Kind kind) {
   const bool cells = kind == Call::Kind::kErase || kind == Call::Kind::kShift;
   if (emphasis == Emphasis::kContextShift) return cells ? 1 : 0;
-  if (emphasis == Emphasis::kForks) return kind == Call::Kind::kFork ? 8 : 1;
-  if (emphasis == Emphasis::kTruncations) return kind == Call::Kind::kTruncate ? 8 : 1;
+  // Forks favour verify too: a rollback in a sequence whose blocks a fork
+  // shares is where copy-on-write and reference counts meet speculation.
+  if (emphasis == Emphasis::kForks) {
+    return kind == Call::Kind::kFork ? 8 : kind == Call::Kind::kVerify ? 4 : 1;
+  }
+  if (emphasis == Emphasis::kTruncations) {
+    return kind == Call::Kind::kTruncate || kind == Call::Kind::kVerify ? 8 : 1;
+  }
   return 1;
 }
 

@@ -177,6 +177,11 @@ rc::Gen<OpGenes> op_genes(Emphasis emphasis) {
 rc::Gen<int> block_size_gene(Emphasis emphasis) {
   if (emphasis == Emphasis::kContextShift) return rc::gen::just(0);
   if (emphasis == Emphasis::kPrefixCache) return between(1, 32);
+  // Forks share blocks (copy-on-write, reference counts) only when paged;
+  // small blocks put a fork's cut mid-block more often.
+  if (emphasis == Emphasis::kForks) {
+    return weighted_gen<int>({{1, rc::gen::just(0)}, {2, between(1, 4)}, {2, between(1, 32)}});
+  }
   // Contiguous first (the shrink target), then the edges 1 and 16, any B.
   return weighted_gen<int>(
       {{2, rc::gen::just(0)}, {1, rc::gen::just(1)}, {1, rc::gen::just(16)}, {2, between(1, 32)}});
@@ -194,9 +199,12 @@ rc::Gen<int> window_gene(Emphasis emphasis) {
 
 rc::Gen<int> cell_operations_gene(Emphasis emphasis) {
   switch (emphasis) {
-    case Emphasis::kContextShift: return between(1, 2);
-    case Emphasis::kPrefixCache: return rc::gen::just(0);
-    default: return weighted_choice<int>({{4, 0}, {1, 1}, {3, 2}});
+    case Emphasis::kContextShift:
+      return between(1, 2);
+    case Emphasis::kPrefixCache:
+      return rc::gen::just(0);
+    default:
+      return weighted_choice<int>({{4, 0}, {1, 1}, {3, 2}});
   }
 }
 

@@ -180,8 +180,13 @@ struct Coverage {
   bool shift_up = false;
   bool shift_middle_then_step = false;  // cells above the range stay, and it is fed next
   bool fed_with_gap = false;  // a step feeds a sequence whose cell i does not hold position i
-  bool prefill = false;       // a chunk of two tokens or more
-  bool decode = false;        // a one-token chunk of a sequence that holds tokens
+  // Speculative decoding (verify): every draft rejected, every one
+  // accepted, a single draft, a rollback that crosses a block boundary, and
+  // one of a sequence a fork made or forked from (shared blocks).
+  bool verify = false, verify_reject_all = false, verify_accept_all = false;
+  bool verify_one_draft = false, verify_across_blocks = false, verify_forked = false;
+  bool prefill = false;  // a chunk of two tokens or more
+  bool decode = false;   // a one-token chunk of a sequence that holds tokens
   bool start = false;
   bool f32 = false, bf16 = false, f16 = false, q8_0 = false;
 

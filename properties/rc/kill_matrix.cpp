@@ -53,6 +53,9 @@ const std::vector<CatalogueEntry>& fault_catalogue() {
       {Fault::kShiftKeepsK, {P::kCacheState}, 8, 6},
       {Fault::kShiftRotatesV, {P::kCacheState}, 8, 6},
       {Fault::kShiftWrongSign, {P::kCacheState}, 8, 6},
+      {Fault::kTruncateLate, {P::kOracle, P::kRollback, P::kPoison}, 9, 6},
+      {Fault::kTruncateAllNoop, {P::kOracle, P::kRollback, P::kCacheState}, 8, 6},
+      {Fault::kTruncateKeepsLast, {P::kOracle, P::kRollback, P::kCacheState}, 8, 6},
   };
   return entries;
 }
@@ -71,6 +74,8 @@ Emphasis emphasis_for_fault(Fault fault) {
   const std::string_view needs = fault_needs(fault);
   if (needs == "shift") return Emphasis::kContextShift;
   if (needs == "prefix_cache") return Emphasis::kPrefixCache;
+  if (needs == "paged") return Emphasis::kForks;
+  if (needs == "truncate") return Emphasis::kTruncations;
   return Emphasis::kAny;
 }
 

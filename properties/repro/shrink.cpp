@@ -91,6 +91,10 @@ void normalize(Scenario& s) {
     } else if (call.kind == Call::Kind::kTruncate && valid(call.sequence)) {
       call.count = std::clamp(call.count, 0, held[size_t(call.sequence)]);
       held[size_t(call.sequence)] -= call.count;
+    } else if (call.kind == Call::Kind::kVerify && valid(call.sequence)) {
+      call.count = std::clamp(call.count, 1, std::max(1, held[size_t(call.sequence)]));
+      call.accepted = std::clamp(call.accepted, 0, call.count);
+      held[size_t(call.sequence)] -= call.count - call.accepted;
     }
   }
   std::erase_if(s.calls,

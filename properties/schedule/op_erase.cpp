@@ -42,15 +42,16 @@ std::optional<Call> draw(const DrawContext& context, const OperationGenes& genes
     return std::nullopt;
   }
   const int s = context.sequence;
-  switch (genes.variant % 4) {
+  switch (genes.variant % 5) {
     case 0:
     case 1:
+    case 2:
       if (next >= 3) {
         const int p0 = 1 + genes.a % (next - 2);
         return Call::erase(s, p0, p0 + 1 + genes.b % (next - p0 - 1));
       }
       [[fallthrough]];
-    case 2: {
+    case 3: {
       const int p0 = genes.a % next;
       return Call::erase(s, p0, p0 + 1 + genes.b % (next - p0));
     }
@@ -103,7 +104,7 @@ void run(CallTarget& target, const Call& call, int) {
 extern const Operation kEraseOperation{.kind = Call::Kind::kErase,
                                        .keyword = "erase",
                                        .syntax = op_erase::kSyntax,
-                                       .weight = 8,
+                                       .weight = 10,
                                        .precondition = op_erase::precondition,
                                        .apply = op_erase::apply,
                                        .plan = op_erase::plan,
@@ -111,6 +112,7 @@ extern const Operation kEraseOperation{.kind = Call::Kind::kErase,
                                        .needs = op_erase::needs,
                                        .scope = cell_operation_scope,
                                        .draw = op_erase::draw,
-                                       .simpler = op_erase::simpler};
+                                       .simpler = op_erase::simpler,
+                                       .releases = true};
 
 }  // namespace kvcheck

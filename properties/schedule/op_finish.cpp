@@ -45,6 +45,7 @@ extern const Operation kFinishOperation{.kind = Call::Kind::kFinish,
                                         .apply = op_finish::apply,
                                         .plan = op_finish::plan,
                                         .run = op_finish::run,
-                                        .needs = op_finish::needs};
+                                        .needs = op_finish::needs,
+                                        .releases = true};
 
 }  // namespace kvcheck

@@ -37,13 +37,14 @@ void run(CallTarget& target, const Call&, int) {
 
 extern const Operation kFlushOperation{.kind = Call::Kind::kFlush,
                                        .keyword = "flush",
-                                       .weight = 6,
+                                       .weight = 10,
                                        .precondition = op_flush::precondition,
                                        .apply = op_flush::apply,
                                        .plan = op_flush::plan,
                                        .run = op_flush::run,
                                        .needs = op_flush::needs,
                                        .scope = op_flush::scope,
-                                       .draw = op_flush::draw};
+                                       .draw = op_flush::draw,
+                                       .releases = true};
 
 }  // namespace kvcheck

@@ -128,6 +128,7 @@ extern const Operation kForkOperation{.kind = Call::Kind::kFork,
                                       .run = op_fork::run,
                                       .needs = op_fork::needs,
                                       .draw = op_fork::draw,
-                                      .simpler = op_fork::simpler};
+                                      .simpler = op_fork::simpler,
+                                      .releases = true};
 
 }  // namespace kvcheck

@@ -42,6 +42,7 @@ extern const Operation kResetOperation{.kind = Call::Kind::kReset,
                                        .apply = op_reset::apply,
                                        .plan = op_reset::plan,
                                        .run = op_reset::run,
-                                       .needs = op_reset::needs};
+                                       .needs = op_reset::needs,
+                                       .releases = true};
 
 }  // namespace kvcheck

@@ -208,7 +208,7 @@ void run(CallTarget& target, const Call& call, int) {
 extern const Operation kShiftOperation{.kind = Call::Kind::kShift,
                                        .keyword = "shift",
                                        .syntax = op_shift::kSyntax,
-                                       .weight = 8,
+                                       .weight = 10,
                                        .precondition = op_shift::precondition,
                                        .apply = op_shift::apply,
                                        .plan = op_shift::plan,

@@ -67,6 +67,7 @@ void apply(ScheduleModel& model, const Call& call) {
     SequenceModel& seq = model.at(chunk.sequence);
     const int next = seq.next_position();
     seq.fed += chunk.length;
+    seq.draft = chunk.length;
     for (int i = 0; i < chunk.length; ++i) seq.cells.push_back(next + i);
   }
 }

@@ -110,6 +110,7 @@ extern const Operation kTruncateOperation{.kind = Call::Kind::kTruncate,
                                           .run = op_truncate::run,
                                           .needs = op_truncate::needs,
                                           .draw = op_truncate::draw,
-                                          .simpler = op_truncate::simpler};
+                                          .simpler = op_truncate::simpler,
+                                          .releases = true};
 
 }  // namespace kvcheck

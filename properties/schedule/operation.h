@@ -93,6 +93,9 @@ struct Operation {
   // those that still validate): smaller counts, narrower ranges, smaller
   // deltas. Null: the call has nothing to simplify but its removal.
   std::vector<Call> (*simpler)(const Call& call) = nullptr;
+  // It can free storage (a row, a block, a tail of slots), which must be
+  // poisoned again (P14 applies to scenarios that hold one).
+  bool releases = false;
 };
 
 // Distinct values below `current` and at least `lo`, smallest first: lo,

@@ -10,13 +10,14 @@
 namespace kvcheck {
 
 extern const Operation kStartOperation, kStepOperation, kFinishOperation, kResetOperation,
-    kForkOperation, kTruncateOperation, kFlushOperation, kEraseOperation, kShiftOperation;
+    kForkOperation, kTruncateOperation, kFlushOperation, kEraseOperation, kShiftOperation,
+    kVerifyOperation;
 
 namespace {
 
-const std::array<const Operation*, 9> kTable = {
+const std::array<const Operation*, 10> kTable = {
     &kStartOperation,    &kStepOperation,  &kFinishOperation, &kResetOperation, &kForkOperation,
-    &kTruncateOperation, &kFlushOperation, &kEraseOperation,  &kShiftOperation};
+    &kTruncateOperation, &kFlushOperation, &kEraseOperation,  &kShiftOperation, &kVerifyOperation};
 
 std::vector<Operation> table_in_kind_order() {
   std::vector<Operation> out;

@@ -20,6 +20,7 @@ struct SequenceModel {
   State state = State::kNotStarted;
   int fed = 0;                 // tokens of its feed stream fed so far
   std::vector<int32_t> cells;  // [cell] the position it holds, in slot order
+  int draft = 0;               // tokens its last step fed: what a verify may roll back
 
   bool running() const { return state == State::kRunning; }
   int held() const { return static_cast<int>(cells.size()); }

@@ -353,6 +353,28 @@ const std::vector<MinimalCase>& minimal_cases() {
        1,
        4,
        {start(), step({{0, 1}}), shift(0, 1), step({{0, 1}})}},
+      // Speculative rollback (verify is truncate on the engine).
+      {Fault::kTruncateLate,
+       F::kGpt2,
+       1,
+       1,
+       1,
+       4,
+       {start(), step({{0, 2}}), truncate(0, 2), step({{0, 1}})}},
+      {Fault::kTruncateAllNoop,
+       F::kGpt2,
+       1,
+       1,
+       1,
+       4,
+       {start(), step({{0, 1}}), truncate(0, 1), step({{0, 1}})}},
+      {Fault::kTruncateKeepsLast,
+       F::kGpt2,
+       1,
+       1,
+       1,
+       4,
+       {start(), step({{0, 1}}), truncate(0, 1), step({{0, 1}})}},
   };
   return cases;
 }

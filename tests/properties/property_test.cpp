@@ -236,16 +236,38 @@ TEST(Generators, TheDefaultGeneratorReachesEveryShape) {
         {"erase middle, then step", c.erase_middle_then_step},
         {"shift up", c.shift_up},
         {"shift middle, then step", c.shift_middle_then_step},
-        {"fed where index != position", c.fed_with_gap}};
+        {"fed where index != position", c.fed_with_gap},
+        {"verify", c.verify},
+        {"verify: reject all", c.verify_reject_all},
+        {"verify: accept all", c.verify_accept_all},
+        {"verify: one draft", c.verify_one_draft},
+        {"verify: across blocks", c.verify_across_blocks}};
     for (const auto& [name, has] : tags) seen[name] += has;
   }
   const std::set<std::string> shapes = {"erase middle, then step", "shift up",
-                                        "shift middle, then step", "fed where index != position"};
+                                        "shift middle, then step", "fed where index != position",
+                                        "verify: reject all",      "verify: accept all",
+                                        "verify: one draft",       "verify: across blocks"};
   for (const auto& [name, n] : seen) {
     const double percent = 100.0 * n / kCases;
     std::cout << name << ": " << percent << " %\n";
     EXPECT_GE(percent, shapes.count(name) ? 5 : 10) << name;
   }
+}
+
+// A rollback in a sequence whose blocks a fork shares (parent or child):
+// the fork emphasis, which P11's cases draw under, reaches it in 5 % or
+// more of its cases (the default generator: about 2 %).
+TEST(Generators, TheForkEmphasisRollsBackForkedSequences) {
+  const rc::Gen<Scenario> scenarios =
+      rcgen::scenario(rcgen::Emphasis::kForks, cpu_engine_traits_with_operations());
+  constexpr int kCases = 2000;
+  int forked = 0;
+  for (uint64_t seed = 1; seed <= kCases; ++seed) {
+    forked += rcgen::coverage(scenarios(rc::Random(seed), int(seed % 100)).value()).verify_forked;
+  }
+  std::cout << "verify: forked: " << 100.0 * forked / kCases << " %\n";
+  EXPECT_GE(100.0 * forked / kCases, 5.0);
 }
 
 }  // namespace kvcheck::test

@@ -47,7 +47,10 @@ TEST(Scenario, SizeMatchesTheFaultCatalogue) {
                                          {Fault::kRingIndexUnwrapped, 6},
                                          {Fault::kShiftKeepsK, 6},
                                          {Fault::kShiftRotatesV, 6},
-                                         {Fault::kShiftWrongSign, 6}};
+                                         {Fault::kShiftWrongSign, 6},
+                                         {Fault::kTruncateLate, 9},
+                                         {Fault::kTruncateAllNoop, 8},
+                                         {Fault::kTruncateKeepsLast, 8}};
   for (const auto& [fault, size] : sizes) {
     EXPECT_EQ(minimal_fault_scenario(fault).size(), size) << fault_name(fault);
   }

@@ -248,6 +248,15 @@ Scenario minimal_fault_scenario(Fault fault) {
       model(Family::kLlama, 1, 1, 1);
       s.calls = {S(0), P({{0, 1}}), Call::shift(0, 0, 1, 1)};
       break;
+    case Fault::kTruncateLate:
+      // Both drafts rejected: the next token overwrites slot 0, and a late
+      // rollback still shows it slot 1.
+      s.calls = {S(0), P({{0, 2}}), Call::verify(0, 2, 0), P({{0, 1}})};
+      break;
+    case Fault::kTruncateAllNoop:
+    case Fault::kTruncateKeepsLast:
+      s.calls = {S(0), P({{0, 1}}), Call::verify(0, 1, 0), P({{0, 1}})};
+      break;
     case Fault::kCount:
       break;
   }

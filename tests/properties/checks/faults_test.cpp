@@ -86,6 +86,12 @@ const std::vector<FaultCase>& fault_cases() {
       {Fault::kShiftKeepsK, {{P::kCacheState, 2, 0, 0, 0, 0, 0, 0}}},
       {Fault::kShiftRotatesV, {{P::kCacheState, 2, 0, 0, 0, 0, 0, 0}}},
       {Fault::kShiftWrongSign, {{P::kCacheState, 2, 0, 0, 0, 0, 0, 0}}},
+      {Fault::kTruncateLate,
+       {{P::kOracle, 3, 0, 0}, {P::kRollback, 3, 0, 0}, {P::kPoison, 2, -1, -1}}},
+      {Fault::kTruncateAllNoop,
+       {{P::kOracle, 3, 0, 0}, {P::kRollback, 3, 0, 0}, {P::kCacheState, 2, 0, 0, 0}}},
+      {Fault::kTruncateKeepsLast,
+       {{P::kOracle, 3, 0, 0}, {P::kRollback, 3, 0, 0}, {P::kCacheState, 2, 0, 0, 0}}},
   };
   return cases;
 }

@@ -58,6 +58,9 @@ inline const std::vector<FaultTarget>& fault_targets() {
         P::kCacheState,  // shift_keeps_k
         P::kCacheState,  // shift_rotates_v
         P::kCacheState,  // shift_wrong_sign
+        P::kPoison,      // truncate_late
+        P::kCacheState,  // truncate_all_noop
+        P::kCacheState,  // truncate_keeps_last
     };
     static_assert(std::size(property_of) == size_t(kFaultCount));
     std::vector<FaultTarget> out;

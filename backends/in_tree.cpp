@@ -64,6 +64,7 @@ EngineTraits cpu_engine_traits_with_operations(KernelPath kernels) {
   // Context shift: contiguous storage only (a paged scenario's erase or
   // shift is refused; the generators never draw them together).
   t.operations.erase = true;
+  t.operations.abort = true;
   t.operations.shift = true;
   return t;
 }

@@ -110,6 +110,13 @@ class PluginEngine final : public Engine {
     check("finish", table().finish(handle_, sequence, &e), e);
   }
 
+  // NULL (or an older table): the plugin's abort is its finish.
+  void abort(SequenceId sequence) override {
+    if (table().abort == nullptr) return finish(sequence);
+    kvcheck_error e{};
+    check("abort", table().abort(handle_, sequence, &e), e);
+  }
+
   void reset() override {
     kvcheck_error e{};
     if (table().reset == nullptr) throw std::runtime_error("plugin has no reset operation");
@@ -319,7 +326,8 @@ void check_declared_operations(const std::string& path, const kvcheck_plugin_v1&
       // A ring's snapshot holds fewer slots than the sequence's length: the
       // positions must say which.
       {"sliding_window", ops.sliding_window && ops.cache_snapshot && t.cache_positions == nullptr,
-       end_of(offsetof(kvcheck_plugin_v1, cache_positions)), " cache_positions"}};
+       end_of(offsetof(kvcheck_plugin_v1, cache_positions)), " cache_positions"},
+      {"abort", ops.abort && t.abort == nullptr, end_of(offsetof(kvcheck_plugin_v1, abort))}};
   for (const Declared& d : declared) {
     if (!d.contradiction) continue;
     throw InputError("--backend plugin:" + path + ": traits.operations." + d.name +

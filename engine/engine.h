@@ -123,6 +123,12 @@ class Engine {
   // EOS: frees the sequence's row; compaction may move other rows.
   virtual void finish(SequenceId sequence) = 0;
 
+  // A request cancelled before its stream was fed (between prefill chunks,
+  // docs/OPERATIONS.md, "Abort"): the sequence goes as finish ends it, and
+  // only blocks it wrote whole stay in the prefix cache. An engine whose
+  // abort is its finish keeps this default (operations.abort false).
+  virtual void abort(SequenceId sequence) { finish(sequence); }
+
   // Drops every sequence.
   virtual void reset() = 0;
 

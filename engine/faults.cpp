@@ -83,6 +83,10 @@ constexpr std::array<FaultInfo, kFaultCount> kFaults = {{
      "a rollback of n tokens keeps the last rejected one: a negative crop off by one "
      "(transformers #47433)",
      "truncate"},
+    {"abort_frees_cached",
+     "an abort between prefill chunks frees the blocks it wrote but leaves them in the prefix "
+     "index: later hits read freed pages (SGLang #38319)",
+     "abort"},
 }};
 
 }  // namespace

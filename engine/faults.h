@@ -59,6 +59,8 @@ enum class Fault : uint8_t {
   kTruncateLate,       // the rolled-back tail stays visible to the next step
   kTruncateAllNoop,    // a rollback of every cached token changes nothing
   kTruncateKeepsLast,  // a rollback of n tokens keeps the last of them
+  // Aborted prefills (abort).
+  kAbortFreesCached,  // abort frees its cached blocks but leaves them in the prefix index
   kCount
 };
 

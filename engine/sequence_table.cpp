@@ -528,7 +528,10 @@ void BasicSequenceTable<kFaults>::release(int block, const PoisonSlots& poison) 
   int& count = refcount_[size_t(block)];
   if (count <= 0) return;  // already free (only a faulty engine gets here)
   if (--count == 0) {
-    if (prefix_cache_ && index_.registered(block)) {
+    // The fault: an aborted request's registered blocks go back to the free
+    // list, poisoned, while the index still maps their tokens to them.
+    const bool freed_in_index = aborting_ && has(Fault::kAbortFreesCached);
+    if (prefix_cache_ && index_.registered(block) && !freed_in_index) {
       index_.touch(block);  // cached: kept, data and all, until evicted or flushed
       return;
     }
@@ -703,6 +706,18 @@ void BasicSequenceTable<kFaults>::finish_paged(SequenceId id, const PoisonSlots&
   row_owner_[size_t(s.row)] = kNoSequence;
   row_fill_[size_t(s.row)] = 0;
   row_position_[size_t(s.row)] = 0;
+}
+
+template <bool kFaults>
+void BasicSequenceTable<kFaults>::abort_paged(SequenceId id, const PoisonSlots& poison) {
+  aborting_ = true;
+  try {
+    finish_paged(id, poison);
+  } catch (...) {
+    aborting_ = false;
+    throw;
+  }
+  aborting_ = false;
 }
 
 template <bool kFaults>

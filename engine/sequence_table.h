@@ -155,6 +155,9 @@ class BasicSequenceTable {
   // Paged: finish and reset without row compaction; blocks whose last
   // reference goes are poisoned through `poison`.
   void finish_paged(SequenceId id, const PoisonSlots& poison);
+  // Paged: a request cancelled mid-prefill ends as finish_paged ends it
+  // (the fault abort_frees_cached lives here).
+  void abort_paged(SequenceId id, const PoisonSlots& poison);
   void reset_paged(const PoisonSlots& poison);
 
   // Paged: the storage block and slot of `slot` of the sequence in `row`;
@@ -216,7 +219,8 @@ class BasicSequenceTable {
   std::vector<int> refcount_;  // [block] references held by block tables
   std::vector<int> free_;      // free blocks, the next to hand out last
   bool prefix_cache_ = false;
-  PrefixIndex index_;  // registered (full, written) blocks; refcount 0 ones are "cached"
+  bool aborting_ = false;  // inside abort_paged: its releases may take the fault's path
+  PrefixIndex index_;      // registered (full, written) blocks; refcount 0 ones are "cached"
 
   int take_row(const char* call);
   // erase and shift: checks the sequence, the range [p0, p1) and the

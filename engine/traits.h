@@ -45,6 +45,7 @@ struct OperationTraits {
   // calls (docs/OPERATIONS.md, "Sliding windows"); no engine combines it with
   // fork, truncate, paged storage or a prefix cache yet.
   bool sliding_window = false;
+  bool abort = false;  // Engine::abort is a path of its own (else abort runs as finish)
   bool erase = false;  // Engine::erase (P1/P6 replay the history)
   bool shift = false;  // Engine::shift (P1/P6 replay the history)
 };

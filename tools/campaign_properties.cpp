@@ -65,6 +65,8 @@ constexpr CoverageClass kCoverageClasses[] = {
     {"verify: one draft", &rcgen::Coverage::verify_one_draft},
     {"verify: across blocks", &rcgen::Coverage::verify_across_blocks},
     {"verify: forked", &rcgen::Coverage::verify_forked},
+    {"abort", &rcgen::Coverage::abort},
+    {"abort, then a hit on its prefix", &rcgen::Coverage::hit_after_abort},
 };
 static_assert(std::size(kCoverageClasses) <= 64, "the coverage mask is 64 bits");
 

@@ -58,8 +58,9 @@ class Server {
     Served& e = engine(request);
     if (op == "start") return start(e, request);
     if (op == "step") return step(e, request, payloads);
-    if (op == "finish") {
-      e.engine->finish(e.sequence(id(request, "sequence")));
+    if (op == "finish" || op == "abort") {
+      const SequenceId s = e.sequence(id(request, "sequence"));
+      op == "finish" ? e.engine->finish(s) : e.engine->abort(s);
       e.client_ids.erase(id(request, "sequence"));
       return json::object();
     }

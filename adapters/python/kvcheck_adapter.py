@@ -7,6 +7,8 @@ server side, standard library only. An engine is any object with
     step(entries) -> logits                          entries: [(sequence, [token, ...]), ...]
                                                      logits: [sum n][V] float32
     finish(sequence), reset()                        optional (declare in traits)
+    abort(sequence)                                  optional ("abort": a request cancelled
+                                                     mid-prefill; without it, finish)
     fork(parent, n) -> int                           optional ("fork": a new sequence holding
                                                      the parent's first n tokens)
     truncate(sequence, n)                            optional ("truncate": forget the last n)
@@ -262,8 +264,9 @@ class _Server:
             if hasattr(engine, "reused"):
                 reply["reused"] = [int(engine.reused(sequence)) for sequence, _ in entries]
             return reply, [logits]
-        if op == "finish":
-            self._optional(engine, "finish")(self._sequence(r, r["sequence"]))
+        if op == "finish" or op == "abort":
+            name = "abort" if op == "abort" and hasattr(engine, "abort") else "finish"
+            self._optional(engine, name)(self._sequence(r, r["sequence"]))
             if self.version >= 2:
                 del self.sequences[r["engine"]][r["sequence"]]
             return {}, []

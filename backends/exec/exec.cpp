@@ -136,6 +136,15 @@ class ExecEngine final : public Engine, private Pipeline {
     live_.erase(sequence);
   }
 
+  // An engine with an abort path of its own (traits operations.abort) gets
+  // "abort"; any other ends the sequence with finish, as its users would.
+  void abort(SequenceId sequence) override {
+    const json& operations = session_->handshake().value("operations", json::object());
+    if (!operations.value("abort", false)) return finish(sequence);
+    call({{"op", "abort"}, {"engine", id_}, {"sequence", sequence}});
+    live_.erase(sequence);
+  }
+
   void reset() override {
     const json request = {{"op", "reset"}, {"engine", id_}};
     if (session_->version() >= 2)

@@ -82,6 +82,11 @@ class CpuEngine final : public Engine {
         [&](int row) { cache_.clear_row(row); });
   }
 
+  void abort(SequenceId id) override {
+    if (table_.paged()) return table_.abort_paged(id, poison_slots());
+    finish(id);
+  }
+
   void reset() override {
     const int layers = has(Fault::kResetClearsLayer0Only) ? 1 : config_.n_layers;
     if (table_.paged()) return table_.reset_paged(poison_slots(layers));

@@ -142,7 +142,8 @@ const kvcheck_plugin_v1 kTable = {KVCHECK_PLUGIN_ABI_VERSION,
                                   nullptr,   // flush_prefix_cache
                                   nullptr,   // erase
                                   nullptr,   // shift
-                                  nullptr};  // cache_positions: slot i holds position i
+                                  nullptr,   // cache_positions: slot i holds position i
+                                  nullptr};  // abort: its finish
 
 }  // namespace
 

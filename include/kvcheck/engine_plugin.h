@@ -184,6 +184,13 @@ typedef struct kvcheck_plugin_v1 {
   int32_t (*cache_positions)(kvcheck_engine* engine, int64_t sequence, int32_t layer,
                              int32_t* positions, int64_t capacity, int32_t* slots, int32_t* listed,
                              kvcheck_error* error);
+
+  /* ---- appended: abort (docs/OPERATIONS.md, "Abort"). Read only when
+   * struct_size covers it; NULL unless the traits declare "abort", and then
+   * kvcheck ends an aborted sequence with `finish`. A request cancelled
+   * before its stream was fed (between prefill chunks): the sequence ends as
+   * finish ends it; only blocks it wrote whole may stay in a prefix cache. */
+  int32_t (*abort)(kvcheck_engine* engine, int64_t sequence, kvcheck_error* error);
 } kvcheck_plugin_v1;
 
 /* struct_size of a table that ends at `cache` (the first version of this

@@ -48,6 +48,8 @@ Coverage& Coverage::operator|=(const Coverage& o) {
                       &Coverage::verify_one_draft,
                       &Coverage::verify_across_blocks,
                       &Coverage::verify_forked,
+                      &Coverage::abort,
+                      &Coverage::hit_after_abort,
                       &Coverage::prefill,
                       &Coverage::decode,
                       &Coverage::start,
@@ -101,6 +103,7 @@ class CoverageWalk {
       if (call.kind == Call::Kind::kFork) fork(call);
       if (call.kind == Call::Kind::kTruncate) truncate(call);
       if (call.kind == Call::Kind::kVerify) verify(call);
+      if (call.kind == Call::Kind::kAbort) abort(call);
       if (call.kind == Call::Kind::kErase) erase(call);
       if (call.kind == Call::Kind::kShift) shift(call);
       cov_.flush |= call.kind == Call::Kind::kFlush;
@@ -123,6 +126,11 @@ class CoverageWalk {
       cov_.shared_prompt |=
           mine.size() > B && earlier.size() >= B &&
           std::equal(mine.begin(), mine.begin() + std::ptrdiff_t(B), earlier.begin());
+    }
+    for (const std::vector<int32_t>& fed : aborted_) {
+      cov_.hit_after_abort |=
+          s_.prefix_cache && B > 0 && mine.size() > B && fed.size() >= B &&
+          std::equal(mine.begin(), mine.begin() + std::ptrdiff_t(B), fed.begin());
     }
   }
 
@@ -167,6 +175,13 @@ class CoverageWalk {
     cov_.truncate = true;
     cov_.truncate_to_zero |= after == 0 && before > 0;
     cov_.truncate_across_blocks |= B > 0 && before / B != after / B;
+  }
+
+  void abort(const Call& call) {
+    cov_.abort = true;
+    const std::vector<int32_t>& stream = s_.sequences[size_t(call.sequence)];
+    const int fed = model_.at(call.sequence).fed;
+    aborted_.emplace_back(stream.begin(), stream.begin() + fed);
   }
 
   void verify(const Call& call) {
@@ -216,11 +231,12 @@ class CoverageWalk {
   const Scenario& s_;
   Coverage& cov_;
   ScheduleModel model_;
-  std::vector<char> one_token_chunk_;  // [sequence] had a one-token chunk
-  std::vector<char> shifted_;          // [sequence] shifted before
-  std::vector<char> forked_;           // [sequence] a fork's parent or child
-  std::vector<char> pending_erase_;    // [sequence] erased in the middle, not fed or shifted since
-  std::vector<char> pending_shift_;    // [sequence] shifted in the middle, not fed since
+  std::vector<char> one_token_chunk_;          // [sequence] had a one-token chunk
+  std::vector<char> shifted_;                  // [sequence] shifted before
+  std::vector<char> forked_;                   // [sequence] a fork's parent or child
+  std::vector<std::vector<int32_t>> aborted_;  // [abort] the tokens the aborted sequence fed
+  std::vector<char> pending_erase_;  // [sequence] erased in the middle, not fed or shifted since
+  std::vector<char> pending_shift_;  // [sequence] shifted in the middle, not fed since
   bool finished_since_reset_ = false;
 };
 

@@ -237,6 +237,9 @@ int emphasis_factor(Emphasis emphasis, Call::Kind kind) {
   if (emphasis == Emphasis::kForks) {
     return kind == Call::Kind::kFork ? 8 : kind == Call::Kind::kVerify ? 4 : 1;
   }
+  // An aborted prefill's whole blocks stay cached: a later prompt that hits
+  // them is where SGLang #38319 read freed pages.
+  if (emphasis == Emphasis::kPrefixCache) return kind == Call::Kind::kAbort ? 6 : 1;
   if (emphasis == Emphasis::kTruncations) {
     return kind == Call::Kind::kTruncate || kind == Call::Kind::kVerify ? 8 : 1;
   }

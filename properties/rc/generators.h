@@ -185,6 +185,9 @@ struct Coverage {
   // one of a sequence a fork made or forked from (shared blocks).
   bool verify = false, verify_reject_all = false, verify_accept_all = false;
   bool verify_one_draft = false, verify_across_blocks = false, verify_forked = false;
+  // Aborts: any, and a later start whose prompt begins with a whole block an
+  // aborted prefill fed (with a prefix cache: where SGLang #38319 read garbage).
+  bool abort = false, hit_after_abort = false;
   bool prefill = false;  // a chunk of two tokens or more
   bool decode = false;   // a one-token chunk of a sequence that holds tokens
   bool start = false;

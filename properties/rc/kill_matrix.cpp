@@ -56,6 +56,7 @@ const std::vector<CatalogueEntry>& fault_catalogue() {
       {Fault::kTruncateLate, {P::kOracle, P::kRollback, P::kPoison}, 9, 6},
       {Fault::kTruncateAllNoop, {P::kOracle, P::kRollback, P::kCacheState}, 8, 6},
       {Fault::kTruncateKeepsLast, {P::kOracle, P::kRollback, P::kCacheState}, 8, 6},
+      {Fault::kAbortFreesCached, {P::kOracle, P::kPool}, 10, 6},
   };
   return entries;
 }
@@ -73,7 +74,7 @@ const HuntResult* KillMatrixRow::smallest() const {
 Emphasis emphasis_for_fault(Fault fault) {
   const std::string_view needs = fault_needs(fault);
   if (needs == "shift") return Emphasis::kContextShift;
-  if (needs == "prefix_cache") return Emphasis::kPrefixCache;
+  if (needs == "prefix_cache" || needs == "abort") return Emphasis::kPrefixCache;
   if (needs == "paged") return Emphasis::kForks;
   if (needs == "truncate") return Emphasis::kTruncations;
   return Emphasis::kAny;

@@ -37,7 +37,7 @@ void run(CallTarget& target, const Call&, int) {
 
 extern const Operation kFlushOperation{.kind = Call::Kind::kFlush,
                                        .keyword = "flush",
-                                       .weight = 10,
+                                       .weight = 12,
                                        .precondition = op_flush::precondition,
                                        .apply = op_flush::apply,
                                        .plan = op_flush::plan,

@@ -11,13 +11,14 @@ namespace kvcheck {
 
 extern const Operation kStartOperation, kStepOperation, kFinishOperation, kResetOperation,
     kForkOperation, kTruncateOperation, kFlushOperation, kEraseOperation, kShiftOperation,
-    kVerifyOperation;
+    kVerifyOperation, kAbortOperation;
 
 namespace {
 
-const std::array<const Operation*, 10> kTable = {
-    &kStartOperation,    &kStepOperation,  &kFinishOperation, &kResetOperation, &kForkOperation,
-    &kTruncateOperation, &kFlushOperation, &kEraseOperation,  &kShiftOperation, &kVerifyOperation};
+const std::array<const Operation*, 11> kTable = {
+    &kStartOperation, &kStepOperation,     &kFinishOperation, &kResetOperation,
+    &kForkOperation,  &kTruncateOperation, &kFlushOperation,  &kEraseOperation,
+    &kShiftOperation, &kVerifyOperation,   &kAbortOperation};
 
 std::vector<Operation> table_in_kind_order() {
   std::vector<Operation> out;

@@ -100,7 +100,8 @@ const kvcheck_plugin_v1 kTable = {kAbi,    kSize,  traits_json, create, destroy,
                                   nullptr,   // flush_prefix_cache
                                   nullptr,   // erase
                                   nullptr,   // shift
-                                  nullptr};  // cache_positions
+                                  nullptr,   // cache_positions
+                                  nullptr};  // abort
 
 }  // namespace
 

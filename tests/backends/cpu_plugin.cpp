@@ -268,6 +268,10 @@ int32_t step(kvcheck_engine* engine, const kvcheck_batch_entry* batch, int32_t n
   });
 }
 
+int32_t abort_sequence(kvcheck_engine* engine, int64_t sequence, kvcheck_error* error) {
+  return guarded(error, [&] { engine->engine->abort(sequence); });
+}
+
 int32_t finish(kvcheck_engine* engine, int64_t sequence, kvcheck_error* error) {
   if (engine->finish_fails) return fail(error, KVCHECK_ERR_INTERNAL, "finish: map::at");
   return guarded(error, [&] { engine->engine->finish(sequence); });
@@ -368,7 +372,8 @@ const kvcheck_plugin_v1 kTable = {KVCHECK_PLUGIN_ABI_VERSION,
                                   flush_prefix_cache,
                                   erase,
                                   shift,
-                                  cache_positions};
+                                  cache_positions,
+                                  abort_sequence};
 
 }  // namespace
 

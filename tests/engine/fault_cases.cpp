@@ -15,6 +15,9 @@ Op step(std::vector<std::pair<int, int>> e) {
 Op finish(int s) {
   return {Op::kFinish, {}, s};
 }
+Op abort(int s) {
+  return {Op::kAbort, {}, s};
+}
 Op reset() {
   return {Op::kReset};
 }
@@ -92,6 +95,9 @@ Outcome run_minimal_case(const MinimalCase& m, FaultSet faults, const MakeEngine
         }
         case Op::kFinish:
           engine->finish(ids[size_t(op.sequence)]);
+          break;
+        case Op::kAbort:
+          engine->abort(ids[size_t(op.sequence)]);
           break;
         case Op::kReset:
           engine->reset();
@@ -375,6 +381,20 @@ const std::vector<MinimalCase>& minimal_cases() {
        1,
        4,
        {start(), step({{0, 1}}), truncate(0, 1), step({{0, 1}})}},
+      // An aborted prefill's block, freed yet still indexed: s1 hits it.
+      {Fault::kAbortFreesCached,
+       F::kGpt2,
+       1,
+       1,
+       1,
+       4,
+       {start(), step({{0, 1}}), abort(0), start(), step({{1, 2}})},
+       1,
+       KvDtype::kF32,
+       0,
+       0,
+       true,
+       {{1, 2}, {1, 5}}},
   };
   return cases;
 }

@@ -23,9 +23,20 @@ struct Op {
   // refusal is recorded as -1 in the outcome and the script goes on.
   // kShift moves every cached position of `sequence` by `count` (an
   // erase-free context shift).
-  enum Kind { kStart, kStep, kFinish, kReset, kFork, kTruncate, kObserve, kTryStep, kShift } kind;
+  enum Kind {
+    kStart,
+    kStep,
+    kFinish,
+    kReset,
+    kFork,
+    kTruncate,
+    kObserve,
+    kTryStep,
+    kShift,
+    kAbort
+  } kind;
   std::vector<std::pair<int, int>> entries = {};  // kStep: (sequence index, tokens)
-  int sequence = 0;                               // kFinish, kFork (parent), kTruncate
+  int sequence = 0;                               // kFinish, kAbort, kFork (parent), kTruncate
   int count = 0;                                  // kFork, kTruncate; kShift: delta
 };
 
@@ -38,6 +49,7 @@ Op truncate(int sequence, int n);
 Op observe();
 Op try_step(std::vector<std::pair<int, int>> entries);
 Op shift(int sequence, int delta);
+Op abort(int sequence);
 
 struct MinimalCase {
   Fault fault;

@@ -241,7 +241,8 @@ TEST(Generators, TheDefaultGeneratorReachesEveryShape) {
         {"verify: reject all", c.verify_reject_all},
         {"verify: accept all", c.verify_accept_all},
         {"verify: one draft", c.verify_one_draft},
-        {"verify: across blocks", c.verify_across_blocks}};
+        {"verify: across blocks", c.verify_across_blocks},
+        {"abort", c.abort}};
     for (const auto& [name, has] : tags) seen[name] += has;
   }
   const std::set<std::string> shapes = {"erase middle, then step", "shift up",
@@ -268,6 +269,21 @@ TEST(Generators, TheForkEmphasisRollsBackForkedSequences) {
   }
   std::cout << "verify: forked: " << 100.0 * forked / kCases << " %\n";
   EXPECT_GE(100.0 * forked / kCases, 5.0);
+}
+
+// A later request whose prompt starts with a whole block an aborted prefill
+// fed: the prefix-cache emphasis (P15's cases and the abort fault's kill
+// row) reaches it in 5 % or more of its cases (the default: under 1 %).
+TEST(Generators, ThePrefixCacheEmphasisHitsAfterAnAbort) {
+  const rc::Gen<Scenario> scenarios =
+      rcgen::scenario(rcgen::Emphasis::kPrefixCache, cpu_engine_traits_with_operations());
+  constexpr int kCases = 2000;
+  int hits = 0;
+  for (uint64_t seed = 1; seed <= kCases; ++seed) {
+    hits += rcgen::coverage(scenarios(rc::Random(seed), int(seed % 100)).value()).hit_after_abort;
+  }
+  std::cout << "abort, then a hit on its prefix: " << 100.0 * hits / kCases << " %\n";
+  EXPECT_GE(100.0 * hits / kCases, 5.0);
 }
 
 }  // namespace kvcheck::test

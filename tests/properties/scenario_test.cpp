@@ -50,7 +50,8 @@ TEST(Scenario, SizeMatchesTheFaultCatalogue) {
                                          {Fault::kShiftWrongSign, 6},
                                          {Fault::kTruncateLate, 9},
                                          {Fault::kTruncateAllNoop, 8},
-                                         {Fault::kTruncateKeepsLast, 8}};
+                                         {Fault::kTruncateKeepsLast, 8},
+                                         {Fault::kAbortFreesCached, 10}};
   for (const auto& [fault, size] : sizes) {
     EXPECT_EQ(minimal_fault_scenario(fault).size(), size) << fault_name(fault);
   }

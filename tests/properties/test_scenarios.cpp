@@ -257,6 +257,13 @@ Scenario minimal_fault_scenario(Fault fault) {
     case Fault::kTruncateKeepsLast:
       s.calls = {S(0), P({{0, 1}}), Call::verify(0, 1, 0), P({{0, 1}})};
       break;
+    case Fault::kAbortFreesCached:
+      // s0 is aborted after its first token (a whole block); the faulty
+      // abort frees that block but leaves it indexed, and s1 = [1 5] hits it.
+      s.block_size = 1;
+      s.prefix_cache = true;
+      s.calls = {S(0), P({{0, 1}}), Call::abort(0), S(1), P({{1, 2}})};
+      break;
     case Fault::kCount:
       break;
   }
@@ -274,6 +281,7 @@ Scenario minimal_fault_scenario(Fault fault) {
   // block of s0 = [1 2].
   if (fault == Fault::kPrefixHashOnly) s.sequences = {{0}, {32, 7}};
   if (fault == Fault::kPrefixHitExtraBlock) s.sequences = {{1, 2}, {1, 5}};
+  if (fault == Fault::kAbortFreesCached) s.sequences = {{1, 2}, {1, 5}};
   return s;
 }
 

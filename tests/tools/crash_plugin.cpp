@@ -83,7 +83,8 @@ const kvcheck_plugin_v1 kTable = {KVCHECK_PLUGIN_ABI_VERSION,
                                   nullptr,   // flush_prefix_cache
                                   nullptr,   // erase
                                   nullptr,   // shift
-                                  nullptr};  // cache_positions
+                                  nullptr,   // cache_positions
+                                  nullptr};  // abort
 
 }  // namespace
 

@@ -92,6 +92,7 @@ const std::vector<FaultCase>& fault_cases() {
        {{P::kOracle, 3, 0, 0}, {P::kRollback, 3, 0, 0}, {P::kCacheState, 2, 0, 0, 0}}},
       {Fault::kTruncateKeepsLast,
        {{P::kOracle, 3, 0, 0}, {P::kRollback, 3, 0, 0}, {P::kCacheState, 2, 0, 0, 0}}},
+      {Fault::kAbortFreesCached, {{P::kOracle, 4, 1, 1}, {P::kPool, 2, -1, -1}}},
   };
   return cases;
 }
@@ -168,9 +169,10 @@ TEST(Faults, EveryFaultIsKilledOnTheRichScenario) {
         const Scenario& scenario = fault_needs(fault) == "sliding_window" ? windowed : plain;
         if (fault == Fault::kRopeReapplied && family == Family::kGpt2) continue;
         // The rich scenario has no fork, truncation, paged storage, prefix
-        // cache, erase or shift.
+        // cache, abort, erase or shift.
         if (fault_needs(fault) == "truncate" || fault_needs(fault) == "paged" ||
-            fault_needs(fault) == "prefix_cache" || fault_needs(fault) == "shift") {
+            fault_needs(fault) == "prefix_cache" || fault_needs(fault) == "abort" ||
+            fault_needs(fault) == "shift") {
           continue;
         }
         // The scale faults live in q8_0 storage only.

@@ -61,6 +61,7 @@ inline const std::vector<FaultTarget>& fault_targets() {
         P::kPoison,      // truncate_late
         P::kCacheState,  // truncate_all_noop
         P::kCacheState,  // truncate_keeps_last
+        P::kPool,        // abort_frees_cached
     };
     static_assert(std::size(property_of) == size_t(kFaultCount));
     std::vector<FaultTarget> out;

@@ -65,6 +65,7 @@ EngineTraits cpu_engine_traits_with_operations(KernelPath kernels) {
   // shift is refused; the generators never draw them together).
   t.operations.erase = true;
   t.operations.abort = true;
+  t.operations.cache_keys = true;
   t.operations.shift = true;
   return t;
 }

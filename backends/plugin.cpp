@@ -110,6 +110,14 @@ class PluginEngine final : public Engine {
     check("finish", table().finish(handle_, sequence, &e), e);
   }
 
+  SequenceId start_keyed(uint64_t cache_key) override {
+    if (cache_key == 0 || table().start_keyed == nullptr) return Engine::start_keyed(cache_key);
+    kvcheck_error e{};
+    int64_t sequence = 0;
+    check("start_keyed", table().start_keyed(handle_, cache_key, &sequence, &e), e);
+    return sequence;
+  }
+
   // NULL (or an older table): the plugin's abort is its finish.
   void abort(SequenceId sequence) override {
     if (table().abort == nullptr) return finish(sequence);
@@ -327,7 +335,9 @@ void check_declared_operations(const std::string& path, const kvcheck_plugin_v1&
       // positions must say which.
       {"sliding_window", ops.sliding_window && ops.cache_snapshot && t.cache_positions == nullptr,
        end_of(offsetof(kvcheck_plugin_v1, cache_positions)), " cache_positions"},
-      {"abort", ops.abort && t.abort == nullptr, end_of(offsetof(kvcheck_plugin_v1, abort))}};
+      {"abort", ops.abort && t.abort == nullptr, end_of(offsetof(kvcheck_plugin_v1, abort))},
+      {"cache_keys", ops.cache_keys && t.start_keyed == nullptr,
+       end_of(offsetof(kvcheck_plugin_v1, start_keyed))}};
   for (const Declared& d : declared) {
     if (!d.contradiction) continue;
     throw InputError("--backend plugin:" + path + ": traits.operations." + d.name +

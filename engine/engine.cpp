@@ -55,6 +55,12 @@ SequenceId Engine::fork(SequenceId, int) {
                     "fork: not supported by " + name() + " (traits.operations.fork is false)");
 }
 
+SequenceId Engine::start_keyed(uint64_t cache_key) {
+  if (cache_key == 0) return start();
+  throw EngineError(EngineError::Kind::kBadBatch, "start_keyed: not supported by " + name() +
+                                                      " (traits.operations.cache_keys is false)");
+}
+
 void Engine::truncate(SequenceId, int) {
   throw EngineError(EngineError::Kind::kBadBatch, "truncate: not supported by " + name() +
                                                       " (traits.operations.truncate is false)");

@@ -115,6 +115,12 @@ class Engine {
   // Starts an empty sequence in a free row. Throws kRows when all are taken.
   virtual SequenceId start() = 0;
 
+  // start, for a request with a cache key (a cache salt, a LoRA adapter id;
+  // docs/OPERATIONS.md, "Cache keys"): its prefix-cache blocks are shared
+  // only with sequences of the same key. Key 0 is start(); any other key
+  // throws kBadBatch unless operations.cache_keys is declared.
+  virtual SequenceId start_keyed(uint64_t cache_key);
+
   // Appends every entry's chunk and writes the logits of every fed token,
   // [sum of n][V], entries in batch order. A sequence appears at most once.
   // The whole batch is checked before anything changes.

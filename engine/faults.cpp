@@ -87,6 +87,10 @@ constexpr std::array<FaultInfo, kFaultCount> kFaults = {{
      "an abort between prefill chunks frees the blocks it wrote but leaves them in the prefix "
      "index: later hits read freed pages (SGLang #38319)",
      "abort"},
+    {"prefix_ignores_key",
+     "prefix-cache blocks shared across cache keys: cache_salt or the LoRA adapter not in the "
+     "block key (vLLM #53495, #44250, #30931)",
+     "cache_keys"},
 }};
 
 }  // namespace

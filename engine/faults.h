@@ -61,6 +61,8 @@ enum class Fault : uint8_t {
   kTruncateKeepsLast,  // a rollback of n tokens keeps the last of them
   // Aborted prefills (abort).
   kAbortFreesCached,  // abort frees its cached blocks but leaves them in the prefix index
+  // Cache keys (a cache salt, an adapter id).
+  kPrefixIgnoresKey,  // prefix blocks are shared across cache keys
   kCount
 };
 

@@ -24,9 +24,12 @@ class PrefixIndex {
 
   // The longest run of registered blocks whose tokens are the leading
   // max_blocks * B tokens of `tokens` (or fewer), each chained to the one
-  // before. hash_bits < 64 is the fault prefix_hash_only: a block matches
-  // when the top hash_bits of its key agree, with no token or link check.
-  std::vector<int> match(std::span<const int32_t> tokens, int max_blocks, int hash_bits) const;
+  // before, in chains of the same cache key (a cache salt or adapter id; 0:
+  // none): requests with different keys never share. hash_bits < 64 is the
+  // fault prefix_hash_only: a block matches when the top hash_bits of its
+  // key agree, with no token, link or cache key check.
+  std::vector<int> match(std::span<const int32_t> tokens, int max_blocks, int hash_bits,
+                         uint64_t cache_key = 0) const;
 
   // A registered block that continues `block`'s chain, or -1 (the fault
   // prefix_hit_one_block_too_many reads it).
@@ -35,7 +38,7 @@ class PrefixIndex {
   // Registers `block` as holding `tokens` (B of them) after `parent` (-1:
   // the first block of a prompt). False, changing nothing, when an equal
   // chain is registered already (that block is the one a hit reuses).
-  bool add(int block, int parent, std::span<const int32_t> tokens);
+  bool add(int block, int parent, std::span<const int32_t> tokens, uint64_t cache_key = 0);
 
   // Forgets `block`; every block registered after it in a chain is
   // forgotten too (no prompt can reach them any more) and appended to
@@ -55,11 +58,13 @@ class PrefixIndex {
     bool registered = false;
     int parent = -1;              // the block before it in its chain, -1 for a first block
     uint64_t key = 0;             // chained hash of the chain's tokens through this block
+    uint64_t cache_key = 0;       // the chain's cache key (0: none)
     std::vector<int32_t> tokens;  // [B] the tokens it holds
     uint64_t last_use = 0;
   };
-  uint64_t key_after(int parent, std::span<const int32_t> tokens) const;
-  int find(int parent, uint64_t key, std::span<const int32_t> tokens, int hash_bits) const;
+  uint64_t key_after(int parent, std::span<const int32_t> tokens, uint64_t cache_key) const;
+  int find(int parent, uint64_t key, std::span<const int32_t> tokens, int hash_bits,
+           uint64_t cache_key) const;
 
   int block_size_ = 0;
   std::vector<Entry> entries_;                     // [block]

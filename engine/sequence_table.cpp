@@ -55,11 +55,12 @@ int BasicSequenceTable<kFaults>::take_row(const char* call) {
 }
 
 template <bool kFaults>
-SequenceId BasicSequenceTable<kFaults>::start() {
+SequenceId BasicSequenceTable<kFaults>::start(uint64_t cache_key) {
   const int row = take_row("start");
   const SequenceId id = next_id_++;
   SequenceState s;
   s.row = row;
+  s.cache_key = cache_key;
   if (has(Fault::kResetKeepsKv)) s.slot_base = row_fill_[size_t(row)];
   if (has(Fault::kResetKeepsPosition)) s.position_base = row_position_[size_t(row)];
   sequences_[id] = s;
@@ -187,7 +188,7 @@ void BasicSequenceTable<kFaults>::register_blocks(const SequenceState& s) {
                                          size_t(block_size_));
       // An equal chain registered already: this copy stays private, and so
       // does everything after it.
-      if (!index_.add(block, parent, own)) return;
+      if (!index_.add(block, parent, own, index_key(s))) return;
     }
     parent = block;
   }
@@ -386,6 +387,7 @@ SequenceId BasicSequenceTable<kFaults>::fork(SequenceId parent_id, int n, const 
   child.chunks = n > 0 ? 1 : 0;
   child.slot_base = parent.slot_base;
   child.position_base = parent.position_base;
+  child.cache_key = parent.cache_key;
   if (prefix_cache_) child.tokens.assign(parent.tokens.begin(), parent.tokens.begin() + n);
   if (!parent.positions.empty()) {
     child.positions.assign(parent.positions.begin(), parent.positions.begin() + n);
@@ -582,7 +584,7 @@ std::vector<int> BasicSequenceTable<kFaults>::prepare_step(std::span<const Batch
       if (s.length != 0 || s.slot_base != 0) continue;
       const int n = static_cast<int>(batch[i].tokens.size());
       hits[i] = index_.match(batch[i].tokens, n / block_size_,
-                             has(Fault::kPrefixHashOnly) ? kFaultyHashBits : 64);
+                             has(Fault::kPrefixHashOnly) ? kFaultyHashBits : 64, index_key(s));
       // A one-token chunk reuses nothing (its token is the last one).
       if (n == 1) hits[i].clear();
       const int covered = static_cast<int>(hits[i].size()) * block_size_;

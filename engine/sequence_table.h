@@ -32,6 +32,7 @@ struct SequenceState {
   std::vector<int32_t> tokens;  // prefix cache: [position] the content, to register full blocks
   int reused = 0;           // prefix cache: leading tokens of its last step taken from the cache
   int rolled_back_end = 0;  // fault truncate_late: keys the next step still sees, else 0
+  uint64_t cache_key = 0;   // prefix cache: blocks are shared only within one key
   // Context shift: [slot - slot_base] the position each cell holds, kept
   // only once an erase or shift moved one (empty: cell i holds position i).
   std::vector<int32_t> positions;
@@ -82,7 +83,9 @@ class BasicSequenceTable {
   int storage_layer(int layer) const { return has(Fault::kSharedLayerCache) ? 0 : layer; }
 
   // A new sequence in the lowest free row; throws kRows when all are taken.
-  SequenceId start();
+  // Its prefix-cache blocks are shared only with sequences of the same
+  // cache key (0: none); a fork's child has its parent's.
+  SequenceId start(uint64_t cache_key = 0);
 
   // Throws kUnknownSequence, naming `call`.
   const SequenceState& lookup(SequenceId id, const char* call) const;
@@ -227,6 +230,10 @@ class BasicSequenceTable {
   // storage (kBadBatch naming `call`); the positions of its cells.
   std::vector<int32_t> held_positions(SequenceId id, int p0, int p1, const char* call) const;
   int blocks_for(int slots) const { return (slots + block_size_ - 1) / block_size_; }
+  // The key the index sees (the fault prefix_ignores_key drops it).
+  uint64_t index_key(const SequenceState& s) const {
+    return has(Fault::kPrefixIgnoresKey) ? 0 : s.cache_key;
+  }
   bool cached(int block) const { return refcount_[size_t(block)] == 0 && index_.registered(block); }
   int cached_blocks() const;
   // A free block, else the least recently used cached one (evicted:

@@ -44,6 +44,7 @@ bool declares(const OperationTraits& op, std::string_view needs) {
   if (needs == "storage_check") return op.storage_check && op.reset;
   if (needs == "prefix_cache") return op.prefix_cache && op.paged;
   if (needs == "abort") return op.abort && op.prefix_cache && op.paged;
+  if (needs == "cache_keys") return op.cache_keys && op.prefix_cache && op.paged;
   if (needs == "sliding_window") return op.sliding_window;
   if (needs == "shift") return op.erase && op.shift;
   return needs.empty();

@@ -45,9 +45,10 @@ struct OperationTraits {
   // calls (docs/OPERATIONS.md, "Sliding windows"); no engine combines it with
   // fork, truncate, paged storage or a prefix cache yet.
   bool sliding_window = false;
-  bool abort = false;  // Engine::abort is a path of its own (else abort runs as finish)
-  bool erase = false;  // Engine::erase (P1/P6 replay the history)
-  bool shift = false;  // Engine::shift (P1/P6 replay the history)
+  bool abort = false;       // Engine::abort is a path of its own (else abort runs as finish)
+  bool cache_keys = false;  // Engine::start_keyed: prefix blocks shared within one key (P15)
+  bool erase = false;       // Engine::erase (P1/P6 replay the history)
+  bool shift = false;       // Engine::shift (P1/P6 replay the history)
 };
 
 // Limits as constraints: a scenario outside them is not applicable.

@@ -89,6 +89,7 @@ class ScenarioRunner final : private CallTarget {
   void execute(const Call& call, int call_index);
   // CallTarget: what an operation's `run` reaches.
   std::span<RunnerSequence> sequences() override { return sequences_; }
+  const Scenario& scenario() const override { return scenario_; }
   int max_pos() const override { return scenario_.config.max_pos; }
   void feed(const Call& call, int call_index) override;  // a step
   std::vector<int> fill_batch(const Call& call);         // [chunk] fed before the step

@@ -100,6 +100,10 @@ std::string Scenario::validate() const {
     return out.str();
   }
   if (prefix_cache && block_size == 0) return "prefix_cache: needs paged storage (block_size > 0)";
+  if (cache_keys.size() > sequences.size()) {
+    return "cache_key: " + std::to_string(cache_keys.size()) + " keys for " +
+           std::to_string(sequences.size()) + " sequences";
+  }
   for (size_t s = 0; s < sequences.size(); ++s) {
     for (size_t i = 0; i < sequences[s].size(); ++i) {
       const int32_t token = sequences[s][i];
@@ -173,7 +177,9 @@ std::string Scenario::to_text() const {
   if (prefix_cache) out << " prefix_cache 1";
   out << "\n";
   for (size_t s = 0; s < sequences.size(); ++s) {
-    out << "s" << s << " (" << sequences[s].size() << " tokens):";
+    out << "s" << s << " (" << sequences[s].size() << " tokens";
+    if (cache_key(int(s)) != 0) out << ", cache key " << cache_key(int(s));
+    out << "):";
     for (int32_t token : sequences[s]) out << " " << token;
     out << "\n";
   }

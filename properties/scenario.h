@@ -83,6 +83,10 @@ struct Scenario {
   int pool_blocks = 0;        // paged: blocks in the pool; 0: the engine's default (never runs dry)
   bool prefix_cache = false;  // paged: reuse cached blocks of a prompt's leading tokens
   std::vector<std::vector<int32_t>> sequences;  // [sequence][token], fed in order
+  // [sequence] its cache key (a cache salt, a LoRA adapter id; 0 or absent:
+  // none), given to Engine::start_keyed; prefix blocks are shared only
+  // within one key. A fork's child has its parent's (its own entry is 0).
+  std::vector<uint32_t> cache_keys;
   std::vector<Call> calls;
   // A user's checkpoint (--model): its weights replace init_weights(config,
   // weight_seed), and `config` must be its config. Null for seeded models.
@@ -92,6 +96,11 @@ struct Scenario {
 
   // Engine options for this scenario (faults off; the caller adds them).
   EngineOptions engine_options() const;
+
+  // The cache key sequence s starts with (0: none).
+  uint32_t cache_key(int s) const {
+    return size_t(s) < cache_keys.size() ? cache_keys[size_t(s)] : 0;
+  }
 
   // Shrinking measure: layers + query heads + sequences + tokens fed + calls
   // (steps, finishes, resets, forks, truncations; a start counts through its

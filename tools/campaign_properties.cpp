@@ -67,6 +67,8 @@ constexpr CoverageClass kCoverageClasses[] = {
     {"verify: forked", &rcgen::Coverage::verify_forked},
     {"abort", &rcgen::Coverage::abort},
     {"abort, then a hit on its prefix", &rcgen::Coverage::hit_after_abort},
+    {"cache keys", &rcgen::Coverage::cache_keys},
+    {"shared prompt across keys", &rcgen::Coverage::shared_prompt_across_keys},
 };
 static_assert(std::size(kCoverageClasses) <= 64, "the coverage mask is 64 bits");
 

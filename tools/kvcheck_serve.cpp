@@ -132,10 +132,12 @@ class Server {
     return {{"model", model}};
   }
 
+  // An optional "cache_key" (docs/ENGINE_PROTOCOL.md) keys the sequence.
   json start(Served& e, const json& r) {
-    if (version_ < 2) return {{"sequence", e.engine->start()}};
+    const uint64_t key = r.value("cache_key", uint64_t{0});
+    if (version_ < 2) return {{"sequence", e.engine->start_keyed(key)}};
     const int64_t client = id(r, "sequence");
-    e.client_ids[client] = e.engine->start();
+    e.client_ids[client] = e.engine->start_keyed(key);
     return {{"sequence", client}};
   }
 

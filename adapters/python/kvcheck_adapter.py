@@ -4,6 +4,9 @@ docs/ENGINE_PROTOCOL.md specifies the protocol; this module is the whole
 server side, standard library only. An engine is any object with
 
     start() -> int                                   a new sequence id
+    start_keyed(cache_key) -> int                    optional ("cache_keys": start, for a
+                                                     request whose prefix blocks are shared
+                                                     only with the same key)
     step(entries) -> logits                          entries: [(sequence, [token, ...]), ...]
                                                      logits: [sum n][V] float32
     finish(sequence), reset()                        optional (declare in traits)
@@ -252,7 +255,8 @@ class _Server:
             return {}, []
         engine = self._engine(r)
         if op == "start":
-            sequence = int(engine.start())
+            key = r.get("cache_key", 0)
+            sequence = int(self._optional(engine, "start_keyed")(key) if key else engine.start())
             if self.version < 2:
                 return {"sequence": sequence}, []
             self.sequences[r["engine"]][r["sequence"]] = sequence

@@ -58,11 +58,15 @@ class ExecEngine final : public Engine, private Pipeline {
   // Protocol 2: kvcheck names the sequence, and where a row is free (so the
   // engine must accept) start goes out without waiting; where every row is
   // taken it waits, for the refusal the engine owes (P9).
-  SequenceId start() override {
-    if (session_->version() < 2)
-      return session_->field(call({{"op", "start"}, {"engine", id_}}).control, "sequence", "start");
+  SequenceId start() override { return start_keyed(0); }
+
+  // A key goes out as "cache_key"; the child declares operations.cache_keys.
+  SequenceId start_keyed(uint64_t cache_key) override {
+    json request = {{"op", "start"}, {"engine", id_}};
+    if (cache_key != 0) request["cache_key"] = cache_key;
+    if (session_->version() < 2) return session_->field(call(request).control, "sequence", "start");
     const SequenceId id = session_->new_id();
-    const json request = {{"op", "start"}, {"engine", id_}, {"sequence", id}};
+    request["sequence"] = id;
     if (int(live_.size()) < options_.max_rows)
       post(request);
     else

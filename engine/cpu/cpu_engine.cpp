@@ -82,6 +82,8 @@ class CpuEngine final : public Engine {
         [&](int row) { cache_.clear_row(row); });
   }
 
+  SequenceId start_keyed(uint64_t cache_key) override { return table_.start(cache_key); }
+
   void abort(SequenceId id) override {
     if (table_.paged()) return table_.abort_paged(id, poison_slots());
     finish(id);

@@ -143,7 +143,8 @@ const kvcheck_plugin_v1 kTable = {KVCHECK_PLUGIN_ABI_VERSION,
                                   nullptr,   // erase
                                   nullptr,   // shift
                                   nullptr,   // cache_positions: slot i holds position i
-                                  nullptr};  // abort: its finish
+                                  nullptr,   // abort: its finish
+                                  nullptr};  // start_keyed: no cache keys
 
 }  // namespace
 

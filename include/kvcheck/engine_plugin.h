@@ -191,6 +191,14 @@ typedef struct kvcheck_plugin_v1 {
    * before its stream was fed (between prefill chunks): the sequence ends as
    * finish ends it; only blocks it wrote whole may stay in a prefix cache. */
   int32_t (*abort)(kvcheck_engine* engine, int64_t sequence, kvcheck_error* error);
+
+  /* ---- appended: cache keys (docs/OPERATIONS.md, "Cache keys"). Read only
+   * when struct_size covers it; NULL unless the traits declare "cache_keys".
+   * start, for a request with a cache key (a cache salt, an adapter id;
+   * never 0): its prefix-cache blocks are shared only with sequences of the
+   * same key. */
+  int32_t (*start_keyed)(kvcheck_engine* engine, uint64_t cache_key, int64_t* sequence,
+                         kvcheck_error* error);
 } kvcheck_plugin_v1;
 
 /* struct_size of a table that ends at `cache` (the first version of this

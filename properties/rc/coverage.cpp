@@ -50,6 +50,8 @@ Coverage& Coverage::operator|=(const Coverage& o) {
                       &Coverage::verify_forked,
                       &Coverage::abort,
                       &Coverage::hit_after_abort,
+                      &Coverage::cache_keys,
+                      &Coverage::shared_prompt_across_keys,
                       &Coverage::prefill,
                       &Coverage::decode,
                       &Coverage::start,
@@ -121,11 +123,15 @@ class CoverageWalk {
     cov_.reused_row |= finished_since_reset_;
     const std::vector<int32_t>& mine = s_.sequences[size_t(call.sequence)];
     const size_t B = size_t(s_.block_size);
+    cov_.cache_keys |= s_.cache_key(call.sequence) != 0;
     for (int e = 0; e < call.sequence && B > 0; ++e) {
       const std::vector<int32_t>& earlier = s_.sequences[size_t(e)];
-      cov_.shared_prompt |=
+      const bool shared =
           mine.size() > B && earlier.size() >= B &&
           std::equal(mine.begin(), mine.begin() + std::ptrdiff_t(B), earlier.begin());
+      cov_.shared_prompt |= shared;
+      cov_.shared_prompt_across_keys |=
+          shared && s_.prefix_cache && s_.cache_key(e) != s_.cache_key(call.sequence);
     }
     for (const std::vector<int32_t>& fed : aborted_) {
       cov_.hit_after_abort |=

@@ -228,6 +228,15 @@ void decode_tokens(const ScenarioGenes& genes, std::vector<Plan>& plans, Scenari
   }
 }
 
+// Cache keys (ScenarioGenes::cache_keys) for the started sequences.
+void decode_cache_keys(const ScenarioGenes& genes, const EngineTraits& traits, Scenario& s) {
+  if (!s.prefix_cache || !traits.operations.cache_keys || genes.cache_keys <= 0) return;
+  const int gene = std::min(genes.cache_keys, 3);
+  for (size_t i = 0; i < s.sequences.size(); ++i) {
+    s.cache_keys.push_back(gene == 3 ? 2u : uint32_t(1 + ((gene >> (i % 2)) & 1)));
+  }
+}
+
 // How much the emphasis favours an operation (a factor on its weight).
 int emphasis_factor(Emphasis emphasis, Call::Kind kind) {
   const bool cells = kind == Call::Kind::kErase || kind == Call::Kind::kShift;
@@ -477,6 +486,7 @@ Scenario decode(const ScenarioGenes& genes, const EngineTraits& traits,
   if (model) fit_context(plans, s.config.max_pos, traits.limits.capacity_shared);
   decode_storage(genes, traits, model != nullptr, s);
   decode_tokens(genes, plans, s);
+  decode_cache_keys(genes, traits, s);
   // While the schedule is built, nothing limits it but the genes.
   if (!model) s.config.max_pos = kPositionBudget;
   s.capacity = s.config.max_pos;

@@ -258,6 +258,8 @@ rc::Gen<ScenarioGenes> scenario_genes(Emphasis emphasis) {
       rc::gen::set(&ScenarioGenes::window_pattern,
                    weighted_gen<int>({{3, rc::gen::just(0)}, {1, between(2, 3)}})),
       rc::gen::set(&ScenarioGenes::cell_operations, cell_operations_gene(emphasis)),
+      rc::gen::set(&ScenarioGenes::cache_keys,
+                   weighted_gen<int>({{2, rc::gen::just(0)}, {3, between(1, 3)}})),
       rc::gen::set(&ScenarioGenes::emphasis, rc::gen::just(emphasis)));
 }
 

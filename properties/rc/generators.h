@@ -128,6 +128,11 @@ struct ScenarioGenes {
   // sequences that hold a few cells before the operations and are fed after
   // them (a range in the middle, then a step). Shrinks 2 -> 1 -> 0.
   int cell_operations = 0;
+  // With a prefix cache, on engines that declare cache keys: 0 none; 1 and
+  // 2 alternate keys 1 and 2 over the sequences (a prompt shared with the
+  // one before crosses keys), 3 gives every sequence key 2 (shared within
+  // one key). Drawn after the genes above, so they draw what they drew.
+  int cache_keys = 0;
   Emphasis emphasis = Emphasis::kAny;  // not a gene: what decode() favours
 
   bool operator==(const ScenarioGenes&) const = default;
@@ -188,6 +193,9 @@ struct Coverage {
   // Aborts: any, and a later start whose prompt begins with a whole block an
   // aborted prefill fed (with a prefix cache: where SGLang #38319 read garbage).
   bool abort = false, hit_after_abort = false;
+  // Cache keys: any keyed sequence, and a start whose prompt begins with a
+  // whole block of an earlier one's with another key (the hit must miss).
+  bool cache_keys = false, shared_prompt_across_keys = false;
   bool prefill = false;  // a chunk of two tokens or more
   bool decode = false;   // a one-token chunk of a sequence that holds tokens
   bool start = false;

@@ -57,6 +57,8 @@ const std::vector<CatalogueEntry>& fault_catalogue() {
       {Fault::kTruncateAllNoop, {P::kOracle, P::kRollback, P::kCacheState}, 8, 6},
       {Fault::kTruncateKeepsLast, {P::kOracle, P::kRollback, P::kCacheState}, 8, 6},
       {Fault::kAbortFreesCached, {P::kOracle, P::kPool}, 10, 6},
+      // Cache keys change no logit: only P15's check of the hit's source.
+      {Fault::kPrefixIgnoresKey, {P::kPrefix}, 0, 9},
   };
   return entries;
 }
@@ -74,7 +76,9 @@ const HuntResult* KillMatrixRow::smallest() const {
 Emphasis emphasis_for_fault(Fault fault) {
   const std::string_view needs = fault_needs(fault);
   if (needs == "shift") return Emphasis::kContextShift;
-  if (needs == "prefix_cache" || needs == "abort") return Emphasis::kPrefixCache;
+  if (needs == "prefix_cache" || needs == "abort" || needs == "cache_keys") {
+    return Emphasis::kPrefixCache;
+  }
   if (needs == "paged") return Emphasis::kForks;
   if (needs == "truncate") return Emphasis::kTruncations;
   return Emphasis::kAny;

@@ -143,7 +143,7 @@ class Parser {
                         "; expected one of note, property, fault, backend, engine, reference, "
                         "model, model_hash, the model and engine fields (family ... kv_dtype, "
                         "sliding_window, sliding_window_pattern, block_size, pool_blocks, "
-                        "prefix_cache), sequence, " +
+                        "prefix_cache), sequence, cache_key, " +
                         calls + "verdict, where, summary, prelude (docs/CASE_FORMAT.md)");
     }
   }
@@ -232,6 +232,8 @@ class Parser {
               "1; expected weight_seed <integer> (docs/CASE_FORMAT.md)");
     } else if (key == "sequence") {
       read_sequence(line, rest);
+    } else if (key == "cache_key") {
+      read_cache_key(line, rest);
     } else if (key == "prefix_cache") {
       once(line, key);
       const std::string_view value = next_word(rest);
@@ -333,6 +335,21 @@ class Parser {
       }
       s.kv_dtype = dtype.value();
     }
+  }
+
+  // "cache_key sN K": sequence N's cache key, after its sequence line.
+  void read_cache_key(int line, std::string_view rest) {
+    const int s = parse_sequence_ref(line, "cache_key", next_word(rest));
+    const int known = static_cast<int>(c_.scenario.sequences.size());
+    if (s >= known) {
+      fail_at(line, "cache_key: s" + std::to_string(s) + " comes before its sequence line (" +
+                        std::to_string(known) + " sequences so far)");
+    }
+    const uint32_t key = uint32_t(parse_int(line, "cache_key", next_word(rest), 0));
+    expect_end(line, "cache_key", rest);
+    std::vector<uint32_t>& keys = c_.scenario.cache_keys;
+    if (keys.size() <= size_t(s)) keys.resize(size_t(s) + 1, 0);
+    keys[size_t(s)] = key;
   }
 
   void read_sequence(int line, std::string_view rest) {

@@ -108,6 +108,10 @@ void print_scenario(std::ostream& out, const Scenario& s, bool comments,
     for (int32_t token : s.sequences[i]) out << " " << token;
     out << "\n";
   }
+  // Optional: only keyed sequences (files before cache keys stay valid).
+  for (size_t i = 0; i < s.cache_keys.size(); ++i) {
+    if (s.cache_keys[i] != 0) out << "cache_key s" << i << " " << s.cache_keys[i] << "\n";
+  }
   if (comments) out << "\n# schedule: one engine call per line, in order\n";
   for (const Call& call : s.calls) out << call.to_text() << "\n";
 }

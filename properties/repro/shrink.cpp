@@ -57,6 +57,7 @@ void drop_sequence(Scenario& s, int k) {
   }
   s.calls = std::move(calls);
   s.sequences.erase(s.sequences.begin() + k);
+  if (size_t(k) < s.cache_keys.size()) s.cache_keys.erase(s.cache_keys.begin() + k);
 }
 
 // Tokens nothing feeds and sequences nothing starts only perturb the derived
@@ -299,6 +300,19 @@ void storage_candidates(const Scenario& s, CandidateList& out) {
     without_prefix_cache(c);
     out.add(std::move(c));
   }
+  // No cache keys, then each key smaller (0: none).
+  if (!s.cache_keys.empty()) {
+    Scenario c = s;
+    c.cache_keys.clear();
+    out.add(std::move(c));
+    for (size_t i = 0; i < s.cache_keys.size(); ++i) {
+      for (int v : smaller_values(int(s.cache_keys[i]), 0)) {
+        Scenario k = s;
+        k.cache_keys[i] = uint32_t(v);
+        out.add(std::move(k));
+      }
+    }
+  }
   for (int v : smaller_values(s.block_size, 0, {1, 2})) {
     Scenario c = s;
     c.block_size = v;
@@ -402,6 +416,7 @@ int64_t shrink_complexity(const Scenario& s) {
     total += int64_t(std::abs(call.count)) + std::abs(call.p0) +
              std::min(std::abs(call.p1), c.max_pos) + std::abs(call.delta);
   }
+  for (uint32_t key : s.cache_keys) total += key != 0 ? 1 + key : 0;
   return total;
 }
 

@@ -26,8 +26,9 @@ struct RunnerSequence {
 
 class CallTarget {
  public:
-  // The engine under test.
+  // The engine under test, and the scenario it runs.
   virtual Engine& engine() = 0;
+  virtual const Scenario& scenario() const = 0;
   // [sequence] the runner's record, by scenario index.
   virtual std::span<RunnerSequence> sequences() = 0;
   // The positions a cell may hold: [0, max_pos).

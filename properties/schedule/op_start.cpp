@@ -37,9 +37,16 @@ void plan(PlanBuilder& builder, const Call& call, int call_index) {
   builder.open(s, call_index);
 }
 
+// A keyed start needs the engine's cache keys.
+std::string needs(const EngineTraits& traits, const Scenario& scenario, const Call& call) {
+  if (scenario.cache_key(call.sequence) == 0 || traits.operations.cache_keys) return {};
+  return "cache_keys";
+}
+
 void run(CallTarget& target, const Call& call, int) {
   RunnerSequence& seq = target.sequences()[size_t(call.sequence)];
-  seq.id = target.engine().start();
+  const uint32_t key = target.scenario().cache_key(call.sequence);
+  seq.id = key == 0 ? target.engine().start() : target.engine().start_keyed(key);
   seq.running = true;
 }
 
@@ -51,6 +58,7 @@ extern const Operation kStartOperation{.kind = Call::Kind::kStart,
                                        .precondition = op_start::precondition,
                                        .apply = op_start::apply,
                                        .plan = op_start::plan,
-                                       .run = op_start::run};
+                                       .run = op_start::run,
+                                       .needs = op_start::needs};
 
 }  // namespace kvcheck

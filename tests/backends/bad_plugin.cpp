@@ -101,7 +101,8 @@ const kvcheck_plugin_v1 kTable = {kAbi,    kSize,  traits_json, create, destroy,
                                   nullptr,   // erase
                                   nullptr,   // shift
                                   nullptr,   // cache_positions
-                                  nullptr};  // abort
+                                  nullptr,   // abort
+                                  nullptr};  // start_keyed: no cache keys
 
 }  // namespace
 

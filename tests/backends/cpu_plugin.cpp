@@ -268,6 +268,10 @@ int32_t step(kvcheck_engine* engine, const kvcheck_batch_entry* batch, int32_t n
   });
 }
 
+int32_t start_keyed(kvcheck_engine* engine, uint64_t key, int64_t* sequence, kvcheck_error* error) {
+  return guarded(error, [&] { *sequence = engine->engine->start_keyed(key); });
+}
+
 int32_t abort_sequence(kvcheck_engine* engine, int64_t sequence, kvcheck_error* error) {
   return guarded(error, [&] { engine->engine->abort(sequence); });
 }
@@ -373,7 +377,8 @@ const kvcheck_plugin_v1 kTable = {KVCHECK_PLUGIN_ABI_VERSION,
                                   erase,
                                   shift,
                                   cache_positions,
-                                  abort_sequence};
+                                  abort_sequence,
+                                  start_keyed};
 
 }  // namespace
 

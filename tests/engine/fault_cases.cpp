@@ -15,6 +15,9 @@ Op step(std::vector<std::pair<int, int>> e) {
 Op finish(int s) {
   return {Op::kFinish, {}, s};
 }
+Op start_keyed(int key) {
+  return {Op::kStart, {}, 0, key};
+}
 Op abort(int s) {
   return {Op::kAbort, {}, s};
 }
@@ -65,7 +68,7 @@ Outcome run_minimal_case(const MinimalCase& m, FaultSet faults, const MakeEngine
     for (const Op& op : m.ops) {
       switch (op.kind) {
         case Op::kStart:
-          ids.push_back(engine->start());
+          ids.push_back(op.count != 0 ? engine->start_keyed(uint64_t(op.count)) : engine->start());
           tokens.push_back(ids.size() <= m.prompts.size() ? m.prompts[ids.size() - 1]
                                                           : random_tokens(ids.size(), 16, c.vocab));
           fed.push_back(0);
@@ -395,6 +398,21 @@ const std::vector<MinimalCase>& minimal_cases() {
        0,
        true,
        {{1, 2}, {1, 5}}},
+      // s1 (key 2) hits the block s0 (key 1) wrote: its first logit row is
+      // the reused NaN row instead of a computed one.
+      {Fault::kPrefixIgnoresKey,
+       F::kGpt2,
+       1,
+       1,
+       1,
+       4,
+       {start_keyed(1), step({{0, 1}}), start_keyed(2), step({{1, 2}})},
+       1,
+       KvDtype::kF32,
+       0,
+       0,
+       true,
+       {{1}, {1, 5}}},
   };
   return cases;
 }

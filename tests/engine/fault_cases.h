@@ -37,7 +37,7 @@ struct Op {
   } kind;
   std::vector<std::pair<int, int>> entries = {};  // kStep: (sequence index, tokens)
   int sequence = 0;                               // kFinish, kAbort, kFork (parent), kTruncate
-  int count = 0;                                  // kFork, kTruncate; kShift: delta
+  int count = 0;  // kFork, kTruncate; kShift: delta; kStart: cache key (0: none)
 };
 
 Op start();
@@ -50,6 +50,7 @@ Op observe();
 Op try_step(std::vector<std::pair<int, int>> entries);
 Op shift(int sequence, int delta);
 Op abort(int sequence);
+Op start_keyed(int cache_key);
 
 struct MinimalCase {
   Fault fault;

@@ -286,6 +286,24 @@ TEST(Generators, ThePrefixCacheEmphasisHitsAfterAnAbort) {
   EXPECT_GE(100.0 * hits / kCases, 5.0);
 }
 
+// Keyed requests, and a prompt shared across two keys (a hit that must be
+// a miss), under the prefix-cache emphasis P15 draws with: 10 % and 5 %.
+TEST(Generators, ThePrefixCacheEmphasisSharesPromptsAcrossCacheKeys) {
+  const rc::Gen<Scenario> scenarios =
+      rcgen::scenario(rcgen::Emphasis::kPrefixCache, cpu_engine_traits_with_operations());
+  constexpr int kCases = 2000;
+  int keyed = 0, across = 0;
+  for (uint64_t seed = 1; seed <= kCases; ++seed) {
+    const rcgen::Coverage c = rcgen::coverage(scenarios(rc::Random(seed), int(seed % 100)).value());
+    keyed += c.cache_keys;
+    across += c.shared_prompt_across_keys;
+  }
+  std::cout << "cache keys: " << 100.0 * keyed / kCases
+            << " %, shared prompt across keys: " << 100.0 * across / kCases << " %\n";
+  EXPECT_GE(100.0 * keyed / kCases, 10.0);
+  EXPECT_GE(100.0 * across / kCases, 5.0);
+}
+
 }  // namespace kvcheck::test
 
 int main(int argc, char** argv) {

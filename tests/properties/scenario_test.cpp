@@ -51,7 +51,8 @@ TEST(Scenario, SizeMatchesTheFaultCatalogue) {
                                          {Fault::kTruncateLate, 9},
                                          {Fault::kTruncateAllNoop, 8},
                                          {Fault::kTruncateKeepsLast, 8},
-                                         {Fault::kAbortFreesCached, 10}};
+                                         {Fault::kAbortFreesCached, 10},
+                                         {Fault::kPrefixIgnoresKey, 9}};
   for (const auto& [fault, size] : sizes) {
     EXPECT_EQ(minimal_fault_scenario(fault).size(), size) << fault_name(fault);
   }

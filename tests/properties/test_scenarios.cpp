@@ -264,6 +264,13 @@ Scenario minimal_fault_scenario(Fault fault) {
       s.prefix_cache = true;
       s.calls = {S(0), P({{0, 1}}), Call::abort(0), S(1), P({{1, 2}})};
       break;
+    case Fault::kPrefixIgnoresKey:
+      // s0 (key 1) writes block [1]; s1 (key 2) = [1 5] must miss it.
+      s.block_size = 1;
+      s.prefix_cache = true;
+      s.cache_keys = {1, 2};
+      s.calls = {S(0), P({{0, 1}}), S(1), P({{1, 2}})};
+      break;
     case Fault::kCount:
       break;
   }
@@ -282,6 +289,7 @@ Scenario minimal_fault_scenario(Fault fault) {
   if (fault == Fault::kPrefixHashOnly) s.sequences = {{0}, {32, 7}};
   if (fault == Fault::kPrefixHitExtraBlock) s.sequences = {{1, 2}, {1, 5}};
   if (fault == Fault::kAbortFreesCached) s.sequences = {{1, 2}, {1, 5}};
+  if (fault == Fault::kPrefixIgnoresKey) s.sequences = {{1}, {1, 5}};
   return s;
 }
 

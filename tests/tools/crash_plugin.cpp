@@ -84,7 +84,8 @@ const kvcheck_plugin_v1 kTable = {KVCHECK_PLUGIN_ABI_VERSION,
                                   nullptr,   // erase
                                   nullptr,   // shift
                                   nullptr,   // cache_positions
-                                  nullptr};  // abort
+                                  nullptr,   // abort
+                                  nullptr};  // start_keyed: no cache keys
 
 }  // namespace
 

@@ -62,6 +62,7 @@ inline const std::vector<FaultTarget>& fault_targets() {
         P::kCacheState,  // truncate_all_noop
         P::kCacheState,  // truncate_keeps_last
         P::kPool,        // abort_frees_cached
+        P::kPrefix,      // prefix_ignores_key
     };
     static_assert(std::size(property_of) == size_t(kFaultCount));
     std::vector<FaultTarget> out;

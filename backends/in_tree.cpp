@@ -64,9 +64,11 @@ EngineTraits cpu_engine_traits_with_operations(KernelPath kernels) {
   // Context shift: contiguous storage only (a paged scenario's erase or
   // shift is refused; the generators never draw them together).
   t.operations.erase = true;
+  t.operations.shift = true;
+  // An abort path of its own (SequenceTable::abort_paged) and keyed prefix
+  // chains; the CUDA engine declares neither until a device tests them.
   t.operations.abort = true;
   t.operations.cache_keys = true;
-  t.operations.shift = true;
   return t;
 }
 

@@ -137,7 +137,9 @@ std::optional<Call> over_the_top(int sequence, const std::vector<int32_t>& sorte
 
 // A middle range into a gap (over the top where there is none), the first
 // gap closed, any range without passing a cell, a middle range over the
-// top, or the tail; a form that has nothing to move falls back to the tail.
+// top (twice as often: with the into-a-gap forms it keeps cells above the
+// range, the shape that tells a cell's index from its position), or the
+// tail; a form that has nothing to move falls back to the tail.
 std::optional<Call> draw(const DrawContext& context, const OperationGenes& genes) {
   const SequenceModel& seq = context.model.at(context.sequence);
   if (seq.held() == 0 || !cell_operation_scope(context.model.scenario).empty()) {
@@ -145,7 +147,7 @@ std::optional<Call> draw(const DrawContext& context, const OperationGenes& genes
   }
   const std::vector<int32_t> sorted = sorted_positions(seq);
   std::optional<Call> call;
-  switch (genes.variant % 6) {
+  switch (genes.variant % 7) {
     case 0:
     case 1:
       call = into_a_gap(context.sequence, sorted, genes);
@@ -158,6 +160,7 @@ std::optional<Call> draw(const DrawContext& context, const OperationGenes& genes
       call = any_range(context.sequence, sorted, false, context.max_pos, genes);
       break;
     case 4:
+    case 5:
       call = over_the_top(context.sequence, sorted, context.max_pos, genes);
       break;
     default:

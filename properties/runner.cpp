@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "model/rng.h"
+#include "properties/feature_use.h"
 #include "properties/schedule/operation.h"
 
 namespace kvcheck {
@@ -90,7 +91,9 @@ void ScenarioRunner::run_call(const Call& call, int call_index, RunResult& resul
   const bool judged_here = may_run_dry_ && call.kind == Call::Kind::kStep && !posts(call);
   const std::string before = judged_here ? state_digest() : std::string();
   try {
+    const Observed observed = observe_before(call);
     execute(call, call_index);
+    if (observes(call)) observe_after(call, observed);
   } catch (const EngineError& e) {
     if (judged_here && e.kind() == EngineError::Kind::kCapacity)
       settle_refusal(result, call_index, e, before, state_digest());
@@ -161,6 +164,7 @@ void ScenarioRunner::file_step(const Call& call, std::span<const int> fed_at) {
     at += count;
     // A prefix hit: the chunk's first k tokens were not computed.
     const int k = engine_->reused(sequences_[s].id);
+    if (k > 0) note_used(Feature::kPrefixHit);
     if (k < 0 || k >= chunk.length) {
       throw std::runtime_error("reused: the engine says " + std::to_string(k) +
                                " tokens of a chunk of " + std::to_string(chunk.length) +

@@ -138,6 +138,22 @@ class ScenarioRunner final : private CallTarget {
   // sent ahead that nothing raised (Pipeline::settle_sent).
   void finish_run(RunResult& result);
 
+  // Proof of use (feature_use.h; runner_features.cpp): what the engine's
+  // introspection says happened, noted into the thread's FeatureUse scope.
+  struct Observed {
+    int cached = -1;  // pool().cached before a step, when eviction is watched
+  };
+  struct SharedBlock {
+    int parent = -1, child = -1;  // scenario indices
+    int index = -1;               // table index of the block both held after the fork
+  };
+  bool observes(const Call& call) const;  // nothing in flight: the engine may be read
+  Observed observe_before(const Call& call);
+  void observe_after(const Call& call, const Observed& before);
+  void observe_eviction(const Call& call, int cached_before);
+  void observe_fork(const Call& call);
+  void observe_split(const Call& call);
+
   const Scenario& scenario_;
   std::unique_ptr<Engine> engine_;
   int vocab_;
@@ -151,6 +167,7 @@ class ScenarioRunner final : private CallTarget {
   bool defer_ = false;                    // posted steps are read when needed, not at once
   std::vector<PostedStep> posted_;        // oldest first
   const Meanwhile* meanwhile_ = nullptr;  // the caller's, until it has run
+  SharedBlock cow_;                       // a fork's shared partial block, until written
 };
 
 // The scenario on a fresh engine built from its own config and weights.

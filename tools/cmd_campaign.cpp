@@ -138,7 +138,8 @@ void print_header(Campaign& c) {
               o.cases ? (", at most " + std::to_string(o.cases) + " cases each").c_str() : "");
   std::printf("reproduce: %s\n", r.reproduce.c_str());
   for (const Backend& b : c.backends) {
-    r.backends.push_back({b.spec, traits_summary(b.traits, "")});
+    r.backends.push_back(
+        {b.spec, traits_summary(b.traits, ""), observable_features(b.traits.operations)});
     std::printf("backend %s\n%s", b.spec.c_str(), traits_summary(b.traits, "  ").c_str());
   }
   if (c.model) {

@@ -80,6 +80,25 @@ bool keys_hold(Verdict& verdict, const Context& context, const RunResult& run) {
   return true;
 }
 
+// Proof of use (feature_use.h): the same scenario without keys, where a
+// sequence that now hits more than with its key took the extra blocks from
+// another key's request. The engine kept the keys apart where it would
+// otherwise share.
+void observe_partition(const Context& context, const RunResult& keyed) {
+  Scenario keyless = context.scenario;
+  keyless.cache_keys.clear();
+  const RunResult twin = run_scenario(keyless, context.weights, context.factory);
+  for (int s = 0; s < int(context.scenario.sequences.size()); ++s) {
+    const int n = hit_tokens(twin, size_t(s));
+    if (n <= hit_tokens(keyed, size_t(s))) continue;
+    const Sources from = sources_of(context, s, n);
+    if (from.same_key.empty() && !from.other_key.empty()) {
+      note_used(Feature::kKeyPartition);
+      return;
+    }
+  }
+}
+
 }  // namespace
 
 Verdict check_prefix(const Context& context) {
@@ -103,6 +122,7 @@ Verdict check_prefix(const Context& context) {
     if (run.engine_failed) return engine_refused(Property::kPrefix, run, "the scenario");
     Verdict verdict = start_verdict(Property::kPrefix);
     if (!keys_hold(verdict, context, run)) return verdict;
+    if (watching(Feature::kKeyPartition)) observe_partition(context, run);
   }
   return check_replay(context, kPrefix);
 }

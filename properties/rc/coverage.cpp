@@ -27,6 +27,8 @@ Coverage& Coverage::operator|=(const Coverage& o) {
                       &Coverage::truncate,
                       &Coverage::truncate_to_zero,
                       &Coverage::truncate_across_blocks,
+                      &Coverage::rollback,
+                      &Coverage::cow_write,
                       &Coverage::q8_multi_block,
                       &Coverage::prefix_cache,
                       &Coverage::flush,
@@ -95,6 +97,7 @@ class CoverageWalk {
         one_token_chunk_(s.sequences.size()),
         shifted_(s.sequences.size()),
         forked_(s.sequences.size()),
+        shares_partial_block_(s.sequences.size()),
         pending_erase_(s.sequences.size()),
         pending_shift_(s.sequences.size()) {}
 
@@ -124,7 +127,8 @@ class CoverageWalk {
     const std::vector<int32_t>& mine = s_.sequences[size_t(call.sequence)];
     const size_t B = size_t(s_.block_size);
     cov_.cache_keys |= s_.cache_key(call.sequence) != 0;
-    for (int e = 0; e < call.sequence && B > 0; ++e) {
+    for (const int e : started_) {
+      if (B == 0) break;
       const std::vector<int32_t>& earlier = s_.sequences[size_t(e)];
       const bool shared =
           mine.size() > B && earlier.size() >= B &&
@@ -133,6 +137,7 @@ class CoverageWalk {
       cov_.shared_prompt_across_keys |=
           shared && s_.prefix_cache && s_.cache_key(e) != s_.cache_key(call.sequence);
     }
+    started_.push_back(call.sequence);
     for (const std::vector<int32_t>& fed : aborted_) {
       cov_.hit_after_abort |=
           s_.prefix_cache && B > 0 && mine.size() > B && fed.size() >= B &&
@@ -146,6 +151,7 @@ class CoverageWalk {
     for (const ChunkSpec& chunk : call.chunks) {
       const size_t i = size_t(chunk.sequence);
       const SequenceModel& seq = model_.at(chunk.sequence);
+      cov_.cow_write |= bool(shares_partial_block_[i]);
       cov_.fed_with_gap |= seq.gapped();
       cov_.erase_middle_then_step |= pending_erase_[i];
       cov_.shift_middle_then_step |= pending_shift_[i];
@@ -172,6 +178,8 @@ class CoverageWalk {
     cov_.fork = true;
     forked_[size_t(call.sequence)] = forked_[size_t(call.parent)] = 1;
     cov_.fork_mid_block |= B > 0 && n % B != 0;
+    if (B > 0 && n % B != 0) shares_partial_block_[size_t(call.sequence)] = 1;
+    if (B > 0 && n % B != 0) shares_partial_block_[size_t(call.parent)] = 1;
     cov_.fork_at_boundary |= B > 0 && n % B == 0;
   }
 
@@ -179,6 +187,7 @@ class CoverageWalk {
     const int before = model_.at(call.sequence).held(), after = before - call.count;
     const int B = s_.block_size;
     cov_.truncate = true;
+    cov_.rollback |= call.count > 0;
     cov_.truncate_to_zero |= after == 0 && before > 0;
     cov_.truncate_across_blocks |= B > 0 && before / B != after / B;
   }
@@ -195,6 +204,7 @@ class CoverageWalk {
     const int after = before - (call.count - call.accepted);
     const int B = s_.block_size;
     cov_.verify = true;
+    cov_.rollback |= call.accepted < call.count;
     cov_.verify_reject_all |= call.accepted == 0;
     cov_.verify_accept_all |= call.accepted == call.count;
     cov_.verify_one_draft |= call.count == 1;
@@ -240,6 +250,8 @@ class CoverageWalk {
   std::vector<char> one_token_chunk_;          // [sequence] had a one-token chunk
   std::vector<char> shifted_;                  // [sequence] shifted before
   std::vector<char> forked_;                   // [sequence] a fork's parent or child
+  std::vector<int> started_;                   // sequences started so far, in call order
+  std::vector<char> shares_partial_block_;     // [sequence] a mid-block fork's parent or child
   std::vector<std::vector<int32_t>> aborted_;  // [abort] the tokens the aborted sequence fed
   std::vector<char> pending_erase_;  // [sequence] erased in the middle, not fed or shifted since
   std::vector<char> pending_shift_;  // [sequence] shifted in the middle, not fed since
@@ -247,6 +259,31 @@ class CoverageWalk {
 };
 
 }  // namespace
+
+FeatureMask drawn_features(const Coverage& c) {
+  const auto drawn = [&](Feature f) -> bool {
+    switch (f) {
+      case Feature::kPrefixHit:
+        return c.prefix_cache && c.shared_prompt;
+      case Feature::kKeyPartition:
+        return c.shared_prompt_across_keys;
+      case Feature::kCopyOnWrite:
+        return c.cow_write;
+      case Feature::kEviction:
+        return c.prefix_cache;
+      case Feature::kRollback:
+        return c.rollback;
+      case Feature::kCount:
+        break;
+    }
+    return false;
+  };
+  FeatureMask mask = 0;
+  for (const FeatureRow& row : feature_rows()) {
+    if (drawn(row.feature)) mask |= feature_bit(row.feature);
+  }
+  return mask;
+}
 
 Coverage coverage(const Scenario& s) {
   Coverage cov;

@@ -26,6 +26,7 @@
 #include "engine/traits.h"
 #include "model/checkpoint.h"
 #include "model/config.h"
+#include "properties/feature_use.h"
 #include "properties/scenario.h"
 #include "properties/schedule/operation.h"
 
@@ -172,6 +173,8 @@ struct Coverage {
   bool paged = false;           // block_size > 0
   bool fork = false, fork_mid_block = false, fork_at_boundary = false;
   bool truncate = false, truncate_to_zero = false, truncate_across_blocks = false;
+  bool rollback = false;   // a truncate or verify that drops n > 0 tokens
+  bool cow_write = false;  // after a fork mid-block, parent or child is fed (paged)
   bool prefix_cache = false, flush = false, small_pool = false;
   bool shared_prompt = false;    // a sequence starts with a whole block of an earlier one's tokens
   bool window = false;           // a sliding window
@@ -205,6 +208,10 @@ struct Coverage {
   Coverage& operator|=(const Coverage& other);
 };
 Coverage coverage(const Scenario& scenario);
+
+// The cache features a scenario with this coverage gives the engine a
+// chance to use (feature_use.h): the proof-of-use report's "drawn" column.
+FeatureMask drawn_features(const Coverage& coverage);
 
 }  // namespace kvcheck::rcgen
 

@@ -69,6 +69,8 @@ EngineTraits cpu_engine_traits_with_operations(KernelPath kernels) {
   // chains; the CUDA engine declares neither until a device tests them.
   t.operations.abort = true;
   t.operations.cache_keys = true;
+  // A hit's prompt rows computed cold when asked (EngineOptions::prompt_logits).
+  t.operations.prompt_logits = true;
   return t;
 }
 

@@ -47,6 +47,10 @@ struct EngineOptions {
   // Prefix cache (paged only): full written blocks are kept for reuse by a
   // new sequence whose first chunk starts with the same tokens.
   bool prefix_cache = false;
+  // Prefix cache: a hit's reused rows get the logits a cold run computes
+  // (operations.prompt_logits; docs/OPERATIONS.md, "Prompt logits on a
+  // hit") instead of NaN.
+  bool prompt_logits = false;
 };
 
 // Misuse the engine refuses. The engine stays usable and no sequence's state
@@ -170,7 +174,8 @@ class Engine {
 
   // Prefix cache (operations.prefix_cache): how many leading tokens of the
   // sequence's last step were taken from the cache instead of computed; their
-  // logits rows are NaN. 0 by default (an engine without a prefix cache).
+  // logits rows are NaN, or a cold run's with EngineOptions::prompt_logits. 0 by default (an engine
+  // without a prefix cache).
   virtual int reused(SequenceId sequence) const;
 
   // Prefix cache: forgets every cached block; those no table holds become

@@ -91,6 +91,10 @@ constexpr std::array<FaultInfo, kFaultCount> kFaults = {{
      "prefix-cache blocks shared across cache keys: cache_salt or the LoRA adapter not in the "
      "block key (vLLM #53495, #44250, #30931)",
      "cache_keys"},
+    {"hit_prompt_logits_stale",
+     "on a prefix hit, the reused prompt rows are never computed and keep whatever the logits "
+     "buffer held (vLLM #42019: prompt logprobs from uninitialized memory)",
+     "prompt_logits"},
 }};
 
 }  // namespace

@@ -47,8 +47,11 @@ struct OperationTraits {
   bool sliding_window = false;
   bool abort = false;       // Engine::abort is a path of its own (else abort runs as finish)
   bool cache_keys = false;  // Engine::start_keyed: prefix blocks shared within one key (P15)
-  bool erase = false;       // Engine::erase (P1/P6 replay the history)
-  bool shift = false;       // Engine::shift (P1/P6 replay the history)
+  // On a prefix hit, step() returns every prompt row's logits, reused ones
+  // too (vLLM's prompt logprobs), when EngineOptions::prompt_logits asks.
+  bool prompt_logits = false;
+  bool erase = false;  // Engine::erase (P1/P6 replay the history)
+  bool shift = false;  // Engine::shift (P1/P6 replay the history)
 };
 
 // Limits as constraints: a scenario outside them is not applicable.

@@ -108,6 +108,7 @@ const std::vector<Section>& sections() {
                   bool_field("pool_report", &OperationTraits::pool_report),
                   bool_field("storage_check", &OperationTraits::storage_check),
                   bool_field("prefix_cache", &OperationTraits::prefix_cache),
+                  bool_field("prompt_logits", &OperationTraits::prompt_logits),
                   bool_field("sliding_window", &OperationTraits::sliding_window),
                   bool_field("abort", &OperationTraits::abort),
                   bool_field("cache_keys", &OperationTraits::cache_keys),

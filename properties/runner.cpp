@@ -21,12 +21,14 @@ ScenarioRunner::ScenarioRunner(const Scenario& scenario, const Config& config,
       vocab_(config.vocab),
       sequences_(scenario.sequences.size()),
       logits_(scenario.sequences.size()),
-      reused_(scenario.sequences.size()) {}
+      reused_(scenario.sequences.size()),
+      hit_(scenario.sequences.size()) {}
 
 RunResult ScenarioRunner::run(const CallHook& hook) {
   RunResult result = run_calls(hook);
   result.logits = logits_;
   result.reused = reused_;
+  result.hit = hit_;
   return result;
 }
 
@@ -34,6 +36,7 @@ RunResult ScenarioRunner::run_and_take_logits(const CallHook& hook, const Meanwh
   RunResult result = run_calls(hook, meanwhile);
   result.logits = std::move(logits_);
   result.reused = reused_;
+  result.hit = hit_;
   logits_.assign(result.logits.size(), {});
   return result;
 }
@@ -172,7 +175,10 @@ void ScenarioRunner::file_step(const Call& call, std::span<const int> fed_at) {
                                std::to_string(chunk.length - 1));
     }
     reused_[s].resize(size_t(fed_at[i]) + size_t(chunk.length), false);
-    std::fill_n(reused_[s].begin() + fed_at[i], k, true);
+    hit_[s].resize(reused_[s].size(), false);
+    std::fill_n(hit_[s].begin() + fed_at[i], k, true);
+    // Prompt logits on a hit: the reused rows are checked like any other.
+    if (!scenario_.prompt_logits) std::fill_n(reused_[s].begin() + fed_at[i], k, true);
   }
 }
 

@@ -42,6 +42,9 @@ struct RunResult {
   // took from the cache instead of computing (Engine::reused); the properties
   // skip their logits (their K/V are still checked, and so are later tokens).
   std::vector<std::vector<bool>> reused;
+  // [sequence][stream index] fed tokens the prefix cache supplied, whether or
+  // not their logits were computed (Scenario::prompt_logits): P15's hits.
+  std::vector<std::vector<bool>> hit;
   // A step refused for want of pool blocks (EngineError kCapacity, the
   // scenario sets pool_blocks) that changed nothing: the run stopped there.
   // A refusal that changed the pool or a length is engine_failed instead.
@@ -160,6 +163,7 @@ class ScenarioRunner final : private CallTarget {
   std::vector<RunnerSequence> sequences_;   // [sequence] engine id, running, fed, held, cells
   std::vector<std::vector<float>> logits_;  // [sequence][position][V]
   std::vector<std::vector<bool>> reused_;   // [sequence][stream index] logits not computed
+  std::vector<std::vector<bool>> hit_;      // [sequence][stream index] from the prefix cache
   std::vector<BatchEntry> batch_;           // [chunk] of the current step
   std::vector<float> step_logits_;          // [tokens in step][V]
   bool may_run_dry_ = false;              // a sized pool: a step may be refused for want of blocks

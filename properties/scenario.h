@@ -82,6 +82,7 @@ struct Scenario {
   int block_size = 0;         // 0: contiguous storage; 1..32: paged, blocks of this many slots
   int pool_blocks = 0;        // paged: blocks in the pool; 0: the engine's default (never runs dry)
   bool prefix_cache = false;  // paged: reuse cached blocks of a prompt's leading tokens
+  bool prompt_logits = false;  // prefix cache: a hit's reused rows carry logits (checked too)
   std::vector<std::vector<int32_t>> sequences;  // [sequence][token], fed in order
   // [sequence] its cache key (a cache salt, a LoRA adapter id; 0 or absent:
   // none), given to Engine::start_keyed; prefix blocks are shared only

@@ -178,6 +178,10 @@ class Server {
       if (!prefix->is_boolean()) throw Refusal{"input", "\"prefix_cache\" must be a boolean"};
       options.prefix_cache = prefix->get<bool>();
     }
+    if (const auto prompt = r.find("prompt_logits"); prompt != r.end()) {
+      if (!prompt->is_boolean()) throw Refusal{"input", "\"prompt_logits\" must be a boolean"};
+      options.prompt_logits = prompt->get<bool>();
+    }
     Result<KvDtype> dtype = parse_kv_dtype(string_field(r, "kv_dtype"));
     if (!dtype.ok()) throw Refusal{"input", dtype.error()};
     options.kv_dtype = dtype.value();

@@ -46,8 +46,9 @@ from the protocol ("capacity", "rows", "unknown_sequence", "bad_batch",
 make_engine receives the model as load_model() returns it: a dict with
 "config" (kvcheck's config fields) and "tensors" (Hugging Face name -> tensor).
 An engine that declares "paged" or "prefix_cache" also gets, as keyword
-arguments, what the create request carries of block_size, pool_blocks and
-prefix_cache (docs/ENGINE_PROTOCOL.md); others are called as above.
+arguments, what the create request carries of block_size, pool_blocks,
+prefix_cache and prompt_logits (docs/ENGINE_PROTOCOL.md); others are called
+as above.
 """
 
 import array
@@ -242,7 +243,7 @@ class _Server:
         if op == "create":
             if r["model"] not in self.models:
                 raise EngineError("input", "unknown model %r" % (r["model"],))
-            storage = {k: r[k] for k in ("block_size", "pool_blocks", "prefix_cache") if k in r}
+            storage = {k: r[k] for k in ("block_size", "pool_blocks", "prefix_cache", "prompt_logits") if k in r}
             engine = self.make_engine(self.models[r["model"]], r["capacity"], r["max_rows"],
                                       r["kv_dtype"], **storage)
             engine_id = self._new_id(r, "engine")

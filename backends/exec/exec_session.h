@@ -76,6 +76,7 @@ class Session {
       request["pool_blocks"] = options.pool_blocks;
     }
     if (options.prefix_cache) request["prefix_cache"] = true;
+    if (options.prompt_logits) request["prompt_logits"] = true;
     ++model.users;
     if (version_ >= 2) {
       // The traits accept these options, so create must succeed: its reply

@@ -21,8 +21,8 @@ uint32_t key_of(const Context& context, int s) {
 
 // Leading tokens of `s`'s stream its first chunk took from the cache.
 int hit_tokens(const RunResult& run, size_t s) {
-  if (s >= run.reused.size()) return 0;
-  const std::vector<bool>& reused = run.reused[s];
+  if (s >= run.hit.size()) return 0;
+  const std::vector<bool>& reused = run.hit[s];
   return int(std::find(reused.begin(), reused.end(), false) - reused.begin());
 }
 
@@ -107,8 +107,8 @@ Verdict check_prefix(const Context& context) {
       // Which sequences hit is what the engine did: it says so in its run.
       .selects_by_run = true,
       .involved = [](const SchedulePlan&, const RunResult& run, size_t s) -> bool {
-        return s < run.reused.size() &&
-               std::find(run.reused[s].begin(), run.reused[s].end(), true) != run.reused[s].end();
+        return s < run.hit.size() &&
+               std::find(run.hit[s].begin(), run.hit[s].end(), true) != run.hit[s].end();
       },
       .none_selected = "no sequence's first chunk hit the prefix cache",
       .replay = "a cold replay (fresh engine, nothing cached)",

@@ -209,6 +209,9 @@ void decode_storage(const ScenarioGenes& genes, const EngineTraits& traits, bool
   s.prefix_cache = s.block_size > 0 && ops.prefix_cache && genes.prefix_cache;
   // A hit needs a prompt longer than a block: prefix scenarios keep B in 1..4.
   if (s.prefix_cache) s.block_size = 1 + (s.block_size - 1) % 4;
+  // Half the prefix scenarios of an engine that computes a hit's prompt
+  // rows ask for them (a bit of the token seed: no gene of its own).
+  s.prompt_logits = s.prefix_cache && ops.prompt_logits && ((genes.token_seed >> 5) & 1) != 0;
 }
 
 // The tokens of each planned sequence; a prompt may start like the one

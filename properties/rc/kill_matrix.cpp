@@ -59,6 +59,9 @@ const std::vector<CatalogueEntry>& fault_catalogue() {
       {Fault::kAbortFreesCached, {P::kOracle, P::kPool}, 10, 6},
       // Cache keys change no logit: only P15's check of the hit's source.
       {Fault::kPrefixIgnoresKey, {P::kPrefix}, 0, 9},
+      // The reused rows keep the buffer's previous step: one step before
+      // the hit that is not the source's first chunk (11).
+      {Fault::kHitPromptLogitsStale, {P::kOracle, P::kPrefix}, 11, 11},
   };
   return entries;
 }
@@ -76,7 +79,8 @@ const HuntResult* KillMatrixRow::smallest() const {
 Emphasis emphasis_for_fault(Fault fault) {
   const std::string_view needs = fault_needs(fault);
   if (needs == "shift") return Emphasis::kContextShift;
-  if (needs == "prefix_cache" || needs == "abort" || needs == "cache_keys") {
+  if (needs == "prefix_cache" || needs == "abort" || needs == "cache_keys" ||
+      needs == "prompt_logits") {
     return Emphasis::kPrefixCache;
   }
   if (needs == "paged") return Emphasis::kForks;

@@ -42,7 +42,7 @@ Op shift(int sequence, int delta) {
 }
 
 bool MinimalCase::cpu_only() const {
-  return kv_dtype == KvDtype::kQ8_0 || sliding_window > 0 ||
+  return kv_dtype == KvDtype::kQ8_0 || sliding_window > 0 || prompt_logits ||
          std::any_of(ops.begin(), ops.end(), [](const Op& op) { return op.kind == Op::kShift; });
 }
 
@@ -59,6 +59,7 @@ Outcome run_minimal_case(const MinimalCase& m, FaultSet faults, const MakeEngine
   o.block_size = m.block_size;
   o.pool_blocks = m.pool_blocks;
   o.prefix_cache = m.prefix_cache;
+  o.prompt_logits = m.prompt_logits;
   auto engine = make_engine(c, init_weights(c, 77), o);
   std::vector<SequenceId> ids;
   std::vector<std::vector<int32_t>> tokens;
@@ -413,6 +414,23 @@ const std::vector<MinimalCase>& minimal_cases() {
        0,
        true,
        {{1}, {1, 5}}},
+      // s1 = [1 5] hits s0's block [1]; its reused row keeps the buffer's
+      // last row, s0's logits of token 2 at position 1, not a cold run's.
+      {Fault::kHitPromptLogitsStale,
+       F::kGpt2,
+       1,
+       1,
+       1,
+       4,
+       {start(), step({{0, 1}}), step({{0, 1}}), start(), step({{1, 2}})},
+       1,
+       KvDtype::kF32,
+       0,
+       0,
+       true,
+       {{1, 2}, {1, 5}},
+       0,
+       true},
   };
   return cases;
 }

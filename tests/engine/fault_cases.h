@@ -64,6 +64,7 @@ struct MinimalCase {
   bool prefix_cache = false;
   std::vector<std::vector<int32_t>> prompts = {};  // [sequence] its tokens; empty: random ones
   int sliding_window = 0;                          // Config::sliding_window (every layer)
+  bool prompt_logits = false;                      // EngineOptions::prompt_logits
 
   // Uses what only the CPU engine offers (docs/OPERATIONS.md): q8_0 K/V,
   // sliding windows; erase and shift.

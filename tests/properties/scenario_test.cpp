@@ -52,7 +52,8 @@ TEST(Scenario, SizeMatchesTheFaultCatalogue) {
                                          {Fault::kTruncateAllNoop, 8},
                                          {Fault::kTruncateKeepsLast, 8},
                                          {Fault::kAbortFreesCached, 10},
-                                         {Fault::kPrefixIgnoresKey, 9}};
+                                         {Fault::kPrefixIgnoresKey, 9},
+                                         {Fault::kHitPromptLogitsStale, 11}};
   for (const auto& [fault, size] : sizes) {
     EXPECT_EQ(minimal_fault_scenario(fault).size(), size) << fault_name(fault);
   }

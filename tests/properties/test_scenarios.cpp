@@ -271,6 +271,12 @@ Scenario minimal_fault_scenario(Fault fault) {
       s.cache_keys = {1, 2};
       s.calls = {S(0), P({{0, 1}}), S(1), P({{1, 2}})};
       break;
+    case Fault::kHitPromptLogitsStale:
+      // s1 = [1 5] hits s0's block [1] after s0's second step.
+      s.block_size = 1;
+      s.prefix_cache = s.prompt_logits = true;
+      s.calls = {S(0), P({{0, 1}}), P({{0, 1}}), S(1), P({{1, 2}})};
+      break;
     case Fault::kCount:
       break;
   }
@@ -290,6 +296,7 @@ Scenario minimal_fault_scenario(Fault fault) {
   if (fault == Fault::kPrefixHitExtraBlock) s.sequences = {{1, 2}, {1, 5}};
   if (fault == Fault::kAbortFreesCached) s.sequences = {{1, 2}, {1, 5}};
   if (fault == Fault::kPrefixIgnoresKey) s.sequences = {{1}, {1, 5}};
+  if (fault == Fault::kHitPromptLogitsStale) s.sequences = {{1, 2}, {1, 5}};
   return s;
 }
 

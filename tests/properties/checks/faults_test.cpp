@@ -94,6 +94,7 @@ const std::vector<FaultCase>& fault_cases() {
        {{P::kOracle, 3, 0, 0}, {P::kRollback, 3, 0, 0}, {P::kCacheState, 2, 0, 0, 0}}},
       {Fault::kAbortFreesCached, {{P::kOracle, 4, 1, 1}, {P::kPool, 2, -1, -1}}},
       {Fault::kPrefixIgnoresKey, {{P::kPrefix, 3, 1, 0}}},
+      {Fault::kHitPromptLogitsStale, {{P::kOracle, 4, 1, 0}, {P::kPrefix, 4, 1, 0}}},
   };
   return cases;
 }
@@ -173,7 +174,8 @@ TEST(Faults, EveryFaultIsKilledOnTheRichScenario) {
         // cache, abort, erase or shift.
         if (fault_needs(fault) == "truncate" || fault_needs(fault) == "paged" ||
             fault_needs(fault) == "prefix_cache" || fault_needs(fault) == "abort" ||
-            fault_needs(fault) == "cache_keys" || fault_needs(fault) == "shift") {
+            fault_needs(fault) == "cache_keys" || fault_needs(fault) == "prompt_logits" ||
+            fault_needs(fault) == "shift") {
           continue;
         }
         // The scale faults live in q8_0 storage only.

@@ -63,6 +63,9 @@ enum class Fault : uint8_t {
   kAbortFreesCached,  // abort frees its cached blocks but leaves them in the prefix index
   // Cache keys (a cache salt, an adapter id).
   kPrefixIgnoresKey,  // prefix blocks are shared across cache keys
+  // A second memory tier (offload).
+  kOffloadBeforeWrite,  // the host copy misses the sequence's last step's writes
+  kOffloadCountsDrift,  // a reload leaves the host block off the host free list
   kCount
 };
 

@@ -20,6 +20,10 @@ std::string storage_options_error(const EngineOptions& options) {
         << " is out of range [0, 2^20] (and needs block_size > 0)";
   } else if (options.prefix_cache && options.block_size == 0) {
     out << "prefix_cache: needs paged storage (block_size > 0)";
+  } else if (options.host_blocks < 0 || options.host_blocks > (1 << 20) ||
+             (options.host_blocks > 0 && options.block_size == 0)) {
+    out << "host_blocks: " << options.host_blocks
+        << " is out of range [0, 2^20] (and needs block_size > 0)";
   }
   return out.str();
 }

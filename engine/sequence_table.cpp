@@ -31,10 +31,14 @@ BasicSequenceTable<kFaults>::BasicSequenceTable(const Config& config, const Engi
     pool_blocks_ = options.pool_blocks > 0
                        ? options.pool_blocks
                        : max_rows_ * ((capacity_ + block_size_ - 1) / block_size_);
-    refcount_.assign(size_t(pool_blocks_), 0);
+    host_blocks_ = options.host_blocks;
+    refcount_.assign(size_t(storage_units()), 0);
     for (int b = pool_blocks_ - 1; b >= 0; --b) free_.push_back(b);
+    for (int b = storage_units() - 1; b >= pool_blocks_; --b) host_free_.push_back(b);
     prefix_cache_ = options.prefix_cache;
-    if (prefix_cache_) index_ = PrefixIndex(pool_blocks_, block_size_);
+    // Sized for both tiers so that any block may be asked; only device
+    // blocks are ever registered.
+    if (prefix_cache_) index_ = PrefixIndex(storage_units(), block_size_);
   }
 }
 
@@ -174,6 +178,7 @@ void BasicSequenceTable<kFaults>::commit(std::span<const BatchEntry> batch) {
     }
     s.length += static_cast<int>(e.tokens.size());
     s.chunks += 1;
+    s.last_fed = static_cast<int>(e.tokens.size());
     s.rolled_back_end = 0;
     row_fill_[size_t(s.row)] = std::max(row_fill_[size_t(s.row)], s.slot_base + s.length);
     row_position_[size_t(s.row)] = s.position_base + s.next_position();
@@ -258,12 +263,13 @@ uint64_t BasicSequenceTable<kFaults>::metadata_bytes() const {
   if (prefix_cache_) blocks += index_.bytes();
   return sequences_.size() * (sizeof(SequenceId) + sizeof(SequenceState)) + blocks +
          row_owner_.size() * (sizeof(SequenceId) + 2 * sizeof(int)) +
-         (refcount_.size() + free_.size()) * sizeof(int);
+         (refcount_.size() + free_.size() + host_free_.size()) * sizeof(int);
 }
 
 }  // namespace kvcheck
 
 #include "engine/sequence_table_edit-inl.h"
+#include "engine/sequence_table_offload-inl.h"
 #include "engine/sequence_table_pool-inl.h"
 #include "engine/sequence_table_prepare-inl.h"
 

@@ -32,9 +32,9 @@ void BasicSequenceTable<kFaults>::register_blocks(const SequenceState& s) {
 }
 
 template <bool kFaults>
-int BasicSequenceTable<kFaults>::cached_blocks() const {
+int BasicSequenceTable<kFaults>::cached_blocks(int first, int end) const {
   int n = 0;
-  for (int b = 0; b < pool_blocks_; ++b) n += prefix_cache_ && cached(b);
+  for (int b = first; b < end; ++b) n += prefix_cache_ && cached(b);
   return n;
 }
 
@@ -98,7 +98,7 @@ void BasicSequenceTable<kFaults>::release(int block, const PoisonSlots& poison) 
       index_.touch(block);  // cached: kept, data and all, until evicted or flushed
       return;
     }
-    free_.push_back(block);
+    give_back(block);
     poison(storage_block(block), 0, block_size_);
   } else {
     poison(storage_block(block), held_slots(block), block_size_);
@@ -115,7 +115,7 @@ void BasicSequenceTable<kFaults>::drop_blocks(SequenceState& s, const PoisonSlot
     if (finishing && has(Fault::kRefcountLeak) && count > 1) continue;
     if (finishing && has(Fault::kFreedBlockStillReferenced) && count > 1) {
       count = 0;
-      free_.push_back(block);
+      give_back(block);
       poison(storage_block(block), 0, block_size_);
       continue;
     }
@@ -249,8 +249,14 @@ PoolReport BasicSequenceTable<kFaults>::pool_report() const {
   r.total = pool_blocks_;
   r.refcounts = refcount_;
   r.free = static_cast<int>(free_.size());
-  for (const int count : refcount_) r.used += count > 0;
-  r.cached = cached_blocks();
+  r.cached = cached_blocks(0, pool_blocks_);
+  r.host_total = host_blocks_;
+  r.host_free = static_cast<int>(host_free_.size());
+  r.host_cached = cached_blocks(pool_blocks_, storage_units());
+  // A table's block counts in the tier that holds it.
+  for (int b = 0; b < storage_units(); ++b) {
+    if (refcount_[size_t(b)] > 0) ++(on_host(b) ? r.host_used : r.used);
+  }
   for (const auto& [id, s] : sequences_) r.tables.push_back({id, s.blocks});
   return r;
 }

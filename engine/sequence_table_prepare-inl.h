@@ -74,9 +74,11 @@ std::vector<int> BasicSequenceTable<kFaults>::prepare_step(std::span<const Batch
   // Entries copy in batch order, each dropping a reference to the shared
   // block: the last writer of a block shared within the batch copies nothing
   // (unless it is registered: registered contents never change).
+  // Blocks offloaded to the host tier come back first, one device block each.
+  const size_t reloads = host_blocks_of(batch).size();
   size_t needed = 0, evictable = 0;
   const auto count = [&] {
-    needed = 0;
+    needed = reloads;
     std::map<int, int> references;  // [shared block] references left while counting
     for (size_t i = 0; i < batch.size(); ++i) {
       const SequenceState& s = sequences_.at(batch[i].sequence);
@@ -112,10 +114,12 @@ std::vector<int> BasicSequenceTable<kFaults>::prepare_step(std::span<const Batch
     count();
   }
   if (needed > free_.size() + evictable) {
-    const std::string message = "step: the pool has " + std::to_string(free_.size()) +
-                                " free and " + std::to_string(evictable) +
-                                " evictable cached blocks of " + std::to_string(pool_blocks_) +
-                                "; this step needs " + std::to_string(needed);
+    const std::string message =
+        "step: the pool has " + std::to_string(free_.size()) + " free and " +
+        std::to_string(evictable) + " evictable cached blocks of " + std::to_string(pool_blocks_) +
+        "; this step needs " + std::to_string(needed) +
+        (reloads > 0 ? " (" + std::to_string(reloads) + " to bring back from the host tier)"
+                     : std::string());
     if (has(Fault::kRefusalLeavesHalfTable)) {
       // Fault: tables grow entry by entry until the free list runs dry.
       for (size_t i = 0; i < batch.size(); ++i) {
@@ -140,6 +144,7 @@ std::vector<int> BasicSequenceTable<kFaults>::prepare_step(std::span<const Batch
     s.tokens.assign(batch[i].tokens.begin(), batch[i].tokens.begin() + matched[i]);
     s.length = matched[i];
   }
+  bring_back(batch, poison, copy);
   for (size_t i = 0; i < batch.size(); ++i) {
     SequenceState& s = sequences_.at(batch[i].sequence);
     const int k = matched[i];

@@ -47,6 +47,7 @@ struct OperationTraits {
   bool sliding_window = false;
   bool abort = false;       // Engine::abort is a path of its own (else abort runs as finish)
   bool cache_keys = false;  // Engine::start_keyed: prefix blocks shared within one key (P15)
+  bool offload = false;     // Engine::offload and EngineOptions::host_blocks (paged; P13 per tier)
   bool erase = false;       // Engine::erase (P1/P6 replay the history)
   bool shift = false;       // Engine::shift (P1/P6 replay the history)
 };

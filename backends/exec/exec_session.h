@@ -76,6 +76,7 @@ class Session {
       request["pool_blocks"] = options.pool_blocks;
     }
     if (options.prefix_cache) request["prefix_cache"] = true;
+    if (options.host_blocks > 0) request["host_blocks"] = options.host_blocks;
     ++model.users;
     if (version_ >= 2) {
       // The traits accept these options, so create must succeed: its reply

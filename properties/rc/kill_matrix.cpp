@@ -59,6 +59,11 @@ const std::vector<CatalogueEntry>& fault_catalogue() {
       {Fault::kAbortFreesCached, {P::kOracle, P::kPool}, 10, 6},
       // Cache keys change no logit: only P15's check of the hit's source.
       {Fault::kPrefixIgnoresKey, {P::kPrefix}, 0, 9},
+      // A second memory tier: P6 reads the host copy right after the
+      // offload (6); the logits need the step that brings it back (8). The
+      // drifting counters show only in P13, after that step.
+      {Fault::kOffloadBeforeWrite, {P::kOracle, P::kCacheState}, 8, 6},
+      {Fault::kOffloadCountsDrift, {P::kPool}, 0, 8},
   };
   return entries;
 }
@@ -81,6 +86,7 @@ Emphasis emphasis_for_fault(Fault fault) {
   }
   if (needs == "paged") return Emphasis::kForks;
   if (needs == "truncate") return Emphasis::kTruncations;
+  if (needs == "offload") return Emphasis::kOffload;
   return Emphasis::kAny;
 }
 

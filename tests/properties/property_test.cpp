@@ -242,7 +242,8 @@ TEST(Generators, TheDefaultGeneratorReachesEveryShape) {
         {"verify: accept all", c.verify_accept_all},
         {"verify: one draft", c.verify_one_draft},
         {"verify: across blocks", c.verify_across_blocks},
-        {"abort", c.abort}};
+        {"abort", c.abort},
+        {"offload", c.offload}};
     for (const auto& [name, has] : tags) seen[name] += has;
   }
   const std::set<std::string> shapes = {"erase middle, then step", "shift up",

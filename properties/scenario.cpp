@@ -63,13 +63,13 @@ EngineOptions Scenario::engine_options() const {
   options.block_size = block_size;
   options.pool_blocks = pool_blocks;
   options.prefix_cache = prefix_cache;
-  // A scenario that offloads gets a host tier as large as the device pool,
-  // which never runs out (docs/OPERATIONS.md, "Offload").
+  // A scenario that offloads gets a host tier that holds every sequence at
+  // its capacity (the default pool's size, whatever the scenario's pool),
+  // so it never runs out (docs/OPERATIONS.md, "Offload").
   const bool offloads = std::any_of(calls.begin(), calls.end(),
                                     [](const Call& c) { return c.kind == Call::Kind::kOffload; });
   if (offloads && block_size > 0) {
-    options.host_blocks =
-        pool_blocks > 0 ? pool_blocks : max_rows * ((capacity + block_size - 1) / block_size);
+    options.host_blocks = max_rows * ((capacity + block_size - 1) / block_size);
   }
   return options;
 }

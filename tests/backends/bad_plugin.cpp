@@ -74,7 +74,7 @@ constexpr uint32_t kSize =
     // and must not be read.
     KVCHECK_PLUGIN_CORE_SIZE;
 #else
-        sizeof(kvcheck_plugin_v1);
+    sizeof(kvcheck_plugin_v1);
 #endif
 
 const kvcheck_plugin_v1 kTable = {kAbi,    kSize,  traits_json, create, destroy, start,

@@ -51,6 +51,9 @@ struct EngineOptions {
   // (operations.prompt_logits; docs/OPERATIONS.md, "Prompt logits on a
   // hit") instead of NaN.
   bool prompt_logits = false;
+  // A second memory tier (paged only; docs/OPERATIONS.md, "Offload"): host
+  // blocks that offload() moves a sequence's blocks to; 0: no host tier.
+  int host_blocks = 0;
 };
 
 // Misuse the engine refuses. The engine stays usable and no sequence's state
@@ -98,11 +101,14 @@ struct MemoryReport {
 
 // The paged pool as the engine keeps it. A block is free (on the free list),
 // used (held by at least one block table) or cached (held by no table, kept
-// for prefix reuse); free + used + cached == total.
+// for prefix reuse); free + used + cached == total, in each tier. Device
+// blocks are numbered 0 .. total - 1, the host tier's (if any) after them,
+// total .. total + host_total - 1; a table holds a block in either tier.
 struct PoolReport {
   int block_size = 0;  // slots per block; 0: contiguous storage (no pool)
   int total = 0, free = 0, used = 0, cached = 0;
-  std::vector<int> refcounts;  // [block] the engine's reference count
+  int host_total = 0, host_free = 0, host_used = 0, host_cached = 0;  // 0: no host tier
+  std::vector<int> refcounts;  // [total + host_total] the engine's reference count of each block
   std::vector<std::pair<SequenceId, std::vector<int>>> tables;  // per sequence: [block index]
 };
 
@@ -181,6 +187,14 @@ class Engine {
   // Prefix cache: forgets every cached block; those no table holds become
   // free (poisoned). Running sequences keep their blocks.
   virtual void flush_prefix_cache();
+
+  // A second memory tier (operations.offload, EngineOptions::host_blocks):
+  // moves every block of the sequence's table held in device memory to the
+  // host tier. A shared block moves once and every holder's table follows
+  // it. A later step that feeds the sequence brings its blocks back first;
+  // fork, truncate, cache() and finish work on either tier. Throws
+  // kCapacity, changing nothing, when the host tier cannot take them.
+  virtual void offload(SequenceId sequence);
 
   virtual int length(SequenceId sequence) const = 0;
 

@@ -64,6 +64,9 @@ enum class Fault : uint8_t {
   // Cache keys (a cache salt, an adapter id).
   kPrefixIgnoresKey,      // prefix blocks are shared across cache keys
   kHitPromptLogitsStale,  // a hit's reused prompt rows keep the buffer's old logits
+  // A second memory tier (offload).
+  kOffloadBeforeWrite,  // the host copy misses the sequence's last step's writes
+  kOffloadCountsDrift,  // a reload leaves the host block off the host free list
   kCount
 };
 

@@ -46,6 +46,7 @@ bool declares(const OperationTraits& op, std::string_view needs) {
   if (needs == "abort") return op.abort && op.prefix_cache && op.paged;
   if (needs == "cache_keys") return op.cache_keys && op.prefix_cache && op.paged;
   if (needs == "prompt_logits") return op.prompt_logits && op.prefix_cache && op.paged;
+  if (needs == "offload") return op.offload && op.paged && op.pool_report;
   if (needs == "sliding_window") return op.sliding_window;
   if (needs == "shift") return op.erase && op.shift;
   return needs.empty();

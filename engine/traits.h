@@ -50,8 +50,9 @@ struct OperationTraits {
   // On a prefix hit, step() returns every prompt row's logits, reused ones
   // too (vLLM's prompt logprobs), when EngineOptions::prompt_logits asks.
   bool prompt_logits = false;
-  bool erase = false;  // Engine::erase (P1/P6 replay the history)
-  bool shift = false;  // Engine::shift (P1/P6 replay the history)
+  bool offload = false;     // Engine::offload and EngineOptions::host_blocks (paged; P13 per tier)
+  bool erase = false;       // Engine::erase (P1/P6 replay the history)
+  bool shift = false;       // Engine::shift (P1/P6 replay the history)
 };
 
 // Limits as constraints: a scenario outside them is not applicable.

@@ -112,6 +112,7 @@ const std::vector<Section>& sections() {
                   bool_field("sliding_window", &OperationTraits::sliding_window),
                   bool_field("abort", &OperationTraits::abort),
                   bool_field("cache_keys", &OperationTraits::cache_keys),
+                  bool_field("offload", &OperationTraits::offload),
                   bool_field("erase", &OperationTraits::erase),
                   bool_field("shift", &OperationTraits::shift)}});
     Field shared{"capacity_shared",

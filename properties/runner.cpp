@@ -220,7 +220,12 @@ std::string ScenarioRunner::digest(const EngineState& state,
   std::string out;
   if (const std::optional<PoolReport>& r = state.pool) {
     out += "free " + std::to_string(r->free) + " used " + std::to_string(r->used) + " cached " +
-           std::to_string(r->cached) + "; refcounts";
+           std::to_string(r->cached);
+    if (r->host_total > 0) {
+      out += "; host free " + std::to_string(r->host_free) + " used " +
+             std::to_string(r->host_used) + " cached " + std::to_string(r->host_cached);
+    }
+    out += "; refcounts";
     for (const int c : r->refcounts) out += " " + std::to_string(c);
     for (const auto& [id, table] : r->tables) {
       out += "; table of " + std::to_string(id) + ":";

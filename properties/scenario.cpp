@@ -64,6 +64,14 @@ EngineOptions Scenario::engine_options() const {
   options.pool_blocks = pool_blocks;
   options.prefix_cache = prefix_cache;
   options.prompt_logits = prompt_logits;
+  // A scenario that offloads gets a host tier that holds every sequence at
+  // its capacity (the default pool's size, whatever the scenario's pool),
+  // so it never runs out (docs/OPERATIONS.md, "Offload").
+  const bool offloads = std::any_of(calls.begin(), calls.end(),
+                                    [](const Call& c) { return c.kind == Call::Kind::kOffload; });
+  if (offloads && block_size > 0) {
+    options.host_blocks = max_rows * ((capacity + block_size - 1) / block_size);
+  }
   return options;
 }
 

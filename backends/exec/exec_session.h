@@ -77,6 +77,7 @@ class Session {
     }
     if (options.prefix_cache) request["prefix_cache"] = true;
     if (options.prompt_logits) request["prompt_logits"] = true;
+    if (options.host_blocks > 0) request["host_blocks"] = options.host_blocks;
     ++model.users;
     if (version_ >= 2) {
       // The traits accept these options, so create must succeed: its reply

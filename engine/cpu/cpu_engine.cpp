@@ -33,8 +33,8 @@ class CpuEngine final : public Engine {
                                                         : cpu::KernelPath::kSimd),
         weights_(std::move(weights)),
         table_(config, options),
-        // Paged: one row per pool block plus the poison and sink blocks.
-        cache_(config.n_layers, table_.paged() ? table_.pool_blocks() + 2 : options.max_rows,
+        // Paged: one row per block of both tiers plus the poison and sink blocks.
+        cache_(config.n_layers, table_.paged() ? table_.storage_units() + 2 : options.max_rows,
                table_.paged() ? options.block_size : options.capacity, config.n_kv_heads,
                config.head_dim, options.kv_dtype, layer_slots(config, options)),
         pool_(options.threads) {
@@ -113,6 +113,17 @@ class CpuEngine final : public Engine {
   }
 
   void flush_prefix_cache() override { table_.flush_prefix_cache(poison_slots()); }
+
+  // The host tier is rows of the same KvCache past the device pool's: a
+  // copy between tiers is a copy between rows, and a snapshot of an
+  // offloaded sequence reads its host rows through the block table.
+  void offload(SequenceId id) override {
+    if (!table_.paged()) {
+      throw EngineError(EngineError::Kind::kBadBatch,
+                        "offload: needs paged storage (block_size > 0) in this engine");
+    }
+    table_.offload(id, copy_slots(), poison_slots());
+  }
 
   void finish(SequenceId id) override {
     if (table_.paged()) return table_.finish_paged(id, poison_slots());
@@ -261,10 +272,10 @@ class CpuEngine final : public Engine {
   int storage_layer(int layer) const { return table_.storage_layer(layer); }
   TokenPlan at_layer(TokenPlan t, int layer) const { return table_.at_layer(t, layer); }
 
-  // Paged storage keeps two blocks past the pool: one never written (reads
+  // Paged storage keeps two blocks past both tiers: one never written (reads
   // past a block table see NaN) and one that absorbs writes past it.
-  int poison_block() const { return table_.pool_blocks(); }
-  int sink_block() const { return table_.pool_blocks() + 1; }
+  int poison_block() const { return table_.storage_units(); }
+  int sink_block() const { return table_.storage_units() + 1; }
   // Storage row and slot of slot `slot` of the sequence in `row`.
   std::pair<int, int> locate(int row, int slot, int missing) const {
     if (!table_.paged()) return {row, slot};

@@ -54,6 +54,8 @@ Coverage& Coverage::operator|=(const Coverage& o) {
                       &Coverage::hit_after_abort,
                       &Coverage::cache_keys,
                       &Coverage::shared_prompt_across_keys,
+                      &Coverage::offload,
+                      &Coverage::offload_then_step,
                       &Coverage::prefill,
                       &Coverage::decode,
                       &Coverage::start,
@@ -99,7 +101,8 @@ class CoverageWalk {
         forked_(s.sequences.size()),
         shares_partial_block_(s.sequences.size()),
         pending_erase_(s.sequences.size()),
-        pending_shift_(s.sequences.size()) {}
+        pending_shift_(s.sequences.size()),
+        on_host_(s.sequences.size()) {}
 
   void walk() {
     for (const Call& call : s_.calls) {
@@ -111,6 +114,7 @@ class CoverageWalk {
       if (call.kind == Call::Kind::kAbort) abort(call);
       if (call.kind == Call::Kind::kErase) erase(call);
       if (call.kind == Call::Kind::kShift) shift(call);
+      if (call.kind == Call::Kind::kOffload) offload(call);
       cov_.flush |= call.kind == Call::Kind::kFlush;
       cov_.finish |= call.kind == Call::Kind::kFinish;
       cov_.reset |= call.kind == Call::Kind::kReset;
@@ -156,6 +160,8 @@ class CoverageWalk {
       cov_.erase_middle_then_step |= pending_erase_[i];
       cov_.shift_middle_then_step |= pending_shift_[i];
       pending_erase_[i] = pending_shift_[i] = false;
+      cov_.offload_then_step |= bool(on_host_[i]);
+      on_host_[i] = false;  // the step brings its blocks back
       if (chunk.length == 1) {
         one_token_chunk_[i] = true;
         decode_token |= seq.held() > 0;
@@ -177,6 +183,7 @@ class CoverageWalk {
     const int n = call.count, B = s_.block_size;
     cov_.fork = true;
     forked_[size_t(call.sequence)] = forked_[size_t(call.parent)] = 1;
+    on_host_[size_t(call.sequence)] = on_host_[size_t(call.parent)] && n > 0;  // shares them
     cov_.fork_mid_block |= B > 0 && n % B != 0;
     if (B > 0 && n % B != 0) shares_partial_block_[size_t(call.sequence)] = 1;
     if (B > 0 && n % B != 0) shares_partial_block_[size_t(call.parent)] = 1;
@@ -189,7 +196,16 @@ class CoverageWalk {
     cov_.truncate = true;
     cov_.rollback |= call.count > 0;
     cov_.truncate_to_zero |= after == 0 && before > 0;
+    if (after == 0) on_host_[size_t(call.sequence)] = false;  // no blocks left
     cov_.truncate_across_blocks |= B > 0 && before / B != after / B;
+  }
+
+  // An offload that moves blocks: the sequence holds tokens that no
+  // offload since its last step moved already.
+  void offload(const Call& call) {
+    const size_t i = size_t(call.sequence);
+    cov_.offload |= model_.at(call.sequence).held() > 0 && !on_host_[i];
+    on_host_[i] = model_.at(call.sequence).held() > 0;
   }
 
   void abort(const Call& call) {
@@ -255,6 +271,7 @@ class CoverageWalk {
   std::vector<std::vector<int32_t>> aborted_;  // [abort] the tokens the aborted sequence fed
   std::vector<char> pending_erase_;  // [sequence] erased in the middle, not fed or shifted since
   std::vector<char> pending_shift_;  // [sequence] shifted in the middle, not fed since
+  std::vector<char> on_host_;        // [sequence] an offload moved its blocks, no step since
   bool finished_since_reset_ = false;
 };
 

@@ -41,7 +41,8 @@ struct Plan {
   int start_delay = 0;
   int epoch = 0;  // resets before it
   bool reset_before = false;
-  size_t next = 0;  // next chunk to feed
+  size_t offload_after = 0;  // offloaded after the step that feeds chunk number this (0: never)
+  size_t next = 0;           // next chunk to feed
   bool has_tokens_left() const { return next < chunks.size(); }
   int tokens_left() const {
     return std::accumulate(chunks.begin() + std::ptrdiff_t(next), chunks.end(), 0);
@@ -64,6 +65,8 @@ Plan plan_of(const SequenceGenes& g, int max_chunk) {
   plan.finishes = g.finishes;
   plan.start_delay = std::max(0, g.start_delay);
   plan.reset_before = g.reset_before;
+  if (g.offload_after > 0)
+    plan.offload_after = size_t(g.offload_after - 1) % plan.chunks.size() + 1;
   return plan;
 }
 
@@ -279,6 +282,9 @@ class ScheduleBuilder {
       drawable_.push_back({&op, weight});
       total_weight_ += weight;
     }
+    const Operation& offload = operation(Call::Kind::kOffload);
+    const Call probe = Call::offload(0);
+    offloads_ = offload.needs(traits, s, probe).empty() && offload.scope(s).empty();
   }
 
   void build() {
@@ -366,7 +372,14 @@ class ScheduleBuilder {
     append(Call::step(std::move(batch)));
     for (int i : chosen) {
       const Plan& p = plans_[size_t(i)];
-      if (!p.has_tokens_left() && p.finishes) append(Call::finish(i));
+      if (!p.has_tokens_left() && p.finishes) {
+        append(Call::finish(i));
+      } else if (p.next == p.offload_after && offloads_) {
+        const DrawContext context{model_, i, s_.block_size, position_limit(i)};
+        if (std::optional<Call> call = operation(Call::Kind::kOffload).draw(context, {})) {
+          append(std::move(*call));
+        }
+      }
     }
   }
 
@@ -446,6 +459,7 @@ class ScheduleBuilder {
   ScheduleModel model_;
   std::vector<std::pair<const Operation*, int>> drawable_;  // [operation] with its weight
   int total_weight_ = 0;
+  bool offloads_ = false;  // the sequences' offload genes apply (paged, declared)
   size_t next_mask_ = 0;
   size_t next_op_ = 0;    // the next operation gene to apply
   int next_op_step_ = 0;  // the step the last applied operation followed

@@ -52,6 +52,7 @@ enum class Emphasis : uint8_t {
   kTruncations,       // truncations on most cases (P12)
   kPrefixCache,       // paged storage with a prefix cache and shared prompts (P15)
   kSeveralSequences,  // two sequences or more (P5 needs one to finish while another runs)
+  kOffload,           // paged storage and offloads on most cases (the host tier's faults)
 };
 
 struct ModelGenes {
@@ -78,6 +79,11 @@ struct SequenceGenes {
   int start_delay = 0;             // steps of its epoch that run before it starts
   bool reset_before = false;       // the engine resets before this sequence's epoch
   int shared_prefix = 0;  // prefix cache: leading tokens copied from the sequence before it
+  // Offload (paged, where declared): 0 none; k > 0 its blocks go to the host
+  // tier after the step that feeds its ((k - 1) mod chunks + 1)-th chunk.
+  // A gene of its own, not an operation gene, so that offloads do not thin
+  // out the other operations' shares (docs/GENERATORS.md).
+  int offload_after = 0;
 
   bool operator==(const SequenceGenes&) const = default;
 };
@@ -199,6 +205,9 @@ struct Coverage {
   // Cache keys: any keyed sequence, and a start whose prompt begins with a
   // whole block of an earlier one's with another key (the hit must miss).
   bool cache_keys = false, shared_prompt_across_keys = false;
+  // Offload: one that moves blocks to the host tier, and a later step of an
+  // offloaded sequence (its blocks come back first).
+  bool offload = false, offload_then_step = false;
   bool prefill = false;  // a chunk of two tokens or more
   bool decode = false;   // a one-token chunk of a sequence that holds tokens
   bool start = false;

@@ -62,6 +62,11 @@ const std::vector<CatalogueEntry>& fault_catalogue() {
       // The reused rows keep the buffer's previous step: one step before
       // the hit that is not the source's first chunk (11).
       {Fault::kHitPromptLogitsStale, {P::kOracle, P::kPrefix}, 11, 11},
+      // A second memory tier: P6 reads the host copy right after the
+      // offload (6); the logits need the step that brings it back (8). The
+      // drifting counters show only in P13, after that step.
+      {Fault::kOffloadBeforeWrite, {P::kOracle, P::kCacheState}, 8, 6},
+      {Fault::kOffloadCountsDrift, {P::kPool}, 0, 8},
   };
   return entries;
 }
@@ -85,6 +90,7 @@ Emphasis emphasis_for_fault(Fault fault) {
   }
   if (needs == "paged") return Emphasis::kForks;
   if (needs == "truncate") return Emphasis::kTruncations;
+  if (needs == "offload") return Emphasis::kOffload;
   return Emphasis::kAny;
 }
 

@@ -16,6 +16,7 @@
 #include "model/config_json.h"
 #include "model/weights.h"
 #include "properties/runner.h"
+#include "tests/backends/offload_round_trip.h"
 #include "tests/backends/operation_faults.h"
 #include "tests/properties/test_scenarios.h"
 
@@ -109,6 +110,11 @@ TEST(CpuPlugin, EveryPropertyGivesTheInTreeVerdict) {
 // The faults that live in the operations, switched on inside the plugin
 // (the ABI carries no fault switches): each is caught through the plugin
 // path with the in-tree verdicts.
+// The ABI's appended offload and host_blocks (version 2).
+TEST(CpuPlugin, OffloadGivesTheInTreeVerdicts) {
+  test::expect_offload_through(backend_registry().resolve(kCpuPlugin).under_test());
+}
+
 TEST(CpuPlugin, OperationFaultsAreCaughtThroughTheAbi) {
   test::expect_operation_faults_caught(
       [](const std::string& fault) {

@@ -242,7 +242,8 @@ TEST(Generators, TheDefaultGeneratorReachesEveryShape) {
         {"verify: accept all", c.verify_accept_all},
         {"verify: one draft", c.verify_one_draft},
         {"verify: across blocks", c.verify_across_blocks},
-        {"abort", c.abort}};
+        {"abort", c.abort},
+        {"offload", c.offload}};
     for (const auto& [name, has] : tags) seen[name] += has;
   }
   const std::set<std::string> shapes = {"erase middle, then step", "shift up",
@@ -284,6 +285,25 @@ TEST(Generators, ThePrefixCacheEmphasisHitsAfterAnAbort) {
   }
   std::cout << "abort, then a hit on its prefix: " << 100.0 * hits / kCases << " %\n";
   EXPECT_GE(100.0 * hits / kCases, 5.0);
+}
+
+// The offload emphasis (the kill rows of the host tier's faults) offloads
+// in most cases, and steps an offloaded sequence again (bringing its blocks
+// back) in a third or more.
+TEST(Generators, TheOffloadEmphasisOffloadsAndBringsBlocksBack) {
+  const rc::Gen<Scenario> scenarios =
+      rcgen::scenario(rcgen::Emphasis::kOffload, cpu_engine_traits_with_operations());
+  constexpr int kCases = 2000;
+  int offloads = 0, back = 0;
+  for (uint64_t seed = 1; seed <= kCases; ++seed) {
+    const rcgen::Coverage c = rcgen::coverage(scenarios(rc::Random(seed), int(seed % 100)).value());
+    offloads += c.offload;
+    back += c.offload_then_step;
+  }
+  std::cout << "offload: " << 100.0 * offloads / kCases
+            << " %, then a step: " << 100.0 * back / kCases << " %\n";
+  EXPECT_GE(100.0 * offloads / kCases, 50.0);
+  EXPECT_GE(100.0 * back / kCases, 33.0);
 }
 
 // Keyed requests, and a prompt shared across two keys (a hit that must be

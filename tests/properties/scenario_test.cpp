@@ -53,7 +53,9 @@ TEST(Scenario, SizeMatchesTheFaultCatalogue) {
                                          {Fault::kTruncateKeepsLast, 8},
                                          {Fault::kAbortFreesCached, 10},
                                          {Fault::kPrefixIgnoresKey, 9},
-                                         {Fault::kHitPromptLogitsStale, 11}};
+                                         {Fault::kHitPromptLogitsStale, 11},
+                                         {Fault::kOffloadBeforeWrite, 8},
+                                         {Fault::kOffloadCountsDrift, 8}};
   for (const auto& [fault, size] : sizes) {
     EXPECT_EQ(minimal_fault_scenario(fault).size(), size) << fault_name(fault);
   }

@@ -277,6 +277,14 @@ Scenario minimal_fault_scenario(Fault fault) {
       s.prefix_cache = s.prompt_logits = true;
       s.calls = {S(0), P({{0, 1}}), P({{0, 1}}), S(1), P({{1, 2}})};
       break;
+    case Fault::kOffloadBeforeWrite:
+    case Fault::kOffloadCountsDrift:
+      // s0's one block goes to the host tier and the next step brings it
+      // back: before_write copied it without the token written into it;
+      // counts_drift leaves the host block off the host free list.
+      s.block_size = 1;
+      s.calls = {S(0), P({{0, 1}}), Call::offload(0), P({{0, 1}})};
+      break;
     case Fault::kCount:
       break;
   }

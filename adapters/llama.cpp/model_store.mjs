@@ -1,0 +1,109 @@
+// What the adapter keeps between kvcheck's requests so that a model and its
+// contexts are not made anew for every case (docs/PERFORMANCE.md, llama.cpp):
+// the GGUF files kvcheck-export wrote, by the content of the safetensors they
+// came from, and the contexts of destroyed engines, reset (every sequence
+// removed, queued llama.cpp updates applied) and parked per model for the
+// next create of the same shape. kvcheck keeps a bounded set of models
+// loaded (backends/exec/exec_session.h); what it unloads, this disposes.
+import {execFileSync} from "node:child_process";
+import {createHash} from "node:crypto";
+import fs from "node:fs";
+import path from "node:path";
+
+const kMaxGgufFiles = 64;      // converted models kept on disk (a few KB to MB each)
+const kMaxParkedPerModel = 2;  // contexts kept per loaded model
+
+// A context's shape, rounded so that the cases of one model share contexts:
+// at least 8 sequences (and the spare), a batch of at least 512 tokens. A
+// step still fits one batch (the adapter refuses one past capacity), and
+// node-llama-cpp's own limits are never reached before the adapter's.
+export function contextShape(capacity, maxRows, maxPos) {
+    const sequences = Math.max(maxRows + 1, 9);
+    return {contextSize: Math.max(capacity, maxPos) + 1, sequences,
+            batchSize: Math.max((capacity + 1) * maxRows, 512)};
+}
+
+export class ModelStore {
+    constructor(scratch, exporter, llama) {
+        this.scratch = scratch;    // the adapter's scratch folder
+        this.exporter = exporter;  // kvcheck-export
+        this.llama = llama;        // Promise<Llama>
+        this.ggufs = new Map();    // sha256 of model.safetensors -> GGUF path, oldest first
+        this.converted = 0;        // GGUF files written (their names)
+        this.times = new Map();    // what -> {count, ms}: KVCHECK_LLAMA_TIMES (diagnosis)
+    }
+
+    // Diagnosis only: with KVCHECK_LLAMA_TIMES=FILE, the milliseconds spent
+    // per request kind and in the load's parts, written to FILE at exit as
+    // one JSON object (docs/PERFORMANCE.md, where a llama.cpp case's time goes).
+    time(what, ms) {
+        if (!process.env.KVCHECK_LLAMA_TIMES) return;
+        const entry = this.times.get(what) ?? {count: 0, ms: 0};
+        ++entry.count;
+        entry.ms += ms;
+        this.times.set(what, entry);
+    }
+
+    reportTimes() {
+        const file = process.env.KVCHECK_LLAMA_TIMES;
+        if (file) fs.writeFileSync(file, JSON.stringify(Object.fromEntries(this.times), null, 1) + "\n");
+    }
+
+    // The GGUF of a folder's model.safetensors: the kept one, else converted.
+    gguf(folder) {
+        const source = path.join(folder, "model.safetensors");
+        const key = createHash("sha256").update(fs.readFileSync(source)).digest("hex");
+        const kept = this.ggufs.get(key);
+        if (kept != null) {
+            this.ggufs.delete(key);  // most recently used last
+            this.ggufs.set(key, kept);
+            return kept;
+        }
+        const file = path.join(this.scratch, `model-${++this.converted}.gguf`);
+        const began = performance.now();
+        try {
+            execFileSync(this.exporter, ["--from", source, "--out", file], {stdio: ["ignore", "ignore", "pipe"]});
+        } catch (error) {
+            throw new Error(`kvcheck-export --from ${source} failed: ${error.stderr ?? error.message}`);
+        }
+        this.time("load: kvcheck-export", performance.now() - began);
+        this.ggufs.set(key, file);
+        for (const [old, oldFile] of this.ggufs) {
+            if (this.ggufs.size <= kMaxGgufFiles) break;
+            this.ggufs.delete(old);
+            fs.rmSync(oldFile, {force: true});
+        }
+        return file;
+    }
+
+    // {model: LlamaModel, parked: []} of a folder's model.
+    async load(folder) {
+        const gguf = this.gguf(folder);
+        const llama = await this.llama;
+        const began = performance.now();
+        const model = await llama.loadModel({modelPath: gguf, gpuLayers: 0});
+        this.time("load: loadModel", performance.now() - began);
+        return {model, parked: []};
+    }
+
+    // A context of `shape` for `loaded` with its spare sequence: a parked one
+    // of that shape, else a new one from `create()`.
+    async context(loaded, shape, create) {
+        const key = JSON.stringify(shape);
+        const at = loaded.parked.findIndex((parked) => parked.key === key);
+        if (at >= 0) return loaded.parked.splice(at, 1)[0];
+        const context = await create();
+        return {key, context, spare: null};
+    }
+
+    // Keeps a reset context for the next create, or disposes it.
+    async park(loaded, parked) {
+        if (loaded.parked.length < kMaxParkedPerModel) loaded.parked.push(parked);
+        else await parked.context.dispose();
+    }
+
+    async unload(loaded) {
+        for (const parked of loaded.parked.splice(0)) await parked.context.dispose();
+        await loaded.model.dispose();
+    }
+}

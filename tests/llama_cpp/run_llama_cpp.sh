@@ -29,8 +29,10 @@ case $mode in
     # gets turns within the time (the default 25 would leave most at 0).
     # No --export: the adapter converts with the kvcheck-export that kvcheck
     # names in its environment (KVCHECK_EXPORT, the one beside kvcheck).
+    # Ten scenarios per generated model: loads were most of a case (docs/
+    # PERFORMANCE.md); more models than a new one per case drew in a minute.
     exec "$kvcheck" campaign --backend "exec:node $adapter/engine.mjs" \
-      --time "$arg" --turn-cases 3 --no-kill-matrix --failures "${TMPDIR:-/tmp}/kvcheck-llama-cpp-ci-failures"
+      --time "$arg" --turn-cases 3 --scenarios-per-model 10 --no-kill-matrix --failures "${TMPDIR:-/tmp}/kvcheck-llama-cpp-ci-failures"
     ;;
   replay)
     # The adapter options the case was found with, from its "backend" line.

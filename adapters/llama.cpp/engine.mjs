@@ -72,7 +72,10 @@ import {contextShape, ModelStore} from "./model_store.mjs";
 import {cacheRotations, parseSequenceState, snapshotLayer} from "./state_file.mjs";
 import {traitsFor} from "./traits.mjs";
 
-const kProtocol = 1;
+// The highest protocol version spoken. In 2 kvcheck names the ids and sends
+// what cannot fail without waiting for the reply (docs/ENGINE_PROTOCOL.md,
+// "Versioning"): fewer round trips, each a wake-up of both processes.
+const kProtocol = 2;
 const kMaxControlBytes = 1 << 20;
 const kKvTypes = {f32: "F32", f16: "F16", q8_0: "Q8_0"};
 
@@ -608,10 +611,20 @@ class Server {
         this.engines = new Map();  // id -> Engine
         this.nextId = 0;
         this.generation = 0;       // counts calls that may change a cache (cache snapshots' memo)
+        this.version = 1;          // the protocol version agreed at hello
     }
 
     newId() {
         return ++this.nextId;
+    }
+
+    // The id of what a request makes: kvcheck's (`field` of the request) in
+    // version 2, the adapter's own in version 1.
+    idFor(request, field) {
+        if (this.version < 2) return this.newId();
+        const id = request[field];
+        if (!Number.isInteger(id)) throw new EngineError("input", `${request.op}: "${field}" ${JSON.stringify(id)} is not an integer id`);
+        return id;
     }
 
     engine(request) {
@@ -620,9 +633,10 @@ class Server {
         return engine;
     }
 
-    async load(folder) {
+    async load(request) {
+        const folder = request.path;
         if (typeof folder !== "string") throw new EngineError("input", "load: path is not a string");
-        const id = this.newId();
+        const id = this.idFor(request, "model");
         const loaded = await this.store.load(folder);
         const {model} = loaded;
         const vocab = model.fileInfo.metadata.tokenizer.ggml.tokens.length;
@@ -660,7 +674,7 @@ class Server {
             if (process.env.KVCHECK_LLAMA_COUNT_DECODES) countDecodes(context);
             return context;
         });
-        const id = this.newId();
+        const id = this.idFor(request, "engine");
         this.engines.set(id, new Engine(parked, model, capacity, maxRows, this.options));
         return id;
     }
@@ -672,9 +686,10 @@ class Server {
         if (target && r.op !== "cache" && r.op !== "length") target.sinceDecode = true;  // until a decode
         switch (r.op) {
             case "hello":
-                return [{protocol: kProtocol, traits: traitsFor(this.options)}, []];
+                this.version = Number.isInteger(r.protocol) && r.protocol >= 2 ? kProtocol : 1;
+                return [{protocol: this.version, traits: traitsFor(this.options)}, []];
             case "load":
-                return [{model: await this.load(r.path)}, []];
+                return [{model: await this.load(r)}, []];
             case "unload": {
                 const model = this.models.get(r.model);
                 this.models.delete(r.model);
@@ -693,13 +708,13 @@ class Server {
                 return [{}, []];
             }
             case "start":
-                return [{sequence: this.engine(r).start(() => this.newId())}, []];
+                return [{sequence: this.engine(r).start(() => this.idFor(r, "sequence"))}, []];
             case "step": {
                 const logits = await this.engine(r).step(r.entries);
                 return [{payloads: [logits.length]}, [logits]];
             }
             case "fork":
-                return [{sequence: await this.engine(r).fork(r.parent, r.n, () => this.newId())}, []];
+                return [{sequence: await this.engine(r).fork(r.parent, r.n, () => this.idFor(r, "sequence"))}, []];
             case "truncate":
                 this.engine(r).truncate(r.sequence, r.n);
                 return [{}, []];

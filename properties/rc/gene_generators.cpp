@@ -219,10 +219,16 @@ rc::Gen<std::vector<OpGenes>> ops_gene(Emphasis emphasis) {
 }  // namespace
 
 // model_genes, the same Shrinkable `scenarios_per_model` times in a row.
+// Drawn at a size of its own, uniform in [0, kModelReuseMaxSize]: at the size
+// of the case that draws it, a run of scenarios that starts each turn of
+// cases (RapidCheck's size ramps from 0 every hunt) draws only the smallest
+// models.
 rc::Gen<ModelGenes> reused(rc::Gen<ModelGenes> fresh, std::shared_ptr<ModelReuse> reuse) {
-  return rc::Gen<ModelGenes>([fresh, reuse](const rc::Random& random, int size) {
+  return rc::Gen<ModelGenes>([fresh, reuse](const rc::Random& random, int) {
     if (!reuse->current || reuse->uses >= reuse->scenarios_per_model) {
-      reuse->current = fresh(random, size);
+      rc::Random genes = random;
+      rc::Random sizing = genes.split();
+      reuse->current = fresh(genes, int(sizing.next() % (kModelReuseMaxSize + 1)));
       reuse->uses = 0;
     }
     ++reuse->uses;

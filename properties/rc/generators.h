@@ -151,6 +151,7 @@ struct ScenarioGenes {
 // One per hunt sequence (a campaign keeps one per property and backend, so
 // a property's cases do not depend on the other properties'); not shared
 // between threads.
+inline constexpr int kModelReuseMaxSize = 100;  // a hunt's default max_size (HuntOptions)
 struct ModelReuse {
   int scenarios_per_model = 1;
   std::optional<rc::Shrinkable<ModelGenes>> current;  // the model genes being reused

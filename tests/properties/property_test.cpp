@@ -144,6 +144,19 @@ TEST(Generators, ModelReuseDrawsRunsOfScenariosOnOneModel) {
     models.insert({first->weight_seed, first->config.n_layers * 1000 + first->config.d_ff});
   }
   EXPECT_GE(models.size(), 15u);
+  // Drawn at sizes of their own: runs that start where RapidCheck's size is
+  // 0 (each hunt's first case) still draw models of every size.
+  auto at_zero = std::make_shared<rcgen::ModelReuse>();
+  at_zero->scenarios_per_model = 3;
+  const rc::Gen<Scenario> small =
+      rcgen::scenario(rcgen::Emphasis::kAny, cpu_engine_traits_with_operations(), nullptr, at_zero);
+  int larger = 0;
+  for (int run = 0; run < 20; ++run) {
+    const Scenario s = small(rc::Random(uint64_t(500 + run)), 0).value();
+    for (int i = 1; i < 3; ++i) (void)small(rc::Random(uint64_t(900 + i)), 0).value();
+    larger += s.config.n_layers > 1 || s.config.d_ff > 8 || s.config.vocab > 16;
+  }
+  EXPECT_GE(larger, 10);
 }
 
 // limits.query_width_is_d_model (llama.cpp's gpt2): every drawn gpt2 model

@@ -1,5 +1,5 @@
 // llama.cpp (node-llama-cpp's prebuilt CPU binary) served to kvcheck over the
-// engine protocol v1 (docs/ENGINE_PROTOCOL.md):
+// engine protocol, versions 1 and 2 (docs/ENGINE_PROTOCOL.md):
 //
 //   kvcheck campaign --backend exec:'node adapters/llama.cpp/engine.mjs'
 //   kvcheck campaign --backend exec:'node adapters/llama.cpp/engine.mjs --kv f16 --flash-attn on'

@@ -11,16 +11,22 @@ import fs from "node:fs";
 import path from "node:path";
 
 const kMaxGgufFiles = 64;      // converted models kept on disk (a few KB to MB each)
-const kMaxParkedPerModel = 2;  // contexts kept per loaded model
+const kMaxParkedPerModel = 2;  // contexts kept per loaded model (1 of a long context)
 
 // A context's shape, rounded so that the cases of one model share contexts:
 // at least 8 sequences (and the spare), a batch of at least 512 tokens. A
 // step still fits one batch (the adapter refuses one past capacity), and
 // node-llama-cpp's own limits are never reached before the adapter's.
+// Rounded only where a sequence's context fits llama.cpp's smallest
+// allocation (256 cells: the generators' models); a checkpoint with a long
+// context keeps the shape asked for, since each sequence is a KV stream of
+// its own (kv_unified = false) and extra ones would cost their full size.
+const kRoundedContextSize = 256;
 export function contextShape(capacity, maxRows, maxPos) {
-    const sequences = Math.max(maxRows + 1, 9);
-    return {contextSize: Math.max(capacity, maxPos) + 1, sequences,
-            batchSize: Math.max((capacity + 1) * maxRows, 512)};
+    const contextSize = Math.max(capacity, maxPos) + 1;
+    const exact = {contextSize, sequences: maxRows + 1, batchSize: (capacity + 1) * maxRows};
+    if (contextSize > kRoundedContextSize) return exact;
+    return {contextSize, sequences: Math.max(exact.sequences, 9), batchSize: Math.max(exact.batchSize, 512)};
 }
 
 export class ModelStore {
@@ -96,12 +102,12 @@ export class ModelStore {
         const at = loaded.parked.findIndex((parked) => parked.key === key);
         if (at >= 0) return loaded.parked.splice(at, 1)[0];
         const context = await create();
-        return {key, context, spare: null};
+        return {key, long: shape.contextSize > kRoundedContextSize, context, spare: null};
     }
 
     // Keeps a reset context for the next create, or disposes it.
     async park(loaded, parked) {
-        if (loaded.parked.length < kMaxParkedPerModel) loaded.parked.push(parked);
+        if (loaded.parked.length < (parked.long ? 1 : kMaxParkedPerModel)) loaded.parked.push(parked);
         else await parked.context.dispose();
     }
 

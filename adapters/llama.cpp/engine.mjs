@@ -669,6 +669,7 @@ class Server {
         const parked = await this.store.context(model.loaded, shape, async () => {
             const context = await model.model.createContext({
                 ...shape, threads: 1, flashAttention: this.options.flashAttention,
+                ignoreMemorySafetyChecks: model.loaded.small,
                 experimentalKvCacheKeyType: type, experimentalKvCacheValueType: type
             });
             if (process.env.KVCHECK_LLAMA_COUNT_DECODES) countDecodes(context);

@@ -113,6 +113,11 @@ std::string EngineTraits::refuses(const Config& c, KvDtype kv_dtype, int capacit
            ", " + std::to_string(l.max_d_model) + "]";
   if (c.d_model % l.d_model_multiple != 0)
     return multiple_error("d_model", c.d_model, l.d_model_multiple);
+  if (std::find(l.query_width_is_d_model.begin(), l.query_width_is_d_model.end(), c.family) !=
+          l.query_width_is_d_model.end() &&
+      c.n_heads * c.head_dim != c.d_model)
+    return "n_heads*head_dim " + std::to_string(c.n_heads * c.head_dim) + " differs from d_model " +
+           std::to_string(c.d_model) + " (limits.query_width_is_d_model)";
   if (c.sliding_window > 0 && !operations.sliding_window)
     return "sliding_window " + std::to_string(c.sliding_window) + " (sliding windows)";
   if (capacity > l.max_capacity)

@@ -67,6 +67,9 @@ struct ShapeLimits {
   bool capacity_shared = false;   // one context holds every sequence's tokens
   int max_rows = 1 << 10;         // sequences alive at once
   int max_step_tokens = 1 << 20;  // tokens fed by one step, all entries together
+  // Families whose models need n_heads * head_dim == d_model (llama.cpp's
+  // gpt2 architecture derives its head size from d_model).
+  std::vector<Family> query_width_is_d_model;
 };
 
 // Per comparison class: does the engine promise the same bits, or only

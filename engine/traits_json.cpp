@@ -136,7 +136,9 @@ const std::vector<Section>& sections() {
                   int_field("d_model_multiple", &ShapeLimits::d_model_multiple),
                   int_field("max_capacity", &ShapeLimits::max_capacity), shared,
                   int_field("max_rows", &ShapeLimits::max_rows),
-                  int_field("max_step_tokens", &ShapeLimits::max_step_tokens)}});
+                  int_field("max_step_tokens", &ShapeLimits::max_step_tokens),
+                  list_field("query_width_is_d_model", &ShapeLimits::query_width_is_d_model,
+                             parse_family, family_name)}});
     s.push_back({"invariance",
                  {invariance_field("chunking", &InvarianceTraits::chunking),
                   invariance_field("batch", &InvarianceTraits::batch),

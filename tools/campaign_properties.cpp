@@ -161,6 +161,14 @@ rcgen::HuntSpec spec_for(Campaign& c, const std::vector<Tally>& tallies, const s
   spec.emphasis = rcgen::emphasis_for(t.property);
   spec.options.traits = spec.subject->traits;
   spec.options.model = c.model;
+  if (c.options.scenarios_per_model > 1) {
+    std::shared_ptr<rcgen::ModelReuse>& reuse = c.model_reuse[index];
+    if (!reuse) {
+      reuse = std::make_shared<rcgen::ModelReuse>();
+      reuse->scenarios_per_model = c.options.scenarios_per_model;
+    }
+    spec.options.model_reuse = reuse;
+  }
   spec.options.seed = seed;
   spec.options.max_cases = cases;
   spec.options.max_shrink_steps = c.options.shrink_steps;

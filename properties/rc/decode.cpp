@@ -91,6 +91,10 @@ void fit_model(Config& c, KvDtype& kv_dtype, const ShapeLimits& limits) {
       fit_dimension(c.d_model, limits.min_d_model, limits.max_d_model, limits.d_model_multiple);
   c.vocab = std::clamp(c.vocab, std::max(2, limits.min_vocab), limits.max_vocab);
   if (c.vocab < limits.min_vocab) c.vocab = limits.min_vocab;
+  // Outside the d_model limits it stays refused (not applicable).
+  const auto& full = limits.query_width_is_d_model;
+  if (std::find(full.begin(), full.end(), c.family) != full.end())
+    c.d_model = c.n_heads * c.head_dim;
 }
 
 // A checkpoint's context holds at most max_pos positions: each sequence (or,
@@ -487,6 +491,11 @@ void size_scenario(const ScenarioGenes& genes, const EngineTraits& traits,
   }
   if (s.model) {
     s.capacity = std::min(s.capacity, s.config.max_pos);  // fit_context kept `needed` within it
+  } else if (genes.model_max_pos) {
+    // The model's own, the same for every scenario on it (ModelReuse): the
+    // schedule kept its positions within kPositionBudget, so its cells too.
+    s.config.max_pos = kPositionBudget + std::clamp(genes.model.max_pos_slack, 0, 16);
+    s.capacity = std::min(s.capacity, s.config.max_pos);
   } else {
     s.config.max_pos =
         std::max(s.capacity, schedule.max_position) + std::clamp(genes.model.max_pos_slack, 0, 16);
@@ -515,8 +524,9 @@ Scenario decode(const ScenarioGenes& genes, const EngineTraits& traits,
 }
 
 rc::Gen<Scenario> scenario(Emphasis emphasis, const EngineTraits& traits,
-                           std::shared_ptr<const Checkpoint> model) {
-  return rc::gen::map(scenario_genes(emphasis),
+                           std::shared_ptr<const Checkpoint> model,
+                           std::shared_ptr<ModelReuse> reuse) {
+  return rc::gen::map(scenario_genes(emphasis, std::move(reuse)),
                       [traits, model](const ScenarioGenes& g) { return decode(g, traits, model); });
 }
 

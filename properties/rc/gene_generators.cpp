@@ -229,7 +229,26 @@ rc::Gen<std::vector<OpGenes>> ops_gene(Emphasis emphasis) {
 
 }  // namespace
 
-rc::Gen<ScenarioGenes> scenario_genes(Emphasis emphasis) {
+// model_genes, the same Shrinkable `scenarios_per_model` times in a row.
+// Drawn at a size of its own, uniform in [0, kModelReuseMaxSize]: at the size
+// of the case that draws it, a run of scenarios that starts each turn of
+// cases (RapidCheck's size ramps from 0 every hunt) draws only the smallest
+// models.
+rc::Gen<ModelGenes> reused(rc::Gen<ModelGenes> fresh, std::shared_ptr<ModelReuse> reuse) {
+  return rc::Gen<ModelGenes>([fresh, reuse](const rc::Random& random, int) {
+    if (!reuse->current || reuse->uses >= reuse->scenarios_per_model) {
+      rc::Random genes = random;
+      rc::Random sizing = genes.split();
+      reuse->current = fresh(genes, int(sizing.next() % (kModelReuseMaxSize + 1)));
+      reuse->uses = 0;
+    }
+    ++reuse->uses;
+    return *reuse->current;
+  });
+}
+
+rc::Gen<ScenarioGenes> scenario_genes(Emphasis emphasis, std::shared_ptr<ModelReuse> reuse) {
+  const bool reusing = reuse != nullptr && reuse->scenarios_per_model > 1;
   const rc::Gen<int> sequence_count =
       emphasis == Emphasis::kPrefixCache || emphasis == Emphasis::kSeveralSequences
           ? weighted_choice<int>({{4, 2}, {2, 3}, {1, 4}, {1, 5}, {1, 6}})
@@ -239,7 +258,8 @@ rc::Gen<ScenarioGenes> scenario_genes(Emphasis emphasis) {
   const rc::Gen<int> step_mask =
       weighted_gen<int>({{4, rc::gen::just(0)}, {3, rc::gen::inRange(1, 1 << kMaxSequences)}});
   return rc::gen::build<ScenarioGenes>(
-      rc::gen::set(&ScenarioGenes::model, model_genes(emphasis)),
+      rc::gen::set(&ScenarioGenes::model,
+                   reusing ? reused(model_genes(emphasis), reuse) : model_genes(emphasis)),
       rc::gen::set(&ScenarioGenes::sequences,
                    vector_of(sequence_count, 1, sequence_genes(emphasis))),
       rc::gen::set(
@@ -272,7 +292,8 @@ rc::Gen<ScenarioGenes> scenario_genes(Emphasis emphasis) {
       rc::gen::set(&ScenarioGenes::cell_operations, cell_operations_gene(emphasis)),
       rc::gen::set(&ScenarioGenes::cache_keys,
                    weighted_gen<int>({{2, rc::gen::just(0)}, {3, between(1, 3)}})),
-      rc::gen::set(&ScenarioGenes::emphasis, rc::gen::just(emphasis)));
+      rc::gen::set(&ScenarioGenes::emphasis, rc::gen::just(emphasis)),
+      rc::gen::set(&ScenarioGenes::model_max_pos, rc::gen::just(reusing)));
 }
 
 }  // namespace kvcheck::rcgen

@@ -16,6 +16,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -141,12 +142,33 @@ struct ScenarioGenes {
   // one key). Drawn after the genes above, so they draw what they drew.
   int cache_keys = 0;
   Emphasis emphasis = Emphasis::kAny;  // not a gene: what decode() favours
+  // Not a gene: the model genes serve several scenarios (ModelReuse), so
+  // max_pos is the model's own (as a checkpoint's is), not the schedule's.
+  bool model_max_pos = false;
 
   bool operator==(const ScenarioGenes&) const = default;
 };
 
+// Several scenarios on one model, for a backend where a model's load is most
+// of a case (llama.cpp: docs/PERFORMANCE.md). A scenario's model genes are
+// the previous scenario's, `scenarios_per_model` scenarios in a row, then new
+// ones are drawn; each scenario keeps its own shrink tree. The decoded
+// scenarios then take max_pos from the model genes (ScenarioGenes::
+// model_max_pos), so that they share one config and one set of weights.
+// One per hunt sequence (a campaign keeps one per property and backend, so
+// a property's cases do not depend on the other properties'); not shared
+// between threads.
+inline constexpr int kModelReuseMaxSize = 100;  // a hunt's default max_size (HuntOptions)
+struct ModelReuse {
+  int scenarios_per_model = 1;
+  std::optional<rc::Shrinkable<ModelGenes>> current;  // the model genes being reused
+  int uses = 0;                                       // scenarios drawn on `current`
+};
+
 // The independent genes; shrinking them shrinks the decoded scenario.
-rc::Gen<ScenarioGenes> scenario_genes(Emphasis emphasis = Emphasis::kAny);
+// With `reuse` (and scenarios_per_model > 1) the model genes are reused.
+rc::Gen<ScenarioGenes> scenario_genes(Emphasis emphasis = Emphasis::kAny,
+                                      std::shared_ptr<ModelReuse> reuse = nullptr);
 
 // Any genes -> a Scenario that validates (Scenario::validate() == "") and
 // that an engine with `traits` can run: its families, dtypes and shape
@@ -161,7 +183,8 @@ Scenario decode(const ScenarioGenes& genes, const EngineTraits& traits = EngineT
 // decode() over scenario_genes().
 rc::Gen<Scenario> scenario(Emphasis emphasis = Emphasis::kAny,
                            const EngineTraits& traits = EngineTraits::strict(),
-                           std::shared_ptr<const Checkpoint> model = nullptr);
+                           std::shared_ptr<const Checkpoint> model = nullptr,
+                           std::shared_ptr<ModelReuse> reuse = nullptr);
 
 // Coverage tags of one scenario, for RC_TAG / RC_CLASSIFY and the docs.
 struct Coverage {

@@ -10,7 +10,8 @@
 # that is not fixed; if it passes, llama.cpp changed: update the finding),
 # NAME.holds.case must pass.
 set -u
-mode=$1 kvcheck=$2 export=$3 arg=$4
+mode=$1 kvcheck=$2 arg=$4  # $3, kvcheck-export: kvcheck names the one beside it
+unset KVCHECK_EXPORT
 adapter=adapters/llama.cpp
 major=$(node -p 'process.versions.node.split(".")[0]' 2>/dev/null) || major=0
 if [ "${major:-0}" -lt 20 ]; then
@@ -26,14 +27,18 @@ case $mode in
     # f32 K/V, flash attention off: the mode whose traits kvcheck checks in full.
     # Three cases per property per turn: at about 1 case/s every property
     # gets turns within the time (the default 25 would leave most at 0).
-    exec "$kvcheck" campaign --backend "exec:node $adapter/engine.mjs --export $export" \
-      --time "$arg" --turn-cases 3 --no-kill-matrix --failures "${TMPDIR:-/tmp}/kvcheck-llama-cpp-ci-failures"
+    # No --export: the adapter converts with the kvcheck-export that kvcheck
+    # names in its environment (KVCHECK_EXPORT, the one beside kvcheck).
+    # Ten scenarios per generated model: loads were most of a case (docs/
+    # PERFORMANCE.md); more models than a new one per case drew in a minute.
+    exec "$kvcheck" campaign --backend "exec:node $adapter/engine.mjs" \
+      --time "$arg" --turn-cases 3 --scenarios-per-model 10 --no-kill-matrix --failures "${TMPDIR:-/tmp}/kvcheck-llama-cpp-ci-failures"
     ;;
   replay)
     # The adapter options the case was found with, from its "backend" line.
     options=$(sed -n 's/^backend exec:node [^ ]*engine\.mjs\( .*\)\{0,1\}$/\1/p' "$arg" | head -n 1 |
       sed 's/ --export [^ ]*//')
-    "$kvcheck" replay "$arg" --backend "exec:node $adapter/engine.mjs$options --export $export"
+    "$kvcheck" replay "$arg" --backend "exec:node $adapter/engine.mjs$options"
     status=$?
     case $arg in
       *.fails.case)

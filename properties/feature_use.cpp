@@ -22,6 +22,9 @@ constexpr FeatureRow kFeatures[] = {
     {Feature::kRollback, "rollback", "truncate",
      "truncate or verify by n > 0 left length() n lower",
      [](const OperationTraits& o) { return declares(o, "truncate"); }},
+    {Feature::kOffload, "offload", "offload, pool_report",
+     "after offload(), the sequence's table (pool()) held host-tier blocks",
+     [](const OperationTraits& o) { return declares(o, "offload"); }},
 };
 static_assert(std::size(kFeatures) == size_t(Feature::kCount), "one row per feature");
 

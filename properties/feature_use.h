@@ -26,6 +26,7 @@ enum class Feature : uint8_t {
   kCopyOnWrite,   // a block a fork shared was split when one side wrote to it
   kEviction,      // a cached block was taken for other data (pool: cached fell past the hits)
   kRollback,      // truncate or verify shortened a sequence (length() fell by n > 0)
+  kOffload,       // offload moved a sequence's blocks to the host tier (pool())
   kCount
 };
 

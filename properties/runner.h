@@ -155,6 +155,7 @@ class ScenarioRunner final : private CallTarget {
   void observe_after(const Call& call, const Observed& before);
   void observe_eviction(const Call& call, int cached_before);
   void observe_fork(const Call& call);
+  void observe_offload(const Call& call);
   void observe_split(const Call& call);
 
   const Scenario& scenario_;

@@ -46,6 +46,9 @@ void ScenarioRunner::observe_after(const Call& call, const Observed& before) {
     case Call::Kind::kFork:
       if (B > 0 && call.count % B != 0 && watching(Feature::kCopyOnWrite)) observe_fork(call);
       break;
+    case Call::Kind::kOffload:
+      if (watching(Feature::kOffload)) observe_offload(call);
+      break;
     case Call::Kind::kTruncate:
     case Call::Kind::kVerify: {
       const int n = call.kind == Call::Kind::kTruncate ? call.count : call.count - call.accepted;
@@ -67,6 +70,17 @@ void ScenarioRunner::observe_eviction(const Call& call, int cached_before) {
     hit_blocks += engine_->reused(sequences_[size_t(chunk.sequence)].id) / B;
   }
   if (cached_before - engine_->pool().cached > hit_blocks) note_used(Feature::kEviction);
+}
+
+void ScenarioRunner::observe_offload(const Call& call) {
+  const PoolReport pool = engine_->pool();
+  const SequenceId id = sequences_[size_t(call.sequence)].id;
+  for (const auto& [holder, table] : pool.tables) {
+    if (holder != id) continue;
+    if (std::any_of(table.begin(), table.end(), [&](int b) { return b >= pool.total; })) {
+      note_used(Feature::kOffload);
+    }
+  }
 }
 
 void ScenarioRunner::observe_fork(const Call& call) {

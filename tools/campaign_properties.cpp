@@ -71,6 +71,7 @@ constexpr CoverageClass kCoverageClasses[] = {
     {"abort, then a hit on its prefix", &rcgen::Coverage::hit_after_abort},
     {"cache keys", &rcgen::Coverage::cache_keys},
     {"shared prompt across keys", &rcgen::Coverage::shared_prompt_across_keys},
+    {"prompt logits on a hit", &rcgen::Coverage::prompt_logits},
     {"offload", &rcgen::Coverage::offload},
     {"offload, then a step", &rcgen::Coverage::offload_then_step},
 };

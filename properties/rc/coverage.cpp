@@ -54,6 +54,7 @@ Coverage& Coverage::operator|=(const Coverage& o) {
                       &Coverage::hit_after_abort,
                       &Coverage::cache_keys,
                       &Coverage::shared_prompt_across_keys,
+                      &Coverage::prompt_logits,
                       &Coverage::offload,
                       &Coverage::offload_then_step,
                       &Coverage::prefill,
@@ -86,6 +87,7 @@ void model_tags(const Scenario& s, Coverage& cov) {
   cov.window = c.sliding_window > 0;
   cov.prefix_cache = s.prefix_cache;
   cov.small_pool = s.pool_blocks > 0;
+  cov.prompt_logits = s.prompt_logits;
 }
 
 // Walks the calls on the model, tagging each call's shape in the state
@@ -290,6 +292,8 @@ FeatureMask drawn_features(const Coverage& c) {
         return c.prefix_cache;
       case Feature::kRollback:
         return c.rollback;
+      case Feature::kOffload:
+        return c.offload;
       case Feature::kCount:
         break;
     }

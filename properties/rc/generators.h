@@ -228,6 +228,7 @@ struct Coverage {
   // Cache keys: any keyed sequence, and a start whose prompt begins with a
   // whole block of an earlier one's with another key (the hit must miss).
   bool cache_keys = false, shared_prompt_across_keys = false;
+  bool prompt_logits = false;  // a prefix cache asked for a hit's prompt rows
   // Offload: one that moves blocks to the host tier, and a later step of an
   // offloaded sequence (its blocks come back first).
   bool offload = false, offload_then_step = false;

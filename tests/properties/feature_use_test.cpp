@@ -102,5 +102,18 @@ TEST(FeatureUse, EvictionIsNotedWhenACachedBlockIsTakenForOtherData) {
   EXPECT_FALSE(used(check(Property::kOracle, s), Feature::kEviction));
 }
 
+TEST(FeatureUse, OffloadIsNotedWhenBlocksReachTheHostTier) {
+  Scenario s = minimal_fault_scenario(Fault::kOffloadBeforeWrite);  // p(1) offload(0) p(1)
+  const Verdict v = check(Property::kOracle, s);
+  ASSERT_TRUE(v.passed) << v.summary;
+  EXPECT_TRUE(used(v, Feature::kOffload));
+  // An offload of a sequence that holds no block moves nothing.
+  s.calls = {Call::start(0), Call::offload(0), Call::step({{0, 1}})};
+  s.sequences[0].resize(1);
+  const Verdict empty = check(Property::kOracle, s);
+  ASSERT_TRUE(empty.passed) << empty.summary;
+  EXPECT_FALSE(used(empty, Feature::kOffload));
+}
+
 }  // namespace
 }  // namespace kvcheck

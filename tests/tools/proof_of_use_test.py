@@ -43,7 +43,7 @@ def main():
     console, texts = campaign(kvcheck, workdir, "all", ["--cases", "150"])
     report = json.loads(texts["json"] or "{}")
     rows = report.get("proof_of_use", {}).get("cpu", [])
-    check(len(rows) == 5, f"all: proof_of_use rows for cpu: {rows}")
+    check(len(rows) == 6, f"all: proof_of_use rows for cpu: {rows}")
     for row in rows:
         check(row["declared"], f"all: cpu declares every feature: {row}")
         check(0 < row["happened"] <= row["drawn"], f"all: drawn and happened: {row}")

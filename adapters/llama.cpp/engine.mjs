@@ -67,11 +67,12 @@ import {parseArgs} from "node:util";
 
 import {getLlama, LlamaLogLevel} from "node-llama-cpp";
 
+import {EngineError, findExport, serve} from "../node-protocol/protocol.mjs";
+
 import {parseSequenceState, snapshotLayer} from "./state_file.mjs";
 import {traitsFor} from "./traits.mjs";
 
 const kProtocol = 1;
-const kMaxControlBytes = 1 << 20;
 const kKvTypes = {f32: "F32", f16: "F16", q8_0: "Q8_0"};
 const here = path.dirname(fileURLToPath(import.meta.url));
 
@@ -116,20 +117,12 @@ function parseOptions() {
 }
 
 // kvcheck-export: --export, $KVCHECK_EXPORT, else the newest build of this checkout.
-function findExport(given) {
-    const candidates = [];
-    if (given) candidates.push(given);
-    else if (process.env.KVCHECK_EXPORT) candidates.push(process.env.KVCHECK_EXPORT);
-    else {
-        const build = path.join(here, "..", "..", "build");
-        for (const dir of fs.existsSync(build) ? fs.readdirSync(build) : [])
-            candidates.push(path.join(build, dir, "tools", "kvcheck-export"));
-    }
-    const found = candidates.filter((file) => fs.existsSync(file))
-        .sort((a, b) => fs.statSync(b).mtimeMs - fs.statSync(a).mtimeMs);
-    if (found.length === 0)
-        usage(`no kvcheck-export found (looked at ${candidates.join(", ") || "build/*/tools"}); build it or pass --export PATH`);
-    return found[0];
+function exporter(given) {
+    const looked = [];
+    const found = findExport(given, path.join(here, "..", ".."), fs, path, looked);
+    if (found == null)
+        usage(`no kvcheck-export found (looked at ${looked.join(", ") || "build/*/tools"}); build it or pass --export PATH`);
+    return found;
 }
 
 // What the cache snapshot needs of a model, from the GGUF that kvcheck-export
@@ -141,65 +134,6 @@ function kvShape(metadata) {
     const heads = m.attention.head_count;
     const headDim = m.attention.key_length ?? m.embedding_length / heads;
     return {layers: m.block_count, kvHeads: m.attention.head_count_kv ?? heads, headDim, permutedK: arch === "llama"};
-}
-
-class EngineError extends Error {
-    constructor(kind, message) {
-        super(message);
-        this.kind = kind;
-    }
-}
-
-// ---- framing ---------------------------------------------------------------
-
-// Length-prefixed frames from stdin; read(n) resolves to n bytes or null at end of input.
-class FrameReader {
-    constructor(stream) {
-        this.chunks = [];
-        this.size = 0;
-        this.ended = false;
-        this.waiter = null;
-        stream.on("data", (chunk) => {
-            this.chunks.push(chunk);
-            this.size += chunk.length;
-            this.wake();
-        });
-        stream.on("end", () => {
-            this.ended = true;
-            this.wake();
-        });
-    }
-
-    wake() {
-        const waiter = this.waiter;
-        this.waiter = null;
-        if (waiter) waiter();
-    }
-
-    async read(n) {
-        while (this.size < n) {
-            if (this.ended) return null;
-            await new Promise((resolve) => (this.waiter = resolve));
-        }
-        const all = Buffer.concat(this.chunks);
-        this.chunks = [all.subarray(n)];
-        this.size = all.length - n;
-        return all.subarray(0, n);
-    }
-
-    async frame(limit) {
-        const head = await this.read(4);
-        if (head == null) return null;
-        const n = head.readUInt32LE(0);
-        if (n > limit) throw new Error(`a request frame of ${n} bytes (at most ${limit})`);
-        return this.read(n);
-    }
-}
-
-function frame(bytes) {
-    const head = Buffer.alloc(4);
-    head.writeUInt32LE(bytes.length, 0);
-    return [head, bytes];
 }
 
 // ---- engines ---------------------------------------------------------------
@@ -702,38 +636,15 @@ class Server {
 
 async function main() {
     const options = parseOptions();
-    const exporter = findExport(options.exportPath);
+    const exportPath = exporter(options.exportPath);
     // Nothing compiled or downloaded at run time; CPU only. Started here and
     // awaited at the first load, so that hello is answered at once (on a busy
     // machine node-llama-cpp's start took more than kvcheck's 30 s per call).
     const llama = getLlama({build: "never", gpu: false, logLevel: LlamaLogLevel.error});
     llama.catch(() => {});  // reported by the load that awaits it
-    const server = new Server(options, llama, exporter);
-    const reader = new FrameReader(process.stdin);
+    const server = new Server(options, llama, exportPath);
     try {
-        for (;;) {
-            const body = await reader.frame(kMaxControlBytes);
-            if (body == null) break;
-            let request;
-            try {
-                request = JSON.parse(body.toString("utf8"));
-            } catch (error) {
-                throw new Error(`a request that is not JSON: ${error.message}`);
-            }
-            if (request?.op === "bye") break;
-            let reply, payloads;
-            try {
-                [reply, payloads] = await server.handle(request);
-            } catch (error) {
-                const kind = error instanceof EngineError ? error.kind : "internal";
-                reply = {error: {kind, message: error instanceof EngineError ? error.message : String(error?.stack ?? error)}};
-                payloads = [];
-            }
-            trace(request, reply);
-            const parts = frame(Buffer.from(JSON.stringify(reply)));
-            for (const payload of payloads) parts.push(...frame(payload));
-            process.stdout.write(Buffer.concat(parts));
-        }
+        await serve(process.stdin, process.stdout, (request) => server.handle(request), trace);
     } finally {
         fs.rmSync(server.scratch, {recursive: true, force: true});
     }

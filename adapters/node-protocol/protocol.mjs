@@ -1,0 +1,113 @@
+// The child's side of kvcheck's engine protocol (docs/ENGINE_PROTOCOL.md) for
+// adapters written in Node: length-prefixed frames on stdin/stdout, one reply
+// per request in order, refusals as {"error": {kind, message}}. Shared by
+// adapters/llama.cpp and adapters/onnxruntime so that the framing has one
+// implementation; it needs no package.
+
+export const kMaxControlBytes = 1 << 20;
+
+// A refusal of docs/ENGINE_PROTOCOL.md's table ("capacity", "rows", ...):
+// answered with its kind; any other exception is answered as "internal".
+export class EngineError extends Error {
+    constructor(kind, message) {
+        super(message);
+        this.kind = kind;
+    }
+}
+
+// Length-prefixed frames from a stream; read(n) resolves to n bytes or null at end of input.
+export class FrameReader {
+    constructor(stream) {
+        this.chunks = [];
+        this.size = 0;
+        this.ended = false;
+        this.waiter = null;
+        stream.on("data", (chunk) => {
+            this.chunks.push(chunk);
+            this.size += chunk.length;
+            this.wake();
+        });
+        stream.on("end", () => {
+            this.ended = true;
+            this.wake();
+        });
+    }
+
+    wake() {
+        const waiter = this.waiter;
+        this.waiter = null;
+        if (waiter) waiter();
+    }
+
+    async read(n) {
+        while (this.size < n) {
+            if (this.ended) return null;
+            await new Promise((resolve) => (this.waiter = resolve));
+        }
+        const all = Buffer.concat(this.chunks);
+        this.chunks = [all.subarray(n)];
+        this.size = all.length - n;
+        return all.subarray(0, n);
+    }
+
+    async frame(limit) {
+        const head = await this.read(4);
+        if (head == null) return null;
+        const n = head.readUInt32LE(0);
+        if (n > limit) throw new Error(`a request frame of ${n} bytes (at most ${limit})`);
+        return this.read(n);
+    }
+}
+
+export function frame(bytes) {
+    const head = Buffer.alloc(4);
+    head.writeUInt32LE(bytes.length, 0);
+    return [head, bytes];
+}
+
+// The request loop: `handle(request)` resolves to [reply, payloads]; a thrown
+// EngineError becomes a refusal of its kind, anything else kind "internal"
+// with the stack. `after(request, reply)` (optional) sees each pair, e.g. a
+// diagnostic trace. Returns at end of input or "bye".
+export async function serve(input, output, handle, after = () => {}) {
+    const reader = new FrameReader(input);
+    for (;;) {
+        const body = await reader.frame(kMaxControlBytes);
+        if (body == null) return;
+        let request;
+        try {
+            request = JSON.parse(body.toString("utf8"));
+        } catch (error) {
+            throw new Error(`a request that is not JSON: ${error.message}`);
+        }
+        if (request?.op === "bye") return;
+        let reply, payloads;
+        try {
+            [reply, payloads] = await handle(request);
+        } catch (error) {
+            const kind = error instanceof EngineError ? error.kind : "internal";
+            reply = {error: {kind, message: error instanceof EngineError ? error.message : String(error?.stack ?? error)}};
+            payloads = [];
+        }
+        after(request, reply);
+        const parts = frame(Buffer.from(JSON.stringify(reply)));
+        for (const payload of payloads) parts.push(...frame(payload));
+        output.write(Buffer.concat(parts));
+    }
+}
+
+// kvcheck-export: `given`, else $KVCHECK_EXPORT, else the newest
+// build/*/tools/kvcheck-export of the checkout at `root`. Returns the path or
+// null; `looked` gets the candidates for the caller's message.
+export function findExport(given, root, fs, path, looked = []) {
+    if (given) looked.push(given);
+    else if (process.env.KVCHECK_EXPORT) looked.push(process.env.KVCHECK_EXPORT);
+    else {
+        const build = path.join(root, "build");
+        for (const dir of fs.existsSync(build) ? fs.readdirSync(build) : [])
+            looked.push(path.join(build, dir, "tools", "kvcheck-export"));
+    }
+    const found = looked.filter((file) => fs.existsSync(file))
+        .sort((a, b) => fs.statSync(b).mtimeMs - fs.statSync(a).mtimeMs);
+    return found[0] ?? null;
+}

@@ -1,23 +1,27 @@
-// llama.cpp against the oracle: for each case a config and seed are written as
-// GGUF (save_gguf), adapters/llama.cpp/probe_logits.mjs runs a token sequence
-// through llama.cpp (f32 K/V, flash attention off, one thread) whole and token
-// by token, and every logit is compared with oracle::forward.
+// A real engine's model file against the oracle: for each case a config and
+// seed are written in the engine's format (GGUF for llama.cpp, ONNX for ONNX
+// Runtime), the adapter's probe_logits.mjs runs a token sequence through the
+// engine (f32 K/V, one thread) whole and token by token, and every logit is
+// compared with oracle::forward. This is how every model file kvcheck writes
+// for an engine is validated before any cache property runs.
 //
-//   logits_vs_oracle ADAPTER_DIR [SEEDS]
+//   logits_vs_oracle ENGINE ADAPTER_DIR [SEEDS]      ENGINE: llama.cpp | onnxruntime
 //
 // SEEDS (default 3) weight seeds per llama shape. A logit passes when
-// |llama.cpp - oracle| <= the bound derive_error_bounds gives the in-tree f32
-// engine (docs/TOLERANCE.md); docs/LLAMA_CPP.md says why that bound is used
-// for llama.cpp and what margin it keeps. The gpt2 cases are reported, not
-// judged: llama.cpp evaluates GELU through an f16 table (docs/LLAMA_CPP.md).
-// Exit codes: 0 all held, 1 a logit was out of bounds or llama.cpp failed,
-// 77 skipped (no Node 20, or the adapter's node_modules is not installed).
+// |engine - oracle| <= the bound derive_error_bounds gives the in-tree f32
+// engine (docs/TOLERANCE.md); docs/LLAMA_CPP.md and docs/ONNXRUNTIME.md say
+// why that bound is used and what margin it keeps. llama.cpp's gpt2 cases are
+// reported, not judged: it evaluates GELU through an f16 table.
+// Exit codes: 0 all held, 1 a logit was out of bounds or the engine failed,
+// 2 bad arguments, 77 skipped (no Node 20, the adapter's node_modules is not
+// installed, or kvcheck was built without the ONNX writer).
 #include <algorithm>
 #include <array>
 #include <cmath>
 #include <cstdio>
 #include <cstdlib>
 #include <filesystem>
+#include <fstream>
 #include <iostream>
 #include <sstream>
 #include <string>
@@ -27,7 +31,11 @@
 
 #include <nlohmann/json.hpp>
 
+#include "model/config_json.h"
 #include "model/gguf.h"
+#if KVCHECK_HAVE_ONNX
+#include "model/onnx_model.h"
+#endif
 #include "model/rng.h"
 #include "oracle/oracle.h"
 #include "properties/tolerance.h"
@@ -56,19 +64,34 @@ Config llama(int n_heads, int n_kv_heads, int head_dim) {
   return c;
 }
 
-std::vector<Case> cases(uint64_t seeds) {
+// What differs between the engines this test knows.
+struct Engine {
+  std::string name;     // llama.cpp | onnxruntime
+  std::string package;  // node_modules/<package>/package.json must exist
+  int head_dim;         // the llama cases' head_dim (ONNX Runtime's rotary needs 16s)
+  bool gpt2_judged;     // false: gpt2 is reported only
+};
+
+Engine engine_named(const std::string& name) {
+  if (name == "llama.cpp") return {name, "node-llama-cpp", 8, false};
+  if (name == "onnxruntime") return {name, "onnxruntime-node", 16, true};
+  return {};
+}
+
+std::vector<Case> cases(const Engine& engine, uint64_t seeds) {
   std::vector<Case> out;
+  const int d = engine.head_dim;
   for (uint64_t seed = 1; seed <= seeds; ++seed) {
-    out.push_back({"llama MHA", llama(4, 4, 8), seed, 32, true});
-    out.push_back({"llama GQA", llama(4, 2, 8), seed, 32, true});
-    out.push_back({"llama MQA", llama(4, 1, 8), seed, 32, true});
+    out.push_back({"llama MHA", llama(4, 4, d), seed, 32, true});
+    out.push_back({"llama GQA", llama(4, 2, d), seed, 32, true});
+    out.push_back({"llama MQA", llama(4, 1, d), seed, 32, true});
   }
-  out.push_back({"llama H*D != E", llama(4, 2, 16), seeds + 1, 32, true});
+  out.push_back({"llama H*D != E", llama(4, 2, 2 * d), seeds + 1, 32, true});
   Config gpt2 = kvcheck::gpt2_tiny();
   gpt2.vocab = 256;
-  out.push_back({"gpt2 MHA", gpt2, 1, 32, false});
+  out.push_back({"gpt2 MHA", gpt2, 1, 32, engine.gpt2_judged});
   gpt2.n_kv_heads = 2;
-  out.push_back({"gpt2 GQA", gpt2, 2, 32, false});
+  out.push_back({"gpt2 GQA", gpt2, 2, 32, engine.gpt2_judged});
   return out;
 }
 
@@ -93,8 +116,12 @@ std::string run(const std::string& command, bool* ok) {
   return out;
 }
 
-// Why the llama.cpp tests cannot run here, or empty.
-std::string skip_reason(const fs::path& adapter) {
+// Why this engine's tests cannot run here, or empty.
+std::string skip_reason(const Engine& engine, const fs::path& adapter) {
+#if !KVCHECK_HAVE_ONNX
+  if (engine.name == "onnxruntime")
+    return "kvcheck was built without the ONNX writer (libonnx-dev, libprotobuf-dev; see ci/setup)";
+#endif
   bool ok = false;
   const std::string version = run("node --version 2>/dev/null", &ok);
   if (!ok || version.size() < 2 || version[0] != 'v') {
@@ -103,10 +130,11 @@ std::string skip_reason(const fs::path& adapter) {
   if (std::stoi(version.substr(1)) < 20) {
     return "node " + version.substr(0, version.find('\n')) + " is older than 20";
   }
-  if (!fs::exists(adapter / "node_modules" / "node-llama-cpp" / "package.json") ||
-      !fs::exists(adapter / "node_modules" / "@node-llama-cpp" / "linux-x64")) {
-    return (adapter / "node_modules").string() +
-           " lacks node-llama-cpp: run ci/setup (or npm ci --omit=optional --ignore-scripts there)";
+  if (!fs::exists(adapter / "node_modules" / engine.package / "package.json") ||
+      (engine.name == "llama.cpp" &&
+       !fs::exists(adapter / "node_modules" / "@node-llama-cpp" / "linux-x64"))) {
+    return (adapter / "node_modules").string() + " lacks " + engine.package +
+           ": run ci/setup (or npm ci --omit=optional --ignore-scripts there)";
   }
   return {};
 }
@@ -119,10 +147,10 @@ std::vector<int32_t> random_tokens(uint64_t seed, int n, int vocab) {
 }
 
 struct Errors {
-  double max_abs = 0;        // max |llama.cpp - oracle|
-  double max_rel = 0;        // max |llama.cpp - oracle| / max |oracle logit| of its row
-  double max_ratio = 0;      // max |llama.cpp - oracle| / in-tree bound
-  double worst_bitwise = 0;  // max |whole - token by token|, llama.cpp against itself
+  double max_abs = 0;        // max |engine - oracle|
+  double max_rel = 0;        // max |engine - oracle| / max |oracle logit| of its row
+  double max_ratio = 0;      // max |engine - oracle| / in-tree bound
+  double worst_bitwise = 0;  // max |whole - token by token|, the engine against itself
 };
 
 // Compares one run's logits [T][V] with the oracle's.
@@ -143,21 +171,40 @@ void compare(const nlohmann::json& rows, const kvcheck::oracle::Output& oracle,
   }
 }
 
-// Runs one case; returns false when llama.cpp failed or a judged logit is out of bounds.
-bool check(const Case& c, const fs::path& adapter, const fs::path& dir) {
-  const kvcheck::Weights weights = kvcheck::init_weights(c.config, c.seed);
-  const fs::path model = dir / "model.gguf";
-  if (const std::string error = kvcheck::save_gguf_file(model.string(), c.config, weights);
-      !error.empty()) {
-    std::cout << c.name << " seed " << c.seed << ": " << error << "\n";
-    return false;
+// Writes the case's model as the engine reads it; returns the probe's
+// model argument, or empty after printing why it failed.
+std::string write_model(const Engine& engine, const Case& c, const kvcheck::Weights& weights,
+                        const fs::path& dir) {
+  std::string error;
+  std::string argument;
+  if (engine.name == "llama.cpp") {
+    error = kvcheck::save_gguf_file((dir / "model.gguf").string(), c.config, weights);
+    argument = " --model " + quoted((dir / "model.gguf").string());
+  } else {
+#if KVCHECK_HAVE_ONNX
+    error = kvcheck::save_onnx_file((dir / "model.onnx").string(), c.config, weights);
+    std::ofstream((dir / "config.json").string()) << kvcheck::config_to_json(c.config).dump();
+#endif
+    argument = " --dir " + quoted(dir.string());
   }
+  if (!error.empty()) {
+    std::cout << c.name << " seed " << c.seed << ": " << error << "\n";
+    return {};
+  }
+  return argument;
+}
+
+// Runs one case; returns false when the engine failed or a judged logit is out of bounds.
+bool check(const Engine& engine, const Case& c, const fs::path& adapter, const fs::path& dir) {
+  const kvcheck::Weights weights = kvcheck::init_weights(c.config, c.seed);
+  const std::string model = write_model(engine, c, weights, dir);
+  if (model.empty()) return false;
   const std::vector<int32_t> tokens = random_tokens(c.seed, c.n_tokens, c.config.vocab);
   std::string list;
   for (int32_t t : tokens) list += (list.empty() ? "" : ",") + std::to_string(t);
-  const std::string command = "node " + quoted((adapter / "probe_logits.mjs").string()) +
-                              " --model " + quoted(model.string()) + " --tokens " + list +
-                              " --chunk " + std::to_string(tokens.size()) + ",1";
+  const std::string command = "node " + quoted((adapter / "probe_logits.mjs").string()) + model +
+                              " --tokens " + list + " --chunk " + std::to_string(tokens.size()) +
+                              ",1";
   bool ok = false;
   const std::string output = run(command, &ok);
   const nlohmann::json probe = nlohmann::json::parse(output, nullptr, false);
@@ -192,21 +239,22 @@ bool check(const Case& c, const fs::path& adapter, const fs::path& dir) {
 }  // namespace
 
 int main(int argc, char** argv) {
-  const auto seeds = argc == 3 ? std::strtoull(argv[2], nullptr, 10) : 3ull;
-  if (argc < 2 || argc > 3 || seeds == 0 || seeds > 1000) {
-    std::cerr << "usage: logits_vs_oracle ADAPTER_DIR [SEEDS in 1..1000]\n";
+  const auto seeds = argc == 4 ? std::strtoull(argv[3], nullptr, 10) : 3ull;
+  const Engine engine = engine_named(argc >= 2 ? argv[1] : "");
+  if (argc < 3 || argc > 4 || seeds == 0 || seeds > 1000 || engine.name.empty()) {
+    std::cerr << "usage: logits_vs_oracle llama.cpp|onnxruntime ADAPTER_DIR [SEEDS in 1..1000]\n";
     return 2;
   }
-  const fs::path adapter = argv[1];
-  if (const std::string why = skip_reason(adapter); !why.empty()) {
-    std::cout << "SKIPPED: llama.cpp tests: " << why << "\n";
+  const fs::path adapter = argv[2];
+  if (const std::string why = skip_reason(engine, adapter); !why.empty()) {
+    std::cout << "SKIPPED: " << engine.name << " tests: " << why << "\n";
     return kSkip;
   }
   const fs::path dir =
-      fs::temp_directory_path() / ("kvcheck-llama-cpp-" + std::to_string(::getpid()));
+      fs::temp_directory_path() / ("kvcheck-" + engine.name + "-" + std::to_string(::getpid()));
   fs::create_directories(dir);
   int failed = 0;
-  for (const Case& c : cases(seeds)) failed += check(c, adapter, dir) ? 0 : 1;
+  for (const Case& c : cases(engine, seeds)) failed += check(engine, c, adapter, dir) ? 0 : 1;
   std::error_code ec;
   fs::remove_all(dir, ec);
   std::cout << (failed == 0 ? "all cases held" : std::to_string(failed) + " case(s) failed")

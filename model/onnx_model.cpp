@@ -246,7 +246,7 @@ std::string onnx_unsupported(const Config& config) {
 }
 
 int onnx_local_window(int sliding_window) {
-  return sliding_window - 1;
+  return sliding_window;
 }
 
 std::vector<uint8_t> save_onnx(const Config& config, const Weights& weights) {

@@ -31,8 +31,9 @@ namespace kvcheck {
 std::string onnx_unsupported(const Config& config);
 
 // The local_window_size attribute of a windowed layer with kvcheck's window
-// W (a token sees positions p - W < q <= p): ONNX Runtime's CPU kernel lets
-// a token see local_window_size + 1 positions (docs/ONNXRUNTIME.md).
+// W (a token sees positions p - W < q <= p): W itself in ONNX Runtime 1.30's
+// CPU kernel, measured (docs/ONNXRUNTIME.md, "Sliding window"; older kernels
+// let a token see local_window_size + 1 positions).
 int onnx_local_window(int sliding_window);
 
 // The serialized ModelProto. Throws InputError when the config does not

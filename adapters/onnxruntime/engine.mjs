@@ -7,10 +7,18 @@
 // Options (part of the backend string, so a case file names the mode):
 //   --export PATH        kvcheck-export binary (default: $KVCHECK_EXPORT, else
 //                        build/*/tools/kvcheck-export of this checkout)
-//   --calls grouped|separate
+//   --calls grouped|separate|one
 //                        grouped (default): a step's sequences share operator
-//                        calls where the kernel allows (gqa_model.mjs planCalls);
-//                        separate: one call per sequence
+//                        calls where the kernel computes them right
+//                        (gqa_model.mjs planCalls); separate: one call per
+//                        sequence; one (measurement only): the whole step in
+//                        one call wherever the operator accepts it
+//                        (docs/findings/onnxruntime_gqa_mixed_batch_first_prompt.md)
+//   --buffer separate|shared
+//                        separate (default): past tensors as long as the
+//                        longest past, present allocated by ONNX Runtime;
+//                        shared: one [B][KVH][capacity][D] tensor per layer
+//                        bound as both past and present (past_present_share_buffer)
 //   --window on|off      declare sliding windows (local_window_size; default on)
 //   --gpt2               also accept the gpt2 family (no rotary, FastGelu)
 //   --threads N          ONNX Runtime intra-op threads (default 1)
@@ -59,6 +67,7 @@ function parseOptions() {
     try {
         ({values} = parseArgs({options: {
             "export": {type: "string"}, "calls": {type: "string", default: "grouped"},
+            "buffer": {type: "string", default: "separate"},
             "window": {type: "string", default: "on"}, "gpt2": {type: "boolean", default: false},
             "threads": {type: "string", default: "1"}, "optimization": {type: "string", default: "all"},
             "declare": {type: "string", default: "measured"}
@@ -67,18 +76,20 @@ function parseOptions() {
         usage(error.message);
     }
     if (!/^[1-9]\d*$/.test(values.threads)) usage(`--threads: expected a positive integer, got "${values.threads}"`);
-    return {exportPath: values.export, calls: choice("calls", values.calls, ["grouped", "separate"]),
+    return {exportPath: values.export, calls: choice("calls", values.calls, ["grouped", "separate", "one"]),
+            buffer: choice("buffer", values.buffer, ["separate", "shared"]),
             window: choice("window", values.window, ["on", "off"]) === "on", gpt2: values.gpt2,
             threads: Number(values.threads), optimization: choice("optimization", values.optimization, kLevels),
             declare: choice("declare", values.declare, ["measured", "bitwise"])};
 }
 
 class Engine {
-    constructor(model, capacity, maxRows, calls) {
+    constructor(model, capacity, maxRows, {calls, buffer}) {
         this.model = model;          // GqaModel
         this.capacity = capacity;    // positions per sequence
         this.maxRows = maxRows;
-        this.calls = calls;          // "grouped" | "separate"
+        this.calls = calls;          // "grouped" | "separate" | "one"
+        this.buffer = buffer;        // "separate" | "shared"
         this.sequences = new Map();  // protocol id -> {length, k: [L] [KVH][cap][D], v: likewise}
     }
 
@@ -132,8 +143,20 @@ class Engine {
             return {tokens: entry.tokens, past: sequence.length, n: entry.tokens.length, k: sequence.k, v: sequence.v};
         });
         const logits = new Array(rows.length);
-        for (const group of planCalls(rows, this.calls)) {
-            const out = await this.model.run(group.map((i) => rows[i]), this.capacity);
+        let plan = planCalls(rows, this.calls);
+        if (this.calls === "one" && rows.length > 1) {
+            try {
+                plan = [];
+                const out = await this.model.run(rows, this.capacity, this.buffer);
+                out.forEach((rowLogits, i) => (logits[i] = rowLogits));
+            } catch (error) {
+                // The operator's input check refused the batch; nothing was written back.
+                if (!/batch_size must be 1/.test(String(error?.message))) throw error;
+                plan = planCalls(rows, "grouped");
+            }
+        }
+        for (const group of plan) {
+            const out = await this.model.run(group.map((i) => rows[i]), this.capacity, this.buffer);
             group.forEach((i, j) => (logits[i] = out[j]));
         }
         entries.forEach((entry) => (this.sequence(entry.sequence).length += entry.tokens.length));
@@ -214,7 +237,7 @@ class Server {
         if (!Number.isInteger(maxRows) || maxRows < 1) throw new EngineError("input", `max_rows ${maxRows}`);
         if (request.kv_dtype !== "f32") throw new EngineError("input", `kv_dtype ${request.kv_dtype}: this adapter runs f32 K/V`);
         const id = this.id(request.engine);
-        this.engines.set(id, new Engine(model, capacity, maxRows, this.options.calls));
+        this.engines.set(id, new Engine(model, capacity, maxRows, this.options));
         return id;
     }
 

@@ -35,9 +35,13 @@ export function exportOnnx(exporter, folder, file) {
 }
 
 // Groups of row indices that one GroupQueryAttention call may hold; `rows`
-// are {past, n}. mode "grouped" (default) or "separate" (every row alone).
+// are {past, n}. mode "grouped" (default), "separate" (every row alone) or
+// "one" (measurement only: every row in one call, as a caller who trusts the
+// operator's input check would batch; Engine.step falls back to "grouped"
+// where the operator refuses it).
 export function planCalls(rows, mode = "grouped") {
     if (mode === "separate") return rows.map((_, i) => [i]);
+    if (mode === "one") return [rows.map((_, i) => i)];
     const prompts = [], decodes = [], alone = [];
     rows.forEach((row, i) => {
         if (row.past === 0) prompts.push(i);
@@ -64,41 +68,56 @@ export class GqaModel {
     // Runs rows [{tokens, past, k: [L] Float32Array [KVH][cap][D], v: likewise}]
     // in one call; their positions past..past+n-1 get K/V written back in place
     // (cap >= past + n). Returns each row's logits, Float32Array [n][V].
-    async run(rows, cap) {
-        const {n_layers: layers, n_kv_heads: kvh, head_dim: d, vocab} = this.config;
-        const batch = rows.length;
+    // buffer "separate": past tensors of the group's longest past, present
+    // allocated by ONNX Runtime; "shared": one [B][KVH][cap][D] tensor per
+    // layer and K/V bound as both past and present (the operator's
+    // past_present_share_buffer mode, which onnxruntime-genai uses).
+    async run(rows, cap, buffer = "separate") {
+        const {n_layers: layers, vocab} = this.config;
         const width = Math.max(...rows.map((row) => row.tokens.length));
-        const pastMax = Math.max(...rows.map((row) => row.past));
+        const length = buffer === "shared" ? cap : Math.max(...rows.map((row) => row.past));
         const feeds = this.tokenFeeds(rows, width);
+        const fetches = {logits: null};
         for (let l = 0; l < layers; ++l) {
             for (const which of ["key", "value"]) {
-                const past = new Float32Array(batch * kvh * pastMax * d);  // [B][KVH][P][D]
-                rows.forEach((row, b) => {
-                    const store = which === "key" ? row.k[l] : row.v[l];
-                    for (let h = 0; h < kvh; ++h)
-                        past.set(store.subarray(h * cap * d, (h * cap + row.past) * d), (b * kvh + h) * pastMax * d);
-                });
-                feeds[`past_key_values.${l}.${which}`] = new ort.Tensor("float32", past, [batch, kvh, pastMax, d]);
+                const tensor = this.pastTensor(rows, cap, length, which === "key" ? "k" : "v", l);
+                feeds[`past_key_values.${l}.${which}`] = tensor;
+                fetches[`present.${l}.${which}`] = buffer === "shared" ? tensor : null;
             }
         }
-        const out = await this.session.run(feeds);
+        const out = await this.session.run(feeds, fetches);
         for (let l = 0; l < layers; ++l) {
-            for (const which of ["key", "value"]) {
-                const present = out[`present.${l}.${which}`];  // [B][KVH][T][D]
-                const total = present.dims[2];
-                rows.forEach((row, b) => {
-                    const store = which === "key" ? row.k[l] : row.v[l];
-                    const held = row.past + row.tokens.length;
-                    if (held > total) throw new Error(`present.${l}.${which} holds ${total} positions, row ${b} needs ${held}`);
-                    for (let h = 0; h < kvh; ++h) {
-                        const from = (b * kvh + h) * total * d;
-                        store.set(present.data.subarray(from, from + held * d), h * cap * d);
-                    }
-                });
-            }
+            for (const which of ["key", "value"])
+                this.keepPresent(rows, cap, out[`present.${l}.${which}`], which === "key" ? "k" : "v", l);
         }
         const logits = out.logits.data;  // [B][S][V]
         return rows.map((row, b) => logits.slice(b * width * vocab, (b * width + row.tokens.length) * vocab));
+    }
+
+    // Layer l's K or V of the rows as one past tensor [B][KVH][length][D],
+    // each row's first `past` positions filled, the rest zero.
+    pastTensor(rows, cap, length, which, l) {
+        const {n_kv_heads: kvh, head_dim: d} = this.config;
+        const past = new Float32Array(rows.length * kvh * length * d);  // [B][KVH][length][D]
+        rows.forEach((row, b) => {
+            for (let h = 0; h < kvh; ++h)
+                past.set(row[which][l].subarray(h * cap * d, (h * cap + row.past) * d), (b * kvh + h) * length * d);
+        });
+        return new ort.Tensor("float32", past, [rows.length, kvh, length, this.config.head_dim]);
+    }
+
+    // Copies each row's positions 0..past+n-1 of a present tensor [B][KVH][T][D] back.
+    keepPresent(rows, cap, present, which, l) {
+        const {n_kv_heads: kvh, head_dim: d} = this.config;
+        const total = present.dims[2];
+        rows.forEach((row, b) => {
+            const held = row.past + row.tokens.length;
+            if (held > total) throw new Error(`present.${l} holds ${total} positions, row ${b} needs ${held}`);
+            for (let h = 0; h < kvh; ++h) {
+                const from = (b * kvh + h) * total * d;
+                row[which][l].set(present.data.subarray(from, from + held * d), h * cap * d);
+            }
+        });
     }
 
     // input_ids (right-padded with token 0), seqlens_k, total_sequence_length, gpt2's position_ids.

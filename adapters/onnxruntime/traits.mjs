@@ -25,7 +25,8 @@ export function traitsFor(options) {
         ? Object.fromEntries(Object.keys(kMeasured).map((key) => [key, "bitwise"]))
         : kMeasured;
     return {
-        identity: {name: `onnxruntime-gqa-f32${options.calls === "separate" ? "-separate" : ""}`, version: kVersion},
+        identity: {name: `onnxruntime-gqa-f32${options.calls === "grouped" ? "" : `-calls-${options.calls}`}${options.buffer === "shared" ? "-shared" : ""}`,
+                   version: kVersion},
         operations: {multi_sequence_step: true, finish: true, reset: true, cache_snapshot: true,
                      capacity_refusal: true, fault_switches: false, fork: false, truncate: false,
                      sliding_window: options.window, erase: false, shift: false},

@@ -67,7 +67,7 @@ import {parseArgs} from "node:util";
 
 import {getLlama, LlamaLogLevel} from "node-llama-cpp";
 
-import {EngineError, findExport, serve} from "../node-protocol/protocol.mjs";
+import {checkStepEntries, EngineError, findExport, serve} from "../node-protocol/protocol.mjs";
 
 import {parseSequenceState, snapshotLayer} from "./state_file.mjs";
 import {traitsFor} from "./traits.mjs";
@@ -256,18 +256,8 @@ class Engine {
 
     // Every refusal before llama.cpp sees anything, so a refused step changes nothing.
     validate(entries) {
-        if (!Array.isArray(entries) || entries.length === 0) throw new EngineError("bad_batch", "a step without entries");
-        const seen = new Set();
+        checkStepEntries(entries, (id) => this.sequence(id), this.model.vocab);
         for (const entry of entries) {
-            this.sequence(entry.sequence);
-            if (seen.has(entry.sequence)) throw new EngineError("bad_batch", `sequence ${entry.sequence} twice in one step`);
-            seen.add(entry.sequence);
-            if (!Array.isArray(entry.tokens) || entry.tokens.length === 0)
-                throw new EngineError("bad_batch", `an empty chunk for sequence ${entry.sequence}`);
-            for (const token of entry.tokens) {
-                if (!Number.isInteger(token) || token < 0 || token >= this.model.vocab)
-                    throw new EngineError("bad_token", `token ${token} outside [0, ${this.model.vocab})`);
-            }
             const cells = this.cells.get(entry.sequence);
             if (cells.length + entry.tokens.length > this.capacity)
                 throw new EngineError("capacity", `sequence ${entry.sequence} has ${cells.length} of ${this.capacity} cells, the step adds ${entry.tokens.length}`);

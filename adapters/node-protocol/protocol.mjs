@@ -96,6 +96,27 @@ export async function serve(input, output, handle, after = () => {}) {
     }
 }
 
+// The refusals every engine owes a step before it runs anything
+// (docs/ENGINE_PROTOCOL.md): no entries, a sequence twice, an empty chunk
+// (bad_batch), a token outside [0, vocab) (bad_token); `sequenceOf(id)`
+// throws unknown_sequence for a sequence that is not live. Capacity is the
+// caller's: what a full sequence is differs between engines.
+export function checkStepEntries(entries, sequenceOf, vocab) {
+    if (!Array.isArray(entries) || entries.length === 0) throw new EngineError("bad_batch", "a step without entries");
+    const seen = new Set();
+    for (const entry of entries) {
+        sequenceOf(entry.sequence);
+        if (seen.has(entry.sequence)) throw new EngineError("bad_batch", `sequence ${entry.sequence} twice in one step`);
+        seen.add(entry.sequence);
+        if (!Array.isArray(entry.tokens) || entry.tokens.length === 0)
+            throw new EngineError("bad_batch", `an empty chunk for sequence ${entry.sequence}`);
+        for (const token of entry.tokens) {
+            if (!Number.isInteger(token) || token < 0 || token >= vocab)
+                throw new EngineError("bad_token", `token ${token} outside [0, ${vocab})`);
+        }
+    }
+}
+
 // kvcheck-export: `given`, else $KVCHECK_EXPORT, else the newest
 // build/*/tools/kvcheck-export of the checkout at `root`. Returns the path or
 // null; `looked` gets the candidates for the caller's message.

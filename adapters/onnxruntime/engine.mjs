@@ -36,6 +36,10 @@
 //            per row, total_sequence_length the group's largest past + n
 //   finish   the sequence's buffers dropped; reset: every sequence dropped
 //   cache    the buffers as the operator last wrote them ([n][KVH][D])
+// Diagnosis: with KVCHECK_ORT_TIMING=FILE, the adapter writes at exit, as one
+// JSON object, each request kind's count and milliseconds, `load` split into
+// `export` (kvcheck-export) and `session` (InferenceSession.create), and
+// `run` (session.run calls) inside `step` (docs/PERFORMANCE.md).
 // Refusals (capacity, rows, unknown sequence, bad batch, bad token) are
 // decided before ONNX Runtime sees the step, so a refused step changes nothing.
 // Exit codes: 0 on end of input or "bye", 2 bad options.
@@ -45,11 +49,24 @@ import path from "node:path";
 import {fileURLToPath} from "node:url";
 import {parseArgs} from "node:util";
 
-import {EngineError, findExport, serve} from "../node-protocol/protocol.mjs";
+import {checkStepEntries, EngineError, findExport, serve} from "../node-protocol/protocol.mjs";
 import {exportOnnx, GqaModel, planCalls, readConfig} from "./gqa_model.mjs";
 import {traitsFor} from "./traits.mjs";
 
 const here = path.dirname(fileURLToPath(import.meta.url));
+
+// Per kind {count, ms}; filled only with KVCHECK_ORT_TIMING set.
+const timing = {};
+const timed = process.env.KVCHECK_ORT_TIMING ? async (kind, work) => {
+    const start = performance.now();
+    try {
+        return await work();
+    } finally {
+        const entry = (timing[kind] ??= {count: 0, ms: 0});
+        entry.count += 1;
+        entry.ms += performance.now() - start;
+    }
+} : (kind, work) => work();
 const kLevels = ["disabled", "basic", "extended", "all"];
 
 function usage(message) {
@@ -114,19 +131,10 @@ class Engine {
 
     // Every refusal before ONNX Runtime sees anything, so a refused step changes nothing.
     validate(entries) {
-        if (!Array.isArray(entries) || entries.length === 0) throw new EngineError("bad_batch", "a step without entries");
-        const seen = new Set();
         const {vocab, max_pos: maxPos} = this.model.config;
+        checkStepEntries(entries, (id) => this.sequence(id), vocab);
         for (const entry of entries) {
             const sequence = this.sequence(entry.sequence);
-            if (seen.has(entry.sequence)) throw new EngineError("bad_batch", `sequence ${entry.sequence} twice in one step`);
-            seen.add(entry.sequence);
-            if (!Array.isArray(entry.tokens) || entry.tokens.length === 0)
-                throw new EngineError("bad_batch", `an empty chunk for sequence ${entry.sequence}`);
-            for (const token of entry.tokens) {
-                if (!Number.isInteger(token) || token < 0 || token >= vocab)
-                    throw new EngineError("bad_token", `token ${token} outside [0, ${vocab})`);
-            }
             const after = sequence.length + entry.tokens.length;
             if (after > this.capacity)
                 throw new EngineError("capacity", `sequence ${entry.sequence} has ${sequence.length} of ${this.capacity} positions, the step adds ${entry.tokens.length}`);
@@ -156,7 +164,7 @@ class Engine {
             }
         }
         for (const group of plan) {
-            const out = await this.model.run(group.map((i) => rows[i]), this.capacity, this.buffer);
+            const out = await timed("run", () => this.model.run(group.map((i) => rows[i]), this.capacity, this.buffer));
             group.forEach((i, j) => (logits[i] = out[j]));
         }
         entries.forEach((entry) => (this.sequence(entry.sequence).length += entry.tokens.length));
@@ -220,9 +228,9 @@ class Server {
         const id = this.id(request.model);
         const config = readConfig(request.path);
         const file = path.join(this.scratch, `model-${id}.onnx`);
-        exportOnnx(this.exporter, request.path, file);
+        await timed("export", () => exportOnnx(this.exporter, request.path, file));
         try {
-            this.models.set(id, await GqaModel.open(file, config, this.options));
+            this.models.set(id, await timed("session", () => GqaModel.open(file, config, this.options)));
         } finally {
             fs.rmSync(file, {force: true});  // the session holds the graph in memory
         }
@@ -298,9 +306,10 @@ async function main() {
         usage(`no kvcheck-export found (looked at ${looked.join(", ") || "build/*/tools"}); build it or pass --export PATH`);
     const server = new Server(options, exporter);
     try {
-        await serve(process.stdin, process.stdout, (request) => server.handle(request));
+        await serve(process.stdin, process.stdout, (request) => timed(String(request?.op), () => server.handle(request)));
     } finally {
         fs.rmSync(server.scratch, {recursive: true, force: true});
+        if (process.env.KVCHECK_ORT_TIMING) fs.writeFileSync(process.env.KVCHECK_ORT_TIMING, JSON.stringify(timing) + "\n");
     }
     process.exit(0);
 }

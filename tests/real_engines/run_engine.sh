@@ -4,6 +4,8 @@
 # of one corpus case file.
 #   run_engine.sh ADAPTER PACKAGE campaign KVCHECK EXPORT SECONDS
 #   run_engine.sh ADAPTER PACKAGE replay KVCHECK EXPORT CASE_FILE
+#   run_engine.sh ADAPTER PACKAGE check KVCHECK EXPORT "ADAPTER OPTIONS"
+#                 (kvcheck check-adapter on the adapter with those options)
 # ADAPTER is the adapter's folder (adapters/llama.cpp), PACKAGE the npm
 # package its node_modules must hold (node-llama-cpp).
 # Skips (exit 77) with a message where Node 20+ or the adapter's node_modules
@@ -44,6 +46,9 @@ case $mode in
     # (the default 25 would leave most at 0).
     exec "$kvcheck" campaign --backend "exec:node $adapter/engine.mjs --export $export" \
       --time "$arg" --turn-cases 3 --no-kill-matrix --failures "${TMPDIR:-/tmp}/kvcheck-$engine-ci-failures"
+    ;;
+  check)
+    exec "$kvcheck" check-adapter --backend "exec:node $adapter/engine.mjs $arg --export $export"
     ;;
   replay)
     # The adapter options the case was found with, from its "backend" line.

@@ -8,7 +8,8 @@
 //   - sliding_window: local_window_size = W masks exactly kvcheck's window
 //     (equal to full attention before position W, different at W);
 //   - the call plan follows the operator's input rules: a batch of chunks
-//     after a past is refused by the operator itself, the plan never makes one.
+//     after a past is refused by the operator itself, the plan never makes one;
+//   - --buffer shared reaches the operator's past_present_share_buffer path.
 //
 //   node adapters/onnxruntime/test/traits_test.mjs KVCHECK_EXPORT
 //
@@ -140,6 +141,35 @@ check(traits.invariance.determinism === "bitwise" && same(whole.logits, (await f
     const plan = planCalls([{past: 0, n: 3}, {past: 2, n: 1}, {past: 2, n: 2}, {past: 0, n: 1}, {past: 1, n: 3}]);
     check(/batch_size must be 1/.test(refused) && JSON.stringify(plan) === "[[0,3],[1],[2],[4]]",
           `a batch of two chunks after a past is refused by the operator (${refused.split("\n")[0].slice(0, 90)}...); the plan is ${JSON.stringify(plan)}`);
+}
+
+// --buffer shared: one tensor bound as past and present is the operator's
+// past_present_share_buffer path (it writes into the input and leaves
+// positions past the row's length alone; a separate present is zeroed first).
+{
+    const marked = (shared) => {
+        const r = row(m, [1, 2]);
+        const out = {};
+        const feeds = m.tokenFeeds([r], 2);
+        const fetches = {logits: null};
+        for (let l = 0; l < m.config.n_layers; ++l) {
+            for (const [which, name] of [["k", "key"], ["v", "value"]]) {
+                const tensor = m.pastTensor([r], cap, cap, which, l);
+                tensor.data.fill(7);
+                feeds[`past_key_values.${l}.${name}`] = tensor;
+                fetches[`present.${l}.${name}`] = shared ? tensor : null;
+                out[`${l}.${name}`] = tensor;
+            }
+        }
+        return m.session.run(feeds, fetches).then((result) => {
+            const present = result["present.0.key"].data, input = out["0.key"].data;
+            const d = m.config.head_dim;
+            return {tail: present[(cap - 1) * d], input: input[0]};
+        });
+    };
+    const separate = await marked(false), shared = await marked(true);
+    check(separate.tail === 0 && separate.input === 7 && shared.tail === 7 && shared.input !== 7,
+          `--buffer shared takes the operator's shared path (separate: present zeroed past the row, input untouched; shared: ${shared.tail}, input overwritten)`);
 }
 
 // Operations the operator does not have are not declared.

@@ -143,16 +143,37 @@ void rotary_cache(Builder& b, const Config& c) {
   b.weight("sin_cache", {c.max_pos, half}, sin_cache);
 }
 
+// Q, K and V of one layer: three projections, or one into Q|K|V (packed).
+std::vector<std::string> qkv(Builder& b, const Config& c, const LayerWeights& w, int l,
+                             const std::string& h, bool packed) {
+  const int e = c.d_model;
+  if (!packed) {
+    return {b.project(h, layer_name(l, "wq"), w.wq, w.bq, c.q_width(), e),
+            b.project(h, layer_name(l, "wk"), w.wk, w.bk, c.kv_width(), e),
+            b.project(h, layer_name(l, "wv"), w.wv, w.bv, c.kv_width(), e)};
+  }
+  std::vector<float> weight = w.wq;  // [(H + 2 KVH) D][E]: the rows of wq, wk, wv
+  weight.insert(weight.end(), w.wk.begin(), w.wk.end());
+  weight.insert(weight.end(), w.wv.begin(), w.wv.end());
+  std::vector<float> bias = w.bq;  // [(H + 2 KVH) D] or empty
+  bias.insert(bias.end(), w.bk.begin(), w.bk.end());
+  bias.insert(bias.end(), w.bv.begin(), w.bv.end());
+  const int width = c.q_width() + 2 * c.kv_width();
+  return {b.project(h, layer_name(l, "wqkv"), weight, bias, width, e), "", ""};
+}
+
 // One layer's attention: projections, GroupQueryAttention with past/present, out-projection.
 std::string attention(Builder& b, const Config& c, const LayerWeights& w, int l,
-                      const std::string& h) {
-  const int e = c.d_model;
-  const std::string q = b.project(h, layer_name(l, "wq"), w.wq, w.bq, c.q_width(), e);
-  const std::string k = b.project(h, layer_name(l, "wk"), w.wk, w.bk, c.kv_width(), e);
-  const std::string v = b.project(h, layer_name(l, "wv"), w.wv, w.bv, c.kv_width(), e);
+                      const std::string& h, bool packed) {
+  const std::vector<std::string> q_k_v = qkv(b, c, w, l, h, packed);
   const std::string past = "past_key_values." + std::to_string(l);
-  std::vector<std::string> inputs = {
-      q, k, v, past + ".key", past + ".value", "seqlens_k", "total_sequence_length"};
+  std::vector<std::string> inputs = {q_k_v[0],
+                                     q_k_v[1],
+                                     q_k_v[2],
+                                     past + ".key",
+                                     past + ".value",
+                                     "seqlens_k",
+                                     "total_sequence_length"};
   if (c.family == Family::kLlama) {
     inputs.push_back("cos_cache");
     inputs.push_back("sin_cache");
@@ -168,7 +189,7 @@ std::string attention(Builder& b, const Config& c, const LayerWeights& w, int l,
     b.attr("rotary_interleaved", int64_t{0});
   }
   if (c.windowed(l)) b.attr("local_window_size", int64_t{onnx_local_window(c.sliding_window)});
-  return b.project(out[0], layer_name(l, "wo"), w.wo, w.bo, e, c.q_width());
+  return b.project(out[0], layer_name(l, "wo"), w.wo, w.bo, c.d_model, c.q_width());
 }
 
 std::string mlp(Builder& b, const Config& c, const LayerWeights& w, int l, const std::string& h) {
@@ -205,7 +226,7 @@ void declare_io(Builder& b, const Config& c) {
   }
 }
 
-void build_graph(onnx::GraphProto* graph, const Config& c, const Weights& w) {
+void build_graph(onnx::GraphProto* graph, const Config& c, const Weights& w, bool packed) {
   Builder b(graph);
   graph->set_name("kvcheck_" + std::string(family_name(c.family)));
   declare_io(b, c);
@@ -222,7 +243,7 @@ void build_graph(onnx::GraphProto* graph, const Config& c, const Weights& w) {
     const LayerWeights& lw = w.layers[static_cast<size_t>(l)];
     const std::string h =
         norm(b, c, x, layer_name(l, "attn_norm"), lw.attn_norm, lw.attn_norm_bias);
-    x = b.op("Add", {x, attention(b, c, lw, l, h)});
+    x = b.op("Add", {x, attention(b, c, lw, l, h, packed)});
     const std::string h2 = norm(b, c, x, layer_name(l, "mlp_norm"), lw.mlp_norm, lw.mlp_norm_bias);
     x = b.op("Add", {x, mlp(b, c, lw, l, h2)});
   }
@@ -249,7 +270,8 @@ int onnx_local_window(int sliding_window) {
   return sliding_window;
 }
 
-std::vector<uint8_t> save_onnx(const Config& config, const Weights& weights) {
+std::vector<uint8_t> save_onnx(const Config& config, const Weights& weights,
+                               const OnnxOptions& options) {
   if (const std::string error = config.validate(); !error.empty())
     throw InputError("invalid config: " + error);
   if (const std::string error = check_shapes(config, weights); !error.empty())
@@ -268,14 +290,15 @@ std::vector<uint8_t> save_onnx(const Config& config, const Weights& weights) {
   onnx::StringStringEntryProto* meta = model.add_metadata_props();
   meta->set_key("kvcheck.config");
   meta->set_value(config_to_json(config).dump());
-  build_graph(model.mutable_graph(), config, weights);
+  build_graph(model.mutable_graph(), config, weights, options.packed_qkv);
   std::string bytes;
   if (!model.SerializeToString(&bytes)) throw InputError("the ONNX model did not serialize");
   return std::vector<uint8_t>(bytes.begin(), bytes.end());
 }
 
-std::string save_onnx_file(const std::string& path, const Config& config, const Weights& weights) {
-  return write_file_atomically_from(path, [&] { return save_onnx(config, weights); });
+std::string save_onnx_file(const std::string& path, const Config& config, const Weights& weights,
+                           const OnnxOptions& options) {
+  return write_file_atomically_from(path, [&] { return save_onnx(config, weights, options); });
 }
 
 }  // namespace kvcheck

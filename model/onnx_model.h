@@ -13,7 +13,9 @@
 // llama: RoPE inside the operator (do_rotary, rotate-half, a cos/sin cache of
 // max_pos rows: the oracle's double angles rounded to float); a windowed layer
 // sets local_window_size (onnx_local_window). gpt2: learned positions, no
-// rotary, LayerNormalization and com.microsoft FastGelu.
+// rotary, LayerNormalization and com.microsoft FastGelu. With packed QKV
+// (OnnxOptions) one MatMul projects Q|K|V into the operator's `query` and
+// its `key`/`value` inputs are absent, the operator's packed path.
 #pragma once
 
 #include <cstdint>
@@ -36,11 +38,17 @@ std::string onnx_unsupported(const Config& config);
 // let a token see local_window_size + 1 positions).
 int onnx_local_window(int sliding_window);
 
+struct OnnxOptions {
+  bool packed_qkv = false;  // one [E][(H + 2 KVH) D] projection into `query`
+};
+
 // The serialized ModelProto. Throws InputError when the config does not
 // validate, the weights lack its shapes, or onnx_unsupported says why not.
-std::vector<uint8_t> save_onnx(const Config& config, const Weights& weights);
+std::vector<uint8_t> save_onnx(const Config& config, const Weights& weights,
+                               const OnnxOptions& options = {});
 
 // Atomic (write_file_atomically). Empty on success, else a message naming the path.
-std::string save_onnx_file(const std::string& path, const Config& config, const Weights& weights);
+std::string save_onnx_file(const std::string& path, const Config& config, const Weights& weights,
+                           const OnnxOptions& options = {});
 
 }  // namespace kvcheck

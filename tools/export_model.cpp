@@ -73,10 +73,12 @@ std::string unsupported(const std::string& format, const kvcheck::Config& config
 }
 
 std::string save(const std::string& format, const std::string& path, const kvcheck::Config& config,
-                 const kvcheck::Weights& weights) {
+                 const kvcheck::Weights& weights, bool packed_qkv) {
   if (format == "gguf") return kvcheck::save_gguf_file(path, config, weights);
 #if KVCHECK_HAVE_ONNX
-  if (format == "onnx") return kvcheck::save_onnx_file(path, config, weights);
+  if (format == "onnx") return kvcheck::save_onnx_file(path, config, weights, {packed_qkv});
+#else
+  (void)packed_qkv;  // only an ONNX file has packed QKV; unsupported() refused onnx
 #endif
   return kvcheck::save_safetensors_file(path, config, weights);
 }
@@ -122,6 +124,9 @@ int main(int argc, char** argv) {
   app.add_option("--rope-theta", flags.rope_theta, "llama only");
   app.add_option("--norm-eps", flags.norm_eps);
   app.add_option("--qkv-bias", flags.qkv_bias, "gpt2 only: true or false");
+  bool packed_qkv = false;
+  app.add_flag("--packed-qkv", packed_qkv,
+               "onnx only: one Q|K|V projection, GroupQueryAttention's packed input");
   CLI11_PARSE(app, argc, argv);
 
   Config config = family == "llama" ? kvcheck::llama_tiny() : kvcheck::gpt2_tiny();
@@ -171,12 +176,16 @@ int main(int argc, char** argv) {
     return 2;
   }
   if (format.empty()) format = format_of(out_path);
+  if (packed_qkv && format != "onnx") {
+    std::cerr << "kvcheck-export: --packed-qkv is for --format onnx only\n";
+    return 2;
+  }
   if (const std::string why = unsupported(format, config); !why.empty()) {
     std::cerr << "kvcheck-export: " << why << "\n";
     return 2;
   }
   if (from_path.empty()) weights = kvcheck::init_weights(config, seed);
-  const std::string error = save(format, out_path, config, weights);
+  const std::string error = save(format, out_path, config, weights, packed_qkv);
   if (!error.empty()) {
     std::cerr << "kvcheck-export: " << error << "\n";
     return 1;

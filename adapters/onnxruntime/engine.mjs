@@ -19,6 +19,10 @@
 //                        longest past, present allocated by ONNX Runtime;
 //                        shared: one [B][KVH][capacity][D] tensor per layer
 //                        bound as both past and present (past_present_share_buffer)
+//   --qkv separate|packed
+//                        separate (default): query, key and value inputs;
+//                        packed: one Q|K|V projection into `query` (the
+//                        operator's packed path; kvcheck-export --packed-qkv)
 //   --window on|off      declare sliding windows (local_window_size; default on)
 //   --gpt2               also accept the gpt2 family (no rotary, FastGelu)
 //   --threads N          ONNX Runtime intra-op threads (default 1)
@@ -84,7 +88,7 @@ function parseOptions() {
     try {
         ({values} = parseArgs({options: {
             "export": {type: "string"}, "calls": {type: "string", default: "grouped"},
-            "buffer": {type: "string", default: "separate"},
+            "buffer": {type: "string", default: "separate"}, "qkv": {type: "string", default: "separate"},
             "window": {type: "string", default: "on"}, "gpt2": {type: "boolean", default: false},
             "threads": {type: "string", default: "1"}, "optimization": {type: "string", default: "all"},
             "declare": {type: "string", default: "measured"}
@@ -95,6 +99,7 @@ function parseOptions() {
     if (!/^[1-9]\d*$/.test(values.threads)) usage(`--threads: expected a positive integer, got "${values.threads}"`);
     return {exportPath: values.export, calls: choice("calls", values.calls, ["grouped", "separate", "one"]),
             buffer: choice("buffer", values.buffer, ["separate", "shared"]),
+            packed: choice("qkv", values.qkv, ["separate", "packed"]) === "packed",
             window: choice("window", values.window, ["on", "off"]) === "on", gpt2: values.gpt2,
             threads: Number(values.threads), optimization: choice("optimization", values.optimization, kLevels),
             declare: choice("declare", values.declare, ["measured", "bitwise"])};
@@ -228,7 +233,7 @@ class Server {
         const id = this.id(request.model);
         const config = readConfig(request.path);
         const file = path.join(this.scratch, `model-${id}.onnx`);
-        await timed("export", () => exportOnnx(this.exporter, request.path, file));
+        await timed("export", () => exportOnnx(this.exporter, request.path, file, this.options.packed));
         try {
             this.models.set(id, await timed("session", () => GqaModel.open(file, config, this.options)));
         } finally {

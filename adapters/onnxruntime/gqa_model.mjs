@@ -24,10 +24,11 @@ export function readConfig(folder) {
     return config;
 }
 
-// `kvcheck-export --from DIR/model.safetensors --out FILE.onnx` (one ONNX writer).
-export function exportOnnx(exporter, folder, file) {
+// `kvcheck-export --from DIR/model.safetensors --out FILE.onnx` (one ONNX
+// writer); `packed`: --packed-qkv, Q|K|V in one input of the operator.
+export function exportOnnx(exporter, folder, file, packed = false) {
     try {
-        execFileSync(exporter, ["--from", path.join(folder, "model.safetensors"), "--out", file],
+        execFileSync(exporter, ["--from", path.join(folder, "model.safetensors"), "--out", file, ...(packed ? ["--packed-qkv"] : [])],
             {stdio: ["ignore", "ignore", "pipe"]});
     } catch (error) {
         throw new Error(`kvcheck-export --from ${folder}/model.safetensors --out ${file} failed: ${error.stderr ?? error.message}`);

@@ -25,7 +25,7 @@ export function traitsFor(options) {
         ? Object.fromEntries(Object.keys(kMeasured).map((key) => [key, "bitwise"]))
         : kMeasured;
     return {
-        identity: {name: `onnxruntime-gqa-f32${options.calls === "grouped" ? "" : `-calls-${options.calls}`}${options.buffer === "shared" ? "-shared" : ""}`,
+        identity: {name: `onnxruntime-gqa-f32${options.calls === "grouped" ? "" : `-calls-${options.calls}`}${options.buffer === "shared" ? "-shared" : ""}${options.packed ? "-packed" : ""}`,
                    version: kVersion},
         operations: {multi_sequence_step: true, finish: true, reset: true, cache_snapshot: true,
                      capacity_refusal: true, fault_switches: false, fork: false, truncate: false,

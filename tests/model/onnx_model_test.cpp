@@ -94,6 +94,26 @@ TEST(OnnxModel, ProjectionsAreTheLinearMatricesTransposed) {
   FAIL() << "no initializer layers.1.wk";
 }
 
+TEST(OnnxModel, PackedQkvFeedsOneProjectionToTheOperator) {
+  const Config c = windowed_llama();
+  const onnx::ModelProto model = parse(save_onnx(c, init_weights(c, 3), {.packed_qkv = true}));
+  int attention = 0;
+  for (const onnx::NodeProto& node : model.graph().node()) {
+    if (node.op_type() != "GroupQueryAttention") continue;
+    ++attention;
+    EXPECT_EQ(node.input(1), "");  // key and value absent: the packed path
+    EXPECT_EQ(node.input(2), "");
+  }
+  EXPECT_EQ(attention, c.n_layers);
+  bool found = false;
+  for (const onnx::TensorProto& t : model.graph().initializer()) {
+    if (t.name() != "layers.0.wqkv") continue;
+    found = true;
+    EXPECT_EQ(t.dims(1), c.q_width() + 2 * c.kv_width());
+  }
+  EXPECT_TRUE(found);
+}
+
 TEST(OnnxModel, RefusesHeadSizesTheKernelRefuses) {
   Config llama = llama_tiny();  // head_dim 8: the rotary cache needs 16s
   EXPECT_NE(onnx_unsupported(llama).find("head_dim 8 is not a multiple of 16"), std::string::npos);

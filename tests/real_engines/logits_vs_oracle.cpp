@@ -52,7 +52,8 @@ struct Case {
   Config config;
   uint64_t seed;
   int n_tokens;
-  bool judged;  // false: measured and reported only
+  bool judged;          // false: measured and reported only
+  bool packed = false;  // ONNX only: Q|K|V in one projection (GroupQueryAttention's packed input)
 };
 
 Config llama(int n_heads, int n_kv_heads, int head_dim) {
@@ -92,6 +93,11 @@ std::vector<Case> cases(const Engine& engine, uint64_t seeds) {
   out.push_back({"gpt2 MHA", gpt2, 1, 32, engine.gpt2_judged});
   gpt2.n_kv_heads = 2;
   out.push_back({"gpt2 GQA", gpt2, 2, 32, engine.gpt2_judged});
+  if (engine.name == "onnxruntime") {
+    out.push_back({"llama GQA packed", llama(4, 2, d), 1, 32, true, true});
+    gpt2.qkv_bias = true;
+    out.push_back({"gpt2 bias packed", gpt2, 3, 32, true, true});
+  }
   return out;
 }
 
@@ -182,7 +188,7 @@ std::string write_model(const Engine& engine, const Case& c, const kvcheck::Weig
     argument = " --model " + quoted((dir / "model.gguf").string());
   } else {
 #if KVCHECK_HAVE_ONNX
-    error = kvcheck::save_onnx_file((dir / "model.onnx").string(), c.config, weights);
+    error = kvcheck::save_onnx_file((dir / "model.onnx").string(), c.config, weights, {c.packed});
     std::ofstream((dir / "config.json").string()) << kvcheck::config_to_json(c.config).dump();
 #endif
     argument = " --dir " + quoted(dir.string());

@@ -65,10 +65,14 @@ EngineTraits cpu_engine_traits_with_operations(KernelPath kernels) {
   // shift is refused; the generators never draw them together).
   t.operations.erase = true;
   t.operations.shift = true;
-  // An abort path of its own (SequenceTable::abort_paged) and keyed prefix
-  // chains; the CUDA engine declares neither until a device tests them.
+  // An abort path of its own (SequenceTable::abort_paged), keyed prefix
+  // chains and a host tier; the CUDA engine declares none of them until a
+  // device tests them.
   t.operations.abort = true;
   t.operations.cache_keys = true;
+  // A hit's prompt rows computed cold when asked (EngineOptions::prompt_logits).
+  t.operations.prompt_logits = true;
+  t.operations.offload = true;
   return t;
 }
 

@@ -218,6 +218,12 @@ class PluginEngine final : public Engine {
     return n;
   }
 
+  void offload(SequenceId sequence) override {
+    if (table().offload == nullptr) return Engine::offload(sequence);
+    kvcheck_error e{};
+    check("offload", table().offload(handle_, sequence, &e), e);
+  }
+
   void flush_prefix_cache() override {
     if (table().flush_prefix_cache == nullptr) return Engine::flush_prefix_cache();
     kvcheck_error e{};
@@ -278,9 +284,9 @@ std::shared_ptr<const Library> open_library(const std::string& path) {
   const kvcheck_plugin_v1* t = entry();
   if (t == nullptr)
     throw InputError("--backend plugin:" + path + ": " KVCHECK_PLUGIN_ENTRY "() returned NULL");
-  if (t->abi_version != KVCHECK_PLUGIN_ABI_VERSION) {
+  if (t->abi_version != 1 && t->abi_version != KVCHECK_PLUGIN_ABI_VERSION) {
     throw InputError("--backend plugin:" + path + ": ABI version " +
-                     std::to_string(t->abi_version) + ", this kvcheck speaks " +
+                     std::to_string(t->abi_version) + ", this kvcheck speaks versions 1 and " +
                      std::to_string(KVCHECK_PLUGIN_ABI_VERSION));
   }
   if (t->struct_size < KVCHECK_PLUGIN_CORE_SIZE) {
@@ -288,7 +294,10 @@ std::shared_ptr<const Library> open_library(const std::string& path) {
                      std::to_string(t->struct_size) + " is smaller than version 1's " +
                      std::to_string(KVCHECK_PLUGIN_CORE_SIZE));
   }
-  std::memcpy(&library->table, t, std::min<size_t>(t->struct_size, sizeof(kvcheck_plugin_v1)));
+  // A version-1 table ends at start_keyed whatever its struct_size says:
+  // what lies past it is never read.
+  const size_t known = t->abi_version == 1 ? KVCHECK_PLUGIN_V1_SIZE : sizeof(kvcheck_plugin_v1);
+  std::memcpy(&library->table, t, std::min<size_t>(t->struct_size, known));
   t = &library->table;
   const std::pair<const char*, bool> required[] = {{"traits_json", t->traits_json != nullptr},
                                                    {"create", t->create != nullptr},
@@ -337,7 +346,9 @@ void check_declared_operations(const std::string& path, const kvcheck_plugin_v1&
        end_of(offsetof(kvcheck_plugin_v1, cache_positions)), " cache_positions"},
       {"abort", ops.abort && t.abort == nullptr, end_of(offsetof(kvcheck_plugin_v1, abort))},
       {"cache_keys", ops.cache_keys && t.start_keyed == nullptr,
-       end_of(offsetof(kvcheck_plugin_v1, start_keyed))}};
+       end_of(offsetof(kvcheck_plugin_v1, start_keyed))},
+      {"offload", ops.offload && t.offload == nullptr,
+       end_of(offsetof(kvcheck_plugin_v1, offload))}};
   for (const Declared& d : declared) {
     if (!d.contradiction) continue;
     throw InputError("--backend plugin:" + path + ": traits.operations." + d.name +
@@ -439,6 +450,7 @@ Backend plugin_backend(const BackendSpec& spec) {
           args.prefix_cache = engine_options.prefix_cache ? 1 : 0;
           args.config_values = forms.values.data();
           args.n_config_values = int64_t(forms.values.size());
+          args.host_blocks = engine_options.host_blocks;
           kvcheck_error error{};
           kvcheck_engine* handle = library->table.create(&args, &error);
           if (handle == nullptr) {

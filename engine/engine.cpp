@@ -66,6 +66,11 @@ void Engine::truncate(SequenceId, int) {
                                                       " (traits.operations.truncate is false)");
 }
 
+void Engine::offload(SequenceId) {
+  throw EngineError(EngineError::Kind::kBadBatch, "offload: not supported by " + name() +
+                                                      " (traits.operations.offload is false)");
+}
+
 void Engine::erase(SequenceId, int, int) {
   throw EngineError(EngineError::Kind::kBadBatch,
                     "erase: not supported by " + name() + " (traits.operations.erase is false)");

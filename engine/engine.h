@@ -47,6 +47,13 @@ struct EngineOptions {
   // Prefix cache (paged only): full written blocks are kept for reuse by a
   // new sequence whose first chunk starts with the same tokens.
   bool prefix_cache = false;
+  // Prefix cache: a hit's reused rows get the logits a cold run computes
+  // (operations.prompt_logits; docs/OPERATIONS.md, "Prompt logits on a
+  // hit") instead of NaN.
+  bool prompt_logits = false;
+  // A second memory tier (paged only; docs/OPERATIONS.md, "Offload"): host
+  // blocks that offload() moves a sequence's blocks to; 0: no host tier.
+  int host_blocks = 0;
 };
 
 // Misuse the engine refuses. The engine stays usable and no sequence's state
@@ -94,11 +101,14 @@ struct MemoryReport {
 
 // The paged pool as the engine keeps it. A block is free (on the free list),
 // used (held by at least one block table) or cached (held by no table, kept
-// for prefix reuse); free + used + cached == total.
+// for prefix reuse); free + used + cached == total, in each tier. Device
+// blocks are numbered 0 .. total - 1, the host tier's (if any) after them,
+// total .. total + host_total - 1; a table holds a block in either tier.
 struct PoolReport {
   int block_size = 0;  // slots per block; 0: contiguous storage (no pool)
   int total = 0, free = 0, used = 0, cached = 0;
-  std::vector<int> refcounts;  // [block] the engine's reference count
+  int host_total = 0, host_free = 0, host_used = 0, host_cached = 0;  // 0: no host tier
+  std::vector<int> refcounts;  // [total + host_total] the engine's reference count of each block
   std::vector<std::pair<SequenceId, std::vector<int>>> tables;  // per sequence: [block index]
 };
 
@@ -170,12 +180,21 @@ class Engine {
 
   // Prefix cache (operations.prefix_cache): how many leading tokens of the
   // sequence's last step were taken from the cache instead of computed; their
-  // logits rows are NaN. 0 by default (an engine without a prefix cache).
+  // logits rows are NaN, or a cold run's with EngineOptions::prompt_logits. 0 by default (an engine
+  // without a prefix cache).
   virtual int reused(SequenceId sequence) const;
 
   // Prefix cache: forgets every cached block; those no table holds become
   // free (poisoned). Running sequences keep their blocks.
   virtual void flush_prefix_cache();
+
+  // A second memory tier (operations.offload, EngineOptions::host_blocks):
+  // moves every block of the sequence's table held in device memory to the
+  // host tier. A shared block moves once and every holder's table follows
+  // it. A later step that feeds the sequence brings its blocks back first;
+  // fork, truncate, cache() and finish work on either tier. Throws
+  // kCapacity, changing nothing, when the host tier cannot take them.
+  virtual void offload(SequenceId sequence);
 
   virtual int length(SequenceId sequence) const = 0;
 

@@ -91,6 +91,18 @@ constexpr std::array<FaultInfo, kFaultCount> kFaults = {{
      "prefix-cache blocks shared across cache keys: cache_salt or the LoRA adapter not in the "
      "block key (vLLM #53495, #44250, #30931)",
      "cache_keys"},
+    {"hit_prompt_logits_stale",
+     "on a prefix hit, the reused prompt rows are never computed and keep whatever the logits "
+     "buffer held (vLLM #42019: prompt logprobs from uninitialized memory)",
+     "prompt_logits"},
+    {"offload_before_write",
+     "the copy to the host tier does not wait for the last step's writes: the host block holds "
+     "the slots as they were before it, and the reload brings back stale ones (vLLM #45704)",
+     "offload"},
+    {"offload_counts_drift",
+     "a block brought back from the host tier is not returned to the host free list: the host "
+     "tier's counters drift (TensorRT-LLM PR #12834)",
+     "offload"},
 }};
 
 }  // namespace

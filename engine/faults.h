@@ -62,7 +62,11 @@ enum class Fault : uint8_t {
   // Aborted prefills (abort).
   kAbortFreesCached,  // abort frees its cached blocks but leaves them in the prefix index
   // Cache keys (a cache salt, an adapter id).
-  kPrefixIgnoresKey,  // prefix blocks are shared across cache keys
+  kPrefixIgnoresKey,      // prefix blocks are shared across cache keys
+  kHitPromptLogitsStale,  // a hit's reused prompt rows keep the buffer's old logits
+  // A second memory tier (offload).
+  kOffloadBeforeWrite,  // the host copy misses the sequence's last step's writes
+  kOffloadCountsDrift,  // a reload leaves the host block off the host free list
   kCount
 };
 

@@ -26,6 +26,7 @@ struct SequenceState {
   int row = 0;                  // index into the row table
   int length = 0;               // tokens fed = the next absolute position
   int chunks = 0;               // steps that fed this sequence
+  int last_fed = 0;             // tokens its last step fed (the fault offload_before_write)
   int slot_base = 0;            // first slot of this sequence's own data in its row
   int position_base = 0;        // added to its positions
   std::vector<int> blocks;      // paged: [logical block] pool block holding slots b*B..b*B+B-1
@@ -118,6 +119,20 @@ class BasicSequenceTable {
   bool paged() const { return block_size_ > 0; }
   int block_size() const { return block_size_; }
   int pool_blocks() const { return pool_blocks_; }
+  // Paged: the host tier's blocks are numbered after the device pool's, so
+  // that a block table, a storage unit and a snapshot read need not know
+  // the tier: storage holds storage_units() blocks, device ones first.
+  int host_blocks() const { return host_blocks_; }
+  int storage_units() const { return pool_blocks_ + host_blocks_; }
+
+  // Moves every device block of the sequence's table to the host tier
+  // (copied whole through `copy`; the device block is freed, poisoned).
+  // A shared block moves once and every table holding it follows; a
+  // registered one leaves the prefix cache first. kCapacity, changing
+  // nothing, when the host tier has too few free blocks; kBadBatch without
+  // a host tier. The next step that feeds a sequence holding host blocks
+  // brings them back (prepare_step).
+  void offload(SequenceId id, const CopySlots& copy, const PoisonSlots& poison);
 
   // A new sequence in the lowest free row holding `parent`'s first n
   // tokens: copied (contiguous) or shared block by block (paged).
@@ -177,7 +192,7 @@ class BasicSequenceTable {
   // Slots no sequence holds, per unit: units() units of `unit_slots()`
   // slots; held_slots(u) is the count of leading slots some sequence holds
   // (the rest must be poisoned).
-  int units() const { return paged() ? pool_blocks_ : max_rows_; }
+  int units() const { return paged() ? storage_units() : max_rows_; }
   int unit_slots() const { return paged() ? block_size_ : capacity_; }
   int held_slots(int unit) const;
 
@@ -219,8 +234,10 @@ class BasicSequenceTable {
 
   // Paged pool (empty when contiguous).
   int block_size_ = 0, pool_blocks_ = 0;
-  std::vector<int> refcount_;  // [block] references held by block tables
-  std::vector<int> free_;      // free blocks, the next to hand out last
+  std::vector<int> refcount_;   // [block] references held by block tables
+  std::vector<int> free_;       // free blocks, the next to hand out last
+  int host_blocks_ = 0;         // the host tier: blocks pool_blocks_ .. storage_units() - 1
+  std::vector<int> host_free_;  // free host blocks, the next to hand out last
   bool prefix_cache_ = false;
   bool aborting_ = false;  // inside abort_paged: its releases may take the fault's path
   PrefixIndex index_;      // registered (full, written) blocks; refcount 0 ones are "cached"
@@ -235,7 +252,19 @@ class BasicSequenceTable {
     return has(Fault::kPrefixIgnoresKey) ? 0 : s.cache_key;
   }
   bool cached(int block) const { return refcount_[size_t(block)] == 0 && index_.registered(block); }
-  int cached_blocks() const;
+  // Cached blocks numbered [first, end) (a tier).
+  int cached_blocks(int first, int end) const;
+  bool on_host(int block) const { return block >= pool_blocks_; }
+  // A block no table holds goes back to its tier's free list.
+  void give_back(int block) { (on_host(block) ? host_free_ : free_).push_back(block); }
+  // Every table holding `from` holds `to` instead, with its references;
+  // `from` is left unreferenced.
+  void retarget(int from, int to);
+  // The host blocks the tables of the batch's sequences hold (distinct),
+  // which the step brings back before its writes.
+  std::vector<int> host_blocks_of(std::span<const BatchEntry> batch) const;
+  void bring_back(std::span<const BatchEntry> batch, const PoisonSlots& poison,
+                  const CopySlots& copy);
   // A free block, else the least recently used cached one (evicted:
   // unregistered with every block chained after it, poisoned).
   int allocate_block(const PoisonSlots& poison);

@@ -45,6 +45,8 @@ bool declares(const OperationTraits& op, std::string_view needs) {
   if (needs == "prefix_cache") return op.prefix_cache && op.paged;
   if (needs == "abort") return op.abort && op.prefix_cache && op.paged;
   if (needs == "cache_keys") return op.cache_keys && op.prefix_cache && op.paged;
+  if (needs == "prompt_logits") return op.prompt_logits && op.prefix_cache && op.paged;
+  if (needs == "offload") return op.offload && op.paged && op.pool_report;
   if (needs == "sliding_window") return op.sliding_window;
   if (needs == "shift") return op.erase && op.shift;
   return needs.empty();
@@ -111,6 +113,11 @@ std::string EngineTraits::refuses(const Config& c, KvDtype kv_dtype, int capacit
            ", " + std::to_string(l.max_d_model) + "]";
   if (c.d_model % l.d_model_multiple != 0)
     return multiple_error("d_model", c.d_model, l.d_model_multiple);
+  if (std::find(l.query_width_is_d_model.begin(), l.query_width_is_d_model.end(), c.family) !=
+          l.query_width_is_d_model.end() &&
+      c.n_heads * c.head_dim != c.d_model)
+    return "n_heads*head_dim " + std::to_string(c.n_heads * c.head_dim) + " differs from d_model " +
+           std::to_string(c.d_model) + " (limits.query_width_is_d_model)";
   if (c.sliding_window > 0 && !operations.sliding_window)
     return "sliding_window " + std::to_string(c.sliding_window) + " (sliding windows)";
   if (capacity > l.max_capacity)

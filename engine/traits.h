@@ -47,6 +47,10 @@ struct OperationTraits {
   bool sliding_window = false;
   bool abort = false;       // Engine::abort is a path of its own (else abort runs as finish)
   bool cache_keys = false;  // Engine::start_keyed: prefix blocks shared within one key (P15)
+  // On a prefix hit, step() returns every prompt row's logits, reused ones
+  // too (vLLM's prompt logprobs), when EngineOptions::prompt_logits asks.
+  bool prompt_logits = false;
+  bool offload = false;     // Engine::offload and EngineOptions::host_blocks (paged; P13 per tier)
   bool erase = false;       // Engine::erase (P1/P6 replay the history)
   bool shift = false;       // Engine::shift (P1/P6 replay the history)
 };
@@ -63,6 +67,9 @@ struct ShapeLimits {
   bool capacity_shared = false;   // one context holds every sequence's tokens
   int max_rows = 1 << 10;         // sequences alive at once
   int max_step_tokens = 1 << 20;  // tokens fed by one step, all entries together
+  // Families whose models need n_heads * head_dim == d_model (llama.cpp's
+  // gpt2 architecture derives its head size from d_model).
+  std::vector<Family> query_width_is_d_model;
 };
 
 // Per comparison class: does the engine promise the same bits, or only

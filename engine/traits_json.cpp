@@ -108,9 +108,11 @@ const std::vector<Section>& sections() {
                   bool_field("pool_report", &OperationTraits::pool_report),
                   bool_field("storage_check", &OperationTraits::storage_check),
                   bool_field("prefix_cache", &OperationTraits::prefix_cache),
+                  bool_field("prompt_logits", &OperationTraits::prompt_logits),
                   bool_field("sliding_window", &OperationTraits::sliding_window),
                   bool_field("abort", &OperationTraits::abort),
                   bool_field("cache_keys", &OperationTraits::cache_keys),
+                  bool_field("offload", &OperationTraits::offload),
                   bool_field("erase", &OperationTraits::erase),
                   bool_field("shift", &OperationTraits::shift)}});
     Field shared{"capacity_shared",
@@ -134,7 +136,9 @@ const std::vector<Section>& sections() {
                   int_field("d_model_multiple", &ShapeLimits::d_model_multiple),
                   int_field("max_capacity", &ShapeLimits::max_capacity), shared,
                   int_field("max_rows", &ShapeLimits::max_rows),
-                  int_field("max_step_tokens", &ShapeLimits::max_step_tokens)}});
+                  int_field("max_step_tokens", &ShapeLimits::max_step_tokens),
+                  list_field("query_width_is_d_model", &ShapeLimits::query_width_is_d_model,
+                             parse_family, family_name)}});
     s.push_back({"invariance",
                  {invariance_field("chunking", &InvarianceTraits::chunking),
                   invariance_field("batch", &InvarianceTraits::batch),

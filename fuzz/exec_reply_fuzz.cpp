@@ -43,8 +43,9 @@ bool same(const wire::Reply& a, const wire::Reply& b) {
 
 bool same_pool(const PoolReport& a, const PoolReport& b) {
   return a.block_size == b.block_size && a.total == b.total && a.free == b.free &&
-         a.used == b.used && a.cached == b.cached && a.refcounts == b.refcounts &&
-         a.tables == b.tables;
+         a.used == b.used && a.cached == b.cached && a.host_total == b.host_total &&
+         a.host_free == b.host_free && a.host_used == b.host_used &&
+         a.host_cached == b.host_cached && a.refcounts == b.refcounts && a.tables == b.tables;
 }
 
 void check_pool(const nlohmann::json& control) {

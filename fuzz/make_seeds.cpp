@@ -288,6 +288,12 @@ void add_exec_reply_files(Files& files) {
              R"("tables":[{"sequence":1,"blocks":[0,1]},{"sequence":2,"blocks":[0]}]})") +
            frame(R"({"problem":""})") +
            frame(R"({"problem":"block 2 slot 1 layer 0 holds 0.5, not NaN"})"));
+  // A pool with a host tier (offload): device blocks 0-1, host blocks 2-3,
+  // one table holding a block in each.
+  seed("pool_host", 0, 0,
+       frame(R"({"block_size":4,"total":2,"free":1,"used":1,"cached":0,)"
+             R"("host":{"total":2,"free":1,"used":1,"cached":0},"refcounts":[1,0,1,0],)"
+             R"("tables":[{"sequence":1,"blocks":[2,0]}]})"));
   // Cache replies listing their slots' positions (erase, shift, a window's
   // ring): 3 slots within max_pos 8 (the fuzz target's check), one outside.
   const std::string k3 = f32s({0.5f, -0.5f, 1.0f}), v3 = f32s({2.0f, 0.0f, -2.0f});

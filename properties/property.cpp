@@ -162,7 +162,10 @@ std::string never_applicable(Property property, const EngineUnderTest& subject,
 
 Verdict check_property(Property property, const Scenario& scenario,
                        const EngineUnderTest& subject) {
-  return check_probed(property, scenario, subject, std::nullopt);
+  FeatureUse use(observable_features(subject.traits.operations));
+  Verdict verdict = check_probed(property, scenario, subject, std::nullopt);
+  verdict.features_used = use.used();
+  return verdict;
 }
 
 std::span<const Property> check_all_order() {
@@ -170,9 +173,11 @@ std::span<const Property> check_all_order() {
 }
 
 Verdict check_all(const Scenario& scenario, const EngineUnderTest& subject) {
+  FeatureUse use(observable_features(subject.traits.operations));
   Verdict last;
   for (Property p : check_all_order()) {
     Verdict v = check_property(p, scenario, subject);
+    v.features_used = use.used();
     if (!v.passed) return v;
     last = std::move(v);
   }

@@ -14,6 +14,7 @@
 #include "engine/engine.h"
 #include "engine/engine_under_test.h"  // EngineFactory, EngineUnderTest
 #include "engine/traits.h"
+#include "properties/feature_use.h"
 #include "properties/scenario.h"
 
 namespace kvcheck {
@@ -60,6 +61,9 @@ struct Verdict {
   Location where;
   std::string summary;  // one line
   std::string detail;   // multi-line report for a person (replay prints it)
+  // The cache features the engine said happened while this was checked
+  // (feature_use.h): the campaign's proof of use.
+  FeatureMask features_used = 0;
 };
 
 // Anything the engine throws on a valid call (not only EngineError) fails the

@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "model/rng.h"
+#include "properties/feature_use.h"
 #include "properties/schedule/operation.h"
 
 namespace kvcheck {
@@ -20,12 +21,14 @@ ScenarioRunner::ScenarioRunner(const Scenario& scenario, const Config& config,
       vocab_(config.vocab),
       sequences_(scenario.sequences.size()),
       logits_(scenario.sequences.size()),
-      reused_(scenario.sequences.size()) {}
+      reused_(scenario.sequences.size()),
+      hit_(scenario.sequences.size()) {}
 
 RunResult ScenarioRunner::run(const CallHook& hook) {
   RunResult result = run_calls(hook);
   result.logits = logits_;
   result.reused = reused_;
+  result.hit = hit_;
   return result;
 }
 
@@ -33,6 +36,7 @@ RunResult ScenarioRunner::run_and_take_logits(const CallHook& hook, const Meanwh
   RunResult result = run_calls(hook, meanwhile);
   result.logits = std::move(logits_);
   result.reused = reused_;
+  result.hit = hit_;
   logits_.assign(result.logits.size(), {});
   return result;
 }
@@ -90,7 +94,9 @@ void ScenarioRunner::run_call(const Call& call, int call_index, RunResult& resul
   const bool judged_here = may_run_dry_ && call.kind == Call::Kind::kStep && !posts(call);
   const std::string before = judged_here ? state_digest() : std::string();
   try {
+    const Observed observed = observe_before(call);
     execute(call, call_index);
+    if (observes(call)) observe_after(call, observed);
   } catch (const EngineError& e) {
     if (judged_here && e.kind() == EngineError::Kind::kCapacity)
       settle_refusal(result, call_index, e, before, state_digest());
@@ -161,6 +167,7 @@ void ScenarioRunner::file_step(const Call& call, std::span<const int> fed_at) {
     at += count;
     // A prefix hit: the chunk's first k tokens were not computed.
     const int k = engine_->reused(sequences_[s].id);
+    if (k > 0) note_used(Feature::kPrefixHit);
     if (k < 0 || k >= chunk.length) {
       throw std::runtime_error("reused: the engine says " + std::to_string(k) +
                                " tokens of a chunk of " + std::to_string(chunk.length) +
@@ -168,7 +175,10 @@ void ScenarioRunner::file_step(const Call& call, std::span<const int> fed_at) {
                                std::to_string(chunk.length - 1));
     }
     reused_[s].resize(size_t(fed_at[i]) + size_t(chunk.length), false);
-    std::fill_n(reused_[s].begin() + fed_at[i], k, true);
+    hit_[s].resize(reused_[s].size(), false);
+    std::fill_n(hit_[s].begin() + fed_at[i], k, true);
+    // Prompt logits on a hit: the reused rows are checked like any other.
+    if (!scenario_.prompt_logits) std::fill_n(reused_[s].begin() + fed_at[i], k, true);
   }
 }
 
@@ -210,7 +220,12 @@ std::string ScenarioRunner::digest(const EngineState& state,
   std::string out;
   if (const std::optional<PoolReport>& r = state.pool) {
     out += "free " + std::to_string(r->free) + " used " + std::to_string(r->used) + " cached " +
-           std::to_string(r->cached) + "; refcounts";
+           std::to_string(r->cached);
+    if (r->host_total > 0) {
+      out += "; host free " + std::to_string(r->host_free) + " used " +
+             std::to_string(r->host_used) + " cached " + std::to_string(r->host_cached);
+    }
+    out += "; refcounts";
     for (const int c : r->refcounts) out += " " + std::to_string(c);
     for (const auto& [id, table] : r->tables) {
       out += "; table of " + std::to_string(id) + ":";

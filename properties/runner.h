@@ -42,6 +42,9 @@ struct RunResult {
   // took from the cache instead of computing (Engine::reused); the properties
   // skip their logits (their K/V are still checked, and so are later tokens).
   std::vector<std::vector<bool>> reused;
+  // [sequence][stream index] fed tokens the prefix cache supplied, whether or
+  // not their logits were computed (Scenario::prompt_logits): P15's hits.
+  std::vector<std::vector<bool>> hit;
   // A step refused for want of pool blocks (EngineError kCapacity, the
   // scenario sets pool_blocks) that changed nothing: the run stopped there.
   // A refusal that changed the pool or a length is engine_failed instead.
@@ -138,12 +141,29 @@ class ScenarioRunner final : private CallTarget {
   // sent ahead that nothing raised (Pipeline::settle_sent).
   void finish_run(RunResult& result);
 
+  // Proof of use (feature_use.h; runner_features.cpp): what the engine's
+  // introspection says happened, noted into the thread's FeatureUse scope.
+  struct Observed {
+    int cached = -1;  // pool().cached before a step, when eviction is watched
+  };
+  struct SharedBlock {
+    int parent = -1, child = -1;  // scenario indices
+    int index = -1;               // table index of the block both held after the fork
+  };
+  bool observes(const Call& call) const;  // nothing in flight: the engine may be read
+  Observed observe_before(const Call& call);
+  void observe_after(const Call& call, const Observed& before);
+  void observe_eviction(const Call& call, int cached_before);
+  void observe_fork(const Call& call);
+  void observe_split(const Call& call);
+
   const Scenario& scenario_;
   std::unique_ptr<Engine> engine_;
   int vocab_;
   std::vector<RunnerSequence> sequences_;   // [sequence] engine id, running, fed, held, cells
   std::vector<std::vector<float>> logits_;  // [sequence][position][V]
   std::vector<std::vector<bool>> reused_;   // [sequence][stream index] logits not computed
+  std::vector<std::vector<bool>> hit_;      // [sequence][stream index] from the prefix cache
   std::vector<BatchEntry> batch_;           // [chunk] of the current step
   std::vector<float> step_logits_;          // [tokens in step][V]
   bool may_run_dry_ = false;              // a sized pool: a step may be refused for want of blocks
@@ -151,6 +171,7 @@ class ScenarioRunner final : private CallTarget {
   bool defer_ = false;                    // posted steps are read when needed, not at once
   std::vector<PostedStep> posted_;        // oldest first
   const Meanwhile* meanwhile_ = nullptr;  // the caller's, until it has run
+  SharedBlock cow_;                       // a fork's shared partial block, until written
 };
 
 // The scenario on a fresh engine built from its own config and weights.

@@ -63,6 +63,15 @@ EngineOptions Scenario::engine_options() const {
   options.block_size = block_size;
   options.pool_blocks = pool_blocks;
   options.prefix_cache = prefix_cache;
+  options.prompt_logits = prompt_logits;
+  // A scenario that offloads gets a host tier that holds every sequence at
+  // its capacity (the default pool's size, whatever the scenario's pool),
+  // so it never runs out (docs/OPERATIONS.md, "Offload").
+  const bool offloads = std::any_of(calls.begin(), calls.end(),
+                                    [](const Call& c) { return c.kind == Call::Kind::kOffload; });
+  if (offloads && block_size > 0) {
+    options.host_blocks = max_rows * ((capacity + block_size - 1) / block_size);
+  }
   return options;
 }
 
@@ -100,6 +109,7 @@ std::string Scenario::validate() const {
     return out.str();
   }
   if (prefix_cache && block_size == 0) return "prefix_cache: needs paged storage (block_size > 0)";
+  if (prompt_logits && !prefix_cache) return "prompt_logits: needs a prefix cache (prefix_cache 1)";
   if (cache_keys.size() > sequences.size()) {
     return "cache_key: " + std::to_string(cache_keys.size()) + " keys for " +
            std::to_string(sequences.size()) + " sequences";
@@ -175,6 +185,7 @@ std::string Scenario::to_text() const {
   // Only when set, so that contiguous scenarios keep their text (and digest).
   if (block_size > 0) out << " block_size " << block_size << " pool_blocks " << pool_blocks;
   if (prefix_cache) out << " prefix_cache 1";
+  if (prompt_logits) out << " prompt_logits 1";
   out << "\n";
   for (size_t s = 0; s < sequences.size(); ++s) {
     out << "s" << s << " (" << sequences[s].size() << " tokens";

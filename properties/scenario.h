@@ -38,10 +38,11 @@ struct Call {
     kErase,
     kShift,
     kVerify,
-    kAbort
+    kAbort,
+    kOffload
   };
   Kind kind = Kind::kStep;
-  int sequence = 0;               // kStart, kFinish, kTruncate, kAbort; kFork: the child
+  int sequence = 0;               // kStart, kFinish, kTruncate, kAbort, kOffload; kFork: the child
   std::vector<ChunkSpec> chunks;  // kStep: the batch, in order
   int parent = 0;                 // kFork: the sequence forked from
   int count = 0;                  // kFork: parent tokens the child starts with;
@@ -61,7 +62,8 @@ struct Call {
   static Call shift(int s, int p0, int p1, int delta) {
     return {Kind::kShift, s, {}, 0, 0, p0, p1, delta};
   }
-  static Call abort(int s) { return {Kind::kAbort, s, {}}; }  // Engine::abort
+  static Call abort(int s) { return {Kind::kAbort, s, {}}; }      // Engine::abort
+  static Call offload(int s) { return {Kind::kOffload, s, {}}; }  // Engine::offload
   static Call verify(int s, int drafts, int accepted) {
     return {Kind::kVerify, s, {}, 0, drafts, 0, 0, 0, accepted};
   }
@@ -82,6 +84,7 @@ struct Scenario {
   int block_size = 0;         // 0: contiguous storage; 1..32: paged, blocks of this many slots
   int pool_blocks = 0;        // paged: blocks in the pool; 0: the engine's default (never runs dry)
   bool prefix_cache = false;  // paged: reuse cached blocks of a prompt's leading tokens
+  bool prompt_logits = false;  // prefix cache: a hit's reused rows carry logits (checked too)
   std::vector<std::vector<int32_t>> sequences;  // [sequence][token], fed in order
   // [sequence] its cache key (a cache salt, a LoRA adapter id; 0 or absent:
   // none), given to Engine::start_keyed; prefix blocks are shared only

@@ -14,6 +14,7 @@ namespace {
 std::string storage_excluded(const OperationTraits& op, const Scenario& scenario) {
   if (scenario.block_size > 0 && !op.paged) return "paged storage";
   if (scenario.prefix_cache && !op.prefix_cache) return "a prefix cache";
+  if (scenario.prompt_logits && !op.prompt_logits) return "prompt logits on a prefix hit";
   // No engine combines a window with paged storage yet (docs/OPERATIONS.md,
   // "Sliding windows"): their combination is not applicable.
   if (scenario.config.sliding_window > 0 && scenario.block_size > 0) {

@@ -11,6 +11,7 @@
 
 #include <chrono>
 #include <cstdint>
+#include <map>
 #include <memory>
 #include <string>
 #include <vector>
@@ -31,6 +32,9 @@ struct CampaignOptions {
   bool seed_given = false;
   int cases = 0;        // per property and backend; 0 = until the time is up
   int turn_cases = 25;  // cases per property per turn of the round robin
+  // Scenarios drawn on one generated model (rcgen::ModelReuse), for a
+  // backend whose model loads dominate a case; 1: a new model every case.
+  int scenarios_per_model = 1;
   double seconds = 60;  // the whole campaign, kill matrix included
   std::vector<std::string> properties;
   std::vector<std::string> backends;
@@ -68,6 +72,8 @@ struct Campaign {
   std::shared_ptr<const EngineUnderTest> reference;
   std::vector<std::string> reference_specs;  // [backend] P10's reference backend string, or ""
   std::shared_ptr<const Checkpoint> model;
+  // [tally] the model genes each property's hunts reuse (--scenarios-per-model).
+  std::map<size_t, std::shared_ptr<rcgen::ModelReuse>> model_reuse;
   std::vector<std::shared_ptr<const EngineUnderTest>> subjects;  // [backend]
   // What each backend's engine process has checked (exec: backends), for
   // report_failure to find the cases a failure needs (tools/case_history.h).

@@ -52,6 +52,8 @@ constexpr CoverageClass kCoverageClasses[] = {
     {"reset", &rcgen::Coverage::reset},
     {"fork", &rcgen::Coverage::fork},
     {"truncate", &rcgen::Coverage::truncate},
+    {"rollback (n > 0)", &rcgen::Coverage::rollback},
+    {"fork mid-block, then a write", &rcgen::Coverage::cow_write},
     {"flush", &rcgen::Coverage::flush},
     {"erase", &rcgen::Coverage::erase},
     {"shift", &rcgen::Coverage::shift},
@@ -69,11 +71,12 @@ constexpr CoverageClass kCoverageClasses[] = {
     {"abort, then a hit on its prefix", &rcgen::Coverage::hit_after_abort},
     {"cache keys", &rcgen::Coverage::cache_keys},
     {"shared prompt across keys", &rcgen::Coverage::shared_prompt_across_keys},
+    {"offload", &rcgen::Coverage::offload},
+    {"offload, then a step", &rcgen::Coverage::offload_then_step},
 };
 static_assert(std::size(kCoverageClasses) <= 64, "the coverage mask is 64 bits");
 
-uint64_t coverage_mask(const Scenario& s) {
-  const rcgen::Coverage c = rcgen::coverage(s);
+uint64_t coverage_mask(const rcgen::Coverage& c) {
   uint64_t mask = 0;
   for (size_t i = 0; i < std::size(kCoverageClasses); ++i) {
     if (c.*kCoverageClasses[i].has) mask |= uint64_t(1) << i;
@@ -81,13 +84,17 @@ uint64_t coverage_mask(const Scenario& s) {
   return mask;
 }
 
-// What the worker tells of one case: "AP RATIO MASK REASON" (applicable and
-// passed as 0/1, the error/bound ratio, the coverage mask, why it was not
-// applicable). Short and cheap: a campaign runs thousands of cases a second.
+// What the worker tells of one case: "AP RATIO MASK DRAWN USED REASON"
+// (applicable and passed as 0/1, the error/bound ratio, the coverage mask,
+// the cache features the scenario could use and those the engine said it
+// used (feature_use.h), why it was not applicable). Short and cheap: a
+// campaign runs thousands of cases a second.
 std::string describe_case(const Scenario& s, const Verdict& v) {
-  char head[64];
-  std::snprintf(head, sizeof head, "%d%d %.17g %" PRIu64 " ", v.applicable ? 1 : 0,
-                v.passed ? 1 : 0, v.worst_ratio, coverage_mask(s));
+  char head[96];
+  const rcgen::Coverage c = rcgen::coverage(s);
+  std::snprintf(head, sizeof head, "%d%d %.17g %" PRIu64 " %u %u ", v.applicable ? 1 : 0,
+                v.passed ? 1 : 0, v.worst_ratio, coverage_mask(c),
+                unsigned(rcgen::drawn_features(c)), unsigned(v.features_used));
   if (v.applicable) return head;
   // "P4 reset: not applicable: the engine lacks reset" -> "the engine lacks reset".
   const std::string marker = "not applicable: ";
@@ -101,6 +108,8 @@ void count_case(Tally& t, const std::string& description) {
   char* end = nullptr;
   const double ratio = std::strtod(description.c_str() + 3, &end);
   const auto mask = uint64_t(std::strtoull(end, &end, 10));
+  const auto drawn = FeatureMask(std::strtoul(end, &end, 10));
+  const auto used = FeatureMask(std::strtoul(end, &end, 10));
   ++t.cases;
   if (!applicable) {
     ++t.not_applicable;
@@ -114,6 +123,16 @@ void count_case(Tally& t, const std::string& description) {
   }
   for (size_t i = 0; i < std::size(kCoverageClasses); ++i) {
     t.coverage[kCoverageClasses[i].name] += (mask >> i) & 1;  // 0 too: never drawn shows
+  }
+  // Proof of use counts the checked cases that could use a feature (one not
+  // applicable ran nothing), and of those the ones in which it happened; a
+  // property's own derived runs (P12's refeeds) may use it elsewhere too.
+  for (const FeatureRow& row : feature_rows()) {
+    const bool seen_here = row.observed_by.empty() || row.observed_by == property_label(t.property);
+    const bool could = applicable && seen_here && (drawn & feature_bit(row.feature)) != 0;
+    FeatureCount& n = t.features[std::string(row.name)];
+    n.drawn += could;
+    n.used += could && (used & feature_bit(row.feature)) != 0;
   }
 }
 
@@ -142,6 +161,14 @@ rcgen::HuntSpec spec_for(Campaign& c, const std::vector<Tally>& tallies, const s
   spec.emphasis = rcgen::emphasis_for(t.property);
   spec.options.traits = spec.subject->traits;
   spec.options.model = c.model;
+  if (c.options.scenarios_per_model > 1) {
+    std::shared_ptr<rcgen::ModelReuse>& reuse = c.model_reuse[index];
+    if (!reuse) {
+      reuse = std::make_shared<rcgen::ModelReuse>();
+      reuse->scenarios_per_model = c.options.scenarios_per_model;
+    }
+    spec.options.model_reuse = reuse;
+  }
   spec.options.seed = seed;
   spec.options.max_cases = cases;
   spec.options.max_shrink_steps = c.options.shrink_steps;

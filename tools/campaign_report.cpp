@@ -34,6 +34,23 @@ void print_coverage(const RunRecord& r) {
   }
 }
 
+// Per backend, each cache feature: the cases that could use it and those in
+// which the engine said it did (properties/feature_use.h), then the warnings.
+void print_feature_use(const RunRecord& r) {
+  for (const BackendRecord& b : r.backends) {
+    if (backend_coverage(r.tallies, b.spec).cases == 0) continue;
+    std::printf(
+        "\nproof of use on %s (cases: drawn = could use it, happened = the engine said "
+        "it did):\n",
+        b.spec.c_str());
+    for (const FeatureUseRow& row : backend_feature_use(r.tallies, b)) {
+      std::printf("  %-18s %-12s drawn %8d  happened %8d\n", row.name.c_str(),
+                  row.declared ? "declared" : "not declared", row.count.drawn, row.count.used);
+    }
+  }
+  for (const std::string& w : feature_warnings(r)) std::printf("warning: %s\n", w.c_str());
+}
+
 void print_not_applicable(const std::vector<Tally>& tallies) {
   bool header = false;
   for (const Tally& t : tallies) {
@@ -62,6 +79,7 @@ void print_summary(const Campaign& c) {
                 applied(t), t.passed, t.not_applicable, ratio, result_text(t).c_str());
   }
   print_coverage(r);
+  print_feature_use(r);
   print_not_applicable(r.tallies);
   for (const std::string& i : r.incomplete) std::printf("incomplete: %s\n", i.c_str());
   int cases = 0;
@@ -81,6 +99,10 @@ nlohmann::json tally_json(const Tally& t, const RunRecord& r) {
   for (const FailureRecord& f : r.failures) {
     if (f.property == t.property && f.backend == t.backend) case_file = f.case_path;
   }
+  nlohmann::json features = nlohmann::json::object();
+  for (const auto& [name, n] : t.features) {
+    features[name] = {{"drawn", n.drawn}, {"happened", n.used}};
+  }
   return {{"property", property_name(t.property)},
           {"backend", t.backend},
           {"cases", t.cases},
@@ -90,6 +112,7 @@ nlohmann::json tally_json(const Tally& t, const RunRecord& r) {
           {"not_run", not_run(t) ? nlohmann::json(not_run_reason(t)) : nlohmann::json(nullptr)},
           {"worst_error_over_bound", t.worst_ratio},
           {"coverage", t.coverage},
+          {"proof_of_use", features},
           {"not_applicable_why", t.not_applicable_why},
           {"seconds", t.seconds},
           {"failed", t.failed},
@@ -154,6 +177,18 @@ std::string campaign_json(const Campaign& c) {
     for (const auto& [name, n] : classes) shares[name] = cases ? double(n) / cases : 0.0;
     json["coverage"][b.spec] = {{"cases", cases}, {"share", shares}};
   }
+  json["proof_of_use"] = nlohmann::json::object();
+  for (const BackendRecord& b : r.backends) {
+    nlohmann::json rows = nlohmann::json::array();
+    for (const FeatureUseRow& row : backend_feature_use(r.tallies, b)) {
+      rows.push_back({{"feature", row.name},
+                      {"declared", row.declared},
+                      {"drawn", row.count.drawn},
+                      {"happened", row.count.used}});
+    }
+    json["proof_of_use"][b.spec] = rows;
+  }
+  json["warnings"] = feature_warnings(r);
   json["properties"] = nlohmann::json::array();
   for (const Tally& t : r.tallies) json["properties"].push_back(tally_json(t, r));
   json["kill_matrix_seed"] = r.kill_seed;

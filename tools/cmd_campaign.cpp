@@ -56,6 +56,8 @@ std::string reproduce_command(const CampaignOptions& o, uint64_t seed) {
   };
   if (o.cases) add("--cases", std::to_string(o.cases));
   if (o.turn_cases != defaults.turn_cases) add("--turn-cases", std::to_string(o.turn_cases));
+  if (o.scenarios_per_model != defaults.scenarios_per_model)
+    add("--scenarios-per-model", std::to_string(o.scenarios_per_model));
   if (!o.properties.empty()) {
     std::string names;
     for (const std::string& p : o.properties) names += (names.empty() ? "" : ",") + p;
@@ -138,7 +140,8 @@ void print_header(Campaign& c) {
               o.cases ? (", at most " + std::to_string(o.cases) + " cases each").c_str() : "");
   std::printf("reproduce: %s\n", r.reproduce.c_str());
   for (const Backend& b : c.backends) {
-    r.backends.push_back({b.spec, traits_summary(b.traits, "")});
+    r.backends.push_back(
+        {b.spec, traits_summary(b.traits, ""), observable_features(b.traits.operations)});
     std::printf("backend %s\n%s", b.spec.c_str(), traits_summary(b.traits, "  ").c_str());
   }
   if (c.model) {
@@ -234,6 +237,11 @@ Action add_campaign(CLI::App& app) {
                   "cases per property and backend before the next one's turn (a slow engine, "
                   "such as llama.cpp at ~1 case/s, needs few so every property gets time)")
       ->check(CLI::Range(1, 1000000))
+      ->capture_default_str();
+  cmd->add_option("--scenarios-per-model", o->scenarios_per_model,
+                  "scenarios drawn on one generated model before a new one (a backend whose "
+                  "model loads dominate a case, such as llama.cpp; docs/PERFORMANCE.md)")
+      ->check(CLI::Range(1, 1000))
       ->capture_default_str();
   cmd->add_option("--time", o->seconds,
                   "time budget in seconds for the whole run, kill matrix included")

@@ -20,6 +20,7 @@ struct Case {
 struct Suite {
   std::string name;
   std::vector<Case> cases;
+  std::string system_out;  // the backend's proof-of-use warnings, a line each
 };
 
 std::string seconds_text(double s) {
@@ -117,6 +118,9 @@ void write_suite(std::ostringstream& out, const Suite& s, const std::string& sta
     }
     out << "    </testcase>\n";
   }
+  if (!s.system_out.empty()) {
+    out << "    <system-out>" << escape_xml(s.system_out) << "</system-out>\n";
+  }
   out << "  </testsuite>\n";
 }
 
@@ -125,14 +129,16 @@ void write_suite(std::ostringstream& out, const Suite& s, const std::string& sta
 std::string junit_xml(const RunRecord& run) {
   std::vector<Suite> suites;
   for (const BackendRecord& b : run.backends) {
-    Suite s{b.spec, {}};
+    Suite s{b.spec, {}, {}};
     for (const Tally& t : run.tallies) {
       if (t.backend == b.spec) s.cases.push_back(property_case(run, t));
     }
+    for (const std::string& w : feature_warnings(run.tallies, b))
+      s.system_out += "warning: " + w + "\n";
     suites.push_back(std::move(s));
   }
   for (const BackendRecord& b : run.backends) {
-    Suite s{"kill-matrix " + b.spec, {}};
+    Suite s{"kill-matrix " + b.spec, {}, {}};
     for (const KillRecord& k : run.kills) {
       if (k.backend == b.spec) s.cases.push_back(kill_case(k));
     }

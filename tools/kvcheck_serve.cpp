@@ -82,6 +82,9 @@ class Server {
     }
     if (op == "pool") return pool(e);
     if (op == "flush") return e.engine->flush_prefix_cache(), json::object();
+    if (op == "offload") {
+      return e.engine->offload(e.sequence(id(request, "sequence"))), json::object();
+    }
     if (op == "storage_check") return {{"problem", e.engine->unheld_storage_check()}};
     if (op == "length") return {{"length", e.engine->length(e.sequence(id(request, "sequence")))}};
     if (op == "cache") return cache(e, request, payloads);
@@ -178,6 +181,11 @@ class Server {
       if (!prefix->is_boolean()) throw Refusal{"input", "\"prefix_cache\" must be a boolean"};
       options.prefix_cache = prefix->get<bool>();
     }
+    if (const auto prompt = r.find("prompt_logits"); prompt != r.end()) {
+      if (!prompt->is_boolean()) throw Refusal{"input", "\"prompt_logits\" must be a boolean"};
+      options.prompt_logits = prompt->get<bool>();
+    }
+    if (r.contains("host_blocks")) options.host_blocks = int(id(r, "host_blocks"));
     Result<KvDtype> dtype = parse_kv_dtype(string_field(r, "kv_dtype"));
     if (!dtype.ok()) throw Refusal{"input", dtype.error()};
     options.kv_dtype = dtype.value();

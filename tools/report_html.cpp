@@ -99,6 +99,24 @@ void coverage_section(std::ostringstream& out, const RunRecord& run) {
       << "each shape; a class at 0% was never drawn.</p>\n";
 }
 
+void feature_use_section(std::ostringstream& out, const RunRecord& run) {
+  out << "<h2>Proof of use</h2><table><tr><th>backend</th><th>feature</th><th>declared</th>"
+      << "<th>drawn (cases)</th><th>happened (cases)</th></tr>";
+  for (const BackendRecord& b : run.backends) {
+    for (const FeatureUseRow& row : backend_feature_use(run.tallies, b)) {
+      const bool never = row.declared && row.count.used == 0;
+      out << "<tr><td>" << escape_xml(b.spec) << "</td><td>" << escape_xml(row.name) << "</td><td>"
+          << (row.declared ? "yes" : "no") << "</td><td class=\"n\">" << row.count.drawn
+          << "</td><td class=\"n\">"
+          << (never ? "<span class=\"failed\">0</span>" : std::to_string(row.count.used))
+          << "</td></tr>\n";
+    }
+  }
+  out << "</table><p class=\"note\">drawn: cases whose scenario could use the feature; "
+      << "happened: cases in which the engine's own introspection (reused(), pool(), length()) "
+      << "said it did (docs/REPORTS.md, \"Proof of use\").</p>\n";
+}
+
 HeatCell kill_cell(const KillRecord& k, int max_cases) {
   HeatCell c;
   if (!k.ran) return {"not run", "not reached within the time budget", "#e0e0e0"};
@@ -293,6 +311,7 @@ std::string html_report(const RunRecord& run) {
     for (const std::string& p : k.problems)
       reasons.push_back("kill matrix on " + k.backend + ": " + p);
   }
+  for (const std::string& w : feature_warnings(run)) reasons.push_back("warning: " + w);
   if (!reasons.empty()) {
     out << "<ul class=\"reasons\">";
     for (const std::string& r : reasons) out << "<li>" << escape_xml(r) << "</li>";
@@ -302,6 +321,7 @@ std::string html_report(const RunRecord& run) {
   if (!run.tallies.empty()) {
     properties_section(out, run);
     coverage_section(out, run);
+    feature_use_section(out, run);
   }
   kill_matrix_section(out, run);
   if (!run.replayed.empty()) replayed_section(out, run);

@@ -46,6 +46,46 @@ BackendCoverage backend_coverage(const std::vector<Tally>& tallies, const std::s
   return out;
 }
 
+std::vector<FeatureUseRow> backend_feature_use(const std::vector<Tally>& tallies,
+                                               const BackendRecord& backend) {
+  std::vector<FeatureUseRow> rows;
+  for (const FeatureRow& f : feature_rows()) {
+    FeatureUseRow& row = rows.emplace_back();
+    row.name = std::string(f.name);
+    row.declared = (backend.observable & feature_bit(f.feature)) != 0;
+    for (const Tally& t : tallies) {
+      if (t.backend != backend.spec) continue;
+      const auto it = t.features.find(row.name);
+      if (it == t.features.end()) continue;
+      row.count.drawn += it->second.drawn;
+      row.count.used += it->second.used;
+    }
+  }
+  return rows;
+}
+
+std::vector<std::string> feature_warnings(const std::vector<Tally>& tallies,
+                                          const BackendRecord& b) {
+  std::vector<std::string> lines;
+  if (backend_coverage(tallies, b.spec).cases == 0) return lines;
+  for (const FeatureUseRow& row : backend_feature_use(tallies, b)) {
+    if (!row.declared || row.count.used > 0) continue;
+    lines.push_back(b.spec + " declares " + row.name + ", yet it happened in none of the " +
+                    std::to_string(row.count.drawn) + " case" + (row.count.drawn == 1 ? "" : "s") +
+                    " that could use it" +
+                    (row.name == "prefix hit" ? " (lost sharing: a performance finding)" : ""));
+  }
+  return lines;
+}
+
+std::vector<std::string> feature_warnings(const RunRecord& run) {
+  std::vector<std::string> lines;
+  for (const BackendRecord& b : run.backends) {
+    for (std::string& line : feature_warnings(run.tallies, b)) lines.push_back(std::move(line));
+  }
+  return lines;
+}
+
 std::string utc_now_iso8601() {
   const std::time_t now = std::time(nullptr);
   std::tm tm{};

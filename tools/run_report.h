@@ -23,6 +23,12 @@ int ratio_bucket(double ratio);              // 0 .. kRatioBuckets-1
 std::string ratio_bucket_label(int bucket);  // "<1e-6", "1e-6", ..., ">=1"
 bool has_error_bound(Property p);            // P1 and P6 measure error/bound
 
+// Proof of use (properties/feature_use.h): cases that could use a cache
+// feature (drawn) and cases in which the engine said it did (used).
+struct FeatureCount {
+  int drawn = 0, used = 0;
+};
+
 // Tallies for one (property, backend) pair.
 struct Tally {
   Property property = Property::kOracle;
@@ -38,6 +44,7 @@ struct Tally {
   std::array<int, kRatioBuckets> ratio_histogram{};  // [bucket] applicable cases
   std::map<std::string, int> coverage;               // class -> cases
   std::map<std::string, int> not_applicable_why;     // reason -> cases
+  std::map<std::string, FeatureCount> features;      // feature -> cases
   double seconds = 0;                                // time spent on this pair, shrinking included
   bool failed = false;
   std::string failure;  // summary of the shrunk failure
@@ -105,7 +112,8 @@ struct KillRecord {
 
 struct BackendRecord {
   std::string spec;
-  std::string traits;  // traits_summary text, one group a line
+  std::string traits;          // traits_summary text, one group a line
+  FeatureMask observable = 0;  // the cache features it declares and lets be observed
 };
 
 struct RunRecord {
@@ -133,6 +141,22 @@ struct RunRecord {
   std::vector<FailureRecord> failures;
   std::vector<FailureRecord> replayed;  // replay only: every verdict, passed ones too
 };
+
+// One backend's proof of use: per feature (feature_rows() order) whether it
+// declares it, the cases that could use it and those in which it did.
+struct FeatureUseRow {
+  std::string name;
+  bool declared = false;
+  FeatureCount count;
+};
+std::vector<FeatureUseRow> backend_feature_use(const std::vector<Tally>& tallies,
+                                               const BackendRecord& backend);
+// A line per declared feature that never happened on a backend that ran
+// cases ("cpu declares prefix hit, yet it happened in none of its 4,210
+// cases that could use it"): every report prints them.
+std::vector<std::string> feature_warnings(const std::vector<Tally>& tallies,
+                                          const BackendRecord& backend);
+std::vector<std::string> feature_warnings(const RunRecord& run);  // every backend's
 
 std::string utc_now_iso8601();
 

@@ -1,5 +1,5 @@
 // llama.cpp (node-llama-cpp's prebuilt CPU binary) served to kvcheck over the
-// engine protocol v1 (docs/ENGINE_PROTOCOL.md):
+// engine protocol, versions 1 and 2 (docs/ENGINE_PROTOCOL.md):
 //
 //   kvcheck campaign --backend exec:'node adapters/llama.cpp/engine.mjs'
 //   kvcheck campaign --backend exec:'node adapters/llama.cpp/engine.mjs --kv f16 --flash-attn on'
@@ -7,15 +7,16 @@
 // Options (part of the backend string, so a case file names the mode):
 //   --kv f32|f16|q8_0      K and V cache type (default f32); q8_0 needs --flash-attn on
 //   --flash-attn on|off    llama.cpp's flash attention (default off)
-//   --export PATH          kvcheck-export binary (default: $KVCHECK_EXPORT, else
-//                          build/*/tools/kvcheck-export of this checkout)
+//   --export PATH          kvcheck-export binary (default: $KVCHECK_EXPORT, which
+//                          kvcheck sets to the kvcheck-export beside itself)
 //   --declare bitwise      measurement only: claim every invariance bitwise, so
 //                          kvcheck's properties show which ones llama.cpp breaks
 //   --arithmetic f32       measurement only: declare f32 arithmetic in any mode,
 //                          so P1 measures a mode against the f32 bound
 //   --raw-k                measurement only: cache snapshots return K as llama.cpp
-//                          stores it (adjacent-pair RoPE layout), not un-permuted,
-//                          so P6 shows that the permutation matters
+//                          stores it (adjacent-pair RoPE layout; q8_0 at head_dim
+//                          a multiple of 64: Hadamard-rotated), not un-permuted
+//                          or rotated back, so P6 shows that both matter
 //   --state-as-saved       measurement only: snapshot llama.cpp's saved sequence
 //                          state without first applying pending stream copies
 //                          (shows docs/findings/llama_cpp_state_after_fork_stale.md)
@@ -54,27 +55,26 @@
 //   cache    sequence.saveStateToFile (llama_state_seq_save_file) into the scratch
 //            folder, parsed by state_file.mjs: K/V widened to f32, K rows of
 //            the llama family un-permuted to kvcheck's rotate-half layout, in
-//            the adapter's slot order with each cell's position
+//            the adapter's slot order with each cell's position; a q8_0
+//            K/V that llama.cpp stored Hadamard-rotated (head_dim a multiple
+//            of 64) rotated back (state_file.mjs, cacheRotations)
 // Refusals (capacity, rows, unknown sequence, bad batch, bad token) are
 // checked before llama.cpp sees the step, so a refused step changes nothing.
 // Exit codes: 0 on end of input or "bye", 2 bad options.
-import {execFileSync} from "node:child_process";
 import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
-import {fileURLToPath} from "node:url";
 import {parseArgs} from "node:util";
 
 import {getLlama, LlamaLogLevel} from "node-llama-cpp";
 
-import {checkStepEntries, EngineError, findExport, serve} from "../node-protocol/protocol.mjs";
+import {checkStepEntries, EngineError, findExport, Ids, serve} from "../node-protocol/protocol.mjs";
 
-import {parseSequenceState, snapshotLayer} from "./state_file.mjs";
+import {contextShape, ModelStore} from "./model_store.mjs";
+import {cacheRotations, parseSequenceState, snapshotLayer} from "./state_file.mjs";
 import {traitsFor} from "./traits.mjs";
 
-const kProtocol = 1;
 const kKvTypes = {f32: "F32", f16: "F16", q8_0: "Q8_0"};
-const here = path.dirname(fileURLToPath(import.meta.url));
 
 function usage(message) {
     process.stderr.write(`engine.mjs: ${message}\n`);
@@ -116,13 +116,11 @@ function parseOptions() {
             stateAsSaved: values["state-as-saved"], eraseShift: eraseShift === "on"};
 }
 
-// kvcheck-export: --export, $KVCHECK_EXPORT, else the newest build of this checkout.
+// kvcheck-export: --export, else $KVCHECK_EXPORT (node-protocol's findExport).
 function exporter(given) {
-    const looked = [];
-    const found = findExport(given, path.join(here, "..", ".."), fs, path, looked);
-    if (found == null)
-        usage(`no kvcheck-export found (looked at ${looked.join(", ") || "build/*/tools"}); build it or pass --export PATH`);
-    return found;
+    const {file, problem} = findExport(given);
+    if (problem) usage(problem);
+    return file;
 }
 
 // What the cache snapshot needs of a model, from the GGUF that kvcheck-export
@@ -198,13 +196,21 @@ function inSlotOrder(byPosition, cells, width) {
 }
 
 class Engine {
-    constructor(context, model, capacity, maxRows, {kv, rawK, stateAsSaved}) {
-        this.context = context;      // LlamaContext: maxRows sequences of max(capacity, max_pos) + 1 cells, and a spare
+    // parked: {key, context, spare} from ModelStore.context (spare null: a new context).
+    constructor(parked, model, capacity, maxRows, {kv, rawK, stateAsSaved}) {
+        const {context} = parked;
+        this.parked = parked;
+        this.context = context;      // LlamaContext: contextShape's sequences of max(capacity, max_pos) + 1 cells
         this.model = model;          // {model, vocab, shape, maxPos}
         this.kv = kv;                // "f32" | "f16" | "q8_0": the cache's ggml type
         this.rawK = rawK;            // --raw-k (measurement only): K as llama.cpp stores it
         this.stateAsSaved = stateAsSaved;  // --state-as-saved: no update before a snapshot
-        this.spare = context.getSequence({contextShift: {strategy: refuseContextShift}});  // one cell, for applyPendingUpdates
+        // One cell, for applyPendingUpdates; created first, so a new and a
+        // parked context number the sequences alike.
+        this.reused = parked.spare != null;  // a parked context (diagnosis: trace)
+        this.spare = parked.spare ?? context.getSequence({contextShift: {strategy: refuseContextShift}});
+        this.parked.spare = this.spare;
+        this.broken = false;         // a call failed inside llama.cpp or node-llama-cpp: never parked
         this.snapshots = new Map();  // protocol id -> {generation, parsed state file}
         this.sinceDecode = false;    // a call since the last decode (llama.cpp updates may be pending)
         this.capacity = capacity;    // cells per sequence
@@ -426,8 +432,12 @@ class Engine {
             memo = {generation, state};
             this.snapshots.set(id, memo);
         }
+        // llama.cpp reads LLAMA_ATTN_ROT_DISABLE from this process's
+        // environment when it creates the cache, as cacheRotations does here.
+        const rotations = cacheRotations(this.kv, shape.headDim, process.env.LLAMA_ATTN_ROT_DISABLE);
+        if (this.rawK) rotations.k = 0;
         const byPosition = snapshotLayer(memo.state, layer, {kvHeads: shape.kvHeads, headDim: shape.headDim,
-                                                            permuted: shape.permutedK && !this.rawK});
+                                                            permuted: shape.permutedK && !this.rawK, rotations});
         return inSlotOrder(byPosition, this.cells.get(id), shape.kvHeads * shape.headDim);
     }
 
@@ -457,9 +467,28 @@ class Engine {
         for (const sequence of all) await sequence.dispose();
     }
 
-    async destroy() {
+    // Every sequence removed and llama.cpp's queued updates applied: the
+    // context as a new one, for ModelStore.park. Null when it cannot be.
+    //
+    // node-llama-cpp 3.22.1 hands out sequence ids from its private
+    // `_unusedSequenceIds` (first freed, first reused) before new ones
+    // (`_nextGeneratedSequenceId`), and which ids share a step changes the
+    // batch's layout, so the logits' last bits (P8 failed on a parked context
+    // after `finish s1` freed id 2 before the reset freed id 1). So the ids
+    // are put back as a new context has them: the spare's 0 taken, the next 1.
+    async resetForReuse() {
+        if (this.broken) return null;
         await this.reset();
-        await this.context.dispose();
+        if (this.sinceDecode) await this.applyPendingUpdates();
+        const context = this.context;
+        const spareId = this.spare._sequenceId;
+        const free = [...(context._unusedSequenceIds ?? [])].sort((a, b) => a - b);
+        const issued = context._nextGeneratedSequenceId;
+        if (spareId !== 0 || !Number.isInteger(issued) || free.length !== issued - 1 || free.some((id, i) => id !== i + 1))
+            return null;  // not node-llama-cpp 3.22.1's bookkeeping, or a sequence still held
+        context._unusedSequenceIds = [];
+        context._nextGeneratedSequenceId = 1;
+        return this.parked;
     }
 }
 
@@ -481,31 +510,29 @@ function countDecodes(context) {
     });
 }
 
-// Diagnosis only: with KVCHECK_LLAMA_TRACE=FILE, every erase, shift, truncate
-// and fork request is appended to FILE as one JSON line with the reply's error
-// kind ("ok" if none), so that a campaign's use of them can be counted
-// (kvcheck's coverage line does not list them).
-const kTraced = new Set(["erase", "shift", "truncate", "fork"]);
-function trace(request, reply) {
+// Diagnosis only: with KVCHECK_LLAMA_TRACE=FILE, every erase, shift, truncate,
+// fork and create request is appended to FILE as one JSON line with the
+// reply's error kind ("ok" if none; a create: "new" or "parked", whether its
+// context was made or reused), so that a campaign's use of them can be
+// counted (kvcheck's coverage line does not list them).
+const kTraced = new Set(["erase", "shift", "truncate", "fork", "create"]);
+function trace(request, reply, server) {
     const file = process.env.KVCHECK_LLAMA_TRACE;
     if (!file || !kTraced.has(request?.op)) return;
-    fs.appendFileSync(file, JSON.stringify({...request, result: reply.error?.kind ?? "ok"}) + "\n");
+    let result = reply.error?.kind ?? "ok";
+    if (request.op === "create" && result === "ok") result = server.engines.get(reply.engine).reused ? "parked" : "new";
+    fs.appendFileSync(file, JSON.stringify({...request, result}) + "\n");
 }
 
 class Server {
     constructor(options, llama, exporter) {
         this.options = options;
-        this.llama = llama;  // Promise<Llama>
-        this.exporter = exporter;
         this.scratch = fs.mkdtempSync(path.join(os.tmpdir(), "kvcheck-llama-"));
-        this.models = new Map();   // id -> {model, vocab}
+        this.store = new ModelStore(this.scratch, exporter, llama);
+        this.models = new Map();   // id -> {model, vocab, shape, maxPos, loaded (ModelStore.load)}
         this.engines = new Map();  // id -> Engine
-        this.nextId = 0;
+        this.ids = new Ids();      // model, engine and sequence ids (kvcheck's in version 2)
         this.generation = 0;       // counts calls that may change a cache (cache snapshots' memo)
-    }
-
-    newId() {
-        return ++this.nextId;
     }
 
     engine(request) {
@@ -514,25 +541,19 @@ class Server {
         return engine;
     }
 
-    async load(folder) {
+    async load(request) {
+        const folder = request.path;
         if (typeof folder !== "string") throw new EngineError("input", "load: path is not a string");
-        const id = this.newId();
-        const gguf = path.join(this.scratch, `model-${id}.gguf`);
-        try {
-            execFileSync(this.exporter, ["--from", path.join(folder, "model.safetensors"), "--out", gguf],
-                {stdio: ["ignore", "ignore", "pipe"]});
-        } catch (error) {
-            throw new Error(`kvcheck-export --from ${folder}/model.safetensors failed: ${error.stderr ?? error.message}`);
-        }
-        const model = await (await this.llama).loadModel({modelPath: gguf, gpuLayers: 0});
+        const id = this.ids.of(request, "model");
+        const loaded = await this.store.load(folder);
+        const {model} = loaded;
         const vocab = model.fileInfo.metadata.tokenizer.ggml.tokens.length;
-        fs.rmSync(gguf, {force: true});  // loaded into memory (no mmap needed afterwards)
         // max_pos bounds the positions a shift may reach and the next fed
         // position (docs/OPERATIONS.md, "Erase and shift"); the GGUF's
         // context_length is not read back, the folder's config is the source.
         const maxPos = JSON.parse(fs.readFileSync(path.join(folder, "config.json"), "utf8")).max_pos;
         if (!Number.isInteger(maxPos) || maxPos < 1) throw new EngineError("input", `load: ${folder}/config.json: max_pos ${maxPos}`);
-        this.models.set(id, {model, vocab, shape: kvShape(model.fileInfo.metadata), maxPos});
+        this.models.set(id, {model, vocab, shape: kvShape(model.fileInfo.metadata), maxPos, loaded});
         return id;
     }
 
@@ -545,22 +566,25 @@ class Server {
         if (request.kv_dtype !== this.options.kv)
             throw new EngineError("input", `kv_dtype ${request.kv_dtype}: this adapter runs --kv ${this.options.kv}`);
         const type = kKvTypes[this.options.kv];
-        const context = await model.model.createContext({
-            // node-llama-cpp keeps one cell free and refuses a position past
-            // contextSize - 1; after an erase, positions run ahead of the
-            // cells (up to max_pos), so the context covers both. The adapter
-            // refuses a step past `capacity` cells itself (validate).
-            contextSize: Math.max(capacity, model.maxPos) + 1,
-            sequences: maxRows + 1,  // and the spare (Engine.applyPendingUpdates)
-            batchSize: (capacity + 1) * maxRows,  // a step feeds at most `capacity` tokens per sequence
-            threads: 1,
-            flashAttention: this.options.flashAttention,
-            experimentalKvCacheKeyType: type,
-            experimentalKvCacheValueType: type
+        // node-llama-cpp keeps one cell free and refuses a position past
+        // contextSize - 1; after an erase, positions run ahead of the cells
+        // (up to max_pos), so the context covers both. The adapter refuses a
+        // step past `capacity` cells itself (validate). At least maxRows
+        // sequences and the spare (Engine.applyPendingUpdates), and a batch
+        // that holds any step (capacity tokens per sequence), rounded up
+        // (contextShape) so that one model's engines share parked contexts.
+        const shape = contextShape(capacity, maxRows, model.maxPos);
+        const parked = await this.store.context(model.loaded, shape, async () => {
+            const context = await model.model.createContext({
+                ...shape, threads: 1, flashAttention: this.options.flashAttention,
+                ignoreMemorySafetyChecks: model.loaded.small,
+                experimentalKvCacheKeyType: type, experimentalKvCacheValueType: type
+            });
+            if (process.env.KVCHECK_LLAMA_COUNT_DECODES) countDecodes(context);
+            return context;
         });
-        if (process.env.KVCHECK_LLAMA_COUNT_DECODES) countDecodes(context);
-        const id = this.newId();
-        this.engines.set(id, new Engine(context, model, capacity, maxRows, this.options));
+        const id = this.ids.of(request, "engine");
+        this.engines.set(id, new Engine(parked, model, capacity, maxRows, this.options));
         return id;
     }
 
@@ -571,13 +595,13 @@ class Server {
         if (target && r.op !== "cache" && r.op !== "length") target.sinceDecode = true;  // until a decode
         switch (r.op) {
             case "hello":
-                return [{protocol: kProtocol, traits: traitsFor(this.options)}, []];
+                return [{protocol: this.ids.agree(r), traits: traitsFor(this.options)}, []];
             case "load":
-                return [{model: await this.load(r.path)}, []];
+                return [{model: await this.load(r)}, []];
             case "unload": {
                 const model = this.models.get(r.model);
                 this.models.delete(r.model);
-                if (model) await model.model.dispose();
+                if (model) await this.store.unload(model.loaded);
                 return [{}, []];
             }
             case "create":
@@ -585,17 +609,20 @@ class Server {
             case "destroy": {
                 const engine = this.engines.get(r.engine);
                 this.engines.delete(r.engine);
-                if (engine) await engine.destroy();
+                if (engine == null) return [{}, []];
+                const parked = await engine.resetForReuse();
+                if (parked) await this.store.park(engine.model.loaded, parked);
+                else await engine.context.dispose();
                 return [{}, []];
             }
             case "start":
-                return [{sequence: this.engine(r).start(() => this.newId())}, []];
+                return [{sequence: this.engine(r).start(() => this.ids.of(r, "sequence"))}, []];
             case "step": {
                 const logits = await this.engine(r).step(r.entries);
                 return [{payloads: [logits.length]}, [logits]];
             }
             case "fork":
-                return [{sequence: await this.engine(r).fork(r.parent, r.n, () => this.newId())}, []];
+                return [{sequence: await this.engine(r).fork(r.parent, r.n, () => this.ids.of(r, "sequence"))}, []];
             case "truncate":
                 this.engine(r).truncate(r.sequence, r.n);
                 return [{}, []];
@@ -624,6 +651,24 @@ class Server {
     }
 }
 
+// Server.handle, timed per request kind (ModelStore.time; a create on a
+// parked context apart). An error inside llama.cpp or node-llama-cpp may
+// leave the context in any state: its engine is marked broken, so that
+// destroy does not park it for reuse; serve answers the error.
+async function handleTimed(server, request) {
+    const began = performance.now();
+    try {
+        const [reply, payloads] = await server.handle(request);
+        server.store.time(request.op === "create" && server.engines.get(reply.engine)?.reused
+            ? "create (parked)" : request.op, performance.now() - began);
+        return [reply, payloads];
+    } catch (error) {
+        const engine = server.engines.get(request?.engine);
+        if (engine && !(error instanceof EngineError)) engine.broken = true;
+        throw error;
+    }
+}
+
 async function main() {
     const options = parseOptions();
     const exportPath = exporter(options.exportPath);
@@ -634,9 +679,11 @@ async function main() {
     llama.catch(() => {});  // reported by the load that awaits it
     const server = new Server(options, llama, exportPath);
     try {
-        await serve(process.stdin, process.stdout, (request) => server.handle(request), trace);
+        await serve(process.stdin, process.stdout, (request) => handleTimed(server, request),
+                    (request, reply) => trace(request, reply, server));
     } finally {
         fs.rmSync(server.scratch, {recursive: true, force: true});
+        server.store.reportTimes();
     }
     process.exit(0);
 }

@@ -168,12 +168,14 @@ function readStream(r, cells, expect, stream) {
         }
         layers[l].v = v;
     }
-    return {positions, layers};
+    return {positions, layers, vTrans};
 }
 
 // expect: {layers, width (KVH*D), type ("f32" | "f16" | "q8_0"), seqId (optional)}.
 // Returns {tokens: Int32Array, positions: Int32Array [cells] (file order),
-// layers: [{k, v}]: Float32Array [cells][width] in file order}.
+// layers: [{k, v}]: Float32Array [cells][width] in file order, vTrans: 0 or 1
+// (V stored transposed: llama.cpp's attn_v_trans = !flash_attn; absent
+// without cells)}.
 export function parseSequenceState(bytes, expect) {
     const r = new Reader(bytes);
     const magic = r.u32("the magic");
@@ -195,7 +197,7 @@ export function parseSequenceState(bytes, expect) {
     }
     if (r.at !== bytes.length) fail(`${bytes.length - r.at} bytes after the last stream (offset ${r.at})`);
     if (found == null) return {tokens, positions: new Int32Array(0), layers: []};
-    return {tokens, positions: found.positions, layers: found.layers};
+    return {tokens, positions: found.positions, layers: found.layers, vTrans: found.vTrans};
 }
 
 // Undoes the GGUF writer's q/k row permutation (model/tensor_layout.h,
@@ -213,10 +215,57 @@ export function unpermuteHeads(row, kvHeads, headDim) {
     return out;
 }
 
+// The sizes of the Hadamard rotations llama.cpp applies to a quantized K and
+// V cache (src/llama-kv-cache.cpp, the constructor and build_input_k_rot /
+// build_input_v_rot): K by the largest power of two (at least 64) that
+// divides head_dim, V by 64, each only when its type is quantized, head_dim
+// is a multiple of 64 and LLAMA_ATTN_ROT_DISABLE (read with atoi) is unset
+// or 0. 0: not rotated. The graph (src/llama-graph.cpp, build_attn) rotates
+// each run of n stored elements by H_n before the store (K after RoPE, in
+// the GGUF's adjacent-pair order) and rotates the attention output back.
+export function cacheRotations(type, headDim, rotDisable) {
+    const disabled = Number.parseInt(rotDisable ?? "0", 10);
+    if (type !== "q8_0" || headDim % 64 !== 0 || (Number.isFinite(disabled) && disabled !== 0))
+        return {k: 0, v: 0};
+    let k = 64;
+    while (headDim % (2 * k) === 0) k *= 2;
+    return {k, v: 64};
+}
+
+// Undoes llama.cpp's rotation of each run of n elements of `row` by the
+// orthonormal Walsh-Hadamard matrix H_n (ggml_gen_hadamard: Sylvester's
+// construction scaled by 1/sqrt(n), so H_n = H_n^T and H_n H_n = I): the
+// stored run is H_n x, and H_n applied once more gives x, here in double
+// (a fast transform), rounded to f32 once.
+export function unrotateRuns(row, n) {
+    if (n === 0) return row;
+    if (row.length % n !== 0) fail(`a row of ${row.length} elements is not whole rotations of ${n}`);
+    const out = new Float32Array(row.length);
+    const run = new Float64Array(n);
+    const scale = 1 / Math.sqrt(n);
+    for (let base = 0; base < row.length; base += n) {
+        for (let i = 0; i < n; ++i) run[i] = row[base + i];
+        for (let half = 1; half < n; half *= 2) {
+            for (let i = 0; i < n; i += 2 * half) {
+                for (let j = i; j < i + half; ++j) {
+                    const a = run[j], b = run[j + half];
+                    run[j] = a + b;
+                    run[j + half] = a - b;
+                }
+            }
+        }
+        for (let i = 0; i < n; ++i) out[base + i] = run[i] * scale;
+    }
+    return out;
+}
+
 // One layer of a parsed state as kvcheck's snapshot: K and V [n][KVH][D] f32
 // in ascending position order (the order a contiguous cache holds them),
-// K in kvcheck's rotate-half head layout when `permuted` (llama family).
-export function snapshotLayer(state, layer, {kvHeads, headDim, permuted}) {
+// K in kvcheck's rotate-half head layout when `permuted` (llama family), K
+// and V rotated back where llama.cpp stored them rotated (`rotations`,
+// cacheRotations: the rotation first, in the stored order, then the
+// permutation).
+export function snapshotLayer(state, layer, {kvHeads, headDim, permuted, rotations = {k: 0, v: 0}}) {
     const n = state.positions.length;
     const width = kvHeads * headDim;
     if (n === 0) return {length: 0, k: new Float32Array(0), v: new Float32Array(0)};
@@ -229,9 +278,9 @@ export function snapshotLayer(state, layer, {kvHeads, headDim, permuted}) {
     const {k, v} = state.layers[layer];
     const outK = new Float32Array(n * width), outV = new Float32Array(n * width);  // [n][KVH][D]
     order.forEach((cell, i) => {
-        const row = k.subarray(cell * width, (cell + 1) * width);
+        const row = unrotateRuns(k.subarray(cell * width, (cell + 1) * width), rotations.k);
         outK.set(permuted ? unpermuteHeads(row, kvHeads, headDim) : row, i * width);
-        outV.set(v.subarray(cell * width, (cell + 1) * width), i * width);
+        outV.set(unrotateRuns(v.subarray(cell * width, (cell + 1) * width), rotations.v), i * width);
     });
     return {length: n, k: outK, v: outV, positions: order.map((cell) => state.positions[cell])};
 }

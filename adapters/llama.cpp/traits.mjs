@@ -63,6 +63,12 @@ export function traitsFor(options) {
             kv_dtypes: [options.kv],
             // a q8_0 row is whole blocks of 32 values (llama.cpp refuses others)
             head_dim_multiple: options.kv === "q8_0" ? 32 : 1,
+            // Shapes llama.cpp cannot take, never drawn (docs/LLAMA_CPP.md,
+            // "Shapes"): a head of 1 aborts ggml (GGML_ASSERT(ggml_can_mul_mat)
+            // in gpt2's graph; llama needs an even head for RoPE anyway), and
+            // the gpt2 architecture derives its head size from d_model.
+            min_head_dim: 2,
+            query_width_is_d_model: ["gpt2"],
             max_rows: 64
         },
         invariance,

@@ -3,8 +3,39 @@
 // per request in order, refusals as {"error": {kind, message}}. Shared by
 // adapters/llama.cpp and adapters/onnxruntime so that the framing has one
 // implementation; it needs no package.
+import fs from "node:fs";
 
 export const kMaxControlBytes = 1 << 20;
+
+// The highest protocol version spoken. In 2 kvcheck names the ids and sends
+// what cannot fail without waiting for the reply (docs/ENGINE_PROTOCOL.md,
+// "Versioning"): fewer round trips, each a wake-up of both processes. The
+// loop below needs nothing more for it: requests are read and answered in
+// order whether or not kvcheck waited for the previous reply.
+export const kProtocol = 2;
+
+// The ids of models, engines and sequences: kvcheck's in version 2 (the
+// request's `field`), the adapter's own counter in version 1.
+export class Ids {
+    constructor() {
+        this.version = 1;  // the protocol version agreed at hello
+        this.next = 0;     // the last id issued in version 1
+    }
+
+    // The version to answer `hello` with: 2 where kvcheck offers it, else 1.
+    agree(hello) {
+        this.version = Number.isInteger(hello?.protocol) && hello.protocol >= 2 ? kProtocol : 1;
+        return this.version;
+    }
+
+    // The id of what `request` makes.
+    of(request, field) {
+        if (this.version < 2) return ++this.next;
+        const id = request[field];
+        if (!Number.isInteger(id)) throw new EngineError("input", `${request.op}: "${field}" ${JSON.stringify(id)} is not an integer id`);
+        return id;
+    }
+}
 
 // A refusal of docs/ENGINE_PROTOCOL.md's table ("capacity", "rows", ...):
 // answered with its kind; any other exception is answered as "internal".
@@ -117,18 +148,15 @@ export function checkStepEntries(entries, sequenceOf, vocab) {
     }
 }
 
-// kvcheck-export: `given`, else $KVCHECK_EXPORT, else the newest
-// build/*/tools/kvcheck-export of the checkout at `root`. Returns the path or
-// null; `looked` gets the candidates for the caller's message.
-export function findExport(given, root, fs, path, looked = []) {
-    if (given) looked.push(given);
-    else if (process.env.KVCHECK_EXPORT) looked.push(process.env.KVCHECK_EXPORT);
-    else {
-        const build = path.join(root, "build");
-        for (const dir of fs.existsSync(build) ? fs.readdirSync(build) : [])
-            looked.push(path.join(build, dir, "tools", "kvcheck-export"));
-    }
-    const found = looked.filter((file) => fs.existsSync(file))
-        .sort((a, b) => fs.statSync(b).mtimeMs - fs.statSync(a).mtimeMs);
-    return found[0] ?? null;
+// kvcheck-export: `given` (an adapter's --export), else $KVCHECK_EXPORT,
+// which kvcheck sets in its children's environment to the kvcheck-export
+// beside itself (backends/exec/exec_child.h, child_environment). Never
+// searched for: the newest of several builds was once a binary being
+// relinked mid-run (issue 33). Returns {file}, or {problem} for the caller's
+// usage message (exit 2).
+export function findExport(given) {
+    const file = given ?? process.env.KVCHECK_EXPORT;
+    if (!file) return {problem: "no kvcheck-export named: run under kvcheck (which sets KVCHECK_EXPORT), or pass --export PATH"};
+    if (!fs.existsSync(file)) return {problem: `kvcheck-export ${file} (${given ? "--export" : "$KVCHECK_EXPORT"}) does not exist`};
+    return {file};
 }

@@ -5,8 +5,8 @@
 //   kvcheck campaign --backend exec:'node adapters/onnxruntime/engine.mjs'
 //
 // Options (part of the backend string, so a case file names the mode):
-//   --export PATH        kvcheck-export binary (default: $KVCHECK_EXPORT, else
-//                        build/*/tools/kvcheck-export of this checkout)
+//   --export PATH        kvcheck-export binary (default: $KVCHECK_EXPORT, which
+//                        kvcheck sets to the kvcheck-export beside itself)
 //   --calls grouped|separate|one
 //                        grouped (default): a step's sequences share operator
 //                        calls where the kernel computes them right
@@ -50,14 +50,11 @@
 import fs from "node:fs";
 import os from "node:os";
 import path from "node:path";
-import {fileURLToPath} from "node:url";
 import {parseArgs} from "node:util";
 
-import {checkStepEntries, EngineError, findExport, serve} from "../node-protocol/protocol.mjs";
+import {checkStepEntries, EngineError, findExport, Ids, serve} from "../node-protocol/protocol.mjs";
 import {exportOnnx, GqaModel, planCalls, readConfig} from "./gqa_model.mjs";
 import {traitsFor} from "./traits.mjs";
-
-const here = path.dirname(fileURLToPath(import.meta.url));
 
 // Per kind {count, ms}; filled only with KVCHECK_ORT_TIMING set.
 const timing = {};
@@ -207,19 +204,9 @@ class Server {
         this.options = options;
         this.exporter = exporter;
         this.scratch = fs.mkdtempSync(path.join(os.tmpdir(), "kvcheck-onnxruntime-"));
-        this.protocol = 1;
+        this.ids = new Ids();      // model, engine and sequence ids (kvcheck's in version 2)
         this.models = new Map();   // id -> GqaModel
         this.engines = new Map();  // id -> Engine
-        this.nextId = 0;
-    }
-
-    // Version 2: kvcheck's id; version 1: the adapter's own.
-    id(given) {
-        if (this.protocol === 2) {
-            if (!Number.isInteger(given)) throw new EngineError("input", `expected an integer id, got ${given}`);
-            return given;
-        }
-        return ++this.nextId;
     }
 
     engine(request) {
@@ -230,7 +217,7 @@ class Server {
 
     async load(request) {
         if (typeof request.path !== "string") throw new EngineError("input", "load: path is not a string");
-        const id = this.id(request.model);
+        const id = this.ids.of(request, "model");
         const config = readConfig(request.path);
         const file = path.join(this.scratch, `model-${id}.onnx`);
         await timed("export", () => exportOnnx(this.exporter, request.path, file, this.options.packed));
@@ -249,7 +236,7 @@ class Server {
         if (!Number.isInteger(capacity) || capacity < 1) throw new EngineError("input", `capacity ${capacity}`);
         if (!Number.isInteger(maxRows) || maxRows < 1) throw new EngineError("input", `max_rows ${maxRows}`);
         if (request.kv_dtype !== "f32") throw new EngineError("input", `kv_dtype ${request.kv_dtype}: this adapter runs f32 K/V`);
-        const id = this.id(request.engine);
+        const id = this.ids.of(request, "engine");
         this.engines.set(id, new Engine(model, capacity, maxRows, this.options));
         return id;
     }
@@ -258,8 +245,7 @@ class Server {
     async handle(r) {
         switch (r.op) {
             case "hello":
-                this.protocol = r.protocol >= 2 ? 2 : 1;
-                return [{protocol: this.protocol, traits: traitsFor(this.options)}, []];
+                return [{protocol: this.ids.agree(r), traits: traitsFor(this.options)}, []];
             case "load":
                 return [{model: await this.load(r)}, []];
             case "unload": {
@@ -274,7 +260,7 @@ class Server {
                 this.engines.delete(r.engine);
                 return [{}, []];
             case "start":
-                return [{sequence: this.engine(r).start(this.id(r.sequence))}, []];
+                return [{sequence: this.engine(r).start(this.ids.of(r, "sequence"))}, []];
             case "step": {
                 const logits = await this.engine(r).step(r.entries);
                 return [{payloads: [logits.length]}, [logits]];
@@ -305,10 +291,8 @@ const kOptional = {fork: "not offered:", truncate: "not offered:", erase: "not o
 
 async function main() {
     const options = parseOptions();
-    const looked = [];
-    const exporter = findExport(options.exportPath, path.join(here, "..", ".."), fs, path, looked);
-    if (exporter == null)
-        usage(`no kvcheck-export found (looked at ${looked.join(", ") || "build/*/tools"}); build it or pass --export PATH`);
+    const {file: exporter, problem} = findExport(options.exportPath);
+    if (problem) usage(problem);
     const server = new Server(options, exporter);
     try {
         await serve(process.stdin, process.stdout, (request) => timed(String(request?.op), () => server.handle(request)));

@@ -17,12 +17,17 @@ server side, standard library only. An engine is any object with
     truncate(sequence, n)                            optional ("truncate": forget the last n)
     pool() -> dict                                   optional ("pool_report": the "pool" reply,
                                                      {"block_size", "total", "free", "used",
-                                                     "cached", "refcounts", "tables"})
+                                                     "cached", "refcounts", "tables"}, and
+                                                     with a host tier "host": {"total",
+                                                     "free", "used", "cached"})
     storage_check() -> str                           optional ("storage_check": "" when every
                                                      slot no sequence holds is NaN)
     reused(sequence) -> int                          optional ("prefix_cache": leading tokens of
                                                      the sequence's last step taken from the cache)
     flush_prefix_cache()                             optional ("prefix_cache")
+    offload(sequence)                                optional ("offload": move the sequence's
+                                                     device blocks to the host tier; its next
+                                                     step brings them back)
     erase(sequence, p0, p1)                          optional ("erase": remove the cells holding
                                                      positions [p0, p1), leaving a gap)
     shift(sequence, p0, p1, delta)                   optional ("shift": add delta to the positions
@@ -46,8 +51,9 @@ from the protocol ("capacity", "rows", "unknown_sequence", "bad_batch",
 make_engine receives the model as load_model() returns it: a dict with
 "config" (kvcheck's config fields) and "tensors" (Hugging Face name -> tensor).
 An engine that declares "paged" or "prefix_cache" also gets, as keyword
-arguments, what the create request carries of block_size, pool_blocks and
-prefix_cache (docs/ENGINE_PROTOCOL.md); others are called as above.
+arguments, what the create request carries of block_size, pool_blocks,
+prefix_cache, prompt_logits and host_blocks (docs/ENGINE_PROTOCOL.md); others
+are called as above.
 """
 
 import array
@@ -242,7 +248,8 @@ class _Server:
         if op == "create":
             if r["model"] not in self.models:
                 raise EngineError("input", "unknown model %r" % (r["model"],))
-            storage = {k: r[k] for k in ("block_size", "pool_blocks", "prefix_cache") if k in r}
+            storage = {k: r[k] for k in ("block_size", "pool_blocks", "prefix_cache",
+                                         "prompt_logits", "host_blocks") if k in r}
             engine = self.make_engine(self.models[r["model"]], r["capacity"], r["max_rows"],
                                       r["kv_dtype"], **storage)
             engine_id = self._new_id(r, "engine")
@@ -299,6 +306,9 @@ class _Server:
             return {"problem": str(self._optional(engine, "storage_check")())}, []
         if op == "flush":
             self._optional(engine, "flush_prefix_cache")()
+            return {}, []
+        if op == "offload":
+            self._optional(engine, "offload")(self._sequence(r, r["sequence"]))
             return {}, []
         if op == "erase":
             self._optional(engine, "erase")(self._sequence(r, r["sequence"]), r["p0"], r["p1"])

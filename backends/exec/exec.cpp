@@ -128,6 +128,10 @@ class ExecEngine final : public Engine, private Pipeline {
 
   void flush_prefix_cache() override { call({{"op", "flush"}, {"engine", id_}}); }
 
+  void offload(SequenceId sequence) override {
+    call({{"op", "offload"}, {"engine", id_}, {"sequence", sequence}});
+  }
+
   // Protocol 2: a finish of a live sequence and a reset cannot be refused, so
   // they go out without waiting; a finish of anything else waits for its
   // refusal.
@@ -468,7 +472,7 @@ std::chrono::microseconds exec_spin(const std::string& text, const std::string& 
 namespace {
 
 // A child that declares fork, truncate, pool_report, storage_check, erase,
-// shift or prefix_cache (probed with flush) must
+// shift, offload or prefix_cache (probed with flush) must
 // answer them: checked once, at resolve, so that a contradiction exits 2 with
 // the child's refusal (as a plugin's declared but NULL function does) instead
 // of failing every case that draws the operation. The probe creates an
@@ -484,7 +488,7 @@ void probe_declared_operations(const std::string& spec, const std::shared_ptr<Se
                                const EngineTraits& traits) {
   const OperationTraits& ops = traits.operations;
   if (!ops.fork && !ops.truncate && !ops.pool_report && !ops.storage_check && !ops.erase &&
-      !ops.shift && !ops.prefix_cache) {
+      !ops.shift && !ops.prefix_cache && !ops.offload) {
     return;
   }
   constexpr SequenceId kNeverStarted = 987654321;
@@ -502,8 +506,8 @@ void probe_declared_operations(const std::string& spec, const std::shared_ptr<Se
     } catch (const std::exception&) {
       return;  // not about the operations: the properties will see it
     }
-    for (const std::string op :
-         {"fork", "truncate", "pool_report", "storage_check", "erase", "shift", "flush"}) {
+    for (const std::string op : {"fork", "truncate", "pool_report", "storage_check", "erase",
+                                 "shift", "flush", "offload"}) {
       try {
         if (op == "fork" && ops.fork) engine->fork(kNeverStarted, 0);
         if (op == "truncate" && ops.truncate) engine->truncate(kNeverStarted, 0);
@@ -512,6 +516,7 @@ void probe_declared_operations(const std::string& spec, const std::shared_ptr<Se
         if (op == "pool_report" && ops.pool_report) engine->pool();
         if (op == "storage_check" && ops.storage_check) engine->unheld_storage_check();
         if (op == "flush" && ops.prefix_cache) engine->flush_prefix_cache();
+        if (op == "offload" && ops.offload) engine->offload(kNeverStarted);
       } catch (const NotOffered& e) {
         const std::string trait = op == "flush" ? "prefix_cache" : op;
         throw InputError("--backend " + spec + ": traits.operations." + trait +

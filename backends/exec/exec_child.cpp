@@ -9,6 +9,8 @@
 
 #include <cerrno>
 #include <cstring>
+#include <filesystem>
+#include <string_view>
 #include <thread>
 #include <utility>
 
@@ -45,6 +47,20 @@ void close_fd(int& fd) {
 
 }  // namespace
 
+std::vector<std::string> child_environment(char** base, const std::string& self) {
+  constexpr std::string_view kName = "KVCHECK_EXPORT=";
+  std::error_code error;
+  const std::filesystem::path exporter =
+      std::filesystem::path(self).parent_path() / "kvcheck-export";
+  const bool beside = !self.empty() && std::filesystem::is_regular_file(exporter, error);
+  std::vector<std::string> out;
+  for (char** entry = base; entry != nullptr && *entry != nullptr; ++entry) {
+    if (!beside || !std::string_view(*entry).starts_with(kName)) out.emplace_back(*entry);
+  }
+  if (beside) out.push_back(std::string(kName) + exporter.string());
+  return out;
+}
+
 ChildProcess::ChildProcess(std::string command, ChildWaits waits)
     : command_(std::move(command)), timeout_(waits.timeout), spin_(waits.spin) {
   ignore_sigpipe();
@@ -59,8 +75,14 @@ ChildProcess::ChildProcess(std::string command, ChildWaits waits)
   posix_spawn_file_actions_adddup2(&actions, err[1], 2);
   const std::string script = "exec " + command_;
   const char* argv[] = {"/bin/sh", "-c", script.c_str(), nullptr};
+  std::error_code no_self;
+  const std::vector<std::string> env =
+      child_environment(environ, std::filesystem::read_symlink("/proc/self/exe", no_self).string());
+  std::vector<char*> envp;
+  for (const std::string& entry : env) envp.push_back(const_cast<char*>(entry.c_str()));
+  envp.push_back(nullptr);
   const int rc =
-      posix_spawn(&pid_, "/bin/sh", &actions, nullptr, const_cast<char**>(argv), environ);
+      posix_spawn(&pid_, "/bin/sh", &actions, nullptr, const_cast<char**>(argv), envp.data());
   posix_spawn_file_actions_destroy(&actions);
   ::close(in[0]), ::close(out[1]), ::close(err[1]);
   to_child_ = in[1], from_child_ = out[0], child_err_ = err[0];

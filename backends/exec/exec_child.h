@@ -45,9 +45,17 @@ struct ChildWaits {
   std::chrono::microseconds spin{0};         // polled before sleeping (wire::spin_until_ready)
 };
 
+// The environment a child starts with: `base` (kvcheck's own), with
+// KVCHECK_EXPORT naming the kvcheck-export beside `self` (kvcheck's own
+// executable) where one is there, in place of any KVCHECK_EXPORT in `base`:
+// a child that converts models (adapters/llama.cpp) then uses the exporter
+// of the same build as kvcheck, never one it finds by searching.
+std::vector<std::string> child_environment(char** base, const std::string& self);
+
 class ChildProcess {
  public:
-  // Starts `/bin/sh -c "exec COMMAND"`. Throws ChildFault if it cannot.
+  // Starts `/bin/sh -c "exec COMMAND"` in child_environment(environ,
+  // /proc/self/exe). Throws ChildFault if it cannot.
   ChildProcess(std::string command, ChildWaits waits);
   ~ChildProcess();  // closes stdin, waits briefly, then kills
   ChildProcess(const ChildProcess&) = delete;

@@ -187,6 +187,21 @@ std::string parse_pool_reply(const json& control, PoolReport& out) {
       return why;
     *field = it->get<int>();
   }
+  // The host tier (optional: absent, there is none).
+  if (const auto host = control.find("host"); host != control.end()) {
+    if (!host->is_object()) return "\"host\" must be an object, got " + quoted(*host);
+    const std::pair<const char*, int*> tier[] = {{"total", &out.host_total},
+                                                 {"free", &out.host_free},
+                                                 {"used", &out.host_used},
+                                                 {"cached", &out.host_cached}};
+    for (const auto& [key, field] : tier) {
+      const auto it = host->find(key);
+      if (it == host->end()) return std::string("\"host\".\"") + key + "\" is missing";
+      if (std::string why = int_problem(*it, std::string("\"host\".\"") + key + "\""); !why.empty())
+        return why;
+      *field = it->get<int>();
+    }
+  }
   const auto refcounts = control.find("refcounts");
   if (refcounts == control.end()) return "\"refcounts\" is missing";
   if (std::string why = int_array(*refcounts, "\"refcounts\"", out.refcounts); !why.empty())
@@ -258,13 +273,21 @@ json encode_pool_reply(const PoolReport& pool) {
   json tables = json::array();
   for (const auto& [sequence, blocks] : pool.tables)
     tables.push_back({{"sequence", sequence}, {"blocks", blocks}});
-  return {{"block_size", pool.block_size},
-          {"total", pool.total},
-          {"free", pool.free},
-          {"used", pool.used},
-          {"cached", pool.cached},
-          {"refcounts", pool.refcounts},
-          {"tables", std::move(tables)}};
+  json reply = {{"block_size", pool.block_size},
+                {"total", pool.total},
+                {"free", pool.free},
+                {"used", pool.used},
+                {"cached", pool.cached},
+                {"refcounts", pool.refcounts},
+                {"tables", std::move(tables)}};
+  // Only with a host tier, so that a reply without one is what it was.
+  if (pool.host_total > 0) {
+    reply["host"] = {{"total", pool.host_total},
+                     {"free", pool.host_free},
+                     {"used", pool.host_used},
+                     {"cached", pool.host_cached}};
+  }
+  return reply;
 }
 
 std::string encode_reply(const Reply& reply) {

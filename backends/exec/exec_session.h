@@ -76,6 +76,8 @@ class Session {
       request["pool_blocks"] = options.pool_blocks;
     }
     if (options.prefix_cache) request["prefix_cache"] = true;
+    if (options.prompt_logits) request["prompt_logits"] = true;
+    if (options.host_blocks > 0) request["host_blocks"] = options.host_blocks;
     ++model.users;
     if (version_ >= 2) {
       // The traits accept these options, so create must succeed: its reply
@@ -214,9 +216,17 @@ class Session {
     return it->get<int64_t>();
   }
 
+  // Models no engine uses that stay loaded in the child: a model comes back
+  // (a property's several engines, the cases a slow backend draws on one
+  // model, shrinking, the next turn of a property), and a load is most of a
+  // case on such a backend (docs/PERFORMANCE.md, llama.cpp). Past it, the
+  // least recently used idle one is unloaded.
+  static constexpr size_t kMaxIdleModels = 8;
+
   struct Loaded {
     int64_t id = 0;
-    int users = 0;  // live engines on this model
+    int users = 0;          // live engines on this model
+    uint64_t last_use = 0;  // uses_ at its last acquire
   };
 
   template <class F>
@@ -270,6 +280,7 @@ class Session {
   Loaded& acquire(const ModelFolder& folder) {
     forget_refused_loads();
     if (auto it = models_.find(folder.key); it != models_.end()) {
+      it->second.last_use = ++uses_;
       if (!child_->load_unread(it->second.id)) return it->second;
       // Its load went out without waiting and its reply is unread: read it
       // before the model is taken as loaded.
@@ -277,14 +288,7 @@ class Session {
       forget_refused_loads();
       if (it = models_.find(folder.key); it != models_.end()) return it->second;
     }
-    for (auto it = models_.begin(); it != models_.end();) {
-      if (it->second.users > 0) {
-        ++it;
-        continue;
-      }
-      guarded([&] { child_->post({{"op", "unload"}, {"model", it->second.id}}, false); });
-      it = models_.erase(it);
-    }
+    unload_idle_beyond(kMaxIdleModels - 1);
     if (version_ >= 2) {
       const int64_t id = ++next_id_;
       // Its refusal fails the run of the engine that create() names next.
@@ -293,12 +297,31 @@ class Session {
       });
       Loaded& model = models_[folder.key];
       model.id = id;
+      model.last_use = ++uses_;
       return model;
     }
     const json reply = call_ok({{"op", "load"}, {"path", folder.path}});
     Loaded& model = models_[folder.key];
     model.id = integer(reply, "model", "load");
+    model.last_use = ++uses_;
     return model;
+  }
+
+  // Unloads the least recently used models no engine uses until at most
+  // `keep` idle ones are left.
+  void unload_idle_beyond(size_t keep) {
+    for (;;) {
+      size_t idle = 0;
+      auto oldest = models_.end();
+      for (auto it = models_.begin(); it != models_.end(); ++it) {
+        if (it->second.users > 0) continue;
+        ++idle;
+        if (oldest == models_.end() || it->second.last_use < oldest->second.last_use) oldest = it;
+      }
+      if (idle <= keep) return;
+      guarded([&] { child_->post({{"op", "unload"}, {"model", oldest->second.id}}, false); });
+      models_.erase(oldest);
+    }
   }
 
   json call_ok(const json& request) {
@@ -326,6 +349,7 @@ class Session {
   int generation_ = 0;
   json traits_;                           // from the first handshake
   std::map<std::string, Loaded> models_;  // ModelFolder::key -> loaded model, this generation
+  uint64_t uses_ = 0;                     // acquires so far (Loaded::last_use)
   std::string last_fault_ = "it was restarted";
 };
 

@@ -33,8 +33,8 @@ class CpuEngine final : public Engine {
                                                         : cpu::KernelPath::kSimd),
         weights_(std::move(weights)),
         table_(config, options),
-        // Paged: one row per pool block plus the poison and sink blocks.
-        cache_(config.n_layers, table_.paged() ? table_.pool_blocks() + 2 : options.max_rows,
+        // Paged: one row per block of both tiers plus the poison and sink blocks.
+        cache_(config.n_layers, table_.paged() ? table_.storage_units() + 2 : options.max_rows,
                table_.paged() ? options.block_size : options.capacity, config.n_kv_heads,
                config.head_dim, options.kv_dtype, layer_slots(config, options)),
         pool_(options.threads) {
@@ -59,6 +59,8 @@ class CpuEngine final : public Engine {
     const std::span<const BatchEntry> computed = computed_part(batch, reused, trimmed_);
     const std::vector<TokenPlan> plan = table_.make_plan(computed);
     const size_t n = plan.size(), V = size_t(config_.vocab);
+    std::vector<float> stale;  // [rows][V] the buffer as the caller left it (the fault reads it)
+    if (has(Fault::kHitPromptLogitsStale)) stale = logits;
     logits.assign(n * V, 0.0f);
     if (n == 0) return;
     grow_scratch(n);
@@ -69,11 +71,59 @@ class CpuEngine final : public Engine {
     matmul(h_.data(), n, weights_.lm_head.data(), nullptr, E, V, logits.data());
     table_.commit(computed);
     spread_reused_rows(batch, reused, config_.vocab, logits);
+    if (options_.prompt_logits) fill_prompt_rows(batch, reused, stale, logits);
   }
 
   int reused(SequenceId id) const override { return table_.reused(id); }
 
+  // Prompt logits on a hit (EngineOptions::prompt_logits): a hit is always
+  // a sequence's first chunk, so its reused rows are the logits of a cold
+  // run of those tokens from position 0, computed on a private engine with
+  // the same storage and no prefix cache (bitwise a cold run's: the engine
+  // is invariant to chunking).
+  void fill_prompt_rows(std::span<const BatchEntry> batch, const std::vector<int>& reused,
+                        const std::vector<float>& stale, std::vector<float>& logits) {
+    const size_t V = size_t(config_.vocab);
+    size_t at = 0;  // first row of the entry
+    for (size_t i = 0; i < batch.size(); at += batch[i].tokens.size(), ++i) {
+      const size_t k = size_t(reused[i]);
+      if (k == 0) continue;
+      if (has(Fault::kHitPromptLogitsStale)) {
+        for (size_t r = at * V; r < (at + k) * V; ++r) logits[r] = r < stale.size() ? stale[r] : 0;
+        continue;
+      }
+      Engine& cold = prompt_engine();
+      cold.reset();
+      const BatchEntry entry{cold.start(), batch[i].tokens.first(k)};
+      cold.step({&entry, 1}, prompt_rows_);
+      std::copy(prompt_rows_.begin(), prompt_rows_.end(), logits.begin() + std::ptrdiff_t(at * V));
+    }
+  }
+
+  Engine& prompt_engine() {
+    if (!prompt_engine_) {
+      EngineOptions cold = options_;
+      cold.max_rows = 1;
+      cold.pool_blocks = 0;
+      cold.prefix_cache = cold.prompt_logits = false;
+      cold.faults = FaultSet();
+      prompt_engine_ = std::make_unique<CpuEngine>(config_, weights_, cold);
+    }
+    return *prompt_engine_;
+  }
+
   void flush_prefix_cache() override { table_.flush_prefix_cache(poison_slots()); }
+
+  // The host tier is rows of the same KvCache past the device pool's: a
+  // copy between tiers is a copy between rows, and a snapshot of an
+  // offloaded sequence reads its host rows through the block table.
+  void offload(SequenceId id) override {
+    if (!table_.paged()) {
+      throw EngineError(EngineError::Kind::kBadBatch,
+                        "offload: needs paged storage (block_size > 0) in this engine");
+    }
+    table_.offload(id, copy_slots(), poison_slots());
+  }
 
   void finish(SequenceId id) override {
     if (table_.paged()) return table_.finish_paged(id, poison_slots());
@@ -222,10 +272,10 @@ class CpuEngine final : public Engine {
   int storage_layer(int layer) const { return table_.storage_layer(layer); }
   TokenPlan at_layer(TokenPlan t, int layer) const { return table_.at_layer(t, layer); }
 
-  // Paged storage keeps two blocks past the pool: one never written (reads
+  // Paged storage keeps two blocks past both tiers: one never written (reads
   // past a block table see NaN) and one that absorbs writes past it.
-  int poison_block() const { return table_.pool_blocks(); }
-  int sink_block() const { return table_.pool_blocks() + 1; }
+  int poison_block() const { return table_.storage_units(); }
+  int sink_block() const { return table_.storage_units() + 1; }
   // Storage row and slot of slot `slot` of the sequence in `row`.
   std::pair<int, int> locate(int row, int slot, int missing) const {
     if (!table_.paged()) return {row, slot};
@@ -583,14 +633,16 @@ class CpuEngine final : public Engine {
   cpu::ThreadPool pool_;
 
   // Scratch, grown to the largest step seen; n = tokens in the step.
-  std::vector<float> x_;             // [n][E] residual stream
-  std::vector<float> h_;             // [n][E] normed input / MLP output
-  std::vector<float> qkv_;           // [n][H*D + 2*KVH*D]
-  std::vector<float> att_;           // [n][H*D] attention output
-  std::vector<float> mlp_;           // [n][max(F, E)]
-  std::vector<float> gate_;          // [n][F] llama only
-  std::vector<float> scores_;        // [thread][group][capacity]
-  std::vector<BatchEntry> trimmed_;  // [entry] the batch less its reused tokens
+  std::vector<float> x_;                   // [n][E] residual stream
+  std::vector<float> h_;                   // [n][E] normed input / MLP output
+  std::vector<float> qkv_;                 // [n][H*D + 2*KVH*D]
+  std::vector<float> att_;                 // [n][H*D] attention output
+  std::vector<float> mlp_;                 // [n][max(F, E)]
+  std::vector<float> gate_;                // [n][F] llama only
+  std::vector<float> scores_;              // [thread][group][capacity]
+  std::vector<BatchEntry> trimmed_;        // [entry] the batch less its reused tokens
+  std::unique_ptr<Engine> prompt_engine_;  // built at the first hit with prompt_logits
+  std::vector<float> prompt_rows_;         // [reused tokens][V] its logits
 };
 
 }  // namespace

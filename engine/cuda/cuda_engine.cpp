@@ -622,6 +622,9 @@ std::unique_ptr<Engine> make_cuda_engine(const Config& config, const Weights& we
     // docs/OPERATIONS.md, "K/V dtypes": quantized K/V is CPU-only so far; the
     // CUDA backend's traits do not declare it.
     out << "kv_dtype: q8_0 is not supported by the CUDA engine (f32, bf16 or f16)";
+  } else if (options.host_blocks != 0) {
+    // No host tier until a device can test one (operations.offload false).
+    out << "host_blocks: " << options.host_blocks << ": the CUDA engine has no host tier (0 only)";
   } else {
     out << storage_options_error(options);
   }

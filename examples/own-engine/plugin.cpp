@@ -144,7 +144,8 @@ const kvcheck_plugin_v1 kTable = {KVCHECK_PLUGIN_ABI_VERSION,
                                   nullptr,   // shift
                                   nullptr,   // cache_positions: slot i holds position i
                                   nullptr,   // abort: its finish
-                                  nullptr};  // start_keyed: no cache keys
+                                  nullptr,   // start_keyed: no cache keys
+                                  nullptr};  // offload: no host tier
 
 }  // namespace
 

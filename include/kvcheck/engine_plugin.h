@@ -1,4 +1,4 @@
-/* kvcheck engine plugin ABI, version 1 (docs/ENGINES.md).
+/* kvcheck engine plugin ABI, version 2 (docs/ENGINES.md).
  *
  * Plain C, so that an engine in any language with a C FFI can be loaded with
  * `--backend plugin:PATH.so[?key=value&...]`. The shared object exports one
@@ -26,7 +26,10 @@
 extern "C" {
 #endif
 
-#define KVCHECK_PLUGIN_ABI_VERSION 1u
+/* Version 2 appends `offload` and kvcheck_create_args's `host_blocks`.
+ * kvcheck loads tables of version 1 (whose table ends at start_keyed; it
+ * never reads past that) and of version 2. */
+#define KVCHECK_PLUGIN_ABI_VERSION 2u
 
 enum kvcheck_error_code {
   KVCHECK_OK = 0,
@@ -86,6 +89,9 @@ typedef struct kvcheck_create_args {
    * read either. */
   const kvcheck_config_value* config_values;
   int64_t n_config_values;
+  /* Appended in version 2: blocks of a host memory tier (traits "offload";
+   * paged storage only, docs/OPERATIONS.md, "Offload"); 0 for none. */
+  int32_t host_blocks;
 } kvcheck_create_args;
 
 typedef struct kvcheck_batch_entry {
@@ -199,7 +205,18 @@ typedef struct kvcheck_plugin_v1 {
    * same key. */
   int32_t (*start_keyed)(kvcheck_engine* engine, uint64_t cache_key, int64_t* sequence,
                          kvcheck_error* error);
+
+  /* ---- appended in version 2: offload (docs/OPERATIONS.md, "Offload").
+   * Read only when struct_size covers it and abi_version is 2; NULL unless
+   * the traits declare "offload". Moves every block of the sequence's table
+   * held in device memory to the host tier (host_blocks); the next step
+   * that feeds it brings them back first. KVCHECK_ERR_CAPACITY, changing
+   * nothing, when the host tier (or, on the way back, the pool) is full. */
+  int32_t (*offload)(kvcheck_engine* engine, int64_t sequence, kvcheck_error* error);
 } kvcheck_plugin_v1;
+
+/* struct_size of a version-1 table with every function of that version. */
+#define KVCHECK_PLUGIN_V1_SIZE offsetof(kvcheck_plugin_v1, offload)
 
 /* struct_size of a table that ends at `cache` (the first version of this
  * header); kvcheck accepts it and any longer one. */

@@ -28,29 +28,39 @@ std::string pool_problem(const PoolReport& r, const Scenario& scenario,
     return text("the pool reports block size ", r.block_size, ", the scenario asks for ",
                 scenario.block_size);
   }
+  // Each tier adds up on its own (TensorRT-LLM's tests assert it per tier).
   if (r.free + r.used + r.cached != r.total || r.free < 0 || r.used < 0 || r.cached < 0) {
     return text("free ", r.free, " + used ", r.used, " + cached ", r.cached, " != total ", r.total);
   }
-  if (static_cast<int>(r.refcounts.size()) != r.total) {
-    return text(r.refcounts.size(), " reference counts for ", r.total, " blocks");
+  if (r.host_free + r.host_used + r.host_cached != r.host_total || r.host_free < 0 ||
+      r.host_used < 0 || r.host_cached < 0) {
+    return text("host tier: free ", r.host_free, " + used ", r.host_used, " + cached ",
+                r.host_cached, " != total ", r.host_total);
   }
-  std::vector<int> holders(size_t(r.total), 0);  // [block] tables holding it
-  for (const auto& [id, blocks] : r.tables) {
-    for (const int b : blocks) {
-      if (b < 0 || b >= r.total) return text("sequence ", id, "'s table holds block ", b);
+  const int blocks = r.total + r.host_total;  // device blocks first, then the host tier's
+  if (static_cast<int>(r.refcounts.size()) != blocks) {
+    return text(r.refcounts.size(), " reference counts for ", blocks, " blocks");
+  }
+  std::vector<int> holders(size_t(blocks), 0);  // [block] tables holding it
+  for (const auto& [id, table] : r.tables) {
+    for (const int b : table) {
+      if (b < 0 || b >= blocks) return text("sequence ", id, "'s table holds block ", b);
       ++holders[size_t(b)];
     }
   }
-  int held_blocks = 0;
-  for (int b = 0; b < r.total; ++b) {
+  int held_blocks = 0, held_host = 0;
+  for (int b = 0; b < blocks; ++b) {
     if (r.refcounts[size_t(b)] != holders[size_t(b)]) {
       return text("block ", b, ": reference count ", r.refcounts[size_t(b)], ", held by ",
                   holders[size_t(b)], " block tables");
     }
-    held_blocks += holders[size_t(b)] > 0;
+    (b < r.total ? held_blocks : held_host) += holders[size_t(b)] > 0;
   }
   if (r.used != held_blocks) {
     return text("used ", r.used, " blocks, but the tables hold ", held_blocks);
+  }
+  if (r.host_used != held_host) {
+    return text("host tier: used ", r.host_used, " blocks, but the tables hold ", held_host);
   }
   int running = 0;
   for (size_t s = 0; s < scenario.sequences.size(); ++s) {
@@ -69,8 +79,8 @@ std::string pool_problem(const PoolReport& r, const Scenario& scenario,
   if (static_cast<int>(r.tables.size()) != running) {
     return text(r.tables.size(), " block tables for ", running, " running sequences");
   }
-  if (last_call && running == 0 && r.used != 0) {
-    return text("every sequence has ended, yet ", r.used, " blocks are used");
+  if (last_call && running == 0 && r.used + r.host_used != 0) {
+    return text("every sequence has ended, yet ", r.used + r.host_used, " blocks are used");
   }
   if (flushed && running == 0 && r.free != r.total) {
     return text("the prefix cache was flushed with no sequence running, yet only ", r.free, " of ",
@@ -94,8 +104,9 @@ Verdict check_pool(const Context& context) {
       [&](int call, const ScenarioRunner& runner) {
         return pool_problem(runner.engine().pool(), scenario, runner, call);
       },
-      "pool accounting (docs/OPERATIONS.md): free + used + cached == total, each block's "
-      "reference count == the block tables holding it, each table ceil(length / B) blocks, "
+      "pool accounting (docs/OPERATIONS.md): free + used + cached == total in each tier, each "
+      "block's reference count == the block tables holding it, each table ceil(length / B) "
+      "blocks, "
       "nothing used once every sequence has ended, nothing cached after a flush and the "
       "whole pool free after a flush with no sequence running\n",
       "the pool added up after " + std::to_string(scenario.calls.size()) + " calls");

@@ -21,8 +21,8 @@ uint32_t key_of(const Context& context, int s) {
 
 // Leading tokens of `s`'s stream its first chunk took from the cache.
 int hit_tokens(const RunResult& run, size_t s) {
-  if (s >= run.reused.size()) return 0;
-  const std::vector<bool>& reused = run.reused[s];
+  if (s >= run.hit.size()) return 0;
+  const std::vector<bool>& reused = run.hit[s];
   return int(std::find(reused.begin(), reused.end(), false) - reused.begin());
 }
 
@@ -80,6 +80,25 @@ bool keys_hold(Verdict& verdict, const Context& context, const RunResult& run) {
   return true;
 }
 
+// Proof of use (feature_use.h): the same scenario without keys, where a
+// sequence that now hits more than with its key took the extra blocks from
+// another key's request. The engine kept the keys apart where it would
+// otherwise share.
+void observe_partition(const Context& context, const RunResult& keyed) {
+  Scenario keyless = context.scenario;
+  keyless.cache_keys.clear();
+  const RunResult twin = run_scenario(keyless, context.weights, context.factory);
+  for (int s = 0; s < int(context.scenario.sequences.size()); ++s) {
+    const int n = hit_tokens(twin, size_t(s));
+    if (n <= hit_tokens(keyed, size_t(s))) continue;
+    const Sources from = sources_of(context, s, n);
+    if (from.same_key.empty() && !from.other_key.empty()) {
+      note_used(Feature::kKeyPartition);
+      return;
+    }
+  }
+}
+
 }  // namespace
 
 Verdict check_prefix(const Context& context) {
@@ -88,8 +107,8 @@ Verdict check_prefix(const Context& context) {
       // Which sequences hit is what the engine did: it says so in its run.
       .selects_by_run = true,
       .involved = [](const SchedulePlan&, const RunResult& run, size_t s) -> bool {
-        return s < run.reused.size() &&
-               std::find(run.reused[s].begin(), run.reused[s].end(), true) != run.reused[s].end();
+        return s < run.hit.size() &&
+               std::find(run.hit[s].begin(), run.hit[s].end(), true) != run.hit[s].end();
       },
       .none_selected = "no sequence's first chunk hit the prefix cache",
       .replay = "a cold replay (fresh engine, nothing cached)",
@@ -103,6 +122,7 @@ Verdict check_prefix(const Context& context) {
     if (run.engine_failed) return engine_refused(Property::kPrefix, run, "the scenario");
     Verdict verdict = start_verdict(Property::kPrefix);
     if (!keys_hold(verdict, context, run)) return verdict;
+    if (watching(Feature::kKeyPartition)) observe_partition(context, run);
   }
   return check_replay(context, kPrefix);
 }

@@ -27,6 +27,8 @@ Coverage& Coverage::operator|=(const Coverage& o) {
                       &Coverage::truncate,
                       &Coverage::truncate_to_zero,
                       &Coverage::truncate_across_blocks,
+                      &Coverage::rollback,
+                      &Coverage::cow_write,
                       &Coverage::q8_multi_block,
                       &Coverage::prefix_cache,
                       &Coverage::flush,
@@ -52,6 +54,8 @@ Coverage& Coverage::operator|=(const Coverage& o) {
                       &Coverage::hit_after_abort,
                       &Coverage::cache_keys,
                       &Coverage::shared_prompt_across_keys,
+                      &Coverage::offload,
+                      &Coverage::offload_then_step,
                       &Coverage::prefill,
                       &Coverage::decode,
                       &Coverage::start,
@@ -95,8 +99,10 @@ class CoverageWalk {
         one_token_chunk_(s.sequences.size()),
         shifted_(s.sequences.size()),
         forked_(s.sequences.size()),
+        shares_partial_block_(s.sequences.size()),
         pending_erase_(s.sequences.size()),
-        pending_shift_(s.sequences.size()) {}
+        pending_shift_(s.sequences.size()),
+        on_host_(s.sequences.size()) {}
 
   void walk() {
     for (const Call& call : s_.calls) {
@@ -108,6 +114,7 @@ class CoverageWalk {
       if (call.kind == Call::Kind::kAbort) abort(call);
       if (call.kind == Call::Kind::kErase) erase(call);
       if (call.kind == Call::Kind::kShift) shift(call);
+      if (call.kind == Call::Kind::kOffload) offload(call);
       cov_.flush |= call.kind == Call::Kind::kFlush;
       cov_.finish |= call.kind == Call::Kind::kFinish;
       cov_.reset |= call.kind == Call::Kind::kReset;
@@ -124,7 +131,8 @@ class CoverageWalk {
     const std::vector<int32_t>& mine = s_.sequences[size_t(call.sequence)];
     const size_t B = size_t(s_.block_size);
     cov_.cache_keys |= s_.cache_key(call.sequence) != 0;
-    for (int e = 0; e < call.sequence && B > 0; ++e) {
+    for (const int e : started_) {
+      if (B == 0) break;
       const std::vector<int32_t>& earlier = s_.sequences[size_t(e)];
       const bool shared =
           mine.size() > B && earlier.size() >= B &&
@@ -133,6 +141,7 @@ class CoverageWalk {
       cov_.shared_prompt_across_keys |=
           shared && s_.prefix_cache && s_.cache_key(e) != s_.cache_key(call.sequence);
     }
+    started_.push_back(call.sequence);
     for (const std::vector<int32_t>& fed : aborted_) {
       cov_.hit_after_abort |=
           s_.prefix_cache && B > 0 && mine.size() > B && fed.size() >= B &&
@@ -146,10 +155,13 @@ class CoverageWalk {
     for (const ChunkSpec& chunk : call.chunks) {
       const size_t i = size_t(chunk.sequence);
       const SequenceModel& seq = model_.at(chunk.sequence);
+      cov_.cow_write |= bool(shares_partial_block_[i]);
       cov_.fed_with_gap |= seq.gapped();
       cov_.erase_middle_then_step |= pending_erase_[i];
       cov_.shift_middle_then_step |= pending_shift_[i];
       pending_erase_[i] = pending_shift_[i] = false;
+      cov_.offload_then_step |= bool(on_host_[i]);
+      on_host_[i] = false;  // the step brings its blocks back
       if (chunk.length == 1) {
         one_token_chunk_[i] = true;
         decode_token |= seq.held() > 0;
@@ -171,7 +183,10 @@ class CoverageWalk {
     const int n = call.count, B = s_.block_size;
     cov_.fork = true;
     forked_[size_t(call.sequence)] = forked_[size_t(call.parent)] = 1;
+    on_host_[size_t(call.sequence)] = on_host_[size_t(call.parent)] && n > 0;  // shares them
     cov_.fork_mid_block |= B > 0 && n % B != 0;
+    if (B > 0 && n % B != 0) shares_partial_block_[size_t(call.sequence)] = 1;
+    if (B > 0 && n % B != 0) shares_partial_block_[size_t(call.parent)] = 1;
     cov_.fork_at_boundary |= B > 0 && n % B == 0;
   }
 
@@ -179,8 +194,18 @@ class CoverageWalk {
     const int before = model_.at(call.sequence).held(), after = before - call.count;
     const int B = s_.block_size;
     cov_.truncate = true;
+    cov_.rollback |= call.count > 0;
     cov_.truncate_to_zero |= after == 0 && before > 0;
+    if (after == 0) on_host_[size_t(call.sequence)] = false;  // no blocks left
     cov_.truncate_across_blocks |= B > 0 && before / B != after / B;
+  }
+
+  // An offload that moves blocks: the sequence holds tokens that no
+  // offload since its last step moved already.
+  void offload(const Call& call) {
+    const size_t i = size_t(call.sequence);
+    cov_.offload |= model_.at(call.sequence).held() > 0 && !on_host_[i];
+    on_host_[i] = model_.at(call.sequence).held() > 0;
   }
 
   void abort(const Call& call) {
@@ -195,6 +220,7 @@ class CoverageWalk {
     const int after = before - (call.count - call.accepted);
     const int B = s_.block_size;
     cov_.verify = true;
+    cov_.rollback |= call.accepted < call.count;
     cov_.verify_reject_all |= call.accepted == 0;
     cov_.verify_accept_all |= call.accepted == call.count;
     cov_.verify_one_draft |= call.count == 1;
@@ -240,13 +266,41 @@ class CoverageWalk {
   std::vector<char> one_token_chunk_;          // [sequence] had a one-token chunk
   std::vector<char> shifted_;                  // [sequence] shifted before
   std::vector<char> forked_;                   // [sequence] a fork's parent or child
+  std::vector<int> started_;                   // sequences started so far, in call order
+  std::vector<char> shares_partial_block_;     // [sequence] a mid-block fork's parent or child
   std::vector<std::vector<int32_t>> aborted_;  // [abort] the tokens the aborted sequence fed
   std::vector<char> pending_erase_;  // [sequence] erased in the middle, not fed or shifted since
   std::vector<char> pending_shift_;  // [sequence] shifted in the middle, not fed since
+  std::vector<char> on_host_;        // [sequence] an offload moved its blocks, no step since
   bool finished_since_reset_ = false;
 };
 
 }  // namespace
+
+FeatureMask drawn_features(const Coverage& c) {
+  const auto drawn = [&](Feature f) -> bool {
+    switch (f) {
+      case Feature::kPrefixHit:
+        return c.prefix_cache && c.shared_prompt;
+      case Feature::kKeyPartition:
+        return c.shared_prompt_across_keys;
+      case Feature::kCopyOnWrite:
+        return c.cow_write;
+      case Feature::kEviction:
+        return c.prefix_cache;
+      case Feature::kRollback:
+        return c.rollback;
+      case Feature::kCount:
+        break;
+    }
+    return false;
+  };
+  FeatureMask mask = 0;
+  for (const FeatureRow& row : feature_rows()) {
+    if (drawn(row.feature)) mask |= feature_bit(row.feature);
+  }
+  return mask;
+}
 
 Coverage coverage(const Scenario& s) {
   Coverage cov;

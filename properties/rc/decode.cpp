@@ -41,7 +41,8 @@ struct Plan {
   int start_delay = 0;
   int epoch = 0;  // resets before it
   bool reset_before = false;
-  size_t next = 0;  // next chunk to feed
+  size_t offload_after = 0;  // offloaded after the step that feeds chunk number this (0: never)
+  size_t next = 0;           // next chunk to feed
   bool has_tokens_left() const { return next < chunks.size(); }
   int tokens_left() const {
     return std::accumulate(chunks.begin() + std::ptrdiff_t(next), chunks.end(), 0);
@@ -64,6 +65,8 @@ Plan plan_of(const SequenceGenes& g, int max_chunk) {
   plan.finishes = g.finishes;
   plan.start_delay = std::max(0, g.start_delay);
   plan.reset_before = g.reset_before;
+  if (g.offload_after > 0)
+    plan.offload_after = size_t(g.offload_after - 1) % plan.chunks.size() + 1;
   return plan;
 }
 
@@ -88,6 +91,10 @@ void fit_model(Config& c, KvDtype& kv_dtype, const ShapeLimits& limits) {
       fit_dimension(c.d_model, limits.min_d_model, limits.max_d_model, limits.d_model_multiple);
   c.vocab = std::clamp(c.vocab, std::max(2, limits.min_vocab), limits.max_vocab);
   if (c.vocab < limits.min_vocab) c.vocab = limits.min_vocab;
+  // Outside the d_model limits it stays refused (not applicable).
+  const auto& full = limits.query_width_is_d_model;
+  if (std::find(full.begin(), full.end(), c.family) != full.end())
+    c.d_model = c.n_heads * c.head_dim;
 }
 
 // A checkpoint's context holds at most max_pos positions: each sequence (or,
@@ -209,6 +216,9 @@ void decode_storage(const ScenarioGenes& genes, const EngineTraits& traits, bool
   s.prefix_cache = s.block_size > 0 && ops.prefix_cache && genes.prefix_cache;
   // A hit needs a prompt longer than a block: prefix scenarios keep B in 1..4.
   if (s.prefix_cache) s.block_size = 1 + (s.block_size - 1) % 4;
+  // Half the prefix scenarios of an engine that computes a hit's prompt
+  // rows ask for them (a bit of the token seed: no gene of its own).
+  s.prompt_logits = s.prefix_cache && ops.prompt_logits && ((genes.token_seed >> 5) & 1) != 0;
 }
 
 // The tokens of each planned sequence; a prompt may start like the one
@@ -276,6 +286,9 @@ class ScheduleBuilder {
       drawable_.push_back({&op, weight});
       total_weight_ += weight;
     }
+    const Operation& offload = operation(Call::Kind::kOffload);
+    const Call probe = Call::offload(0);
+    offloads_ = offload.needs(traits, s, probe).empty() && offload.scope(s).empty();
   }
 
   void build() {
@@ -363,7 +376,14 @@ class ScheduleBuilder {
     append(Call::step(std::move(batch)));
     for (int i : chosen) {
       const Plan& p = plans_[size_t(i)];
-      if (!p.has_tokens_left() && p.finishes) append(Call::finish(i));
+      if (!p.has_tokens_left() && p.finishes) {
+        append(Call::finish(i));
+      } else if (p.next == p.offload_after && offloads_) {
+        const DrawContext context{model_, i, s_.block_size, position_limit(i)};
+        if (std::optional<Call> call = operation(Call::Kind::kOffload).draw(context, {})) {
+          append(std::move(*call));
+        }
+      }
     }
   }
 
@@ -443,6 +463,7 @@ class ScheduleBuilder {
   ScheduleModel model_;
   std::vector<std::pair<const Operation*, int>> drawable_;  // [operation] with its weight
   int total_weight_ = 0;
+  bool offloads_ = false;  // the sequences' offload genes apply (paged, declared)
   size_t next_mask_ = 0;
   size_t next_op_ = 0;    // the next operation gene to apply
   int next_op_step_ = 0;  // the step the last applied operation followed
@@ -470,6 +491,11 @@ void size_scenario(const ScenarioGenes& genes, const EngineTraits& traits,
   }
   if (s.model) {
     s.capacity = std::min(s.capacity, s.config.max_pos);  // fit_context kept `needed` within it
+  } else if (genes.model_max_pos) {
+    // The model's own, the same for every scenario on it (ModelReuse): the
+    // schedule kept its positions within kPositionBudget, so its cells too.
+    s.config.max_pos = kPositionBudget + std::clamp(genes.model.max_pos_slack, 0, 16);
+    s.capacity = std::min(s.capacity, s.config.max_pos);
   } else {
     s.config.max_pos =
         std::max(s.capacity, schedule.max_position) + std::clamp(genes.model.max_pos_slack, 0, 16);
@@ -498,8 +524,9 @@ Scenario decode(const ScenarioGenes& genes, const EngineTraits& traits,
 }
 
 rc::Gen<Scenario> scenario(Emphasis emphasis, const EngineTraits& traits,
-                           std::shared_ptr<const Checkpoint> model) {
-  return rc::gen::map(scenario_genes(emphasis),
+                           std::shared_ptr<const Checkpoint> model,
+                           std::shared_ptr<ModelReuse> reuse) {
+  return rc::gen::map(scenario_genes(emphasis, std::move(reuse)),
                       [traits, model](const ScenarioGenes& g) { return decode(g, traits, model); });
 }
 

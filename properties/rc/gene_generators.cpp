@@ -111,7 +111,7 @@ rc::Gen<ModelGenes> model_genes(Emphasis emphasis) {
       rc::gen::set(&ModelGenes::weight_seed, rc::gen::inRange<uint64_t>(0, 1000)));
 }
 
-rc::Gen<SequenceGenes> sequence_genes() {
+rc::Gen<SequenceGenes> sequence_genes(Emphasis emphasis) {
   // Chunk length 1 (token-by-token prefill) and "the rest at once" are the
   // edges; 0 comes first so chunk genes shrink toward fewer, longer chunks.
   rc::Gen<int> chunk = weighted_gen<int>({{1, rc::gen::just(0)},
@@ -136,7 +136,13 @@ rc::Gen<SequenceGenes> sequence_genes() {
                    // Not scaled by the size: small cases need sharing too.
                    weighted_gen<int>({{1, rc::gen::just(0)},
                                       {3, rc::gen::resize(100, between(1, 8))},
-                                      {2, rc::gen::resize(100, between(1, 24))}})));
+                                      {2, rc::gen::resize(100, between(1, 24))}})),
+      // A quarter of the sequences offload once; most under the offload
+      // emphasis (its faults' kill rows).
+      rc::gen::set(&SequenceGenes::offload_after,
+                   emphasis == Emphasis::kOffload
+                       ? weighted_gen<int>({{1, rc::gen::just(0)}, {3, between(1, kMaxDecode)}})
+                       : weighted_gen<int>({{3, rc::gen::just(0)}, {1, between(1, kMaxDecode)}})));
   // One more move after the gene-wise shrinks: fold the first decode token
   // into the prompt. It keeps the tokens and lets the whole prompt go in one
   // chunk, so p(2) p(1) (prompt 2, one decode) can become p(3); prompt length
@@ -177,6 +183,10 @@ rc::Gen<OpGenes> op_genes(Emphasis emphasis) {
 rc::Gen<int> block_size_gene(Emphasis emphasis) {
   if (emphasis == Emphasis::kContextShift) return rc::gen::just(0);
   if (emphasis == Emphasis::kPrefixCache) return between(1, 32);
+  // Offload moves blocks: always paged, small blocks (several per sequence) often.
+  if (emphasis == Emphasis::kOffload) {
+    return weighted_gen<int>({{2, between(1, 4)}, {1, between(1, 32)}});
+  }
   // Forks share blocks (copy-on-write, reference counts) only when paged;
   // small blocks put a fork's cut mid-block more often.
   if (emphasis == Emphasis::kForks) {
@@ -202,6 +212,7 @@ rc::Gen<int> cell_operations_gene(Emphasis emphasis) {
     case Emphasis::kContextShift:
       return between(1, 2);
     case Emphasis::kPrefixCache:
+    case Emphasis::kOffload:
       return rc::gen::just(0);
     default:
       return weighted_choice<int>({{4, 0}, {1, 1}, {3, 2}});
@@ -210,7 +221,7 @@ rc::Gen<int> cell_operations_gene(Emphasis emphasis) {
 
 rc::Gen<std::vector<OpGenes>> ops_gene(Emphasis emphasis) {
   const bool focused = emphasis == Emphasis::kContextShift || emphasis == Emphasis::kForks ||
-                       emphasis == Emphasis::kTruncations;
+                       emphasis == Emphasis::kTruncations || emphasis == Emphasis::kOffload;
   return vector_of<OpGenes>(focused ? weighted_choice<int>({{2, 1}, {2, 2}, {1, 4}})
                                     : weighted_choice<int>({{1, 0}, {2, 1}, {2, 2}, {2, 4}}),
                             focused ? 1 : 0, op_genes(emphasis));
@@ -218,7 +229,26 @@ rc::Gen<std::vector<OpGenes>> ops_gene(Emphasis emphasis) {
 
 }  // namespace
 
-rc::Gen<ScenarioGenes> scenario_genes(Emphasis emphasis) {
+// model_genes, the same Shrinkable `scenarios_per_model` times in a row.
+// Drawn at a size of its own, uniform in [0, kModelReuseMaxSize]: at the size
+// of the case that draws it, a run of scenarios that starts each turn of
+// cases (RapidCheck's size ramps from 0 every hunt) draws only the smallest
+// models.
+rc::Gen<ModelGenes> reused(rc::Gen<ModelGenes> fresh, std::shared_ptr<ModelReuse> reuse) {
+  return rc::Gen<ModelGenes>([fresh, reuse](const rc::Random& random, int) {
+    if (!reuse->current || reuse->uses >= reuse->scenarios_per_model) {
+      rc::Random genes = random;
+      rc::Random sizing = genes.split();
+      reuse->current = fresh(genes, int(sizing.next() % (kModelReuseMaxSize + 1)));
+      reuse->uses = 0;
+    }
+    ++reuse->uses;
+    return *reuse->current;
+  });
+}
+
+rc::Gen<ScenarioGenes> scenario_genes(Emphasis emphasis, std::shared_ptr<ModelReuse> reuse) {
+  const bool reusing = reuse != nullptr && reuse->scenarios_per_model > 1;
   const rc::Gen<int> sequence_count =
       emphasis == Emphasis::kPrefixCache || emphasis == Emphasis::kSeveralSequences
           ? weighted_choice<int>({{4, 2}, {2, 3}, {1, 4}, {1, 5}, {1, 6}})
@@ -228,8 +258,10 @@ rc::Gen<ScenarioGenes> scenario_genes(Emphasis emphasis) {
   const rc::Gen<int> step_mask =
       weighted_gen<int>({{4, rc::gen::just(0)}, {3, rc::gen::inRange(1, 1 << kMaxSequences)}});
   return rc::gen::build<ScenarioGenes>(
-      rc::gen::set(&ScenarioGenes::model, model_genes(emphasis)),
-      rc::gen::set(&ScenarioGenes::sequences, vector_of(sequence_count, 1, sequence_genes())),
+      rc::gen::set(&ScenarioGenes::model,
+                   reusing ? reused(model_genes(emphasis), reuse) : model_genes(emphasis)),
+      rc::gen::set(&ScenarioGenes::sequences,
+                   vector_of(sequence_count, 1, sequence_genes(emphasis))),
       rc::gen::set(
           &ScenarioGenes::step_masks,
           vector_of<int>(weighted_choice<int>({{1, 0}, {2, 4}, {2, 12}, {1, 32}}), 0, step_mask)),
@@ -260,7 +292,8 @@ rc::Gen<ScenarioGenes> scenario_genes(Emphasis emphasis) {
       rc::gen::set(&ScenarioGenes::cell_operations, cell_operations_gene(emphasis)),
       rc::gen::set(&ScenarioGenes::cache_keys,
                    weighted_gen<int>({{2, rc::gen::just(0)}, {3, between(1, 3)}})),
-      rc::gen::set(&ScenarioGenes::emphasis, rc::gen::just(emphasis)));
+      rc::gen::set(&ScenarioGenes::emphasis, rc::gen::just(emphasis)),
+      rc::gen::set(&ScenarioGenes::model_max_pos, rc::gen::just(reusing)));
 }
 
 }  // namespace kvcheck::rcgen

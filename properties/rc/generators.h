@@ -16,6 +16,7 @@
 
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <ostream>
 #include <string>
 #include <vector>
@@ -26,6 +27,7 @@
 #include "engine/traits.h"
 #include "model/checkpoint.h"
 #include "model/config.h"
+#include "properties/feature_use.h"
 #include "properties/scenario.h"
 #include "properties/schedule/operation.h"
 
@@ -51,6 +53,7 @@ enum class Emphasis : uint8_t {
   kTruncations,       // truncations on most cases (P12)
   kPrefixCache,       // paged storage with a prefix cache and shared prompts (P15)
   kSeveralSequences,  // two sequences or more (P5 needs one to finish while another runs)
+  kOffload,           // paged storage and offloads on most cases (the host tier's faults)
 };
 
 struct ModelGenes {
@@ -77,6 +80,11 @@ struct SequenceGenes {
   int start_delay = 0;             // steps of its epoch that run before it starts
   bool reset_before = false;       // the engine resets before this sequence's epoch
   int shared_prefix = 0;  // prefix cache: leading tokens copied from the sequence before it
+  // Offload (paged, where declared): 0 none; k > 0 its blocks go to the host
+  // tier after the step that feeds its ((k - 1) mod chunks + 1)-th chunk.
+  // A gene of its own, not an operation gene, so that offloads do not thin
+  // out the other operations' shares (docs/GENERATORS.md).
+  int offload_after = 0;
 
   bool operator==(const SequenceGenes&) const = default;
 };
@@ -134,12 +142,33 @@ struct ScenarioGenes {
   // one key). Drawn after the genes above, so they draw what they drew.
   int cache_keys = 0;
   Emphasis emphasis = Emphasis::kAny;  // not a gene: what decode() favours
+  // Not a gene: the model genes serve several scenarios (ModelReuse), so
+  // max_pos is the model's own (as a checkpoint's is), not the schedule's.
+  bool model_max_pos = false;
 
   bool operator==(const ScenarioGenes&) const = default;
 };
 
+// Several scenarios on one model, for a backend where a model's load is most
+// of a case (llama.cpp: docs/PERFORMANCE.md). A scenario's model genes are
+// the previous scenario's, `scenarios_per_model` scenarios in a row, then new
+// ones are drawn; each scenario keeps its own shrink tree. The decoded
+// scenarios then take max_pos from the model genes (ScenarioGenes::
+// model_max_pos), so that they share one config and one set of weights.
+// One per hunt sequence (a campaign keeps one per property and backend, so
+// a property's cases do not depend on the other properties'); not shared
+// between threads.
+inline constexpr int kModelReuseMaxSize = 100;  // a hunt's default max_size (HuntOptions)
+struct ModelReuse {
+  int scenarios_per_model = 1;
+  std::optional<rc::Shrinkable<ModelGenes>> current;  // the model genes being reused
+  int uses = 0;                                       // scenarios drawn on `current`
+};
+
 // The independent genes; shrinking them shrinks the decoded scenario.
-rc::Gen<ScenarioGenes> scenario_genes(Emphasis emphasis = Emphasis::kAny);
+// With `reuse` (and scenarios_per_model > 1) the model genes are reused.
+rc::Gen<ScenarioGenes> scenario_genes(Emphasis emphasis = Emphasis::kAny,
+                                      std::shared_ptr<ModelReuse> reuse = nullptr);
 
 // Any genes -> a Scenario that validates (Scenario::validate() == "") and
 // that an engine with `traits` can run: its families, dtypes and shape
@@ -154,7 +183,8 @@ Scenario decode(const ScenarioGenes& genes, const EngineTraits& traits = EngineT
 // decode() over scenario_genes().
 rc::Gen<Scenario> scenario(Emphasis emphasis = Emphasis::kAny,
                            const EngineTraits& traits = EngineTraits::strict(),
-                           std::shared_ptr<const Checkpoint> model = nullptr);
+                           std::shared_ptr<const Checkpoint> model = nullptr,
+                           std::shared_ptr<ModelReuse> reuse = nullptr);
 
 // Coverage tags of one scenario, for RC_TAG / RC_CLASSIFY and the docs.
 struct Coverage {
@@ -172,6 +202,8 @@ struct Coverage {
   bool paged = false;           // block_size > 0
   bool fork = false, fork_mid_block = false, fork_at_boundary = false;
   bool truncate = false, truncate_to_zero = false, truncate_across_blocks = false;
+  bool rollback = false;   // a truncate or verify that drops n > 0 tokens
+  bool cow_write = false;  // after a fork mid-block, parent or child is fed (paged)
   bool prefix_cache = false, flush = false, small_pool = false;
   bool shared_prompt = false;    // a sequence starts with a whole block of an earlier one's tokens
   bool window = false;           // a sliding window
@@ -196,6 +228,9 @@ struct Coverage {
   // Cache keys: any keyed sequence, and a start whose prompt begins with a
   // whole block of an earlier one's with another key (the hit must miss).
   bool cache_keys = false, shared_prompt_across_keys = false;
+  // Offload: one that moves blocks to the host tier, and a later step of an
+  // offloaded sequence (its blocks come back first).
+  bool offload = false, offload_then_step = false;
   bool prefill = false;  // a chunk of two tokens or more
   bool decode = false;   // a one-token chunk of a sequence that holds tokens
   bool start = false;
@@ -205,6 +240,10 @@ struct Coverage {
   Coverage& operator|=(const Coverage& other);
 };
 Coverage coverage(const Scenario& scenario);
+
+// The cache features a scenario with this coverage gives the engine a
+// chance to use (feature_use.h): the proof-of-use report's "drawn" column.
+FeatureMask drawn_features(const Coverage& coverage);
 
 }  // namespace kvcheck::rcgen
 

@@ -89,7 +89,8 @@ HuntResult hunt(const std::function<Verdict(const Scenario&)>& check, Emphasis e
                 const HuntOptions& options) {
   load_rapidcheck_configuration_quietly();
   HuntResult result;
-  const rc::Gen<Scenario> scenarios = scenario(emphasis, options.traits, options.model);
+  const rc::Gen<Scenario> scenarios =
+      scenario(emphasis, options.traits, options.model, options.model_reuse);
   // RapidCheck evaluates the shrunk counterexample last (it re-runs the best
   // shrink to report it), so the last failing evaluation is the shrunk case.
   std::optional<Scenario> last_failing;

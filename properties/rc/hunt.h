@@ -47,6 +47,7 @@ struct HuntOptions {
   int evaluations_before_cut = 0;
   EngineTraits traits = EngineTraits::strict();  // scenarios are drawn within them
   std::shared_ptr<const Checkpoint> model;       // --model: its config and weights; null: seeded
+  std::shared_ptr<ModelReuse> model_reuse;       // several scenarios per model; null: one
 };
 
 struct HuntResult {

@@ -59,6 +59,14 @@ const std::vector<CatalogueEntry>& fault_catalogue() {
       {Fault::kAbortFreesCached, {P::kOracle, P::kPool}, 10, 6},
       // Cache keys change no logit: only P15's check of the hit's source.
       {Fault::kPrefixIgnoresKey, {P::kPrefix}, 0, 9},
+      // The reused rows keep the buffer's previous step: one step before
+      // the hit that is not the source's first chunk (11).
+      {Fault::kHitPromptLogitsStale, {P::kOracle, P::kPrefix}, 11, 11},
+      // A second memory tier: P6 reads the host copy right after the
+      // offload (6); the logits need the step that brings it back (8). The
+      // drifting counters show only in P13, after that step.
+      {Fault::kOffloadBeforeWrite, {P::kOracle, P::kCacheState}, 8, 6},
+      {Fault::kOffloadCountsDrift, {P::kPool}, 0, 8},
   };
   return entries;
 }
@@ -76,11 +84,13 @@ const HuntResult* KillMatrixRow::smallest() const {
 Emphasis emphasis_for_fault(Fault fault) {
   const std::string_view needs = fault_needs(fault);
   if (needs == "shift") return Emphasis::kContextShift;
-  if (needs == "prefix_cache" || needs == "abort" || needs == "cache_keys") {
+  if (needs == "prefix_cache" || needs == "abort" || needs == "cache_keys" ||
+      needs == "prompt_logits") {
     return Emphasis::kPrefixCache;
   }
   if (needs == "paged") return Emphasis::kForks;
   if (needs == "truncate") return Emphasis::kTruncations;
+  if (needs == "offload") return Emphasis::kOffload;
   return Emphasis::kAny;
 }
 

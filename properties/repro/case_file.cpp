@@ -143,7 +143,7 @@ class Parser {
                         "; expected one of note, property, fault, backend, engine, reference, "
                         "model, model_hash, the model and engine fields (family ... kv_dtype, "
                         "sliding_window, sliding_window_pattern, block_size, pool_blocks, "
-                        "prefix_cache), sequence, cache_key, " +
+                        "prefix_cache, prompt_logits), sequence, cache_key, " +
                         calls + "verdict, where, summary, prelude (docs/CASE_FORMAT.md)");
     }
   }
@@ -239,6 +239,11 @@ class Parser {
       const std::string_view value = next_word(rest);
       expect_end(line, key, rest);
       c_.scenario.prefix_cache = parse_int(line, key, value, 0, 1) == 1;
+    } else if (key == "prompt_logits") {
+      once(line, key);
+      const std::string_view value = next_word(rest);
+      expect_end(line, key, rest);
+      c_.scenario.prompt_logits = parse_int(line, key, value, 0, 1) == 1;
     } else if (key == "sliding_window" || key == "sliding_window_pattern") {
       // Optional config keys (absent = 0): files without a window stay valid.
       once(line, key);

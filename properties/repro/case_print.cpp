@@ -102,6 +102,7 @@ void print_scenario(std::ostream& out, const Scenario& s, bool comments,
   if (s.block_size > 0) out << "block_size " << s.block_size << "\n";
   if (s.pool_blocks > 0) out << "pool_blocks " << s.pool_blocks << "\n";
   if (s.prefix_cache) out << "prefix_cache 1\n";
+  if (s.prompt_logits) out << "prompt_logits 1\n";
   if (comments) out << "\n# sequences: token ids in feed order\n";
   for (size_t i = 0; i < s.sequences.size(); ++i) {
     out << "sequence s" << i << ":";

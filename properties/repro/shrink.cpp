@@ -292,12 +292,17 @@ void storage_candidates(const Scenario& s, CandidateList& out) {
   // No prefix cache (its flushes go with it), contiguous storage, smaller
   // blocks, the default pool (the largest: nothing runs dry).
   const auto without_prefix_cache = [](Scenario& c) {
-    c.prefix_cache = false;
+    c.prefix_cache = c.prompt_logits = false;
     std::erase_if(c.calls, [](const Call& call) { return call.kind == Call::Kind::kFlush; });
   };
   if (s.prefix_cache) {
     Scenario c = s;
     without_prefix_cache(c);
+    out.add(std::move(c));
+  }
+  if (s.prompt_logits) {  // the NaN contract: reused rows unchecked
+    Scenario c = s;
+    c.prompt_logits = false;
     out.add(std::move(c));
   }
   // No cache keys, then each key smaller (0: none).

@@ -11,14 +11,14 @@ namespace kvcheck {
 
 extern const Operation kStartOperation, kStepOperation, kFinishOperation, kResetOperation,
     kForkOperation, kTruncateOperation, kFlushOperation, kEraseOperation, kShiftOperation,
-    kVerifyOperation, kAbortOperation;
+    kVerifyOperation, kAbortOperation, kOffloadOperation;
 
 namespace {
 
-const std::array<const Operation*, 11> kTable = {
+const std::array<const Operation*, 12> kTable = {
     &kStartOperation, &kStepOperation,     &kFinishOperation, &kResetOperation,
     &kForkOperation,  &kTruncateOperation, &kFlushOperation,  &kEraseOperation,
-    &kShiftOperation, &kVerifyOperation,   &kAbortOperation};
+    &kShiftOperation, &kVerifyOperation,   &kAbortOperation,  &kOffloadOperation};
 
 std::vector<Operation> table_in_kind_order() {
   std::vector<Operation> out;

@@ -1,9 +1,9 @@
 // One plugin per way of getting the ABI wrong, chosen by a compile
 // definition (tests/backends/CMakeLists.txt builds each as its own module).
 // The loader must refuse every one with a message naming the problem,
-// before it calls create. OLD_TABLE is the one right way among them: a table
-// of the first header's size that declares no fork, which must load with
-// fork absent although a fork function lies past its end.
+// before it calls create. OLD_TABLE is the one right way among them: a
+// version-1 table of the first header's size that declares no fork, which
+// must load with fork absent although a fork function lies past its end.
 #include <cstddef>
 #include <cstdint>
 
@@ -61,6 +61,8 @@ const char* traits_json(const char*, kvcheck_error*) {
 constexpr uint32_t kAbi =
 #ifdef BAD_ABI_VERSION
     KVCHECK_PLUGIN_ABI_VERSION + 1;
+#elif defined(OLD_TABLE)
+    1;  // a version-1 plugin: still loads
 #else
     KVCHECK_PLUGIN_ABI_VERSION;
 #endif
@@ -72,7 +74,7 @@ constexpr uint32_t kSize =
     // and must not be read.
     KVCHECK_PLUGIN_CORE_SIZE;
 #else
-        sizeof(kvcheck_plugin_v1);
+    sizeof(kvcheck_plugin_v1);
 #endif
 
 const kvcheck_plugin_v1 kTable = {kAbi,    kSize,  traits_json, create, destroy, start,
@@ -102,7 +104,8 @@ const kvcheck_plugin_v1 kTable = {kAbi,    kSize,  traits_json, create, destroy,
                                   nullptr,   // shift
                                   nullptr,   // cache_positions
                                   nullptr,   // abort
-                                  nullptr};  // start_keyed: no cache keys
+                                  nullptr,   // start_keyed: no cache keys
+                                  nullptr};  // offload: no host tier
 
 }  // namespace
 

@@ -33,7 +33,7 @@ TEST_P(BadPlugins, AreRefusedWithAMessageNamingTheProblem) {
 INSTANTIATE_TEST_SUITE_P(
     Loader, BadPlugins,
     testing::Values(
-        BadPlugin{"abi_version", ": ABI version 2, this kvcheck speaks 1"},
+        BadPlugin{"abi_version", ": ABI version 3, this kvcheck speaks versions 1 and 2"},
         BadPlugin{"struct_size", ": struct_size 56 is smaller than version 1's 80"},
         BadPlugin{"null_step", ": required function step is NULL"},
         BadPlugin{"missing_symbol", ": missing symbol kvcheck_plugin_entry_v1"},

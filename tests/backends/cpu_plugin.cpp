@@ -136,6 +136,7 @@ const char* traits_json(const char* options, kvcheck_error* error) {
     t.identity.name = "kvcheck-cpu-plugin";
     t.operations.fault_switches = false;
     t.operations.storage_map = false;
+    t.operations.prompt_logits = false;  // no create argument asks for it
     return traits_to_json(t).dump();
   }();
   return json.c_str();
@@ -243,6 +244,8 @@ kvcheck_engine* create(const kvcheck_create_args* args, kvcheck_error* error) {
     }
     if (args->struct_size >= offsetof(kvcheck_create_args, prefix_cache) + sizeof(int32_t))
       options.prefix_cache = args->prefix_cache != 0;
+    if (args->struct_size >= offsetof(kvcheck_create_args, host_blocks) + sizeof(int32_t))
+      options.host_blocks = args->host_blocks;
     handle->engine = engine_from(config.value(), *args, options);
   });
   return code == KVCHECK_OK ? handle.release() : nullptr;
@@ -270,6 +273,10 @@ int32_t step(kvcheck_engine* engine, const kvcheck_batch_entry* batch, int32_t n
 
 int32_t start_keyed(kvcheck_engine* engine, uint64_t key, int64_t* sequence, kvcheck_error* error) {
   return guarded(error, [&] { *sequence = engine->engine->start_keyed(key); });
+}
+
+int32_t offload(kvcheck_engine* engine, int64_t sequence, kvcheck_error* error) {
+  return guarded(error, [&] { engine->engine->offload(sequence); });
 }
 
 int32_t abort_sequence(kvcheck_engine* engine, int64_t sequence, kvcheck_error* error) {
@@ -378,7 +385,8 @@ const kvcheck_plugin_v1 kTable = {KVCHECK_PLUGIN_ABI_VERSION,
                                   shift,
                                   cache_positions,
                                   abort_sequence,
-                                  start_keyed};
+                                  start_keyed,
+                                  offload};
 
 }  // namespace
 

@@ -16,6 +16,7 @@
 #include "model/config_json.h"
 #include "model/weights.h"
 #include "properties/runner.h"
+#include "tests/backends/offload_round_trip.h"
 #include "tests/backends/operation_faults.h"
 #include "tests/properties/test_scenarios.h"
 
@@ -47,10 +48,12 @@ std::vector<Scenario> hand_made_scenarios() {
 }
 
 // The in-tree engine as the ABI carries it: the core calls and the
-// operations of docs/OPERATIONS.md (no storage map, no fault switches).
+// operations of docs/OPERATIONS.md (no storage map, no fault switches, no
+// prompt logits on a hit: no create argument asks for them).
 EngineTraits plugin_traits() {
   EngineTraits t = cpu_engine_traits_with_operations();
   t.operations.storage_map = false;
+  t.operations.prompt_logits = false;
   return t;
 }
 
@@ -107,6 +110,11 @@ TEST(CpuPlugin, EveryPropertyGivesTheInTreeVerdict) {
 // The faults that live in the operations, switched on inside the plugin
 // (the ABI carries no fault switches): each is caught through the plugin
 // path with the in-tree verdicts.
+// The ABI's appended offload and host_blocks (version 2).
+TEST(CpuPlugin, OffloadGivesTheInTreeVerdicts) {
+  test::expect_offload_through(backend_registry().resolve(kCpuPlugin).under_test());
+}
+
 TEST(CpuPlugin, OperationFaultsAreCaughtThroughTheAbi) {
   test::expect_operation_faults_caught(
       [](const std::string& fault) {

@@ -99,4 +99,15 @@ void expect_bitwise(const std::vector<float>& a, const std::vector<float>& b,
   }
 }
 
+std::vector<uint8_t> cache_bytes(const Engine& e, SequenceId s) {
+  std::vector<uint8_t> out;
+  for (int l = 0; l < e.config().n_layers; ++l) {
+    const CacheSnapshot snap = e.cache(s, l);
+    out.insert(out.end(), snap.k.begin(), snap.k.end());
+    out.insert(out.end(), snap.v.begin(), snap.v.end());
+    for (int32_t p : snap.positions) out.push_back(uint8_t(p));
+  }
+  return out;
+}
+
 }  // namespace kvcheck::test

@@ -57,4 +57,7 @@ void expect_bitwise(const std::vector<float>& a, const std::vector<float>& b,
 
 bool bitwise_equal(const std::vector<float>& a, const std::vector<float>& b);
 
+// Every layer's snapshot bytes of `s`, K then V, and the positions.
+std::vector<uint8_t> cache_bytes(const Engine& e, SequenceId s);
+
 }  // namespace kvcheck::test

@@ -21,6 +21,9 @@ Op start_keyed(int key) {
 Op abort(int s) {
   return {Op::kAbort, {}, s};
 }
+Op offload(int s) {
+  return {Op::kOffload, {}, s};
+}
 Op reset() {
   return {Op::kReset};
 }
@@ -42,8 +45,9 @@ Op shift(int sequence, int delta) {
 }
 
 bool MinimalCase::cpu_only() const {
-  return kv_dtype == KvDtype::kQ8_0 || sliding_window > 0 ||
-         std::any_of(ops.begin(), ops.end(), [](const Op& op) { return op.kind == Op::kShift; });
+  return kv_dtype == KvDtype::kQ8_0 || sliding_window > 0 || prompt_logits ||
+         std::any_of(ops.begin(), ops.end(),
+                     [](const Op& op) { return op.kind == Op::kShift || op.kind == Op::kOffload; });
 }
 
 Outcome run_minimal_case(const MinimalCase& m, FaultSet faults, const MakeEngine& make_engine) {
@@ -59,6 +63,10 @@ Outcome run_minimal_case(const MinimalCase& m, FaultSet faults, const MakeEngine
   o.block_size = m.block_size;
   o.pool_blocks = m.pool_blocks;
   o.prefix_cache = m.prefix_cache;
+  o.prompt_logits = m.prompt_logits;
+  // A host tier as large as the default pool where the script offloads.
+  if (std::any_of(m.ops.begin(), m.ops.end(), [](const Op& op) { return op.kind == Op::kOffload; }))
+    o.host_blocks = o.max_rows * ((m.capacity + m.block_size - 1) / m.block_size);
   auto engine = make_engine(c, init_weights(c, 77), o);
   std::vector<SequenceId> ids;
   std::vector<std::vector<int32_t>> tokens;
@@ -102,6 +110,9 @@ Outcome run_minimal_case(const MinimalCase& m, FaultSet faults, const MakeEngine
         case Op::kAbort:
           engine->abort(ids[size_t(op.sequence)]);
           break;
+        case Op::kOffload:
+          engine->offload(ids[size_t(op.sequence)]);
+          break;
         case Op::kReset:
           engine->reset();
           break;
@@ -123,6 +134,7 @@ Outcome run_minimal_case(const MinimalCase& m, FaultSet faults, const MakeEngine
           all.push_back(float(pool.free));
           all.push_back(float(pool.used));
           all.push_back(float(references));
+          all.push_back(float(pool.host_free));
           all.push_back(engine->unheld_storage_check().empty() ? 1.0f : 0.0f);
           break;
         }
@@ -413,6 +425,42 @@ const std::vector<MinimalCase>& minimal_cases() {
        0,
        true,
        {{1}, {1, 5}}},
+      // s1 = [1 5] hits s0's block [1]; its reused row keeps the buffer's
+      // last row, s0's logits of token 2 at position 1, not a cold run's.
+      {Fault::kHitPromptLogitsStale,
+       F::kGpt2,
+       1,
+       1,
+       1,
+       4,
+       {start(), step({{0, 1}}), step({{0, 1}}), start(), step({{1, 2}})},
+       1,
+       KvDtype::kF32,
+       0,
+       0,
+       true,
+       {{1, 2}, {1, 5}},
+       0,
+       true},
+      // s0's one block goes to the host tier and comes back for the next
+      // token: the copy missed the token written into it (NaN logits).
+      {Fault::kOffloadBeforeWrite,
+       F::kGpt2,
+       1,
+       1,
+       1,
+       4,
+       {start(), step({{0, 1}}), offload(0), step({{0, 1}})},
+       1},
+      // The same round trip: the host block is not handed back.
+      {Fault::kOffloadCountsDrift,
+       F::kGpt2,
+       1,
+       1,
+       1,
+       4,
+       {start(), step({{0, 1}}), offload(0), step({{0, 1}}), observe()},
+       1},
   };
   return cases;
 }

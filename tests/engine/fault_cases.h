@@ -33,11 +33,12 @@ struct Op {
     kObserve,
     kTryStep,
     kShift,
-    kAbort
+    kAbort,
+    kOffload
   } kind;
   std::vector<std::pair<int, int>> entries = {};  // kStep: (sequence index, tokens)
-  int sequence = 0;                               // kFinish, kAbort, kFork (parent), kTruncate
-  int count = 0;  // kFork, kTruncate; kShift: delta; kStart: cache key (0: none)
+  int sequence = 0;  // kFinish, kAbort, kOffload, kFork (parent), kTruncate
+  int count = 0;     // kFork, kTruncate; kShift: delta; kStart: cache key (0: none)
 };
 
 Op start();
@@ -51,6 +52,7 @@ Op try_step(std::vector<std::pair<int, int>> entries);
 Op shift(int sequence, int delta);
 Op abort(int sequence);
 Op start_keyed(int cache_key);
+Op offload(int sequence);
 
 struct MinimalCase {
   Fault fault;
@@ -64,9 +66,10 @@ struct MinimalCase {
   bool prefix_cache = false;
   std::vector<std::vector<int32_t>> prompts = {};  // [sequence] its tokens; empty: random ones
   int sliding_window = 0;                          // Config::sliding_window (every layer)
+  bool prompt_logits = false;                      // EngineOptions::prompt_logits
 
   // Uses what only the CPU engine offers (docs/OPERATIONS.md): q8_0 K/V,
-  // sliding windows; erase and shift.
+  // sliding windows; erase and shift; a host tier (offload).
   bool cpu_only() const;
 };
 

@@ -30,18 +30,6 @@ EngineOptions options(KvDtype dtype = KvDtype::kF32) {
   return o;
 }
 
-// Every layer's snapshot bytes, K then V, and the positions.
-std::vector<uint8_t> cache_bytes(const Engine& e, SequenceId s) {
-  std::vector<uint8_t> out;
-  for (int l = 0; l < e.config().n_layers; ++l) {
-    const CacheSnapshot snap = e.cache(s, l);
-    out.insert(out.end(), snap.k.begin(), snap.k.end());
-    out.insert(out.end(), snap.v.begin(), snap.v.end());
-    for (int32_t p : snap.positions) out.push_back(uint8_t(p));
-  }
-  return out;
-}
-
 const std::vector<int32_t> kTokens = {3, 17, 5, 40, 9, 22, 31, 8};
 
 TEST(Shift, EraseOfNothingChangesNoBit) {

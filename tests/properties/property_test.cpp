@@ -113,6 +113,75 @@ TEST(Generators, ShrunkGenesStayValid) {
   }
 }
 
+// --scenarios-per-model: each run of 3 scenarios shares one config (max_pos
+// included) and weight seed, every scenario validates within its model's
+// max_pos, and the runs draw different models.
+TEST(Generators, ModelReuseDrawsRunsOfScenariosOnOneModel) {
+  auto reuse = std::make_shared<rcgen::ModelReuse>();
+  reuse->scenarios_per_model = 3;
+  const rc::Gen<Scenario> gen =
+      rcgen::scenario(rcgen::Emphasis::kAny, cpu_engine_traits_with_operations(), nullptr, reuse);
+  std::set<std::pair<uint64_t, int>> models;
+  for (int run = 0; run < 20; ++run) {
+    std::optional<Scenario> first;
+    for (int i = 0; i < 3; ++i) {
+      const Scenario s = gen(rc::Random(uint64_t(100 + 3 * run + i)), 60).value();
+      ASSERT_EQ(s.validate(), "") << s.to_text();
+      ASSERT_GE(s.config.max_pos, s.capacity);
+      if (!first) {
+        first = s;
+        continue;
+      }
+      // The window and the family follow scenario genes (a window, erase or
+      // shift); the engine here declares both, so compare what the model
+      // genes alone decide.
+      EXPECT_EQ(s.weight_seed, first->weight_seed);
+      EXPECT_EQ(s.config.max_pos, first->config.max_pos);
+      EXPECT_EQ(s.config.n_layers, first->config.n_layers);
+      EXPECT_EQ(s.config.n_heads, first->config.n_heads);
+      EXPECT_EQ(s.config.d_ff, first->config.d_ff);
+    }
+    models.insert({first->weight_seed, first->config.n_layers * 1000 + first->config.d_ff});
+  }
+  EXPECT_GE(models.size(), 15u);
+  // Drawn at sizes of their own: runs that start where RapidCheck's size is
+  // 0 (each hunt's first case) still draw models of every size.
+  auto at_zero = std::make_shared<rcgen::ModelReuse>();
+  at_zero->scenarios_per_model = 3;
+  const rc::Gen<Scenario> small =
+      rcgen::scenario(rcgen::Emphasis::kAny, cpu_engine_traits_with_operations(), nullptr, at_zero);
+  int larger = 0;
+  for (int run = 0; run < 20; ++run) {
+    const Scenario s = small(rc::Random(uint64_t(500 + run)), 0).value();
+    for (int i = 1; i < 3; ++i) (void)small(rc::Random(uint64_t(900 + i)), 0).value();
+    larger += s.config.n_layers > 1 || s.config.d_ff > 8 || s.config.vocab > 16;
+  }
+  EXPECT_GE(larger, 10);
+}
+
+// limits.query_width_is_d_model (llama.cpp's gpt2): every drawn gpt2 model
+// has n_heads*head_dim == d_model, and refuses() names one that does not.
+TEST(Generators, QueryWidthIsDModelWhereTheEngineSaysSo) {
+  EngineTraits traits;
+  traits.limits.query_width_is_d_model = {Family::kGpt2};
+  traits.limits.min_head_dim = 2;
+  int gpt2 = 0;
+  const rc::Gen<Scenario> gen = rcgen::scenario(rcgen::Emphasis::kAny, traits);
+  for (uint64_t seed = 1; seed <= 300; ++seed) {
+    const Scenario s = gen(rc::Random(seed), int(seed % 101)).value();
+    ASSERT_EQ(s.validate(), "");
+    EXPECT_EQ(traits.refuses(s.config, s.kv_dtype, s.capacity, s.max_rows), "") << s.to_text();
+    if (s.config.family != Family::kGpt2) continue;
+    ++gpt2;
+    EXPECT_EQ(s.config.n_heads * s.config.head_dim, s.config.d_model);
+  }
+  EXPECT_GT(gpt2, 50);
+  Config wide = gpt2_tiny();
+  wide.d_model = wide.n_heads * wide.head_dim + 2;
+  EXPECT_NE(traits.refuses(wide, KvDtype::kF32, 4, 1).find("limits.query_width_is_d_model"),
+            std::string::npos);
+}
+
 TEST(Generators, EveryCoverageTagOccurs) {
   const rc::Gen<Scenario> scenarios = rcgen::scenario();
   rcgen::Coverage seen;
@@ -242,7 +311,8 @@ TEST(Generators, TheDefaultGeneratorReachesEveryShape) {
         {"verify: accept all", c.verify_accept_all},
         {"verify: one draft", c.verify_one_draft},
         {"verify: across blocks", c.verify_across_blocks},
-        {"abort", c.abort}};
+        {"abort", c.abort},
+        {"offload", c.offload}};
     for (const auto& [name, has] : tags) seen[name] += has;
   }
   const std::set<std::string> shapes = {"erase middle, then step", "shift up",
@@ -284,6 +354,25 @@ TEST(Generators, ThePrefixCacheEmphasisHitsAfterAnAbort) {
   }
   std::cout << "abort, then a hit on its prefix: " << 100.0 * hits / kCases << " %\n";
   EXPECT_GE(100.0 * hits / kCases, 5.0);
+}
+
+// The offload emphasis (the kill rows of the host tier's faults) offloads
+// in most cases, and steps an offloaded sequence again (bringing its blocks
+// back) in a third or more.
+TEST(Generators, TheOffloadEmphasisOffloadsAndBringsBlocksBack) {
+  const rc::Gen<Scenario> scenarios =
+      rcgen::scenario(rcgen::Emphasis::kOffload, cpu_engine_traits_with_operations());
+  constexpr int kCases = 2000;
+  int offloads = 0, back = 0;
+  for (uint64_t seed = 1; seed <= kCases; ++seed) {
+    const rcgen::Coverage c = rcgen::coverage(scenarios(rc::Random(seed), int(seed % 100)).value());
+    offloads += c.offload;
+    back += c.offload_then_step;
+  }
+  std::cout << "offload: " << 100.0 * offloads / kCases
+            << " %, then a step: " << 100.0 * back / kCases << " %\n";
+  EXPECT_GE(100.0 * offloads / kCases, 50.0);
+  EXPECT_GE(100.0 * back / kCases, 33.0);
 }
 
 // Keyed requests, and a prompt shared across two keys (a hit that must be

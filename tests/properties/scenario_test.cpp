@@ -52,7 +52,10 @@ TEST(Scenario, SizeMatchesTheFaultCatalogue) {
                                          {Fault::kTruncateAllNoop, 8},
                                          {Fault::kTruncateKeepsLast, 8},
                                          {Fault::kAbortFreesCached, 10},
-                                         {Fault::kPrefixIgnoresKey, 9}};
+                                         {Fault::kPrefixIgnoresKey, 9},
+                                         {Fault::kHitPromptLogitsStale, 11},
+                                         {Fault::kOffloadBeforeWrite, 8},
+                                         {Fault::kOffloadCountsDrift, 8}};
   for (const auto& [fault, size] : sizes) {
     EXPECT_EQ(minimal_fault_scenario(fault).size(), size) << fault_name(fault);
   }

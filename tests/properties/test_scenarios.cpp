@@ -271,6 +271,20 @@ Scenario minimal_fault_scenario(Fault fault) {
       s.cache_keys = {1, 2};
       s.calls = {S(0), P({{0, 1}}), S(1), P({{1, 2}})};
       break;
+    case Fault::kHitPromptLogitsStale:
+      // s1 = [1 5] hits s0's block [1] after s0's second step.
+      s.block_size = 1;
+      s.prefix_cache = s.prompt_logits = true;
+      s.calls = {S(0), P({{0, 1}}), P({{0, 1}}), S(1), P({{1, 2}})};
+      break;
+    case Fault::kOffloadBeforeWrite:
+    case Fault::kOffloadCountsDrift:
+      // s0's one block goes to the host tier and the next step brings it
+      // back: before_write copied it without the token written into it;
+      // counts_drift leaves the host block off the host free list.
+      s.block_size = 1;
+      s.calls = {S(0), P({{0, 1}}), Call::offload(0), P({{0, 1}})};
+      break;
     case Fault::kCount:
       break;
   }
@@ -290,6 +304,7 @@ Scenario minimal_fault_scenario(Fault fault) {
   if (fault == Fault::kPrefixHitExtraBlock) s.sequences = {{1, 2}, {1, 5}};
   if (fault == Fault::kAbortFreesCached) s.sequences = {{1, 2}, {1, 5}};
   if (fault == Fault::kPrefixIgnoresKey) s.sequences = {{1}, {1, 5}};
+  if (fault == Fault::kHitPromptLogitsStale) s.sequences = {{1, 2}, {1, 5}};
   return s;
 }
 

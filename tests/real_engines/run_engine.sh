@@ -7,7 +7,10 @@
 #   run_engine.sh ADAPTER PACKAGE check KVCHECK EXPORT "ADAPTER OPTIONS"
 #                 (kvcheck check-adapter on the adapter with those options)
 # ADAPTER is the adapter's folder (adapters/llama.cpp), PACKAGE the npm
-# package its node_modules must hold (node-llama-cpp).
+# package its node_modules must hold (node-llama-cpp). EXPORT is only probed
+# here (does it write ONNX?): the adapter converts with the kvcheck-export
+# that kvcheck names in its environment (KVCHECK_EXPORT, the one beside
+# kvcheck), so no --export is passed and an inherited KVCHECK_EXPORT is unset.
 # Skips (exit 77) with a message where Node 20+ or the adapter's node_modules
 # is missing (a developer who skipped npm); ci/setup installs them in CI.
 # A case file's backend is its first "# expect:" line's mode; the file name
@@ -18,6 +21,7 @@ set -u
 adapter=$1 package=$2
 shift 2
 mode=$1 kvcheck=$2 export=$3 arg=$4
+unset KVCHECK_EXPORT
 engine=$(basename "$adapter")
 major=$(node -p 'process.versions.node.split(".")[0]' 2>/dev/null) || major=0
 if [ "${major:-0}" -lt 20 ]; then
@@ -44,17 +48,23 @@ case $mode in
     # the one whose traits kvcheck checks in full. Three cases per property
     # per turn: at about 1 case/s every property gets turns within the time
     # (the default 25 would leave most at 0).
-    exec "$kvcheck" campaign --backend "exec:node $adapter/engine.mjs --export $export" \
-      --time "$arg" --turn-cases 3 --no-kill-matrix --failures "${TMPDIR:-/tmp}/kvcheck-$engine-ci-failures"
+    # llama.cpp: ten scenarios per generated model: loads were most of a case
+    # (docs/PERFORMANCE.md); more models than a new one per case drew in a
+    # minute.
+    per_model=
+    if [ "$engine" = llama.cpp ]; then per_model="--scenarios-per-model 10"; fi
+    # shellcheck disable=SC2086  # per_model: none or two words
+    exec "$kvcheck" campaign --backend "exec:node $adapter/engine.mjs" \
+      --time "$arg" --turn-cases 3 $per_model --no-kill-matrix --failures "${TMPDIR:-/tmp}/kvcheck-$engine-ci-failures"
     ;;
   check)
-    exec "$kvcheck" check-adapter --backend "exec:node $adapter/engine.mjs $arg --export $export"
+    exec "$kvcheck" check-adapter --backend "exec:node $adapter/engine.mjs $arg"
     ;;
   replay)
     # The adapter options the case was found with, from its "backend" line.
     options=$(sed -n 's/^backend exec:node [^ ]*engine\.mjs\( .*\)\{0,1\}$/\1/p' "$arg" | head -n 1 |
       sed 's/ --export [^ ]*//')
-    "$kvcheck" replay "$arg" --backend "exec:node $adapter/engine.mjs$options --export $export"
+    "$kvcheck" replay "$arg" --backend "exec:node $adapter/engine.mjs$options"
     status=$?
     case $arg in
       *.fails.case)

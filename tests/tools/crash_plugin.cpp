@@ -85,7 +85,8 @@ const kvcheck_plugin_v1 kTable = {KVCHECK_PLUGIN_ABI_VERSION,
                                   nullptr,   // shift
                                   nullptr,   // cache_positions
                                   nullptr,   // abort
-                                  nullptr};  // start_keyed: no cache keys
+                                  nullptr,   // start_keyed: no cache keys
+                                  nullptr};  // offload: no host tier
 
 }  // namespace
 

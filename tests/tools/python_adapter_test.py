@@ -1,5 +1,5 @@
 """adapters/python/kvcheck_adapter.py's dispatch of the optional operations
-(pool, storage_check, the prefix cache, the paged create keys, erase, shift
+(pool, storage_check, the prefix cache, the paged create keys, erase, shift, offload
 and a snapshot's positions) on a stand-in
 engine: the replies must have the protocol's form (docs/ENGINE_PROTOCOL.md),
 with kvcheck's version-2 ids, and an engine without a method must answer
@@ -49,6 +49,9 @@ class PagedEngine:
     def shift(self, sequence, p0, p1, delta):
         self.moved = ("shift", sequence, p0, p1, delta)
 
+    def offload(self, sequence):
+        self.moved = ("offload", sequence)
+
     def cache(self, sequence, layer):
         """Two slots holding positions 3 and 4 (a ring or shifted cells)."""
         return b"\0" * 8, b"\0" * 8, [3, 4]
@@ -87,8 +90,10 @@ def main():
     expect("hello", server.handle({"op": "hello", "protocol": 2})[0]["protocol"], 2)
     server.handle({"op": "load", "path": "m", "model": 1})
     server.handle({"op": "create", "model": 1, "capacity": 8, "max_rows": 2, "kv_dtype": "f32",
-                   "block_size": 2, "pool_blocks": 3, "prefix_cache": True, "engine": 5})
-    expect("paged create keys", made[-1], {"block_size": 2, "pool_blocks": 3, "prefix_cache": True})
+                   "block_size": 2, "pool_blocks": 3, "prefix_cache": True, "host_blocks": 4,
+                   "engine": 5})
+    expect("paged create keys", made[-1], {"block_size": 2, "pool_blocks": 3, "prefix_cache": True,
+                                           "host_blocks": 4})
     server.handle({"op": "start", "engine": 5, "sequence": 40})
     server.handle({"op": "start", "engine": 5, "sequence": 41})
     reply, payloads = server.handle({"op": "step", "engine": 5, "entries": [
@@ -108,6 +113,8 @@ def main():
     expect("shift", server.handle({"op": "shift", "engine": 5, "sequence": 40, "p0": 3,
                                    "p1": 64, "delta": -2})[0], {})
     expect("shift reaches the engine's id", server.engines[5].moved, ("shift", 100, 3, 64, -2))
+    expect("offload", server.handle({"op": "offload", "engine": 5, "sequence": 41})[0], {})
+    expect("offload reaches the engine's id", server.engines[5].moved, ("offload", 101))
     reply, payloads = server.handle({"op": "cache", "engine": 5, "sequence": 40, "layer": 0})
     expect("cache positions", (reply.get("positions"), reply["length"]), ([3, 4], 2))
     expect("cache payloads", [len(p) for p in payloads], [8, 8])
@@ -123,7 +130,7 @@ def main():
     expect("no reused without the method", "reused" in reply, False)
     reply, _ = server.handle({"op": "cache", "engine": 6, "sequence": 50, "layer": 0})
     expect("cache without positions", (reply.get("positions"), reply["length"]), (None, 1))
-    for op in ("pool", "storage_check", "flush", "erase", "shift"):
+    for op in ("pool", "storage_check", "flush", "erase", "shift", "offload"):
         try:
             server.handle({"op": op, "engine": 6, "sequence": 50, "p0": 0, "p1": 1,
                            "delta": 1})

@@ -7,6 +7,8 @@
 // Prints layer 0's first K elements of the parent and of the fork (saved
 // before and after a decode elsewhere), then restores the stale state into a
 // fresh sequence and compares the next token's logits with the parent's.
+// Then the same for a sequence saved between a context shift and the next
+// decode (the pending K rotation).
 //   node adapters/llama.cpp/repro/state_after_fork_stale.mjs [KVCHECK_EXPORT]
 import {execFileSync} from "node:child_process";
 import fs from "node:fs";
@@ -53,5 +55,29 @@ const got = await next(restored);
 let worst = 0;
 for (const [token, value] of expected) worst = Math.max(worst, Math.abs(value - got.get(token)));
 console.log(`next token's logits, the stale state restored vs the parent: largest difference ${worst}`);
+await restored.dispose();
+
+// The same for a pending K shift: a context shift (llama_memory_seq_rm of
+// position 0, llama_memory_seq_add of [1, 4) by -1, through node-llama-cpp's
+// private addon object, as adapters/llama.cpp/engine.mjs does) moves the
+// cells' positions at once and queues the K rotation for the next decode;
+// the state saved in between has the new positions and un-rotated K.
+const shifted = context.getSequence();
+await shifted.controlledEvaluate([[5, {}], [6, {}], [7, {}], [8, {}]]);
+if (!context._ctx.removeTokenCellsFromSequence(shifted._sequenceId, 0, 1)) throw new Error("seq_rm failed");
+context._ctx.shiftSequenceTokenCells(shifted._sequenceId, 1, 4, -1);
+shifted._contextTokens = [6, 7, 8];  // node-llama-cpp's bookkeeping: positions 0..2 now
+shifted._nextTokenIndex = 3;
+const unrotated = await save(shifted, "shifted, saved before any decode");
+const shiftedNext = await next(shifted);  // this decode runs the queued rotation
+await save(shifted, "shifted, saved after a decode   ");
+await shifted.dispose();
+const again = context.getSequence();
+fs.writeFileSync(file, unrotated);
+await again.loadStateFromFile(file, {acceptRisk: true});
+const gotShifted = await next(again);
+let worstShifted = 0;
+for (const [token, value] of shiftedNext) worstShifted = Math.max(worstShifted, Math.abs(value - gotShifted.get(token)));
+console.log(`next token's logits, the state saved before the shift's decode restored vs the shifted sequence: largest difference ${worstShifted}`);
 fs.rmSync(dir, {recursive: true, force: true});
 process.exit(0);

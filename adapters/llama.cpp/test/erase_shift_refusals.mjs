@@ -13,70 +13,26 @@
 // Exit codes: 0 all held, 1 a check failed, 2 bad arguments, 77 skipped
 // (Node older than 20, or node-llama-cpp not installed: run ci/setup).
 import assert from "node:assert/strict";
-import {execFileSync, spawn} from "node:child_process";
-import {existsSync, mkdtempSync, rmSync, writeFileSync} from "node:fs";
-import {tmpdir} from "node:os";
-import {join} from "node:path";
+import {existsSync, rmSync} from "node:fs";
 
-import {adapterDir, skipUnlessNodeLlamaCpp} from "./requirements.mjs";
+import {AdapterChild, modelFolder} from "./protocol_client.mjs";
+import {skipUnlessNodeLlamaCpp} from "./requirements.mjs";
 
 skipUnlessNodeLlamaCpp();
-const adapter = adapterDir;
 const exportTool = process.argv[2];
 if (exportTool == null || !existsSync(exportTool)) {
     console.error("usage: node test/erase_shift_refusals.mjs PATH/TO/kvcheck-export");
     process.exit(2);
 }
 
-// A tiny llama model folder (config.json + model.safetensors), as kvcheck's exec client writes one.
+// A tiny llama model.
 const kMaxPos = 8;
-const config = {family: "llama", n_layers: 2, d_model: 8, n_heads: 2, n_kv_heads: 1, head_dim: 4, d_ff: 8,
-                vocab: 16, max_pos: kMaxPos, rope_theta: 10000, norm_eps: 1e-5, qkv_bias: false};
-const folder = mkdtempSync(join(tmpdir(), "kvcheck-refusals-"));
-const configFile = join(folder, "config.json");
-writeFileSync(configFile, JSON.stringify(config));
-execFileSync(exportTool, ["--config", configFile, "--seed", "5", "--out", join(folder, "model.safetensors")]);
-
-// One engine.mjs child; request() sends a frame and resolves to [reply, payloads].
-const child = spawn(process.execPath, [join(adapter, "engine.mjs"), "--export", exportTool],
-                    {stdio: ["pipe", "pipe", "inherit"]});
-let buffered = Buffer.alloc(0);
-let waiting = null;
-child.stdout.on("data", (chunk) => {
-    buffered = Buffer.concat([buffered, chunk]);
-    if (waiting) waiting();
-});
-async function readFrame() {
-    for (;;) {
-        if (buffered.length >= 4 && buffered.length >= 4 + buffered.readUInt32LE(0)) {
-            const n = buffered.readUInt32LE(0);
-            const body = buffered.subarray(4, 4 + n);
-            buffered = buffered.subarray(4 + n);
-            return body;
-        }
-        await new Promise((resolve) => (waiting = resolve));
-    }
-}
-async function request(message) {
-    const body = Buffer.from(JSON.stringify(message));
-    const head = Buffer.alloc(4);
-    head.writeUInt32LE(body.length, 0);
-    child.stdin.write(Buffer.concat([head, body]));
-    const reply = JSON.parse((await readFrame()).toString("utf8"));
-    const payloads = [];
-    for (let i = 0; i < (reply.payloads ?? []).length; ++i) payloads.push(await readFrame());
-    return [reply, payloads];
-}
-async function ok(message) {
-    const [reply, payloads] = await request(message);
-    assert.equal(reply.error, undefined, `${JSON.stringify(message)} was refused: ${JSON.stringify(reply.error)}`);
-    return [reply, payloads];
-}
-async function refused(message, kind) {
-    const [reply] = await request(message);
-    assert.equal(reply.error?.kind, kind, `${JSON.stringify(message)}: expected a ${kind} refusal, got ${JSON.stringify(reply)}`);
-    console.log(`ok: ${message.op} ${JSON.stringify(message)} -> ${kind}`);
-}
+const folder = modelFolder(exportTool, {family: "llama", n_layers: 2, d_model: 8, n_heads: 2, n_kv_heads: 1, head_dim: 4,
+                                        d_ff: 8, vocab: 16, max_pos: kMaxPos, rope_theta: 10000, norm_eps: 1e-5,
+                                        qkv_bias: false}, 5);
+const adapter = new AdapterChild(["--export", exportTool]);
+const ok = (message) => adapter.ok(message);
+const refused = (message, kind) => adapter.refused(message, kind);
 
 let failed = false;
 try {
@@ -131,7 +87,7 @@ try {
     failed = true;
     console.error(`FAILED: ${error.message}`);
 } finally {
-    child.stdin.end();
+    await adapter.close();
     rmSync(folder, {recursive: true, force: true});
 }
 process.exit(failed ? 1 : 0);

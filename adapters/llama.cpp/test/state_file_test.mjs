@@ -5,10 +5,11 @@
 // tokens 7 and 3 of the model `kvcheck-export --family llama --n-layers 1
 // --d-model 4 --n-heads 1 --n-kv-heads 1 --head-dim 32 --d-ff 4 --vocab 8
 // --max-pos 4 --norm-eps 1e-5 --seed 0` (f32 and f16 without flash attention,
-// q8_0 with it). The three must agree the way storage does: f16 is the f32
+// so V transposed: llama.cpp sets attn_v_trans = !flash_attn; q8_0 with it,
+// V in rows). The three must agree the way storage does: f16 is the f32
 // value rounded to nearest, q8_0's codes are quantize_row_q8_0's from the f32
-// row. Built bytes: the transposed V layout (not produced by this llama.cpp
-// build for these models) and every malformation the parser must refuse.
+// row. Built bytes: both V layouts and every malformation the parser must
+// refuse.
 //
 //   node adapters/llama.cpp/test/state_file_test.mjs
 //
@@ -18,7 +19,8 @@ import {readFileSync} from "node:fs";
 import {dirname, join} from "node:path";
 import {fileURLToPath} from "node:url";
 
-import {halfToFloat, parseSequenceState, snapshotLayer, StateFileError, unpermuteHeads} from "../state_file.mjs";
+import {cacheRotations, halfToFloat, parseSequenceState, snapshotLayer, StateFileError, unpermuteHeads,
+        unrotateRuns} from "../state_file.mjs";
 
 const here = dirname(fileURLToPath(import.meta.url));
 const real = (name) => readFileSync(join(here, "state_files", `${name}.bin`));
@@ -35,6 +37,12 @@ const expect = (type) => ({layers: 1, width: 32, type, seqId: 1});
 const f32 = parseSequenceState(real("f32"), expect("f32"));
 const f16 = parseSequenceState(real("f16"), expect("f16"));
 const q8 = parseSequenceState(real("q8_0"), expect("q8_0"));
+
+check("real files: V transposed exactly without flash attention", () => {
+    assert.equal(f32.vTrans, 1);
+    assert.equal(f16.vTrans, 1);
+    assert.equal(q8.vTrans, 0);
+});
 
 check("real f32: tokens, positions, finite values", () => {
     for (const state of [f32, f16, q8]) {
@@ -87,6 +95,31 @@ check("snapshot: K un-permuted per head, V as stored, position order", () => {
 
 check("unpermuteHeads: two heads of 4", () => {
     assert.deepEqual(Array.from(unpermuteHeads(Float32Array.from([0, 2, 1, 3, 4, 6, 5, 7]), 2, 4)), [0, 1, 2, 3, 4, 5, 6, 7]);
+});
+
+check("cacheRotations: llama.cpp's attn_rot_k / attn_rot_v sizes", () => {
+    assert.deepEqual(cacheRotations("q8_0", 64, undefined), {k: 64, v: 64});
+    assert.deepEqual(cacheRotations("q8_0", 128, undefined), {k: 128, v: 64});
+    assert.deepEqual(cacheRotations("q8_0", 192, undefined), {k: 64, v: 64});
+    assert.deepEqual(cacheRotations("q8_0", 256, "0"), {k: 256, v: 64});
+    assert.deepEqual(cacheRotations("q8_0", 96, undefined), {k: 0, v: 0});
+    assert.deepEqual(cacheRotations("q8_0", 32, undefined), {k: 0, v: 0});
+    assert.deepEqual(cacheRotations("q8_0", 64, "1"), {k: 0, v: 0});
+    assert.deepEqual(cacheRotations("f16", 64, undefined), {k: 0, v: 0});
+    assert.deepEqual(cacheRotations("f32", 128, undefined), {k: 0, v: 0});
+});
+
+check("unrotateRuns: H_n is ggml_gen_hadamard's, its own inverse, per run", () => {
+    // H_4 = 1/2 [[1,1,1,1],[1,-1,1,-1],[1,1,-1,-1],[1,-1,-1,1]] (Sylvester).
+    assert.deepEqual(Array.from(unrotateRuns(Float32Array.from([1, 0, 0, 0, 0, 0, 1, 0]), 4)),
+                     [0.5, 0.5, 0.5, 0.5, 0.5, 0.5, -0.5, -0.5]);
+    const row = Float32Array.from({length: 128}, (_, i) => Math.sin(i + 1));
+    for (const n of [64, 128]) {
+        const twice = unrotateRuns(unrotateRuns(row, n), n);
+        twice.forEach((x, i) => assert.ok(Math.abs(x - row[i]) <= 1e-6, `n ${n} [${i}]: ${x} vs ${row[i]}`));
+    }
+    assert.equal(unrotateRuns(row, 0), row);
+    assert.throws(() => unrotateRuns(row, 96), StateFileError);
 });
 
 check("halfToFloat: normal, subnormal, specials", () => {

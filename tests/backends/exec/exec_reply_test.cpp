@@ -147,6 +147,22 @@ TEST(ExecReply, PoolRepliesParseAndMalformedOnesSayWhy) {
   PoolReport again;
   ASSERT_EQ("", parse_pool_reply(encode_pool_reply(pool), again));
   EXPECT_EQ(pool.tables, again.tables);
+  EXPECT_EQ(0, again.host_total);
+  EXPECT_FALSE(encode_pool_reply(pool).contains("host")) << "a reply without a host tier changed";
+  // A host tier (offload): its counts come back, and a malformed one says why.
+  const nlohmann::json tiered = nlohmann::json::parse(
+      R"({"block_size":4,"total":2,"free":1,"used":1,"cached":0,)"
+      R"("host":{"total":2,"free":1,"used":1,"cached":0},"refcounts":[1,0,1,0],)"
+      R"("tables":[{"sequence":1,"blocks":[2,0]}]})");
+  ASSERT_EQ("", parse_pool_reply(tiered, again));
+  EXPECT_EQ(2, again.host_total);
+  EXPECT_EQ(1, again.host_free);
+  EXPECT_EQ(1, again.host_used);
+  EXPECT_EQ(tiered, encode_pool_reply(again));
+  nlohmann::json no_used = tiered;
+  no_used["host"].erase("used");
+  EXPECT_NE(parse_pool_reply(no_used, again).find("\"host\".\"used\" is missing"),
+            std::string::npos);
   // Counts that do not add up are the engine's bug, not malformed.
   nlohmann::json wrong = ok;
   wrong["free"] = 5;

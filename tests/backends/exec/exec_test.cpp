@@ -22,6 +22,7 @@
 #include "properties/property.h"
 #include "properties/runner.h"
 #include "properties/scenario.h"
+#include "tests/backends/offload_round_trip.h"
 #include "tests/backends/operation_faults.h"
 #include "tests/properties/test_scenarios.h"
 
@@ -713,6 +714,12 @@ TEST(ExecServe, ARefusalSentAheadAsTheLastCallFailsItsOwnRun) {
 // fault switches): on its minimal scenario every property gives the in-tree
 // verdict through the protocol, and at least one fails; the clean child
 // passes the same scenario.
+// kvcheck-serve carries offload: the create key host_blocks, the offload
+// request and the pool reply's host tier.
+TEST(ExecServe, OffloadGivesTheInTreeVerdicts) {
+  test::expect_offload_through(backend_registry().resolve(kServe).under_test());
+}
+
 TEST(ExecServe, OperationFaultsAreCaughtThroughExec) {
   test::expect_operation_faults_caught(
       [](const std::string& fault) {

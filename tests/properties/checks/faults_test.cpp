@@ -94,6 +94,12 @@ const std::vector<FaultCase>& fault_cases() {
        {{P::kOracle, 3, 0, 0}, {P::kRollback, 3, 0, 0}, {P::kCacheState, 2, 0, 0, 0}}},
       {Fault::kAbortFreesCached, {{P::kOracle, 4, 1, 1}, {P::kPool, 2, -1, -1}}},
       {Fault::kPrefixIgnoresKey, {{P::kPrefix, 3, 1, 0}}},
+      {Fault::kHitPromptLogitsStale, {{P::kOracle, 4, 1, 0}, {P::kPrefix, 4, 1, 0}}},
+      // The host copy lacks the one token: P6 reads it right after the
+      // offload, P1 after the step that brings it back.
+      {Fault::kOffloadBeforeWrite, {{P::kOracle, 3, 0, 1}, {P::kCacheState, 2, 0, 0, 0, 0, 0, 0}}},
+      // The reload leaves the host block off its free list.
+      {Fault::kOffloadCountsDrift, {{P::kPool, 3, -1, -1}}},
   };
   return cases;
 }
@@ -170,10 +176,11 @@ TEST(Faults, EveryFaultIsKilledOnTheRichScenario) {
         const Scenario& scenario = fault_needs(fault) == "sliding_window" ? windowed : plain;
         if (fault == Fault::kRopeReapplied && family == Family::kGpt2) continue;
         // The rich scenario has no fork, truncation, paged storage, prefix
-        // cache, abort, erase or shift.
+        // cache, abort, erase, shift or offload.
         if (fault_needs(fault) == "truncate" || fault_needs(fault) == "paged" ||
             fault_needs(fault) == "prefix_cache" || fault_needs(fault) == "abort" ||
-            fault_needs(fault) == "cache_keys" || fault_needs(fault) == "shift") {
+            fault_needs(fault) == "cache_keys" || fault_needs(fault) == "prompt_logits" ||
+            fault_needs(fault) == "shift" || fault_needs(fault) == "offload") {
           continue;
         }
         // The scale faults live in q8_0 storage only.

@@ -162,9 +162,10 @@ std::vector<Malformed> malformed_cases() {
       {"unknown key", with_line("backend", "colour blue"),
        "line 7: unknown key \"colour\"; expected one of note, property, fault, backend, engine, "
        "reference, model, model_hash, the model and engine fields (family ... kv_dtype, "
-       "sliding_window, sliding_window_pattern, block_size, pool_blocks, prefix_cache), "
+       "sliding_window, sliding_window_pattern, block_size, pool_blocks, prefix_cache, "
+       "prompt_logits), "
        "sequence, cache_key, start, step, finish, reset, fork, truncate, flush, erase, shift, "
-       "verify, abort, "
+       "verify, abort, offload, "
        "verdict, where, summary, prelude (docs/CASE_FORMAT.md)"},
       {"negative window", with_line("backend", "sliding_window -2"),
        "line 7: sliding_window: expected an integer in [0, 2147483647], got \"-2\""},
@@ -197,7 +198,8 @@ std::vector<Malformed> malformed_cases() {
        "prefix_hash_only, prefix_hit_extra_block, refusal_leaves_half_table, window_off_by_one, "
        "window_per_chunk, ring_index_unwrapped, shift_keeps_k, shift_rotates_v, shift_wrong_sign, "
        "truncate_late, truncate_all_noop, truncate_keeps_last, abort_frees_cached, "
-       "prefix_ignores_key"},
+       "prefix_ignores_key, hit_prompt_logits_stale, offload_before_write, "
+       "offload_counts_drift"},
       {"trailing comma in faults", with_line("fault", "fault kv_swapped,"),
        "line 6: fault: expected a fault name after the last comma"},
       {"empty backend", with_line("backend", "backend  "),

@@ -63,6 +63,9 @@ inline const std::vector<FaultTarget>& fault_targets() {
         P::kCacheState,  // truncate_keeps_last
         P::kPool,        // abort_frees_cached
         P::kPrefix,      // prefix_ignores_key
+        P::kOracle,      // hit_prompt_logits_stale
+        P::kCacheState,  // offload_before_write
+        P::kPool,        // offload_counts_drift
     };
     static_assert(std::size(property_of) == size_t(kFaultCount));
     std::vector<FaultTarget> out;

@@ -60,6 +60,7 @@ class AdapterCheck {
       if (traits) {
         int models = 0;
         for (Config config : {llama_gqa(), gpt2_tiny()}) {
+          config = fitted(config, traits->limits);
           const std::string refused = traits->refuses(config, KvDtype::kF32, kCapacity, kMaxRows);
           if (!refused.empty()) {
             std::printf("  skip %s: the traits refuse it (%s)\n", family_name(config.family),
@@ -89,6 +90,15 @@ class AdapterCheck {
   }
 
  private:
+  // The tiny model with head_dim rounded up to the traits' multiple (ONNX
+  // Runtime's rotary needs 16s, a q8_0 cache 32s), so that such an engine is
+  // checked on a model it accepts rather than not at all.
+  static Config fitted(Config c, const ShapeLimits& limits) {
+    const int m = limits.head_dim_multiple;
+    if (m > 1) c.head_dim = (c.head_dim + m - 1) / m * m;
+    return c;
+  }
+
   static Config llama_gqa() {
     Config c = llama_tiny();
     c.n_kv_heads = c.n_heads / 2;  // GQA: repeat vs repeat_interleave matters

@@ -1,18 +1,20 @@
 // kvcheck-export: writes the seeded weights of a config as a safetensors file
-// (Hugging Face names and layouts) or a GGUF file (llama.cpp's), so outside
-// tools such as tools/reference_torch.py and llama.cpp can run exactly the
-// model the harness runs.
+// (Hugging Face names and layouts), a GGUF file (llama.cpp's) or an ONNX
+// graph (ONNX Runtime's GroupQueryAttention, model/onnx_model.h), so outside
+// tools such as tools/reference_torch.py, llama.cpp and ONNX Runtime can run
+// exactly the model the harness runs.
 //
 //   kvcheck-export --family llama --n-kv-heads 2 --seed 7 --out model.safetensors
 //   kvcheck-export --config config.json --vocab 256 --out model.gguf
 //   kvcheck-export --from model.safetensors --out model.gguf
+//   kvcheck-export --from model.safetensors --out model.onnx
 //
 // --from converts a file kvcheck wrote (config in its __metadata__) instead of
-// seeding weights: the llama.cpp adapter turns the safetensors folder of the
-// engine protocol into GGUF with it, so the GGUF layout has one writer.
-// The format follows the --out extension (.gguf, else safetensors) unless
-// --format says. Prints the config it wrote as one line of JSON on stdout.
-// Exit codes: 0 written, 1 the write failed, 2 bad input.
+// seeding weights: the llama.cpp and ONNX Runtime adapters turn the
+// safetensors folder of the engine protocol into GGUF or ONNX with it, so each
+// layout has one writer. The format follows the --out extension (.gguf, .onnx,
+// else safetensors) unless --format says; onnx needs a build with libonnx-dev. Prints the config it
+// wrote as one line of JSON on stdout. Exit codes: 0 written, 1 the write failed, 2 bad input.
 #include <CLI/CLI.hpp>
 
 #include <cstdint>
@@ -25,6 +27,9 @@
 #include "model/config.h"
 #include "model/config_json.h"
 #include "model/gguf.h"
+#if KVCHECK_HAVE_ONNX
+#include "model/onnx_model.h"
+#endif
 #include "model/safetensors.h"
 #include "model/weights.h"
 
@@ -40,6 +45,42 @@ kvcheck::Result<kvcheck::Config> read_config_file(const std::string& path) {
   R config = kvcheck::config_from_json(json);
   if (!config.ok()) return R::failure(path + ": " + config.error());
   return config;
+}
+
+// The format an --out path names by its extension.
+std::string format_of(const std::string& path) {
+  if (path.ends_with(".gguf")) return "gguf";
+  if (path.ends_with(".onnx")) return "onnx";
+  return "safetensors";
+}
+
+// Why `format` cannot hold this config, or empty.
+std::string unsupported(const std::string& format, const kvcheck::Config& config) {
+  if (format == "gguf") {
+    const std::string why = kvcheck::gguf_unsupported(config);
+    return why.empty() ? why : "no GGUF for this config: " + why;
+  }
+  if (format == "onnx") {
+#if KVCHECK_HAVE_ONNX
+    const std::string why = kvcheck::onnx_unsupported(config);
+    return why.empty() ? why : "no ONNX graph for this config: " + why;
+#else
+    return "--format onnx: this kvcheck-export was built without ONNX's schema "
+           "(install libonnx-dev and libprotobuf-dev, then reconfigure)";
+#endif
+  }
+  return {};
+}
+
+std::string save(const std::string& format, const std::string& path, const kvcheck::Config& config,
+                 const kvcheck::Weights& weights, bool packed_qkv) {
+  if (format == "gguf") return kvcheck::save_gguf_file(path, config, weights);
+#if KVCHECK_HAVE_ONNX
+  if (format == "onnx") return kvcheck::save_onnx_file(path, config, weights, {packed_qkv});
+#else
+  (void)packed_qkv;  // only an ONNX file has packed QKV; unsupported() refused onnx
+#endif
+  return kvcheck::save_safetensors_file(path, config, weights);
 }
 
 }  // namespace
@@ -62,8 +103,9 @@ int main(int argc, char** argv) {
   Config flags;
   app.add_option("--family", family, "gpt2 or llama")->check(CLI::IsMember({"gpt2", "llama"}));
   app.add_option("--out", out_path, "file to write")->required();
-  app.add_option("--format", format, "safetensors or gguf (default: gguf for a .gguf --out)")
-      ->check(CLI::IsMember({"safetensors", "gguf"}));
+  app.add_option("--format", format,
+                 "safetensors, gguf or onnx (default: by the --out extension, else safetensors)")
+      ->check(CLI::IsMember({"safetensors", "gguf", "onnx"}));
   app.add_option("--config", config_path, "JSON file holding a whole config (as case files do)")
       ->excludes("--family");
   app.add_option("--from", from_path,
@@ -82,6 +124,9 @@ int main(int argc, char** argv) {
   app.add_option("--rope-theta", flags.rope_theta, "llama only");
   app.add_option("--norm-eps", flags.norm_eps);
   app.add_option("--qkv-bias", flags.qkv_bias, "gpt2 only: true or false");
+  bool packed_qkv = false;
+  app.add_flag("--packed-qkv", packed_qkv,
+               "onnx only: one Q|K|V projection, GroupQueryAttention's packed input");
   CLI11_PARSE(app, argc, argv);
 
   Config config = family == "llama" ? kvcheck::llama_tiny() : kvcheck::gpt2_tiny();
@@ -130,17 +175,17 @@ int main(int argc, char** argv) {
     std::cerr << "kvcheck-export: invalid config: " << error << "\n";
     return 2;
   }
-  if (format.empty()) format = out_path.ends_with(".gguf") ? "gguf" : "safetensors";
-  if (format == "gguf") {
-    if (const std::string why = kvcheck::gguf_unsupported(config); !why.empty()) {
-      std::cerr << "kvcheck-export: no GGUF for this config: " << why << "\n";
-      return 2;
-    }
+  if (format.empty()) format = format_of(out_path);
+  if (packed_qkv && format != "onnx") {
+    std::cerr << "kvcheck-export: --packed-qkv is for --format onnx only\n";
+    return 2;
+  }
+  if (const std::string why = unsupported(format, config); !why.empty()) {
+    std::cerr << "kvcheck-export: " << why << "\n";
+    return 2;
   }
   if (from_path.empty()) weights = kvcheck::init_weights(config, seed);
-  const std::string error = format == "gguf"
-                                ? kvcheck::save_gguf_file(out_path, config, weights)
-                                : kvcheck::save_safetensors_file(out_path, config, weights);
+  const std::string error = save(format, out_path, config, weights, packed_qkv);
   if (!error.empty()) {
     std::cerr << "kvcheck-export: " << error << "\n";
     return 1;

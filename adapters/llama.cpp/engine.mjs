@@ -68,15 +68,12 @@ import {parseArgs} from "node:util";
 
 import {getLlama, LlamaLogLevel} from "node-llama-cpp";
 
+import {checkStepEntries, EngineError, findExport, Ids, serve} from "../node-protocol/protocol.mjs";
+
 import {contextShape, ModelStore} from "./model_store.mjs";
 import {cacheRotations, parseSequenceState, snapshotLayer} from "./state_file.mjs";
 import {traitsFor} from "./traits.mjs";
 
-// The highest protocol version spoken. In 2 kvcheck names the ids and sends
-// what cannot fail without waiting for the reply (docs/ENGINE_PROTOCOL.md,
-// "Versioning"): fewer round trips, each a wake-up of both processes.
-const kProtocol = 2;
-const kMaxControlBytes = 1 << 20;
 const kKvTypes = {f32: "F32", f16: "F16", q8_0: "Q8_0"};
 
 function usage(message) {
@@ -119,16 +116,10 @@ function parseOptions() {
             stateAsSaved: values["state-as-saved"], eraseShift: eraseShift === "on"};
 }
 
-// kvcheck-export: --export, else $KVCHECK_EXPORT, which kvcheck sets in its
-// children's environment to the kvcheck-export beside itself
-// (backends/exec/exec_child.h, child_environment). Never searched for: the
-// newest of several builds was once a binary being relinked mid-run.
-function findExport(given) {
-    const file = given ?? process.env.KVCHECK_EXPORT;
-    if (!file)
-        usage("no kvcheck-export named: run under kvcheck (which sets KVCHECK_EXPORT), or pass --export PATH");
-    if (!fs.existsSync(file))
-        usage(`kvcheck-export ${file} (${given ? "--export" : "$KVCHECK_EXPORT"}) does not exist`);
+// kvcheck-export: --export, else $KVCHECK_EXPORT (node-protocol's findExport).
+function exporter(given) {
+    const {file, problem} = findExport(given);
+    if (problem) usage(problem);
     return file;
 }
 
@@ -141,65 +132,6 @@ function kvShape(metadata) {
     const heads = m.attention.head_count;
     const headDim = m.attention.key_length ?? m.embedding_length / heads;
     return {layers: m.block_count, kvHeads: m.attention.head_count_kv ?? heads, headDim, permutedK: arch === "llama"};
-}
-
-class EngineError extends Error {
-    constructor(kind, message) {
-        super(message);
-        this.kind = kind;
-    }
-}
-
-// ---- framing ---------------------------------------------------------------
-
-// Length-prefixed frames from stdin; read(n) resolves to n bytes or null at end of input.
-class FrameReader {
-    constructor(stream) {
-        this.chunks = [];
-        this.size = 0;
-        this.ended = false;
-        this.waiter = null;
-        stream.on("data", (chunk) => {
-            this.chunks.push(chunk);
-            this.size += chunk.length;
-            this.wake();
-        });
-        stream.on("end", () => {
-            this.ended = true;
-            this.wake();
-        });
-    }
-
-    wake() {
-        const waiter = this.waiter;
-        this.waiter = null;
-        if (waiter) waiter();
-    }
-
-    async read(n) {
-        while (this.size < n) {
-            if (this.ended) return null;
-            await new Promise((resolve) => (this.waiter = resolve));
-        }
-        const all = Buffer.concat(this.chunks);
-        this.chunks = [all.subarray(n)];
-        this.size = all.length - n;
-        return all.subarray(0, n);
-    }
-
-    async frame(limit) {
-        const head = await this.read(4);
-        if (head == null) return null;
-        const n = head.readUInt32LE(0);
-        if (n > limit) throw new Error(`a request frame of ${n} bytes (at most ${limit})`);
-        return this.read(n);
-    }
-}
-
-function frame(bytes) {
-    const head = Buffer.alloc(4);
-    head.writeUInt32LE(bytes.length, 0);
-    return [head, bytes];
 }
 
 // ---- engines ---------------------------------------------------------------
@@ -330,18 +262,8 @@ class Engine {
 
     // Every refusal before llama.cpp sees anything, so a refused step changes nothing.
     validate(entries) {
-        if (!Array.isArray(entries) || entries.length === 0) throw new EngineError("bad_batch", "a step without entries");
-        const seen = new Set();
+        checkStepEntries(entries, (id) => this.sequence(id), this.model.vocab);
         for (const entry of entries) {
-            this.sequence(entry.sequence);
-            if (seen.has(entry.sequence)) throw new EngineError("bad_batch", `sequence ${entry.sequence} twice in one step`);
-            seen.add(entry.sequence);
-            if (!Array.isArray(entry.tokens) || entry.tokens.length === 0)
-                throw new EngineError("bad_batch", `an empty chunk for sequence ${entry.sequence}`);
-            for (const token of entry.tokens) {
-                if (!Number.isInteger(token) || token < 0 || token >= this.model.vocab)
-                    throw new EngineError("bad_token", `token ${token} outside [0, ${this.model.vocab})`);
-            }
             const cells = this.cells.get(entry.sequence);
             if (cells.length + entry.tokens.length > this.capacity)
                 throw new EngineError("capacity", `sequence ${entry.sequence} has ${cells.length} of ${this.capacity} cells, the step adds ${entry.tokens.length}`);
@@ -609,22 +531,8 @@ class Server {
         this.store = new ModelStore(this.scratch, exporter, llama);
         this.models = new Map();   // id -> {model, vocab, shape, maxPos, loaded (ModelStore.load)}
         this.engines = new Map();  // id -> Engine
-        this.nextId = 0;
+        this.ids = new Ids();      // model, engine and sequence ids (kvcheck's in version 2)
         this.generation = 0;       // counts calls that may change a cache (cache snapshots' memo)
-        this.version = 1;          // the protocol version agreed at hello
-    }
-
-    newId() {
-        return ++this.nextId;
-    }
-
-    // The id of what a request makes: kvcheck's (`field` of the request) in
-    // version 2, the adapter's own in version 1.
-    idFor(request, field) {
-        if (this.version < 2) return this.newId();
-        const id = request[field];
-        if (!Number.isInteger(id)) throw new EngineError("input", `${request.op}: "${field}" ${JSON.stringify(id)} is not an integer id`);
-        return id;
     }
 
     engine(request) {
@@ -636,7 +544,7 @@ class Server {
     async load(request) {
         const folder = request.path;
         if (typeof folder !== "string") throw new EngineError("input", "load: path is not a string");
-        const id = this.idFor(request, "model");
+        const id = this.ids.of(request, "model");
         const loaded = await this.store.load(folder);
         const {model} = loaded;
         const vocab = model.fileInfo.metadata.tokenizer.ggml.tokens.length;
@@ -675,7 +583,7 @@ class Server {
             if (process.env.KVCHECK_LLAMA_COUNT_DECODES) countDecodes(context);
             return context;
         });
-        const id = this.idFor(request, "engine");
+        const id = this.ids.of(request, "engine");
         this.engines.set(id, new Engine(parked, model, capacity, maxRows, this.options));
         return id;
     }
@@ -687,8 +595,7 @@ class Server {
         if (target && r.op !== "cache" && r.op !== "length") target.sinceDecode = true;  // until a decode
         switch (r.op) {
             case "hello":
-                this.version = Number.isInteger(r.protocol) && r.protocol >= 2 ? kProtocol : 1;
-                return [{protocol: this.version, traits: traitsFor(this.options)}, []];
+                return [{protocol: this.ids.agree(r), traits: traitsFor(this.options)}, []];
             case "load":
                 return [{model: await this.load(r)}, []];
             case "unload": {
@@ -709,13 +616,13 @@ class Server {
                 return [{}, []];
             }
             case "start":
-                return [{sequence: this.engine(r).start(() => this.idFor(r, "sequence"))}, []];
+                return [{sequence: this.engine(r).start(() => this.ids.of(r, "sequence"))}, []];
             case "step": {
                 const logits = await this.engine(r).step(r.entries);
                 return [{payloads: [logits.length]}, [logits]];
             }
             case "fork":
-                return [{sequence: await this.engine(r).fork(r.parent, r.n, () => this.idFor(r, "sequence"))}, []];
+                return [{sequence: await this.engine(r).fork(r.parent, r.n, () => this.ids.of(r, "sequence"))}, []];
             case "truncate":
                 this.engine(r).truncate(r.sequence, r.n);
                 return [{}, []];
@@ -744,47 +651,36 @@ class Server {
     }
 }
 
+// Server.handle, timed per request kind (ModelStore.time; a create on a
+// parked context apart). An error inside llama.cpp or node-llama-cpp may
+// leave the context in any state: its engine is marked broken, so that
+// destroy does not park it for reuse; serve answers the error.
+async function handleTimed(server, request) {
+    const began = performance.now();
+    try {
+        const [reply, payloads] = await server.handle(request);
+        server.store.time(request.op === "create" && server.engines.get(reply.engine)?.reused
+            ? "create (parked)" : request.op, performance.now() - began);
+        return [reply, payloads];
+    } catch (error) {
+        const engine = server.engines.get(request?.engine);
+        if (engine && !(error instanceof EngineError)) engine.broken = true;
+        throw error;
+    }
+}
+
 async function main() {
     const options = parseOptions();
-    const exporter = findExport(options.exportPath);
+    const exportPath = exporter(options.exportPath);
     // Nothing compiled or downloaded at run time; CPU only. Started here and
     // awaited at the first load, so that hello is answered at once (on a busy
     // machine node-llama-cpp's start took more than kvcheck's 30 s per call).
     const llama = getLlama({build: "never", gpu: false, logLevel: LlamaLogLevel.error});
     llama.catch(() => {});  // reported by the load that awaits it
-    const server = new Server(options, llama, exporter);
-    const reader = new FrameReader(process.stdin);
+    const server = new Server(options, llama, exportPath);
     try {
-        for (;;) {
-            const body = await reader.frame(kMaxControlBytes);
-            if (body == null) break;
-            let request;
-            try {
-                request = JSON.parse(body.toString("utf8"));
-            } catch (error) {
-                throw new Error(`a request that is not JSON: ${error.message}`);
-            }
-            if (request?.op === "bye") break;
-            let reply, payloads;
-            try {
-                const began = performance.now();
-                [reply, payloads] = await server.handle(request);
-                server.store.time(request.op === "create" && server.engines.get(reply.engine)?.reused
-                    ? "create (parked)" : request.op, performance.now() - began);
-            } catch (error) {
-                const kind = error instanceof EngineError ? error.kind : "internal";
-                // An error inside llama.cpp or node-llama-cpp may leave the
-                // context in any state: it is not parked for reuse.
-                const engine = server.engines.get(request?.engine);
-                if (engine && !(error instanceof EngineError)) engine.broken = true;
-                reply = {error: {kind, message: error instanceof EngineError ? error.message : String(error?.stack ?? error)}};
-                payloads = [];
-            }
-            trace(request, reply, server);
-            const parts = frame(Buffer.from(JSON.stringify(reply)));
-            for (const payload of payloads) parts.push(...frame(payload));
-            process.stdout.write(Buffer.concat(parts));
-        }
+        await serve(process.stdin, process.stdout, (request) => handleTimed(server, request),
+                    (request, reply) => trace(request, reply, server));
     } finally {
         fs.rmSync(server.scratch, {recursive: true, force: true});
         server.store.reportTimes();

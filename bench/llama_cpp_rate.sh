@@ -9,10 +9,10 @@
 # content once), models per minute, and the adapter's milliseconds per
 # request kind (KVCHECK_LLAMA_TIMES).
 #   bench/llama_cpp_rate.sh [KVCHECK] [SECONDS] [ROUNDS] [N]
-# Defaults: build/default/tools/kvcheck, 30, 2, 20. Needs the adapter's
+# Defaults: build/release/tools/kvcheck, 30, 2, 20. Needs the adapter's
 # node_modules (ci/setup).
 set -eu
-kvcheck=${1:-build/default/tools/kvcheck}
+kvcheck=${1:-build/release/tools/kvcheck}
 seconds=${2:-30}
 rounds=${3:-2}
 per_model=${4:-20}

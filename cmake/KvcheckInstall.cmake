@@ -1,6 +1,7 @@
 # `cmake --install`: the conformance suite and everything it links, as the
 # CMake package kvcheck (find_package(kvcheck) -> kvcheck::conformance and
-# kvcheck_add_conformance_test(); docs/ENGINES.md). Headers keep their tree
+# kvcheck_add_conformance_test(); docs/ENGINES.md), and the programs kvcheck,
+# kvcheck-serve and kvcheck-export in bin/. Headers keep their tree
 # paths under include/kvcheck/, which is on the include path of every
 # exported target, so "engine/engine.h" resolves as it does in the tree;
 # include/ holds the two public entry headers kvcheck/conformance.h and
@@ -59,5 +60,11 @@ target_include_directories(kvcheck_plugin_abi INTERFACE
   $<BUILD_INTERFACE:${PROJECT_SOURCE_DIR}/include> $<INSTALL_INTERFACE:${CMAKE_INSTALL_INCLUDEDIR}>)
 install(TARGETS kvcheck_plugin_abi EXPORT kvcheckTargets)
 
+# The programs, beside each other as in the build tree: kvcheck hands the
+# kvcheck-export beside itself to exec adapters (backends/exec/exec_child.cpp),
+# so every README command runs the same from build/release/tools and from bin/.
+set(kvcheck_programs kvcheck kvcheck-serve kvcheck-export)
+install(TARGETS ${kvcheck_programs} RUNTIME DESTINATION ${CMAKE_INSTALL_BINDIR})
+
 # `cmake --build ... --target kvcheck_package`: everything the install takes.
-add_custom_target(kvcheck_package DEPENDS ${kvcheck_package_targets})
+add_custom_target(kvcheck_package DEPENDS ${kvcheck_package_targets} ${kvcheck_programs})

@@ -4,7 +4,7 @@
 // with a float64 recompute to about 1e-6. llama.cpp casts an F32 cache to F16
 // before ggml_flash_attn_ext (src/llama-graph.cpp, build_attn_mha).
 //
-//   build/default/tools/kvcheck-export --family llama --vocab 64 --head-dim 32 --out /tmp/h32.gguf
+//   build/release/tools/kvcheck-export --family llama --vocab 64 --head-dim 32 --out /tmp/h32.gguf
 //   node adapters/llama.cpp/repro/flash_attn_f32_cache.mjs /tmp/h32.gguf
 //
 // Prints the largest |difference| over 32 positions x the vocabulary for:

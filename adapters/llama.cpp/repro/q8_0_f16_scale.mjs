@@ -16,7 +16,7 @@ import {getLlama, LlamaLogLevel} from "node-llama-cpp";
 
 import {halfToFloat, parseSequenceState} from "../state_file.mjs";
 
-const exporter = process.argv[2] ?? process.env.KVCHECK_EXPORT ?? "build/default/tools/kvcheck-export";
+const exporter = process.argv[2] ?? process.env.KVCHECK_EXPORT ?? "build/release/tools/kvcheck-export";
 const dir = fs.mkdtempSync(path.join(os.tmpdir(), "kvcheck-q8-"));
 const gguf = path.join(dir, "m.gguf");
 execFileSync(exporter, ["--family", "llama", "--n-layers", "1", "--d-model", "4", "--n-heads", "1", "--n-kv-heads", "1",

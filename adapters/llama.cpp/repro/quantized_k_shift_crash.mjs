@@ -3,7 +3,7 @@
 // the first decode after a K shift (positions moved with llama_memory_seq_add)
 // crashes the process with SIGSEGV.
 //
-//   build/default/tools/kvcheck-export --family llama --vocab 256 --d-model 64 \
+//   build/release/tools/kvcheck-export --family llama --vocab 256 --d-model 64 \
 //       --n-heads 2 --n-kv-heads 2 --head-dim 32 --out /tmp/k32.gguf
 //   node adapters/llama.cpp/repro/quantized_k_shift_crash.mjs /tmp/k32.gguf [K_TYPE] [OP]
 //

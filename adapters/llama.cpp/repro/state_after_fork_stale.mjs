@@ -19,7 +19,7 @@ import {getLlama, LlamaLogLevel} from "node-llama-cpp";
 
 import {parseSequenceState} from "../state_file.mjs";
 
-const exporter = process.argv[2] ?? process.env.KVCHECK_EXPORT ?? "build/default/tools/kvcheck-export";
+const exporter = process.argv[2] ?? process.env.KVCHECK_EXPORT ?? "build/release/tools/kvcheck-export";
 const dir = fs.mkdtempSync(path.join(os.tmpdir(), "kvcheck-fork-"));
 const gguf = path.join(dir, "m.gguf");
 execFileSync(exporter, ["--family", "llama", "--n-layers", "2", "--d-model", "64", "--n-heads", "2", "--n-kv-heads", "1",

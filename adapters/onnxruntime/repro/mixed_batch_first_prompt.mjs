@@ -5,7 +5,7 @@
 // decode row whose past + 1 <= S passes the input check, and the decode row
 // is then computed as a new prompt: its past K/V and its position are ignored.
 //
-//   build/default/tools/kvcheck-export --family llama --n-layers 1 --n-kv-heads 1 --head-dim 16 --vocab 16 --out /tmp/gqa.onnx
+//   build/release/tools/kvcheck-export --family llama --n-layers 1 --n-kv-heads 1 --head-dim 16 --vocab 16 --out /tmp/gqa.onnx
 //   node adapters/onnxruntime/repro/mixed_batch_first_prompt.mjs /tmp/gqa.onnx
 //
 // The graph (model/onnx_model.h): input_ids [B][S], seqlens_k [B],

@@ -25,5 +25,6 @@ Action add_backends(CLI::App& app);
 Action add_memory(CLI::App& app);
 Action add_check_adapter(CLI::App& app);
 Action add_kill_matrix(CLI::App& app);
+Action add_merge(CLI::App& app);
 
 }  // namespace kvcheck::cli

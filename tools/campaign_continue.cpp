@@ -6,6 +6,7 @@
 // cases the uninterrupted one would have: the same digest and verdict.
 #include <chrono>
 #include <cstdio>
+#include <cstdlib>
 #include <filesystem>
 
 #include "model/status.h"
@@ -16,8 +17,22 @@ namespace kvcheck::cli {
 
 namespace {
 
-// How often a running campaign rewrites its report: what a kill can lose.
-constexpr std::chrono::seconds kCheckpointEvery{5};
+// How often a running campaign rewrites its report, at most: what a kill
+// can lose. KVCHECK_CHECKPOINT_SECONDS changes it (0: after every turn).
+double checkpoint_seconds() {
+  static const double seconds = [] {
+    const char* text = std::getenv("KVCHECK_CHECKPOINT_SECONDS");
+    if (text == nullptr) return 5.0;
+    char* end = nullptr;
+    const double s = std::strtod(text, &end);
+    if (*text == '\0' || *end != '\0' || !(s >= 0 && s <= 86400)) {
+      throw InputError(std::string("KVCHECK_CHECKPOINT_SECONDS=\"") + text +
+                       "\": expected seconds in [0, 86400]");
+    }
+    return s;
+  }();
+  return seconds;
+}
 
 bool unfinished(const std::string& status) {
   return status == "running" || status == "interrupted" || status == "incomplete";
@@ -54,8 +69,9 @@ void take_over(Campaign& c, RunRecord&& earlier) {
 
 void write_checkpoint(Campaign& c, bool now) {
   if (c.options.json_path.empty()) return;
+  const double every = checkpoint_seconds();  // checked at the first, forced, checkpoint
   const auto at = Campaign::Clock::now();
-  if (!now && at - c.checkpointed < kCheckpointEvery) return;
+  if (!now && std::chrono::duration<double>(at - c.checkpointed).count() < every) return;
   c.checkpointed = at;
   c.record.seconds = c.earlier_seconds + c.elapsed();
   write_text_file("--json", c.options.json_path, run_json(c.record));

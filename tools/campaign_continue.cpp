@@ -68,13 +68,19 @@ void take_over(Campaign& c, RunRecord&& earlier) {
 }  // namespace
 
 void write_checkpoint(Campaign& c, bool now) {
-  if (c.options.json_path.empty()) return;
+  const std::string& path = c.options.json_path;
+  std::error_code ec;
+  // Not into a pipe or a terminal (--json /dev/stdout): only the final report goes there.
+  if (path.empty() ||
+      (std::filesystem::exists(path, ec) && !std::filesystem::is_regular_file(path, ec))) {
+    return;
+  }
   const double every = checkpoint_seconds();  // checked at the first, forced, checkpoint
   const auto at = Campaign::Clock::now();
   if (!now && std::chrono::duration<double>(at - c.checkpointed).count() < every) return;
   c.checkpointed = at;
   c.record.seconds = c.earlier_seconds + c.elapsed();
-  write_text_file("--json", c.options.json_path, run_json(c.record));
+  write_text_file("--json", path, run_json(c.record));
 }
 
 void continue_from_report(Campaign& c) {

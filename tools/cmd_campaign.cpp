@@ -251,6 +251,19 @@ int run_campaign(const CampaignOptions& o) {
   return c.record.exit_code;
 }
 
+// --shard-index, --shard-count (tools/shard.h).
+void add_shard_options(CLI::App* cmd, ShardOptions& shard) {
+  cmd->add_option_function<int>(
+      "--shard-index", [&shard](int i) { shard.index = i; },
+      "run shard I of --shard-count N: turns I, I+N, I+2N, ... of every property's cases "
+      "(default: from GTEST_SHARD_INDEX, JOB_COMPLETION_INDEX or SLURM_ARRAY_TASK_ID; "
+      "docs/DISTRIBUTED.md)");
+  cmd->add_option_function<int>(
+      "--shard-count", [&shard](int n) { shard.count = n; },
+      "the number of shards (default: from GTEST_TOTAL_SHARDS, KVCHECK_SHARD_COUNT or "
+      "SLURM_ARRAY_TASK_COUNT); `kvcheck merge` adds their reports up");
+}
+
 }  // namespace
 
 Action add_campaign(CLI::App& app) {
@@ -326,15 +339,7 @@ Action add_campaign(CLI::App& app) {
   cmd->add_flag("--in-process", o->in_process,
                 "check in-process engines in kvcheck's own process, not in a worker process: a "
                 "crash then ends the run (for a debugger)");
-  cmd->add_option_function<int>(
-      "--shard-index", [o](int i) { o->shard.index = i; },
-      "run shard I of --shard-count N: turns I, I+N, I+2N, ... of every property's cases "
-      "(default: from GTEST_SHARD_INDEX, JOB_COMPLETION_INDEX or SLURM_ARRAY_TASK_ID; "
-      "docs/DISTRIBUTED.md)");
-  cmd->add_option_function<int>(
-      "--shard-count", [o](int n) { o->shard.count = n; },
-      "the number of shards (default: from GTEST_TOTAL_SHARDS, KVCHECK_SHARD_COUNT or "
-      "SLURM_ARRAY_TASK_COUNT); `kvcheck merge` adds their reports up");
+  add_shard_options(cmd, o->shard);
   cmd->add_option("--fault", o->fault,
                   "run against an engine with these faults on (names from docs/FAULTS.md, "
                   "comma-separated): shows a property catching them and writes the case file")

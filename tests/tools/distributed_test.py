@@ -5,7 +5,7 @@
 
 correct: on the correct engine, N = 1, 2 and 4 shards (N processes at once)
 merged by `kvcheck merge` give one unsharded run's tallies and case digest,
-case for case; reports of another build, seed or --cases are refused (exit
+case for case, and so do 3 shards with --scenarios-per-model 3; reports of another build, seed or --cases are refused (exit
 2) naming the difference; a missing shard makes the merge incomplete (4).
 fault: under --fault shared_rows, 4 shards merged fail (exit 1) every pair
 the one run fails, at the same first failing turn with the same verdict and
@@ -114,6 +114,13 @@ def correct(kvcheck, work):
         same_cases(one, merged, "%d shards" % count)
         print("%d shard(s): digest %s, %d cases, as one run" % (
             count, merged["case_digest"], sum(t["cases"] for t in merged["properties"])))
+    # Several scenarios per model: model k of a pair's stream is the same
+    # whichever shard draws it.
+    reuse = CORRECT + ["--scenarios-per-model", "3"]
+    run(kvcheck, campaign_args(work, "reuse-one", reuse), 0)
+    merged, _, _ = merge(kvcheck, work, "reuse", shards(kvcheck, work, "reuse", reuse, 3, (0,)), 0)
+    same_cases(load(os.path.join(work, "reuse-one.json")), merged, "--scenarios-per-model 3")
+    print("--scenarios-per-model 3, 3 shards: digest %s, as one run" % merged["case_digest"])
     four = [os.path.join(work, "correct-%dof4.json" % i) for i in range(4)]
     _, stdout, _ = merge(kvcheck, work, "missing", four[:3], 4)
     if "shard 3 of 4: no report (missing)" not in stdout:

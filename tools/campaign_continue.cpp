@@ -34,7 +34,7 @@ double checkpoint_seconds() {
   return seconds;
 }
 
-bool unfinished(const std::string& status) {
+bool is_unfinished(const std::string& status) {
   return status == "running" || status == "interrupted" || status == "incomplete";
 }
 
@@ -42,7 +42,7 @@ bool unfinished(const std::string& status) {
 // continues it, else why it starts again.
 std::string why_not_continue(const Campaign& c, const RunRecord& earlier) {
   const std::string& path = c.options.json_path;
-  if (!unfinished(earlier.status)) return "it holds a finished run (" + earlier.status + ")";
+  if (!is_unfinished(earlier.status)) return "it holds a finished run (" + earlier.status + ")";
   const std::string difference = campaign_difference(earlier, path, c.record, "this run");
   if (!difference.empty()) return "it is another campaign's: " + difference;
   if (earlier.shard_index != c.shard.index) {

@@ -17,7 +17,7 @@ namespace kvcheck::cli {
 
 namespace {
 
-std::string seconds_text(double s) {
+std::string duration_text(double s) {
   char text[32];
   std::snprintf(text, sizeof text, "%.1f s", s);
   return text;
@@ -88,7 +88,7 @@ void add_shard(RunRecord& merged, int index, const ShardReport* report) {
   }
   if (s.status == "killed" || s.status == "interrupted") {
     merged.incomplete.push_back(label + " (" + report->path + "): " + s.status + " after " +
-                                seconds_text(r.seconds) +
+                                duration_text(r.seconds) +
                                 "; its report holds the turns it finished (run the shard again "
                                 "to continue it)");
   }
@@ -135,7 +135,7 @@ std::vector<FailureRecord> distinct_failures(const std::vector<const ShardReport
   return out;
 }
 
-std::string incomplete_outcome(const RunRecord& merged) {
+std::string merged_incomplete_outcome(const RunRecord& merged) {
   int unfinished = 0;
   for (const ShardRecord& s : merged.shards) {
     unfinished += s.status == "missing" || s.status == "killed" || s.status == "interrupted" ||
@@ -165,7 +165,7 @@ RunRecord merge_reports(const std::vector<ShardReport>& reports) {
   merged.tallies = empty_tallies(first);
   for (size_t i = 0; i < shards.size(); ++i) add_shard(merged, int(i), shards[i]);
   merged.failures = distinct_failures(shards, merged.tallies);
-  decide_verdict(merged, first.faults != "none", incomplete_outcome(merged));
+  decide_verdict(merged, first.faults != "none", merged_incomplete_outcome(merged));
   return merged;
 }
 

@@ -37,7 +37,7 @@ const json& member(const json& j, const std::string& key, const At& at) {
 }
 
 template <class T>
-T get(const json& j, const std::string& key, const At& at) {
+T field(const json& j, const std::string& key, const At& at) {
   const json& v = member(j, key, at);
   try {
     return v.get<T>();
@@ -47,19 +47,19 @@ T get(const json& j, const std::string& key, const At& at) {
 }
 
 Property property_at(const json& j, const std::string& key, const At& at) {
-  const auto p = parse_property(get<std::string>(j, key, at));
-  if (!p) at[key].fail("unknown property \"" + get<std::string>(j, key, at) + "\"");
+  const auto p = parse_property(field<std::string>(j, key, at));
+  if (!p) at[key].fail("unknown property \"" + field<std::string>(j, key, at) + "\"");
   return *p;
 }
 
 // A ratio, where JSON's null stands for what it cannot hold (inf, NaN).
 double ratio_at(const json& j, const std::string& key, const At& at) {
   if (member(j, key, at).is_null()) return std::numeric_limits<double>::infinity();
-  return get<double>(j, key, at);
+  return field<double>(j, key, at);
 }
 
 uint64_t digest_at(const json& j, const std::string& key, const At& at) {
-  const auto d = parse_digest_hex(get<std::string>(j, key, at));
+  const auto d = parse_digest_hex(field<std::string>(j, key, at));
   if (!d) at[key].fail("expected 16 hex digits");
   return *d;
 }
@@ -67,31 +67,31 @@ uint64_t digest_at(const json& j, const std::string& key, const At& at) {
 Tally tally_from(const json& j, const At& at, const RunRecord& r) {
   Tally t;
   t.property = property_at(j, "property", at);
-  t.backend = get<std::string>(j, "backend", at);
+  t.backend = field<std::string>(j, "backend", at);
   t.backend_index = r.backends.size();
   for (size_t b = 0; b < r.backends.size(); ++b) {
     if (r.backends[b].spec == t.backend) t.backend_index = b;
   }
   if (t.backend_index == r.backends.size()) at["backend"].fail("not among the backends");
-  t.cases = get<int>(j, "cases", at);
-  t.passed = get<int>(j, "passed", at);
-  t.not_applicable = get<int>(j, "not_applicable", at);
-  t.never_applies = get<std::string>(j, "never_applies", at);
+  t.cases = field<int>(j, "cases", at);
+  t.passed = field<int>(j, "passed", at);
+  t.not_applicable = field<int>(j, "not_applicable", at);
+  t.never_applies = field<std::string>(j, "never_applies", at);
   t.worst_ratio = ratio_at(j, "worst_error_over_bound", at);
-  t.ratio_histogram = get<std::array<int, kRatioBuckets>>(j, "error_over_bound_histogram", at);
-  t.coverage = get<std::map<std::string, int>>(j, "coverage", at);
-  t.not_applicable_why = get<std::map<std::string, int>>(j, "not_applicable_why", at);
+  t.ratio_histogram = field<std::array<int, kRatioBuckets>>(j, "error_over_bound_histogram", at);
+  t.coverage = field<std::map<std::string, int>>(j, "coverage", at);
+  t.not_applicable_why = field<std::map<std::string, int>>(j, "not_applicable_why", at);
   const json& features = member(j, "proof_of_use", at);
   for (const auto& [name, n] : features.items()) {
-    t.features[name] = {get<int>(n, "drawn", at["proof_of_use"][name]),
-                        get<int>(n, "happened", at["proof_of_use"][name])};
+    t.features[name] = {field<int>(n, "drawn", at["proof_of_use"][name]),
+                        field<int>(n, "happened", at["proof_of_use"][name])};
   }
-  t.seconds = get<double>(j, "seconds", at);
-  t.failed = get<bool>(j, "failed", at);
-  t.failure = get<std::string>(j, "failure", at);
+  t.seconds = field<double>(j, "seconds", at);
+  t.failed = field<bool>(j, "failed", at);
+  t.failure = field<std::string>(j, "failure", at);
   const json& turn = member(j, "first_failing_turn", at);
-  t.first_failing_turn = turn.is_null() ? -1 : get<int>(j, "first_failing_turn", at);
-  t.turns = get<int>(j, "turns", at);
+  t.first_failing_turn = turn.is_null() ? -1 : field<int>(j, "first_failing_turn", at);
+  t.turns = field<int>(j, "turns", at);
   t.digest = digest_at(j, "case_digest", at);
   return t;
 }
@@ -99,26 +99,26 @@ Tally tally_from(const json& j, const At& at, const RunRecord& r) {
 FailureRecord failure_from(const json& j, const At& at) {
   FailureRecord f;
   f.property = property_at(j, "property", at);
-  f.backend = get<std::string>(j, "backend", at);
-  f.faults = get<std::string>(j, "faults", at);
-  f.turn = member(j, "turn", at).is_null() ? -1 : get<int>(j, "turn", at);
+  f.backend = field<std::string>(j, "backend", at);
+  f.faults = field<std::string>(j, "faults", at);
+  f.turn = member(j, "turn", at).is_null() ? -1 : field<int>(j, "turn", at);
   f.verdict.property = f.property;
   f.verdict.passed = false;
-  f.verdict.summary = get<std::string>(j, "summary", at);
-  f.verdict.detail = get<std::string>(j, "detail", at);
+  f.verdict.summary = field<std::string>(j, "summary", at);
+  f.verdict.detail = field<std::string>(j, "detail", at);
   const json& w = member(j, "where", at);
   Location& l = f.verdict.where;
-  for (auto [key, field] : {std::pair{"call", &l.call},
-                            {"sequence", &l.sequence},
-                            {"position", &l.position},
-                            {"layer", &l.layer},
-                            {"kv_head", &l.kv_head},
-                            {"first_bad_position", &l.first_bad_position},
-                            {"last_bad_position", &l.last_bad_position}}) {
-    *field = get<int>(w, key, at["where"]);
+  for (auto [key, slot] : {std::pair{"call", &l.call},
+                           {"sequence", &l.sequence},
+                           {"position", &l.position},
+                           {"layer", &l.layer},
+                           {"kv_head", &l.kv_head},
+                           {"first_bad_position", &l.first_bad_position},
+                           {"last_bad_position", &l.last_bad_position}}) {
+    *slot = field<int>(w, key, at["where"]);
   }
-  f.case_path = get<std::string>(j, "case_file", at);
-  f.case_text = get<std::string>(j, "case_text", at);
+  f.case_path = field<std::string>(j, "case_file", at);
+  f.case_text = field<std::string>(j, "case_text", at);
   f.timeline.unavailable =
       "a merged or continued report carries no timeline (the shard's own "
       "--html has it; `kvcheck replay --html` on the case file draws it)";
@@ -127,56 +127,56 @@ FailureRecord failure_from(const json& j, const At& at) {
 
 KillRecord kill_from(const json& j, const At& at) {
   KillRecord k;
-  k.backend = get<std::string>(j, "backend", at);
-  k.fault = get<std::string>(j, "fault", at);
+  k.backend = field<std::string>(j, "backend", at);
+  k.fault = field<std::string>(j, "fault", at);
   k.is_fault = k.fault != "none";
   if (!k.is_fault) k.fault = "(correct engine)";
-  k.ran = get<bool>(j, "ran", at);
-  k.killed = get<bool>(j, "killed", at);
-  k.cases_to_kill = get<int>(j, "cases_to_kill", at);
-  k.killed_by = get<std::string>(j, "killed_by", at);
-  k.shrunk_size = get<int>(j, "shrunk_size", at);
-  k.shrunk_scenario = get<std::string>(j, "shrunk_scenario", at);
+  k.ran = field<bool>(j, "ran", at);
+  k.killed = field<bool>(j, "killed", at);
+  k.cases_to_kill = field<int>(j, "cases_to_kill", at);
+  k.killed_by = field<std::string>(j, "killed_by", at);
+  k.shrunk_size = field<int>(j, "shrunk_size", at);
+  k.shrunk_scenario = field<std::string>(j, "shrunk_scenario", at);
   const json& cells = member(j, "per_property", at);
   for (size_t i = 0; i < cells.size(); ++i) {
     const At c = at["per_property"][i];
-    k.cells.push_back({property_at(cells[i], "property", c), get<bool>(cells[i], "killed", c),
-                       get<int>(cells[i], "cases", c), get<int>(cells[i], "shrunk_size", c)});
+    k.cells.push_back({property_at(cells[i], "property", c), field<bool>(cells[i], "killed", c),
+                       field<int>(cells[i], "cases", c), field<int>(cells[i], "shrunk_size", c)});
   }
-  k.problems = get<std::vector<std::string>>(j, "problems", at);
-  k.notes = get<std::vector<std::string>>(j, "notes", at);
+  k.problems = field<std::vector<std::string>>(j, "problems", at);
+  k.notes = field<std::vector<std::string>>(j, "notes", at);
   return k;
 }
 
 void header_from(const json& j, const At& at, RunRecord& r) {
-  r.command = get<std::string>(j, "command", at);
+  r.command = field<std::string>(j, "command", at);
   const json& build = member(j, "kvcheck", at);
-  r.version = get<std::string>(build, "version", at["kvcheck"]);
-  r.commit = get<std::string>(build, "commit", at["kvcheck"]);
-  r.arguments = get<std::vector<std::string>>(j, "arguments", at);
-  for (const auto& pair : get<std::vector<std::vector<std::string>>>(j, "options", at)) {
+  r.version = field<std::string>(build, "version", at["kvcheck"]);
+  r.commit = field<std::string>(build, "commit", at["kvcheck"]);
+  r.arguments = field<std::vector<std::string>>(j, "arguments", at);
+  for (const auto& pair : field<std::vector<std::vector<std::string>>>(j, "options", at)) {
     if (pair.size() != 2) at["options"].fail("expected [flag, value] pairs");
     r.options.emplace_back(pair[0], pair[1]);
   }
-  r.reproduce = get<std::string>(j, "reproduce", at);
-  r.seed = get<unsigned long long>(j, "seed", at), r.has_seed = true;
+  r.reproduce = field<std::string>(j, "reproduce", at);
+  r.seed = field<unsigned long long>(j, "seed", at), r.has_seed = true;
   const json& shard = member(j, "shard", at);
-  r.shard_index = get<int>(shard, "index", at["shard"]);
-  r.shard_count = get<int>(shard, "count", at["shard"]);
+  r.shard_index = field<int>(shard, "index", at["shard"]);
+  r.shard_count = field<int>(shard, "count", at["shard"]);
   const json& source = member(shard, "source", at["shard"]);
-  r.shard_source = source.is_null() ? "" : get<std::string>(shard, "source", at["shard"]);
-  r.started = get<std::string>(j, "started", at);
-  r.seconds = get<double>(j, "seconds", at);
-  r.status = get<std::string>(j, "status", at);
-  r.exit_code = member(j, "exit_code", at).is_null() ? -1 : get<int>(j, "exit_code", at);
+  r.shard_source = source.is_null() ? "" : field<std::string>(shard, "source", at["shard"]);
+  r.started = field<std::string>(j, "started", at);
+  r.seconds = field<double>(j, "seconds", at);
+  r.status = field<std::string>(j, "status", at);
+  r.exit_code = member(j, "exit_code", at).is_null() ? -1 : field<int>(j, "exit_code", at);
   r.passed = r.status == "passed";
-  r.outcome = get<std::string>(j, "outcome", at);
-  r.incomplete = get<std::vector<std::string>>(j, "incomplete", at);
-  r.notes = get<std::vector<std::string>>(j, "notes", at);
-  r.faults = get<std::string>(j, "faults", at);
+  r.outcome = field<std::string>(j, "outcome", at);
+  r.incomplete = field<std::vector<std::string>>(j, "incomplete", at);
+  r.notes = field<std::vector<std::string>>(j, "notes", at);
+  r.faults = field<std::string>(j, "faults", at);
   if (j.contains("model")) {
-    r.model_path = get<std::string>(j["model"], "path", at["model"]);
-    r.model_hash = get<std::string>(j["model"], "hash", at["model"]);
+    r.model_path = field<std::string>(j["model"], "path", at["model"]);
+    r.model_hash = field<std::string>(j["model"], "hash", at["model"]);
   }
 }
 
@@ -185,13 +185,13 @@ void backends_from(const json& j, const At& at, RunRecord& r) {
   for (size_t i = 0; i < backends.size(); ++i) {
     const At b = at["backends"][i];
     BackendRecord record;
-    record.spec = get<std::string>(backends[i], "backend", b);
+    record.spec = field<std::string>(backends[i], "backend", b);
     const Result<EngineTraits> traits = traits_from_json(member(backends[i], "traits", b));
     if (!traits.ok()) b["traits"].fail(traits.error());
     record.declared = traits.value();
     record.traits = traits_summary(record.declared, "");
     record.observable = observable_features(record.declared.operations);
-    record.isolated = get<bool>(backends[i], "isolated", b);
+    record.isolated = field<bool>(backends[i], "isolated", b);
     r.backends.push_back(std::move(record));
   }
 }
@@ -221,9 +221,9 @@ RunRecord run_from_json(const std::string& text, const std::string& source) {
   for (size_t i = 0; i < failures.size(); ++i) {
     r.failures.push_back(failure_from(failures[i], at["failures"][i]));
   }
-  r.kill_seed = get<unsigned long long>(j, "kill_matrix_seed", at);
-  r.kill_cases = get<int>(j, "kill_cases", at);
-  r.kill_matrix_done = get<bool>(j, "kill_matrix_done", at);
+  r.kill_seed = field<unsigned long long>(j, "kill_matrix_seed", at);
+  r.kill_cases = field<int>(j, "kill_cases", at);
+  r.kill_matrix_done = field<bool>(j, "kill_matrix_done", at);
   const json& kills = member(j, "kill_matrix", at);
   for (size_t i = 0; i < kills.size(); ++i) {
     r.kills.push_back(kill_from(kills[i], at["kill_matrix"][i]));

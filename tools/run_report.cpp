@@ -243,8 +243,9 @@ std::map<std::string, std::string> option_values(const RunRecord& r) {
   return values;
 }
 
-std::string named(const std::string& what, const std::string& a, const std::string& a_name,
-                  const std::string& b, const std::string& b_name) {
+std::string difference_text(const std::string& what, const std::string& a,
+                            const std::string& a_name, const std::string& b,
+                            const std::string& b_name) {
   const auto shown = [](const std::string& v) { return v.empty() ? std::string("(none)") : v; };
   return what + ": " + shown(a) + " in " + a_name + ", " + shown(b) + " in " + b_name;
 }
@@ -254,10 +255,13 @@ std::string named(const std::string& what, const std::string& a, const std::stri
 std::string campaign_difference(const RunRecord& a, const std::string& a_name, const RunRecord& b,
                                 const std::string& b_name) {
   const auto build = [](const RunRecord& r) { return r.version + " (commit " + r.commit + ")"; };
-  if (build(a) != build(b)) return named("the kvcheck build", build(a), a_name, build(b), b_name);
-  if (a.command != b.command) return named("the command", a.command, a_name, b.command, b_name);
+  if (build(a) != build(b))
+    return difference_text("the kvcheck build", build(a), a_name, build(b), b_name);
+  if (a.command != b.command)
+    return difference_text("the command", a.command, a_name, b.command, b_name);
   if (a.seed != b.seed) {
-    return named("--seed", std::to_string(a.seed), a_name, std::to_string(b.seed), b_name);
+    return difference_text("--seed", std::to_string(a.seed), a_name, std::to_string(b.seed),
+                           b_name);
   }
   const std::map<std::string, std::string> va = option_values(a), vb = option_values(b);
   std::map<std::string, std::string> flags = va;
@@ -265,14 +269,15 @@ std::string campaign_difference(const RunRecord& a, const std::string& a_name, c
   for (const auto& [flag, unused] : flags) {
     const auto ia = va.find(flag), ib = vb.find(flag);
     const std::string x = ia == va.end() ? "" : ia->second, y = ib == vb.end() ? "" : ib->second;
-    if (x != y) return named(flag, x, a_name, y, b_name);
+    if (x != y) return difference_text(flag, x, a_name, y, b_name);
   }
   if (a.shard_count != b.shard_count) {
-    return named("the shard count", std::to_string(a.shard_count), a_name,
-                 std::to_string(b.shard_count), b_name);
+    return difference_text("the shard count", std::to_string(a.shard_count), a_name,
+                           std::to_string(b.shard_count), b_name);
   }
   if (a.model_hash != b.model_hash) {
-    return named("the --model checkpoint's hash", a.model_hash, a_name, b.model_hash, b_name);
+    return difference_text("the --model checkpoint's hash", a.model_hash, a_name, b.model_hash,
+                           b_name);
   }
   return "";
 }

@@ -14,6 +14,7 @@
 #include <map>
 #include <memory>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "backends/registry.h"
@@ -22,10 +23,9 @@
 #include "properties/rc/kill_matrix.h"
 #include "tools/case_history.h"
 #include "tools/run_report.h"
+#include "tools/shard.h"
 
 namespace kvcheck::cli {
-
-inline constexpr int kExitIncomplete = 4;
 
 struct CampaignOptions {
   uint64_t seed = 0;
@@ -52,12 +52,20 @@ struct CampaignOptions {
   std::string fault = "none";          // run the properties against this faulty engine
   std::string reference;               // P10's reference backend; empty: P10 not applicable
   std::string model;                   // --model DIR: a Hugging Face checkpoint; empty: seeded
+  ShardOptions shard;                  // --shard-index, --shard-count (tools/shard.h)
   std::vector<std::string> arguments;  // the command line as given, for the reports
 };
 
-// The command that runs the same cases again: every option that changes
-// what is drawn or checked, none that only names an output.
-std::string reproduce_command(const CampaignOptions& o, uint64_t seed);
+// What a campaign draws and checks, as (flag, value) pairs: every option that
+// changes it, none that only names an output, no shard (two shards of one
+// campaign share them).
+std::vector<std::pair<std::string, std::string>> campaign_flags(const CampaignOptions& o,
+                                                                uint64_t seed);
+
+// The command that runs the same cases again: `kvcheck campaign`, the
+// flags, and the shard's own flags when `shard` is one of several.
+std::string reproduce_command(const std::vector<std::pair<std::string, std::string>>& flags,
+                              const Shard& shard = Shard{});
 
 // What the phases share.
 struct Campaign {
@@ -65,6 +73,7 @@ struct Campaign {
   explicit Campaign(const CampaignOptions& o) : options(o) {}
   const CampaignOptions& options;
   uint64_t seed = 0;
+  Shard shard;
   std::vector<Property> properties;
   std::vector<Backend> backends;
   FaultSet faults;
@@ -80,6 +89,8 @@ struct Campaign {
   std::vector<CaseHistory> histories;  // [backend]
   Clock::time_point start, deadline;
   RunRecord record;
+  double earlier_seconds = 0;        // a continued shard's runs before this one
+  Clock::time_point checkpointed{};  // when the report was last written as a checkpoint
 
   double elapsed() const { return std::chrono::duration<double>(Clock::now() - start).count(); }
   // The time budget is spent or a signal came: nothing more is started.
@@ -117,10 +128,25 @@ rcgen::KillMatrixOptions kill_matrix_options(const Backend& backend, uint64_t se
 // the record.
 void run_properties(Campaign& c, Progress& progress);
 
-// The summary table, the not-applicable reasons and the final line.
-void print_summary(const Campaign& c);
+// The summary table, the not-applicable reasons and the final line (a
+// campaign's, or the merged run of `kvcheck merge`).
+void print_summary(const RunRecord& r);
 
-// The campaign's JSON report (docs/REPORTS.md, "JSON").
-std::string campaign_json(const Campaign& c);
+// --json, --junit and --html, each from `r` when its path is not empty
+// (check_report_paths first, before a run).
+void check_report_paths(const std::string& json, const std::string& junit, const std::string& html);
+void write_reports(const RunRecord& r, const std::string& json, const std::string& junit,
+                   const std::string& html);
+
+// Rewrites --json as a checkpoint of the run so far (status "running"), at
+// most every few seconds unless `now`: what a killed shard leaves behind,
+// and where it continues (tools/campaign_continue.cpp).
+void write_checkpoint(Campaign& c, bool now);
+
+// Continues the run from the report at --json when that report is this
+// campaign's and shard's, left unfinished (killed, interrupted, or cut by
+// the time): its tallies, failures and kill matrix are taken over and only
+// the turns it did not finish run. Says on the console which it does.
+void continue_from_report(Campaign& c);
 
 }  // namespace kvcheck::cli

@@ -2,18 +2,24 @@
 // --turn-cases cases until --cases or the time budget is spent. Each turn is
 // a hunt with a seed of its own (derived from the campaign's seed, the pair
 // and the turn's number), run in the backend's hunt worker, so a crash is a
-// failure with a case file and the campaign goes on.
+// failure with a case file and the campaign goes on. A shard runs its own
+// turns of each pair (tools/shard.h), and only turns that ran to their end
+// (or failed) count: a report then always stands at turn boundaries, which
+// is where a killed shard continues.
 #include <cinttypes>
 #include <cstdio>
 #include <cstdlib>
 
 #include "model/rng.h"
+#include "model/status.h"
 #include "properties/rc/hunt_worker.h"
+#include "properties/runner.h"
 #include "tools/cache_timeline.h"
 #include "tools/campaign.h"
 #include "tools/error_map.h"
 #include "tools/failure_report.h"
 #include "tools/interrupt.h"
+#include "tools/shard.h"
 
 namespace kvcheck::cli {
 
@@ -85,25 +91,32 @@ uint64_t coverage_mask(const rcgen::Coverage& c) {
   return mask;
 }
 
-// What the worker tells of one case: "AP RATIO MASK DRAWN USED REASON"
-// (applicable and passed as 0/1, the error/bound ratio, the coverage mask,
-// the cache features the scenario could use and those the engine said it
-// used (feature_use.h), why it was not applicable). Short and cheap: a
-// campaign runs thousands of cases a second.
+// What the worker tells of one case: "AP RATIO MASK DRAWN USED DIGEST
+// REASON" (applicable and passed as 0/1, the error/bound ratio, the coverage
+// mask, the cache features the scenario could use and those the engine said
+// it used (feature_use.h), the case's digest over its scenario and all of
+// this, why it was not applicable). Short and cheap: a campaign runs
+// thousands of cases a second.
 std::string describe_case(const Scenario& s, const Verdict& v) {
   char head[96];
   const rcgen::Coverage c = rcgen::coverage(s);
-  std::snprintf(head, sizeof head, "%d%d %.17g %" PRIu64 " %u %u ", v.applicable ? 1 : 0,
+  std::snprintf(head, sizeof head, "%d%d %.17g %" PRIu64 " %u %u", v.applicable ? 1 : 0,
                 v.passed ? 1 : 0, v.worst_ratio, coverage_mask(c),
                 unsigned(rcgen::drawn_features(c)), unsigned(v.features_used));
-  if (v.applicable) return head;
-  // "P4 reset: not applicable: the engine lacks reset" -> "the engine lacks reset".
-  const std::string marker = "not applicable: ";
-  const size_t at = v.summary.find(marker);
-  return head + (at == std::string::npos ? v.summary : v.summary.substr(at + marker.size()));
+  std::string reason;
+  if (!v.applicable) {
+    // "P4 reset: not applicable: the engine lacks reset" -> "the engine lacks reset".
+    const std::string marker = "not applicable: ";
+    const size_t at = v.summary.find(marker);
+    reason = at == std::string::npos ? v.summary : v.summary.substr(at + marker.size());
+  }
+  const uint64_t digest = fnv1a64(std::string(head) + "|" + reason, scenario_digest(s));
+  return std::string(head) + " " + digest_hex(digest) + " " + reason;
 }
 
-void count_case(Tally& t, const std::string& description) {
+// One case into a turn's tally; `case_number` is its place in the pair's
+// stream, for the digest.
+void count_case(Tally& t, const std::string& description, int64_t case_number) {
   const bool applicable = description.size() > 1 && description[0] == '1';
   const bool passed = description.size() > 1 && description[1] == '1';
   char* end = nullptr;
@@ -111,6 +124,8 @@ void count_case(Tally& t, const std::string& description) {
   const auto mask = uint64_t(std::strtoull(end, &end, 10));
   const auto drawn = FeatureMask(std::strtoul(end, &end, 10));
   const auto used = FeatureMask(std::strtoul(end, &end, 10));
+  const auto digest = uint64_t(std::strtoull(end, &end, 16));
+  t.digest += case_digest_share(t.property, t.backend_index, case_number, digest);
   ++t.cases;
   if (!applicable) {
     ++t.not_applicable;
@@ -142,7 +157,7 @@ void count_case(Tally& t, const std::string& description) {
 // `--property P1` draws the same P1 cases as the whole campaign. The backend
 // counts by its place among the --backend strings, not by its text, which
 // may hold a path that differs from one checkout to the next.
-uint64_t turn_seed(uint64_t seed, const Tally& t, int turn) {
+uint64_t turn_seed(uint64_t seed, const Tally& t, int64_t turn) {
   const std::string pair =
       std::string(property_name(t.property)) + "|" + std::to_string(t.backend_index);
   SplitMix64 mix(seed ^ fnv1a64(pair, kFnv1a64Basis));
@@ -154,7 +169,8 @@ rcgen::HuntSpec spec_for(Campaign& c, const std::vector<Tally>& tallies, const s
   size_t index = 0;
   uint64_t seed = 0;
   int cases = 0;
-  std::sscanf(job.c_str(), "%zu %" SCNu64 " %d", &index, &seed, &cases);
+  int64_t first_case = 0;
+  std::sscanf(job.c_str(), "%zu %" SCNu64 " %d %" SCNd64, &index, &seed, &cases, &first_case);
   const Tally& t = tallies.at(index);
   rcgen::HuntSpec spec;
   spec.subject = c.subjects[t.backend_index];
@@ -167,7 +183,9 @@ rcgen::HuntSpec spec_for(Campaign& c, const std::vector<Tally>& tallies, const s
     if (!reuse) {
       reuse = std::make_shared<rcgen::ModelReuse>();
       reuse->scenarios_per_model = c.options.scenarios_per_model;
+      reuse->key = fnv1a64("models", turn_seed(c.seed, t, 0));
     }
+    reuse->next_scenario = first_case;  // the turn's place in the pair's stream
     spec.options.model_reuse = reuse;
   }
   spec.options.seed = seed;
@@ -213,10 +231,17 @@ std::string tally_label(const Tally& t) {
   return std::string(property_label(t.property)) + " " + std::string(property_name(t.property));
 }
 
-}  // namespace
-
-void run_properties(Campaign& c, Progress& progress) {
+// The tallies, one per (property, backend); a continued shard has them
+// from its report already.
+void make_tallies(Campaign& c) {
   std::vector<Tally>& tallies = c.record.tallies;
+  const bool restored = !tallies.empty();
+  if (restored && tallies.size() != c.backends.size() * c.properties.size()) {
+    throw InputError("the continued report holds " + std::to_string(tallies.size()) +
+                     " property tallies, this campaign " +
+                     std::to_string(c.backends.size() * c.properties.size()));
+  }
+  size_t i = 0;
   for (size_t b = 0; b < c.backends.size(); ++b) {
     for (Property p : c.properties) {
       Tally t;
@@ -224,9 +249,107 @@ void run_properties(Campaign& c, Progress& progress) {
       t.backend = c.backends[b].spec;
       t.backend_index = b;
       t.never_applies = never_applicable(p, *c.subjects[b], c.model.get());
-      tallies.push_back(t);
+      if (restored) {
+        tallies[i].backend_index = b;
+        tallies[i++].never_applies = t.never_applies;
+      } else {
+        tallies.push_back(t);
+      }
     }
   }
+}
+
+// One turn of one pair: the shard's next turn of it, as a hunt in the
+// backend's worker. Its cases count only once it has run to its end (or
+// failed); one the time or a signal cut runs again if the shard continues.
+struct Turn {
+  Campaign& c;
+  size_t i;
+  rcgen::HuntWorker& worker;
+  Progress& progress;
+  int& total;
+
+  // False when the pair has no turn left here.
+  bool run() {
+    Tally& t = c.record.tallies[i];
+    const CampaignOptions& o = c.options;
+    const int64_t turn = shard_turn(c.shard, t.turns);
+    const int cases = turn_case_count(turn, o.turn_cases, o.cases);
+    if (t.failed || !t.never_applies.empty() || cases == 0) return false;
+    const uint64_t seed = turn_seed(c.seed, t, turn);
+    const int64_t first = turn_first_case(turn, o.turn_cases);
+    const std::string job = std::to_string(i) + " " + std::to_string(seed) + " " +
+                            std::to_string(cases) + " " + std::to_string(first);
+    Tally part;
+    part.property = t.property, part.backend = t.backend, part.backend_index = t.backend_index;
+    int shrink_tries = 0;
+    const auto heard = [&](const std::string& description, bool shrinking) {
+      if (shrinking) {
+        progress.update(tally_label(t) + " on " + t.backend + ": shrinking a failure, " +
+                        std::to_string(++shrink_tries) + " candidates run");
+        return;
+      }
+      count_case(part, description, first + part.cases);
+      ++total;
+      progress.update(tally_label(t) + " on " + t.backend + ": " +
+                      std::to_string(t.cases + part.cases) + " cases | " + std::to_string(total) +
+                      " in all, " + std::to_string(int(total / std::max(c.elapsed(), 1e-3))) +
+                      " cases/s");
+    };
+    const int deaths = worker.deaths();
+    const auto began = Campaign::Clock::now();
+    const rcgen::HuntResult r = worker.run(job, heard);
+    const double seconds = std::chrono::duration<double>(Campaign::Clock::now() - began).count();
+    // A signal may cause a failure; a cut turn would draw other cases than
+    // the same turn run whole. Neither counts.
+    if (interrupted() || (r.cut && !r.failed)) {
+      t.seconds += seconds;
+      return true;
+    }
+    part.seconds = seconds;
+    part.turns = 1;
+    add_tally(t, part);
+    if (r.failed) failed(t, r, seed, turn, worker.deaths() != deaths);
+    write_checkpoint(c, false);
+    return true;
+  }
+
+  void failed(Tally& t, const rcgen::HuntResult& r, uint64_t seed, int64_t turn, bool crashed) {
+    progress.done();
+    if (r.cut) {
+      c.record.incomplete.push_back(tally_label(t) + " on " + t.backend +
+                                    ": the time budget cut its shrink (" +
+                                    std::to_string(r.shrink_steps) + " steps run)");
+    }
+    record_failure(c, t, r, seed, crashed);
+    t.first_failing_turn = int(turn);
+    c.record.failures.back().turn = int(turn);
+  }
+};
+
+// Under --cases, the pairs whose turns the time budget did not all run.
+void note_unfinished(Campaign& c) {
+  const CampaignOptions& o = c.options;
+  if (o.cases == 0 || interrupted()) return;
+  const std::string whose =
+      c.shard.count > 1
+          ? " (shard " + std::to_string(c.shard.index) + " of " + std::to_string(c.shard.count) +
+                " runs " + std::to_string(shard_case_budget(c.shard, o.turn_cases, o.cases)) + ")"
+          : "";
+  for (const Tally& t : c.record.tallies) {
+    if (t.failed || !t.never_applies.empty()) continue;
+    if (turn_case_count(shard_turn(c.shard, t.turns), o.turn_cases, o.cases) == 0) continue;
+    c.record.incomplete.push_back(tally_label(t) + " on " + t.backend + ": " +
+                                  std::to_string(t.cases) + " of --cases " +
+                                  std::to_string(o.cases) + whose + " ran within the time budget");
+  }
+}
+
+}  // namespace
+
+void run_properties(Campaign& c, Progress& progress) {
+  make_tallies(c);
+  std::vector<Tally>& tallies = c.record.tallies;
   std::vector<std::unique_ptr<rcgen::HuntWorker>> workers;  // [backend]
   for (size_t b = 0; b < c.backends.size(); ++b) {
     rcgen::WorkerOptions w;
@@ -236,57 +359,16 @@ void run_properties(Campaign& c, Progress& progress) {
     workers.push_back(std::make_unique<rcgen::HuntWorker>(
         [&c, &tallies](const std::string& job) { return spec_for(c, tallies, job); }, w));
   }
-  const CampaignOptions& o = c.options;
-  std::vector<int> turns(tallies.size(), 0);
   int total = 0;
   for (bool progress_made = true; progress_made && !c.out_of_time();) {
     progress_made = false;
-    for (size_t i = 0; i < tallies.size() && !c.out_of_time(); ++i) {
-      Tally& t = tallies[i];
-      if (t.failed || !t.never_applies.empty() || (o.cases && t.cases >= o.cases)) continue;
-      const int cases = o.cases ? std::min(o.turn_cases, o.cases - t.cases) : o.turn_cases;
-      const uint64_t seed = turn_seed(c.seed, t, turns[i]++);
-      const std::string job =
-          std::to_string(i) + " " + std::to_string(seed) + " " + std::to_string(cases);
-      int shrink_tries = 0;
-      const auto heard = [&](const std::string& description, bool shrinking) {
-        if (shrinking) {
-          progress.update(tally_label(t) + " on " + t.backend + ": shrinking a failure, " +
-                          std::to_string(++shrink_tries) + " candidates run");
-          return;
-        }
-        count_case(t, description);
-        ++total;
-        progress.update(tally_label(t) + " on " + t.backend + ": " + std::to_string(t.cases) +
-                        " cases | " + std::to_string(total) + " in all, " +
-                        std::to_string(int(total / std::max(c.elapsed(), 1e-3))) + " cases/s");
-      };
-      rcgen::HuntWorker& worker = *workers[t.backend_index];
-      const int deaths = worker.deaths();
-      const auto began = Campaign::Clock::now();
-      const rcgen::HuntResult r = worker.run(job, heard);
-      t.seconds += std::chrono::duration<double>(Campaign::Clock::now() - began).count();
-      progress_made = true;
-      if (interrupted()) break;  // a failure now may be the signal's doing
-      if (!r.failed) continue;
-      progress.done();
-      if (r.cut) {
-        c.record.incomplete.push_back(tally_label(t) + " on " + t.backend +
-                                      ": the time budget cut its shrink (" +
-                                      std::to_string(r.shrink_steps) + " steps run)");
-      }
-      record_failure(c, t, r, seed, worker.deaths() != deaths);
+    for (size_t i = 0; i < tallies.size() && !c.out_of_time() && !interrupted(); ++i) {
+      Turn turn{c, i, *workers[tallies[i].backend_index], progress, total};
+      progress_made = turn.run() || progress_made;
     }
   }
   progress.done();
-  if (o.cases == 0 || interrupted()) return;
-  for (const Tally& t : tallies) {
-    if (!t.failed && t.never_applies.empty() && t.cases < o.cases) {
-      c.record.incomplete.push_back(tally_label(t) + " on " + t.backend + ": " +
-                                    std::to_string(t.cases) + " of --cases " +
-                                    std::to_string(o.cases) + " ran within the time budget");
-    }
-  }
+  note_unfinished(c);
 }
 
 }  // namespace kvcheck::cli

@@ -1,11 +1,12 @@
-// The campaign's console summary and its JSON report, both from the one
-// RunRecord the JUnit and HTML reports are written from too.
+// The campaign's console summary, from the one RunRecord the JSON, JUnit and
+// HTML reports are written from too (`kvcheck merge` prints it for the
+// merged run).
 #include <cstdio>
-#include <nlohmann/json.hpp>
 
-#include "engine/traits_json.h"
-#include "tools/build_info.h"
 #include "tools/campaign.h"
+#include "tools/junit.h"
+#include "tools/report_html.h"
+#include "tools/report_json.h"
 
 namespace kvcheck::cli {
 
@@ -64,8 +65,7 @@ void print_not_applicable(const std::vector<Tally>& tallies) {
 
 }  // namespace
 
-void print_summary(const Campaign& c) {
-  const RunRecord& r = c.record;
+void print_summary(const RunRecord& r) {
   std::printf("\n%-16s %-14s %8s %8s %8s %6s %11s  %s\n", "property", "backend", "cases", "applied",
               "passed", "n/a", "worst e/b", "result");
   for (const Tally& t : r.tallies) {
@@ -92,110 +92,18 @@ void print_summary(const Campaign& c) {
   std::fflush(stdout);
 }
 
-namespace {
-
-nlohmann::json tally_json(const Tally& t, const RunRecord& r) {
-  std::string case_file;
-  for (const FailureRecord& f : r.failures) {
-    if (f.property == t.property && f.backend == t.backend) case_file = f.case_path;
-  }
-  nlohmann::json features = nlohmann::json::object();
-  for (const auto& [name, n] : t.features) {
-    features[name] = {{"drawn", n.drawn}, {"happened", n.used}};
-  }
-  return {{"property", property_name(t.property)},
-          {"backend", t.backend},
-          {"cases", t.cases},
-          {"applied", applied(t)},
-          {"passed", t.passed},
-          {"not_applicable", t.not_applicable},
-          {"not_run", not_run(t) ? nlohmann::json(not_run_reason(t)) : nlohmann::json(nullptr)},
-          {"worst_error_over_bound", t.worst_ratio},
-          {"coverage", t.coverage},
-          {"proof_of_use", features},
-          {"not_applicable_why", t.not_applicable_why},
-          {"seconds", t.seconds},
-          {"failed", t.failed},
-          {"failure", t.failure},
-          {"case_file", case_file}};
+void check_report_paths(const std::string& json, const std::string& junit,
+                        const std::string& html) {
+  check_report_path("--json", json);
+  check_report_path("--junit", junit);
+  check_report_path("--html", html);
 }
 
-nlohmann::json kill_json(const KillRecord& k) {
-  nlohmann::json cells = nlohmann::json::array();
-  for (const KillRecord::Cell& cell : k.cells) {
-    cells.push_back({{"property", property_name(cell.property)},
-                     {"killed", cell.killed},
-                     {"cases", cell.cases},
-                     {"shrunk_size", cell.shrunk_size}});
-  }
-  return {{"backend", k.backend},
-          {"fault", k.is_fault ? k.fault : "none"},
-          {"ran", k.ran},
-          {"killed", k.killed},
-          {"cases_to_kill", k.cases_to_kill},
-          {"killed_by", k.killed_by},
-          {"shrunk_size", k.shrunk_size},
-          {"shrunk_scenario", k.shrunk_scenario},
-          {"per_property", cells},
-          {"problems", k.problems},
-          {"notes", k.notes}};
-}
-
-}  // namespace
-
-std::string campaign_json(const Campaign& c) {
-  const RunRecord& r = c.record;
-  nlohmann::json json;
-  json["schema"] = 2;
-  json["command"] = "campaign";
-  json["kvcheck"] = {{"version", build_version()}, {"commit", build_commit()}};
-  json["arguments"] = r.arguments;
-  json["reproduce"] = r.reproduce;
-  json["seed"] = c.seed;
-  json["started"] = r.started;
-  json["seconds"] = r.seconds;
-  json["status"] = r.status;
-  json["exit_code"] = r.exit_code;
-  json["outcome"] = r.outcome;
-  json["interrupted"] = r.status == "interrupted";
-  json["incomplete"] = r.incomplete;
-  json["notes"] = r.notes;
-  json["faults"] = r.faults;
-  if (c.model) json["model"] = {{"path", c.model->path}, {"hash", c.model->hash}};
-  for (size_t b = 0; b < c.backends.size(); ++b) {
-    double seconds = 0;
-    for (const Tally& t : r.tallies) seconds += t.backend_index == b ? t.seconds : 0;
-    json["backends"].push_back({{"backend", c.backends[b].spec},
-                                {"traits", traits_to_json(c.backends[b].traits)},
-                                {"isolated", c.isolated(b)},
-                                {"seconds", seconds}});
-  }
-  json["coverage"] = nlohmann::json::object();
-  for (const BackendRecord& b : r.backends) {
-    const auto [cases, classes] = backend_coverage(r.tallies, b.spec);
-    nlohmann::json shares = nlohmann::json::object();
-    for (const auto& [name, n] : classes) shares[name] = cases ? double(n) / cases : 0.0;
-    json["coverage"][b.spec] = {{"cases", cases}, {"share", shares}};
-  }
-  json["proof_of_use"] = nlohmann::json::object();
-  for (const BackendRecord& b : r.backends) {
-    nlohmann::json rows = nlohmann::json::array();
-    for (const FeatureUseRow& row : backend_feature_use(r.tallies, b)) {
-      rows.push_back({{"feature", row.name},
-                      {"declared", row.declared},
-                      {"drawn", row.count.drawn},
-                      {"happened", row.count.used}});
-    }
-    json["proof_of_use"][b.spec] = rows;
-  }
-  json["warnings"] = feature_warnings(r);
-  json["properties"] = nlohmann::json::array();
-  for (const Tally& t : r.tallies) json["properties"].push_back(tally_json(t, r));
-  json["kill_matrix_seed"] = r.kill_seed;
-  json["kill_cases"] = r.kill_cases;
-  json["kill_matrix"] = nlohmann::json::array();
-  for (const KillRecord& k : r.kills) json["kill_matrix"].push_back(kill_json(k));
-  return json.dump(2) + "\n";
+void write_reports(const RunRecord& r, const std::string& json, const std::string& junit,
+                   const std::string& html) {
+  if (!json.empty()) write_text_file("--json", json, run_json(r));
+  if (!junit.empty()) write_text_file("--junit", junit, junit_xml(r));
+  if (!html.empty()) write_text_file("--html", html, html_report(r));
 }
 
 }  // namespace kvcheck::cli

@@ -3,7 +3,10 @@
 #include <signal.h>
 #include <unistd.h>
 
+#include <algorithm>
+#include <cctype>
 #include <cstdio>
+#include <cstring>
 #include <random>
 
 #include "engine/faults.h"
@@ -11,13 +14,13 @@
 #include "properties/rc/kill_matrix.h"
 #include "properties/repro/failure_file.h"
 #include "tools/backends.h"
+#include "tools/build_info.h"
 #include "tools/campaign.h"
 #include "tools/commands.h"
 #include "tools/failure_report.h"
 #include "tools/interrupt.h"
-#include "tools/junit.h"
 #include "tools/model_option.h"
-#include "tools/report_html.h"
+#include "tools/shard.h"
 
 namespace kvcheck::cli {
 
@@ -46,13 +49,15 @@ void Progress::done() {
   if (tty_) std::fprintf(stderr, "\r\033[K");
 }
 
-std::string reproduce_command(const CampaignOptions& o, uint64_t seed) {
+std::vector<std::pair<std::string, std::string>> campaign_flags(const CampaignOptions& o,
+                                                                uint64_t seed) {
   const CampaignOptions defaults;
   char time_text[32];
   std::snprintf(time_text, sizeof(time_text), "%g", o.seconds);
-  std::string out = "kvcheck campaign --seed " + std::to_string(seed) + " --time " + time_text;
+  std::vector<std::pair<std::string, std::string>> out = {{"--seed", std::to_string(seed)},
+                                                          {"--time", time_text}};
   const auto add = [&](const std::string& flag, const std::string& value) {
-    out += " " + flag + (value.empty() ? "" : " " + shell_quote(value));
+    out.emplace_back(flag, value);
   };
   if (o.cases) add("--cases", std::to_string(o.cases));
   if (o.turn_cases != defaults.turn_cases) add("--turn-cases", std::to_string(o.turn_cases));
@@ -76,17 +81,34 @@ std::string reproduce_command(const CampaignOptions& o, uint64_t seed) {
   return out;
 }
 
-namespace {
-
-// Report paths are checked before the run: a typo found after an hour's
-// campaign loses the hour.
-void check_writable(const std::string& option, const std::string& path) {
-  if (path.empty()) return;
-  write_text_file(option, path, "");
+std::string reproduce_command(const std::vector<std::pair<std::string, std::string>>& flags,
+                              const Shard& shard) {
+  // Quoted only where a shell would read the value otherwise.
+  const auto word = [](const std::string& value) {
+    const bool plain = std::all_of(value.begin(), value.end(), [](unsigned char ch) {
+      return std::isalnum(ch) || std::strchr("_.,:/=+-@%", ch) != nullptr;
+    });
+    return plain ? value : shell_quote(value);
+  };
+  std::string out = "kvcheck campaign";
+  for (const auto& [flag, value] : flags)
+    out += " " + flag + (value.empty() ? "" : " " + word(value));
+  if (shard.count > 1) {
+    out += " --shard-index " + std::to_string(shard.index) + " --shard-count " +
+           std::to_string(shard.count);
+  }
+  return out;
 }
+
+namespace {
 
 void set_up(Campaign& c) {
   const CampaignOptions& o = c.options;
+  c.shard = resolve_shard(o.shard, process_environment);
+  if (c.shard.count > 1 && !o.seed_given) {
+    throw InputError(shard_text(c.shard) +
+                     ": needs --seed, the one campaign seed every shard draws from");
+  }
   c.seed = o.seed_given
                ? o.seed
                : (uint64_t(std::random_device{}()) << 32) ^ uint64_t(std::random_device{}());
@@ -127,9 +149,7 @@ void set_up(Campaign& c) {
         engine_under_test(c.backends[b], c.faults, reference)));
     c.histories.emplace_back(*c.subjects.back());
   }
-  check_writable("--json", o.json_path);
-  check_writable("--junit", o.junit_path);
-  check_writable("--html", o.html_path);
+  check_report_paths(o.json_path, o.junit_path, o.html_path);
 }
 
 void print_header(Campaign& c) {
@@ -139,9 +159,11 @@ void print_header(Campaign& c) {
               (unsigned long long)c.seed, c.properties.size(), c.backends.size(), o.seconds,
               o.cases ? (", at most " + std::to_string(o.cases) + " cases each").c_str() : "");
   std::printf("reproduce: %s\n", r.reproduce.c_str());
-  for (const Backend& b : c.backends) {
-    r.backends.push_back(
-        {b.spec, traits_summary(b.traits, ""), observable_features(b.traits.operations)});
+  if (!c.shard.source.empty()) std::printf("%s\n", shard_text(c.shard).c_str());
+  for (size_t i = 0; i < c.backends.size(); ++i) {
+    const Backend& b = c.backends[i];
+    r.backends.push_back({b.spec, traits_summary(b.traits, ""),
+                          observable_features(b.traits.operations), b.traits, c.isolated(i)});
     std::printf("backend %s\n%s", b.spec.c_str(), traits_summary(b.traits, "  ").c_str());
   }
   if (c.model) {
@@ -159,33 +181,54 @@ void print_header(Campaign& c) {
 // The status, exit code and final line, from what the phases recorded.
 void conclude(Campaign& c) {
   RunRecord& r = c.record;
-  bool property_failed = false, kill_failed = false;
-  for (const Tally& t : r.tallies) property_failed = property_failed || t.failed;
-  for (const KillRecord& k : r.kills) kill_failed = kill_failed || !k.problems.empty();
-  r.seconds = c.elapsed();
+  r.seconds = c.earlier_seconds + c.elapsed();
   if (interrupted()) {
     r.status = "interrupted";
     r.exit_code = interrupted_exit_code();
+    r.passed = false;
     r.outcome = std::string("interrupted by ") + (interrupted() == SIGINT ? "SIGINT" : "SIGTERM") +
                 "; the reports hold what ran before it";
-  } else if (property_failed || kill_failed) {
-    r.status = "failed";
-    r.exit_code = 1;
-    r.outcome = property_failed ? (c.faults.any() ? "a property caught the fault"
-                                                  : "a property failed on a correct engine")
-                                : "the kill matrix found a problem";
-  } else if (!r.incomplete.empty()) {
-    r.status = "incomplete";
-    r.exit_code = kExitIncomplete;
-    r.outcome = "incomplete: the time budget cut " + std::to_string(r.incomplete.size()) +
-                " budget" + (r.incomplete.size() == 1 ? "" : "s") +
-                " given in cases or steps; nothing failed";
-  } else {
-    r.status = "passed";
-    r.outcome = r.kills.empty() ? "every property held where it applied"
-                                : "every property held where it applied and every fault was killed";
+    return;
   }
-  r.passed = r.status == "passed";
+  decide_verdict(r, c.faults.any(),
+                 "incomplete: the time budget cut " + std::to_string(r.incomplete.size()) +
+                     " budget" + (r.incomplete.size() == 1 ? "" : "s") +
+                     " given in cases or steps; nothing failed");
+}
+
+// The record's header: what the reports say of the run before it starts.
+void start_record(Campaign& c) {
+  const CampaignOptions& o = c.options;
+  RunRecord& r = c.record;
+  r.command = "campaign";
+  r.version = build_version(), r.commit = build_commit();
+  r.arguments = o.arguments;
+  r.options = campaign_flags(o, c.seed);
+  r.shard_index = c.shard.index, r.shard_count = c.shard.count, r.shard_source = c.shard.source;
+  if (c.model) r.model_path = c.model->path, r.model_hash = c.model->hash;
+  r.started = utc_now_iso8601();
+  r.seed = c.seed, r.has_seed = true;
+  r.faults = c.faults.to_string();
+  r.kill_cases = o.kill_cases;
+  r.kill_seed = o.kill_seed;
+  r.reproduce = reproduce_command(r.options, c.shard);
+  r.status = "running";
+  r.outcome = "running: a checkpoint of a run not finished (killed, or still running)";
+}
+
+// The kill matrix runs once per campaign: on shard 0 of a sharded one. With
+// a fault on, failures are the point: it adds nothing.
+void kill_phase(Campaign& c, Progress& progress) {
+  const CampaignOptions& o = c.options;
+  const bool wanted = o.kill_matrix && !c.faults.any() && !c.record.kill_matrix_done;
+  if (wanted && c.shard.index != 0) {
+    std::printf("\nkill matrix: run by shard 0 of %d\n", c.shard.count);
+  } else if (wanted) {
+    run_kill_matrices(c, progress);
+    if (c.out_of_time()) return;  // rows not reached: run again if the shard continues
+  }
+  c.record.kill_matrix_done = true;
+  write_checkpoint(c, true);
 }
 
 int run_campaign(const CampaignOptions& o) {
@@ -195,26 +238,30 @@ int run_campaign(const CampaignOptions& o) {
   c.deadline = c.start + std::chrono::duration_cast<Campaign::Clock::duration>(
                              std::chrono::duration<double>(o.seconds));
   set_up(c);
-  RunRecord& r = c.record;
-  r.command = "campaign";
-  r.arguments = o.arguments;
-  r.started = utc_now_iso8601();
-  r.seed = c.seed, r.has_seed = true;
-  r.faults = c.faults.to_string();
-  r.kill_cases = o.kill_cases;
-  r.kill_seed = o.kill_seed;
-  r.reproduce = reproduce_command(o, c.seed);
+  start_record(c);
   print_header(c);
+  continue_from_report(c);
+  write_checkpoint(c, true);
   Progress progress(c.start);
-  // With a fault on, failures are the point: the kill matrix adds nothing.
-  if (o.kill_matrix && !c.faults.any()) run_kill_matrices(c, progress);
+  kill_phase(c, progress);
   run_properties(c, progress);
   conclude(c);
-  print_summary(c);
-  if (!o.json_path.empty()) write_text_file("--json", o.json_path, campaign_json(c));
-  if (!o.junit_path.empty()) write_text_file("--junit", o.junit_path, junit_xml(r));
-  if (!o.html_path.empty()) write_text_file("--html", o.html_path, html_report(r));
-  return r.exit_code;
+  print_summary(c.record);
+  write_reports(c.record, o.json_path, o.junit_path, o.html_path);
+  return c.record.exit_code;
+}
+
+// --shard-index, --shard-count (tools/shard.h).
+void add_shard_options(CLI::App* cmd, ShardOptions& shard) {
+  cmd->add_option_function<int>(
+      "--shard-index", [&shard](int i) { shard.index = i; },
+      "run shard I of --shard-count N: turns I, I+N, I+2N, ... of every property's cases "
+      "(default: from GTEST_SHARD_INDEX, JOB_COMPLETION_INDEX or SLURM_ARRAY_TASK_ID; "
+      "docs/DISTRIBUTED.md)");
+  cmd->add_option_function<int>(
+      "--shard-count", [&shard](int n) { shard.count = n; },
+      "the number of shards (default: from GTEST_TOTAL_SHARDS, KVCHECK_SHARD_COUNT or "
+      "SLURM_ARRAY_TASK_COUNT); `kvcheck merge` adds their reports up");
 }
 
 }  // namespace
@@ -292,6 +339,7 @@ Action add_campaign(CLI::App& app) {
   cmd->add_flag("--in-process", o->in_process,
                 "check in-process engines in kvcheck's own process, not in a worker process: a "
                 "crash then ends the run (for a debugger)");
+  add_shard_options(cmd, o->shard);
   cmd->add_option("--fault", o->fault,
                   "run against an engine with these faults on (names from docs/FAULTS.md, "
                   "comma-separated): shows a property catching them and writes the case file")

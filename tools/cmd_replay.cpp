@@ -264,7 +264,11 @@ void record_backend(RunRecord& record, const Backend& b) {
   for (const BackendRecord& known : record.backends) {
     if (known.spec == b.spec) return;
   }
-  record.backends.push_back({b.spec, traits_summary(b.traits, "")});
+  BackendRecord backend;
+  backend.spec = b.spec;
+  backend.traits = traits_summary(b.traits, "");
+  backend.declared = b.traits;
+  record.backends.push_back(std::move(backend));
 }
 
 std::string replay_command(const ReplayOptions& o) {

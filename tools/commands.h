@@ -1,6 +1,7 @@
 // Subcommands of the kvcheck CLI. Each registers itself on the app and runs
 // when chosen; exit codes: 0 all held, 1 a property failed, 2 bad input
-// (a campaign adds 4 incomplete and 130/143 interrupted: tools/campaign.h).
+// (a campaign adds 4 incomplete and 130/143 interrupted: tools/campaign.h;
+// a merge 4 for a shard that did not finish: tools/merge.h).
 #pragma once
 
 #include <CLI/CLI.hpp>
@@ -25,5 +26,6 @@ Action add_backends(CLI::App& app);
 Action add_memory(CLI::App& app);
 Action add_check_adapter(CLI::App& app);
 Action add_kill_matrix(CLI::App& app);
+Action add_merge(CLI::App& app);
 
 }  // namespace kvcheck::cli

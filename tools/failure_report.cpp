@@ -84,7 +84,8 @@ std::string report_failure(const rcgen::HuntResult& result, Property property, c
   return written.ok ? written.path : "";
 }
 
-std::vector<std::string> collect_case_files(const std::vector<std::string>& paths) {
+std::vector<std::string> collect_files(const std::vector<std::string>& paths,
+                                       const std::string& extension) {
   namespace fs = std::filesystem;
   std::vector<std::string> files;
   for (const std::string& path : paths) {
@@ -92,12 +93,12 @@ std::vector<std::string> collect_case_files(const std::vector<std::string>& path
     if (fs::is_directory(path, ec)) {
       std::vector<std::string> found;
       for (fs::recursive_directory_iterator it(path, ec), end; !ec && it != end; it.increment(ec)) {
-        if (it->is_regular_file(ec) && it->path().extension() == ".case") {
+        if (it->is_regular_file(ec) && it->path().extension() == extension) {
           found.push_back(it->path().string());
         }
       }
       if (ec) throw InputError(path + ": cannot list the folder: " + ec.message());
-      if (found.empty()) throw InputError(path + ": the folder holds no *.case files");
+      if (found.empty()) throw InputError(path + ": the folder holds no *" + extension + " files");
       std::sort(found.begin(), found.end());
       files.insert(files.end(), found.begin(), found.end());
     } else if (fs::exists(path, ec)) {

@@ -36,10 +36,16 @@ std::string report_failure(const rcgen::HuntResult& result, Property property,
                            const std::string& failures_dir, const CaseHistory* history = nullptr,
                            const std::string& reference = "");
 
-// Every case file the arguments name: files as given, folders searched
-// recursively for *.case, sorted. Throws InputError for a path that does not
-// exist or a folder without case files.
-std::vector<std::string> collect_case_files(const std::vector<std::string>& paths);
+// Every file the arguments name: files as given, folders searched
+// recursively for names ending in `extension` (".case", ".json"), sorted.
+// Throws InputError for a path that does not exist or a folder without such
+// files.
+std::vector<std::string> collect_files(const std::vector<std::string>& paths,
+                                       const std::string& extension);
+// Every case file the arguments name (collect_files for ".case").
+inline std::vector<std::string> collect_case_files(const std::vector<std::string>& paths) {
+  return collect_files(paths, ".case");
+}
 
 // Parses a --fault value: "none" or names separated by commas. Throws
 // InputError naming the unknown fault.

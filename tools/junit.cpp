@@ -1,3 +1,4 @@
+// The JUnit writer (tools/junit.h): suites and cases from the RunRecord.
 #include "tools/junit.h"
 
 #include <unistd.h>
@@ -13,7 +14,7 @@ namespace {
 struct Case {
   std::string classname, name;
   double seconds = 0;
-  enum class Kind { kPassed, kFailed, kSkipped } kind = Kind::kPassed;
+  enum class Kind { kPassed, kFailed, kSkipped, kError } kind = Kind::kPassed;
   std::string message, text;  // failure or skip message; failure body
 };
 
@@ -76,6 +77,22 @@ Case property_case(const RunRecord& run, const Tally& t) {
   return c;
 }
 
+// `kvcheck merge`: a shard that did not finish is an error, so that a CI
+// page that reads only the JUnit never shows its missing cases as passed.
+Case shard_case(const ShardRecord& s, int count) {
+  Case c;
+  c.classname = "kvcheck.shards";
+  c.name = "shard " + std::to_string(s.index) + " of " + std::to_string(count);
+  c.seconds = s.seconds;
+  if (s.status != "passed" && s.status != "failed") {
+    c.kind = Case::Kind::kError;
+    c.message = s.status == "missing"
+                    ? "no report (missing)"
+                    : s.status + ": it did not finish its cases (" + s.report + ")";
+  }
+  return c;
+}
+
 Case kill_case(const KillRecord& k) {
   Case c;
   c.classname = "kvcheck.kill-matrix." + k.backend;
@@ -91,16 +108,17 @@ Case kill_case(const KillRecord& k) {
 
 void write_suite(std::ostringstream& out, const Suite& s, const std::string& started,
                  const std::string& host) {
-  int failures = 0, skipped = 0;
+  int failures = 0, errors = 0, skipped = 0;
   double seconds = 0;
   for (const Case& c : s.cases) {
     failures += c.kind == Case::Kind::kFailed;
+    errors += c.kind == Case::Kind::kError;
     skipped += c.kind == Case::Kind::kSkipped;
     seconds += c.seconds;
   }
   out << "  <testsuite name=\"" << escape_xml(s.name) << "\" tests=\"" << s.cases.size()
-      << "\" failures=\"" << failures << "\" errors=\"0\" skipped=\"" << skipped << "\" time=\""
-      << seconds_text(seconds) << "\" timestamp=\"" << started << "\" hostname=\""
+      << "\" failures=\"" << failures << "\" errors=\"" << errors << "\" skipped=\"" << skipped
+      << "\" time=\"" << seconds_text(seconds) << "\" timestamp=\"" << started << "\" hostname=\""
       << escape_xml(host) << "\">\n";
   for (const Case& c : s.cases) {
     out << "    <testcase classname=\"" << escape_xml(c.classname) << "\" name=\""
@@ -112,6 +130,8 @@ void write_suite(std::ostringstream& out, const Suite& s, const std::string& sta
     out << ">\n";
     if (c.kind == Case::Kind::kSkipped) {
       out << "      <skipped message=\"" << escape_xml(c.message) << "\"/>\n";
+    } else if (c.kind == Case::Kind::kError) {
+      out << "      <error message=\"" << escape_xml(c.message) << "\" type=\"incomplete\"/>\n";
     } else {
       out << "      <failure message=\"" << escape_xml(c.message) << "\" type=\"property\">"
           << escape_xml(c.text) << "</failure>\n";
@@ -144,19 +164,26 @@ std::string junit_xml(const RunRecord& run) {
     }
     if (!s.cases.empty()) suites.push_back(std::move(s));
   }
-  int tests = 0, failures = 0, skipped = 0;
+  if (!run.shards.empty()) {
+    Suite s{"shards", {}, {}};
+    for (const ShardRecord& shard : run.shards)
+      s.cases.push_back(shard_case(shard, run.shard_count));
+    suites.push_back(std::move(s));
+  }
+  int tests = 0, failures = 0, errors = 0, skipped = 0;
   for (const Suite& s : suites) {
     for (const Case& c : s.cases) {
       ++tests;
       failures += c.kind == Case::Kind::kFailed;
+      errors += c.kind == Case::Kind::kError;
       skipped += c.kind == Case::Kind::kSkipped;
     }
   }
   std::ostringstream out;
   out << "<?xml version=\"1.0\" encoding=\"UTF-8\"?>\n"
       << "<testsuites name=\"kvcheck " << escape_xml(run.command) << "\" tests=\"" << tests
-      << "\" failures=\"" << failures << "\" errors=\"0\" skipped=\"" << skipped << "\" time=\""
-      << seconds_text(run.seconds) << "\">\n";
+      << "\" failures=\"" << failures << "\" errors=\"" << errors << "\" skipped=\"" << skipped
+      << "\" time=\"" << seconds_text(run.seconds) << "\">\n";
   const std::string host = hostname();
   for (const Suite& s : suites) write_suite(out, s, run.started, host);
   out << "</testsuites>\n";

@@ -35,7 +35,8 @@ int main(int argc, char** argv) {
       kvcheck::cli::add_campaign(app),      kvcheck::cli::add_demo(app),
       kvcheck::cli::add_replay(app),        kvcheck::cli::add_shrink(app),
       kvcheck::cli::add_backends(app),      kvcheck::cli::add_memory(app),
-      kvcheck::cli::add_check_adapter(app), kvcheck::cli::add_kill_matrix(app)};
+      kvcheck::cli::add_check_adapter(app), kvcheck::cli::add_kill_matrix(app),
+      kvcheck::cli::add_merge(app)};
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {

@@ -1,3 +1,4 @@
+// The HTML report's sections, each from the RunRecord (tools/report_html.h).
 #include "tools/report_html.h"
 
 #include <cstdio>
@@ -6,6 +7,7 @@
 #include <vector>
 
 #include "tools/report_svg.h"
+#include "tools/shard.h"
 #include "tools/timeline_svg.h"
 
 namespace kvcheck::cli {
@@ -51,6 +53,24 @@ void run_section(std::ostringstream& out, const RunRecord& run) {
         << "</pre></div>";
   }
   out << "</div>\n";
+}
+
+// `kvcheck merge`: each shard's report, and whether it finished.
+void shards_section(std::ostringstream& out, const RunRecord& run) {
+  if (run.shards.empty()) return;
+  out << "<h3>Shards</h3><table><tr><th>shard</th><th>status</th><th>cases</th><th>time</th>"
+      << "<th>case digest</th><th>report</th></tr>\n";
+  for (const ShardRecord& s : run.shards) {
+    const char* style = s.status == "passed"   ? "passed"
+                        : s.status == "failed" ? "FAILED"
+                                               : "INCOMPLETE";
+    out << "<tr><td class=\"n\">" << s.index << "</td><td><span class=\"" << style << "\">"
+        << escape_xml(s.status) << "</span></td><td class=\"n\">" << s.cases
+        << "</td><td class=\"n\">" << fixed("%.1f s", s.seconds) << "</td><td><code>"
+        << (s.report.empty() ? "-" : digest_hex(s.digest)) << "</code></td><td><code>"
+        << escape_xml(s.report.empty() ? "(no report)" : s.report) << "</code></td></tr>\n";
+  }
+  out << "</table>\n";
 }
 
 std::string not_applicable_cell(const Tally& t) {
@@ -318,6 +338,7 @@ std::string html_report(const RunRecord& run) {
     out << "</ul>\n";
   }
   run_section(out, run);
+  shards_section(out, run);
   if (!run.tallies.empty()) {
     properties_section(out, run);
     coverage_section(out, run);

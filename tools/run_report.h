@@ -4,16 +4,23 @@
 #pragma once
 
 #include <array>
+#include <cstdint>
 #include <map>
 #include <optional>
 #include <string>
+#include <utility>
 #include <vector>
 
+#include "engine/traits.h"
 #include "properties/property.h"
 #include "tools/cache_timeline.h"
 #include "tools/error_map.h"
 
 namespace kvcheck::cli {
+
+// Exit codes (docs/REPORTS.md): 0 passed, 1 failed, 2 bad input, 4
+// incomplete (a budget the time cut, a shard that did not finish).
+inline constexpr int kExitIncomplete = 4;
 
 // error/bound histogram buckets (P1, P6): [0, 1e-6), [1e-6, 1e-5), ...,
 // [0.1, 1), and [1, inf) where a case failed. Decades, because passing
@@ -48,7 +55,18 @@ struct Tally {
   double seconds = 0;                                // time spent on this pair, shrinking included
   bool failed = false;
   std::string failure;  // summary of the shrunk failure
+  // Sharding (tools/shard.h): the digest of every case (a sum of shares, so
+  // shards add up), the turns of this pair that ran to their end, and the
+  // campaign-wide number of the turn whose hunt failed (-1: none).
+  uint64_t digest = 0;
+  int turns = 0;
+  int first_failing_turn = -1;
 };
+
+// Adds `from`'s cases to `into` (the same pair: a turn, or another shard):
+// counts and digests sum, the worst ratio is the larger, and the failure is
+// the one of the earlier failing turn.
+void add_tally(Tally& into, const Tally& from);
 
 inline int applied(const Tally& t) {
   return t.cases - t.not_applicable;
@@ -80,7 +98,13 @@ struct FailureRecord {
   Verdict verdict;
   std::vector<ErrorMap> error_maps;  // P1's, or P6's K and V; empty: none
   CacheTimeline timeline;            // recorded only for the HTML report
+  int turn = -1;                     // the campaign-wide turn whose hunt found it
 };
+
+// The content hash of a case file: its text less comments and notes (which
+// name the hunt seed that found it), so the same shrunk case found by two
+// shards hashes the same. 16 hex digits.
+std::string case_content_hash(const std::string& case_text);
 
 // One kill-matrix row on one backend. Columns are the properties, or the
 // single 'any' column (every property per case) when the matrix ran so.
@@ -114,11 +138,31 @@ struct BackendRecord {
   std::string spec;
   std::string traits;          // traits_summary text, one group a line
   FeatureMask observable = 0;  // the cache features it declares and lets be observed
+  EngineTraits declared;       // what it declares (the JSON report carries these)
+  bool isolated = false;       // checked in a worker process
+};
+
+// One shard's report as `kvcheck merge` found it.
+struct ShardRecord {
+  int index = 0;
+  std::string report;  // its path; empty: missing
+  std::string status;  // its status, "missing", or "killed" (a checkpoint)
+  int cases = 0;
+  double seconds = 0;
+  uint64_t digest = 0;
 };
 
 struct RunRecord {
-  std::string command;                 // "campaign" or "replay"
+  std::string command;                 // "campaign", "replay" or "merge"
+  std::string version, commit;         // the build that ran it (tools/build_info.h)
   std::vector<std::string> arguments;  // the command line as given
+  // What a campaign draws and checks, as (flag, value) pairs (value "" for
+  // a flag alone): reproduce_command's flags less the shard's. Two shards
+  // of one campaign hold the same.
+  std::vector<std::pair<std::string, std::string>> options;
+  int shard_index = 0, shard_count = 1;
+  std::string shard_source;            // tools/shard.h; empty: not sharded
+  std::string model_path, model_hash;  // --model; empty: seeded models
   unsigned long long seed = 0;
   bool has_seed = false;
   std::string reproduce;  // the command that re-runs it
@@ -138,9 +182,26 @@ struct RunRecord {
   std::vector<KillRecord> kills;
   int kill_cases = 0;  // cases per fault: the kill matrix's colour scale ends there
   unsigned long long kill_seed = 0;
+  bool kill_matrix_done = false;  // the kill matrix ran to its end (or had nothing to run)
   std::vector<FailureRecord> failures;
   std::vector<FailureRecord> replayed;  // replay only: every verdict, passed ones too
+  std::vector<ShardRecord> shards;      // merge only: [shard index]
 };
+
+// The status, exit code and outcome from what the record holds: failed (1)
+// when a property failed or the kill matrix found a problem, else
+// incomplete (4) when `incomplete` lists something (`incomplete_outcome`
+// says what), else passed (0). `faults_on`: the engines ran with faults.
+void decide_verdict(RunRecord& r, bool faults_on, const std::string& incomplete_outcome);
+
+// The digest over every case of the run (tools/shard.h): its tallies' sum.
+uint64_t run_digest(const RunRecord& run);
+
+// "" when `a` and `b` are reports of one campaign (build, command, seed,
+// options, shard count, model), else the first difference, each side named
+// by its report ("--cases: 100 in a.json, 200 in b.json").
+std::string campaign_difference(const RunRecord& a, const std::string& a_name, const RunRecord& b,
+                                const std::string& b_name);
 
 // One backend's proof of use: per feature (feature_rows() order) whether it
 // declares it, the cases that could use it and those in which it did.
@@ -167,6 +228,11 @@ std::string escape_xml(const std::string& text);
 
 // The whole file ("" when it cannot be read: the report shows what it has).
 std::string read_text_file(const std::string& path);
+
+// Throws InputError naming `option` and the path when a report could not be
+// written there; changes nothing that is there. Checked before a run: a
+// typo found after an hour's campaign loses the hour.
+void check_report_path(const std::string& option, const std::string& path);
 
 // Writes `text` to `path` (replacing it); throws InputError naming `option`
 // and the path when it cannot.

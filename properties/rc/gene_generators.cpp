@@ -230,19 +230,21 @@ rc::Gen<std::vector<OpGenes>> ops_gene(Emphasis emphasis) {
 }  // namespace
 
 // model_genes, the same Shrinkable `scenarios_per_model` times in a row.
-// Drawn at a size of its own, uniform in [0, kModelReuseMaxSize]: at the size
-// of the case that draws it, a run of scenarios that starts each turn of
-// cases (RapidCheck's size ramps from 0 every hunt) draws only the smallest
-// models.
+// Model k is drawn from the reuse's key and k, not from the case's random,
+// so it does not depend on which scenarios of the stream ran before (a turn
+// of a campaign may run in another process). Drawn at a size of its own,
+// uniform in [0, kModelReuseMaxSize]: at the size of the case that draws it,
+// a run of scenarios that starts each turn of cases (RapidCheck's size ramps
+// from 0 every hunt) draws only the smallest models.
 rc::Gen<ModelGenes> reused(rc::Gen<ModelGenes> fresh, std::shared_ptr<ModelReuse> reuse) {
-  return rc::Gen<ModelGenes>([fresh, reuse](const rc::Random& random, int) {
-    if (!reuse->current || reuse->uses >= reuse->scenarios_per_model) {
-      rc::Random genes = random;
+  return rc::Gen<ModelGenes>([fresh, reuse](const rc::Random&, int) {
+    const int64_t model = reuse->next_scenario++ / reuse->scenarios_per_model;
+    if (!reuse->current || reuse->current_model != model) {
+      rc::Random genes(rc::Random::Key{reuse->key, uint64_t(model), 0x6b76636865636bull, 0});
       rc::Random sizing = genes.split();
       reuse->current = fresh(genes, int(sizing.next() % (kModelReuseMaxSize + 1)));
-      reuse->uses = 0;
+      reuse->current_model = model;
     }
-    ++reuse->uses;
     return *reuse->current;
   });
 }

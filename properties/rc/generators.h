@@ -150,10 +150,12 @@ struct ScenarioGenes {
 };
 
 // Several scenarios on one model, for a backend where a model's load is most
-// of a case (llama.cpp: docs/PERFORMANCE.md). A scenario's model genes are
-// the previous scenario's, `scenarios_per_model` scenarios in a row, then new
-// ones are drawn; each scenario keeps its own shrink tree. The decoded
-// scenarios then take max_pos from the model genes (ScenarioGenes::
+// of a case (llama.cpp: docs/PERFORMANCE.md). Scenarios n * k to n * k + n - 1
+// of a stream (n = `scenarios_per_model`) share the model genes of model k,
+// which are drawn from `key` and k alone; each scenario keeps its own shrink
+// tree. So a stream cut into turns, run in any order or in other processes
+// (a campaign's shards), draws the same models for the same scenarios. The
+// decoded scenarios take max_pos from the model genes (ScenarioGenes::
 // model_max_pos), so that they share one config and one set of weights.
 // One per hunt sequence (a campaign keeps one per property and backend, so
 // a property's cases do not depend on the other properties'); not shared
@@ -161,8 +163,10 @@ struct ScenarioGenes {
 inline constexpr int kModelReuseMaxSize = 100;  // a hunt's default max_size (HuntOptions)
 struct ModelReuse {
   int scenarios_per_model = 1;
-  std::optional<rc::Shrinkable<ModelGenes>> current;  // the model genes being reused
-  int uses = 0;                                       // scenarios drawn on `current`
+  uint64_t key = 0;            // the stream's: model k is drawn from (key, k)
+  int64_t next_scenario = 0;   // the stream's number of the next scenario drawn
+  int64_t current_model = -1;  // k of `current`
+  std::optional<rc::Shrinkable<ModelGenes>> current;  // the model genes of model k
 };
 
 // The independent genes; shrinking them shrinks the decoded scenario.

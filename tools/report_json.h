@@ -1,0 +1,24 @@
+// The run as JSON (docs/REPORTS.md, "JSON"): a campaign's --json, the
+// checkpoint a long campaign rewrites as it goes, and `kvcheck merge`'s
+// merged report are this one writer's output, from the one RunRecord the
+// console, JUnit and HTML reports read. The reader takes a campaign's report
+// back into a RunRecord: merge adds shards up from it, and a shard that was
+// killed continues from it.
+#pragma once
+
+#include <string>
+
+#include "tools/run_report.h"
+
+namespace kvcheck::cli {
+
+inline constexpr int kReportSchema = 3;
+
+std::string run_json(const RunRecord& run);
+
+// A campaign's JSON report (schema kReportSchema) as a RunRecord, without
+// what the JSON does not carry (error maps, cache timelines). Throws
+// InputError naming `source` and the key that is missing or wrong.
+RunRecord run_from_json(const std::string& text, const std::string& source);
+
+}  // namespace kvcheck::cli

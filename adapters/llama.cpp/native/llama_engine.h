@@ -1,0 +1,74 @@
+// llama.cpp's KV cache as a kvcheck Engine, through llama.h alone: the
+// native driver (docs/LLAMA_CPP.md, "Native driver") reaches what
+// node-llama-cpp's prebuilt addon cannot, its unified cache above all
+// (the addon hard-codes kv_unified = false).
+#pragma once
+
+#include <memory>
+#include <vector>
+
+#include "engine/engine.h"
+#include "engine/sequence_table.h"
+#include "model/config.h"
+
+struct llama_model;
+struct llama_context;
+
+namespace kvcheck::llama_native {
+
+struct LlamaOptions {
+  bool unified = false;     // llama_context_params::kv_unified: one KV stream for every sequence
+  bool erase_shift = true;  // declare erase and shift (off: traits leave them out)
+};
+
+// Every refusal is decided by the shared SequenceTable (engine/sequence_table.h)
+// before llama.cpp sees the call, so a refused call changes nothing; the
+// table also holds each sequence's cells (positions, slot order), which the
+// llama.cpp calls below are derived from.
+//   step      one llama_batch of every entry, at each sequence's next position
+//   finish    llama_memory_seq_rm(seq, -1, -1); the llama seq id is reused
+//   reset     llama_memory_clear(mem, true)
+//   fork      llama_memory_seq_cp(parent, child, -1, -1), then seq_rm of the
+//             positions of the parent's slots n..
+//   truncate  seq_rm of the positions of the last n cells
+//   erase     seq_rm(seq, p0, p1); shift: seq_add(seq, p0, p1, delta)
+class LlamaEngine final : public Engine {
+ public:
+  LlamaEngine(llama_model* model, const Config& config, const EngineOptions& options,
+              LlamaOptions llama);
+  ~LlamaEngine() override;
+  LlamaEngine(const LlamaEngine&) = delete;
+  LlamaEngine& operator=(const LlamaEngine&) = delete;
+
+  const Config& config() const override { return config_; }
+  const EngineOptions& options() const override { return options_; }
+  std::string name() const override;
+
+  SequenceId start() override;
+  void step(std::span<const BatchEntry> batch, std::vector<float>& logits) override;
+  void finish(SequenceId sequence) override;
+  void reset() override;
+  SequenceId fork(SequenceId parent, int n) override;
+  void truncate(SequenceId sequence, int n) override;
+  void erase(SequenceId sequence, int p0, int p1) override;
+  void shift(SequenceId sequence, int p0, int p1, int delta) override;
+  int length(SequenceId sequence) const override;
+  CacheSnapshot cache(SequenceId sequence, int layer) const override;
+  MemoryReport memory() const override { return {}; }
+
+ private:
+  int seq(SequenceId id) const;  // llama.cpp's seq id of a running sequence
+  // seq_rm of `positions` (any order) from llama seq `s`, as runs [p0, p1).
+  void remove_positions(int s, std::vector<int> positions);
+  // The positions of slots [from, to) of a running sequence.
+  std::vector<int> slot_positions(SequenceId id, int from, int to) const;
+
+  Config config_;
+  EngineOptions options_;
+  LlamaOptions llama_;
+  SequenceTable table_;
+  llama_context* ctx_ = nullptr;
+  std::vector<SequenceId> owner_;  // [llama seq id] the kvcheck sequence holding it, or -1
+};
+
+}  // namespace kvcheck::llama_native

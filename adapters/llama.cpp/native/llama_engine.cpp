@@ -107,8 +107,16 @@ void LlamaEngine::finish(SequenceId id) {
   const int s = seq(id);
   table_.finish(
       id, [](int, int) {}, [](int) {});
-  llama_memory_seq_rm(llama_get_memory(ctx_), s, -1, -1);  // a whole sequence never fails
   owner_[size_t(s)] = -1;
+  // --finish-by keep: where one sequence survives, "removes all tokens that
+  // do not belong to" it (llama.h) must leave exactly what seq_rm leaves.
+  const auto live = [](SequenceId o) { return o != -1; };
+  if (llama_.finish_by_keep && std::count_if(owner_.begin(), owner_.end(), live) == 1) {
+    const auto survivor = std::find_if(owner_.begin(), owner_.end(), live) - owner_.begin();
+    llama_memory_seq_keep(llama_get_memory(ctx_), llama_seq_id(survivor));
+    return;
+  }
+  llama_memory_seq_rm(llama_get_memory(ctx_), s, -1, -1);  // a whole sequence never fails
 }
 
 void LlamaEngine::reset() {

@@ -19,6 +19,10 @@ namespace kvcheck::llama_native {
 struct LlamaOptions {
   bool unified = false;     // llama_context_params::kv_unified: one KV stream for every sequence
   bool erase_shift = true;  // declare erase and shift (off: traits leave them out)
+  // finish through llama_memory_seq_keep(survivor) where exactly one
+  // sequence survives it, else seq_rm: how seq_keep is reached with the
+  // protocol's operations (docs/LLAMA_CPP.md, "Native driver")
+  bool finish_by_keep = false;
 };
 
 // Every refusal is decided by the shared SequenceTable (engine/sequence_table.h)
@@ -26,7 +30,8 @@ struct LlamaOptions {
 // table also holds each sequence's cells (positions, slot order), which the
 // llama.cpp calls below are derived from.
 //   step      one llama_batch of every entry, at each sequence's next position
-//   finish    llama_memory_seq_rm(seq, -1, -1); the llama seq id is reused
+//   finish    llama_memory_seq_rm(seq, -1, -1), or with finish_by_keep and
+//             one survivor llama_memory_seq_keep(survivor); the id is reused
 //   reset     llama_memory_clear(mem, true)
 //   fork      llama_memory_seq_cp(parent, child, -1, -1), then seq_rm of the
 //             positions of the parent's slots n..

@@ -9,6 +9,8 @@
 //                      a shift after a fork moves both sequences' shared cells
 //                      (docs/LLAMA_CPP.md, "Native driver"), so off runs the
 //                      other properties there
+//   --finish-by rm|keep  finish through llama_memory_seq_rm (default), or
+//                      llama_memory_seq_keep(survivor) where one sequence survives
 // f32 K/V, flash attention off, llama family, one thread. Exit 2 on bad options.
 #include <unistd.h>
 #include <cstdio>
@@ -109,10 +111,13 @@ int main(int argc, char** argv) {
       options.unified = std::strcmp(argv[++i], "on") == 0;
     } else if (std::strcmp(argv[i], "--erase-shift") == 0 && on_off) {
       options.erase_shift = std::strcmp(argv[++i], "on") == 0;
+    } else if (std::strcmp(argv[i], "--finish-by") == 0 && i + 1 < argc &&
+               (std::strcmp(argv[i + 1], "rm") == 0 || std::strcmp(argv[i + 1], "keep") == 0)) {
+      options.finish_by_keep = std::strcmp(argv[++i], "keep") == 0;
     } else {
       std::fprintf(stderr,
                    "kvcheck-llama-native: unknown argument \"%s\" (known: --unified on|off, "
-                   "--erase-shift on|off)\n",
+                   "--erase-shift on|off, --finish-by rm|keep)\n",
                    argv[i]);
       return 2;
     }

@@ -13,9 +13,9 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <string>
 
-#include "backends/exec/exec.h"
 #include "backends/exec/exec_wire.h"
 #include "backends/in_tree.h"
 #include "engine/cpu/cpu_engine.h"
@@ -86,14 +86,8 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  std::chrono::microseconds spin = kvcheck::wire::default_spin();
-  try {
-    if (spin_text != nullptr && *spin_text != '\0')
-      spin = kvcheck::exec_spin(spin_text, spin_where);
-  } catch (const kvcheck::InputError& e) {
-    std::fprintf(stderr, "%s\n", e.what());
-    return 2;
-  }
+  const std::optional<std::chrono::microseconds> spin = kvcheck::server_spin(spin_text, spin_where);
+  if (!spin) return 2;
   kvcheck::CpuMaker maker(kernels, faults);
-  return kvcheck::serve_engines(maker, max_version, spin, "kvcheck-serve");
+  return kvcheck::serve_engines(maker, max_version, *spin, "kvcheck-serve");
 }

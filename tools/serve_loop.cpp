@@ -16,6 +16,7 @@
 
 #include <nlohmann/json.hpp>
 
+#include "backends/exec/exec.h"
 #include "backends/exec/exec_reply.h"
 #include "backends/exec/exec_wire.h"
 #include "engine/traits_json.h"
@@ -296,6 +297,16 @@ class Pipes {
 };
 
 }  // namespace
+
+std::optional<std::chrono::microseconds> server_spin(const char* text, const std::string& where) {
+  if (text == nullptr || *text == '\0') return wire::default_spin();
+  try {
+    return exec_spin(text, where);
+  } catch (const InputError& e) {
+    std::fprintf(stderr, "%s\n", e.what());
+    return std::nullopt;
+  }
+}
 
 std::shared_ptr<ServedModel> EngineMaker::load(const std::string& folder) {
   Result<ModelFile> file = load_safetensors_file(folder + "/model.safetensors");

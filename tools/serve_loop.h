@@ -7,6 +7,7 @@
 
 #include <chrono>
 #include <memory>
+#include <optional>
 #include <string>
 
 #include "engine/engine.h"
@@ -33,6 +34,13 @@ class EngineMaker {
   // An engine on `model`, options as `create` asked. Throws on refusal.
   virtual std::unique_ptr<Engine> create(ServedModel& model, const EngineOptions& options) = 0;
 };
+
+// The spin a server polls stdin for (wire::spin_until_ready): `text` (its
+// --spin, or KVCHECK_EXEC_SPIN, which it inherits from kvcheck) read by
+// exec_spin, else wire::default_spin() where `text` is null or empty. On a
+// bad value prints the reason, `where` naming the source, and returns
+// nullopt (the caller exits 2).
+std::optional<std::chrono::microseconds> server_spin(const char* text, const std::string& where);
 
 // Serves requests on stdin/stdout until end of file or "bye" (0); 2 on a
 // broken frame. `max_version`: the highest protocol version offered;

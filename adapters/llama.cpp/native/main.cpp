@@ -17,9 +17,9 @@
 #include <cstdlib>
 #include <cstring>
 #include <memory>
+#include <optional>
 #include <string>
 
-#include "backends/exec/exec.h"
 #include "backends/exec/exec_wire.h"
 #include "ggml-backend.h"
 #include "llama.h"
@@ -122,21 +122,15 @@ int main(int argc, char** argv) {
       return 2;
     }
   }
-  std::chrono::microseconds spin = kvcheck::wire::default_spin();
-  try {
-    const char* text = std::getenv("KVCHECK_EXEC_SPIN");
-    if (text != nullptr && *text != '\0')
-      spin = kvcheck::exec_spin(text, "kvcheck-llama-native: KVCHECK_EXEC_SPIN=");
-  } catch (const kvcheck::InputError& e) {
-    std::fprintf(stderr, "%s\n", e.what());
-    return 2;
-  }
+  const std::optional<std::chrono::microseconds> spin = kvcheck::server_spin(
+      std::getenv("KVCHECK_EXEC_SPIN"), "kvcheck-llama-native: KVCHECK_EXEC_SPIN=");
+  if (!spin) return 2;
   llama_log_set(kvcheck::llama_native::quiet_log, nullptr);
   ggml_backend_load_all_from_path(KVCHECK_LLAMA_LIB_DIR);
   llama_backend_init();
   kvcheck::llama_native::LlamaMaker maker(options);
   const int rc =
-      kvcheck::serve_engines(maker, kvcheck::wire::kProtocolVersion, spin, "kvcheck-llama-native");
+      kvcheck::serve_engines(maker, kvcheck::wire::kProtocolVersion, *spin, "kvcheck-llama-native");
   llama_backend_free();
   return rc;
 }

@@ -74,6 +74,8 @@ SequenceId LlamaEngine::start() {
 void LlamaEngine::step(std::span<const BatchEntry> batch, std::vector<float>& logits) {
   table_.check_batch(batch);  // every refusal, before llama.cpp sees the step
   const std::vector<TokenPlan> plan = table_.make_plan(batch);
+  logits.clear();
+  if (plan.empty()) return;  // an empty batch, as the in-tree engines: nothing to decode
   llama_batch b = llama_batch_init(int32_t(plan.size()), 0, 1);
   size_t t = 0;
   for (const BatchEntry& e : batch) {

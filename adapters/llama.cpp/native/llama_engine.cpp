@@ -3,10 +3,12 @@
 #include "llama_engine.h"
 
 #include <algorithm>
+#include <cstring>
 #include <stdexcept>
 #include <string>
 
 #include "llama.h"
+#include "llama_state.h"
 
 namespace kvcheck::llama_native {
 namespace {
@@ -22,8 +24,8 @@ llama_context* make_context(llama_model* model, const Config& config, const Engi
                             bool unified) {
   llama_context_params p = llama_context_default_params();
   const uint32_t rows = uint32_t(options.max_rows);
-  p.n_seq_max = rows;
-  p.n_ctx = rows * cells_per_sequence(config, options);
+  p.n_seq_max = rows + 1;  // and the spare (LlamaEngine::apply_pending_updates)
+  p.n_ctx = (rows + 1) * cells_per_sequence(config, options);
   // One llama_batch holds any step (capacity tokens per sequence); llama.cpp
   // splits it into micro-batches of n_ubatch, the same split for the same
   // step, so results stay deterministic.
@@ -102,9 +104,11 @@ void LlamaEngine::step(std::span<const BatchEntry> batch, std::vector<float>& lo
     std::copy(row, row + V, logits.begin() + std::ptrdiff_t(i * V));
   }
   table_.commit(batch);
+  pending_ = false;  // the decode applied llama.cpp's queued updates
 }
 
 void LlamaEngine::finish(SequenceId id) {
+  pending_ = true;
   table_.lookup(id, "finish");  // kUnknownSequence before anything changes
   const int s = seq(id);
   table_.finish(
@@ -122,6 +126,7 @@ void LlamaEngine::finish(SequenceId id) {
 }
 
 void LlamaEngine::reset() {
+  pending_ = true;
   table_.reset([](int) {});
   llama_memory_clear(llama_get_memory(ctx_), true);
   std::fill(owner_.begin(), owner_.end(), SequenceId(-1));
@@ -148,6 +153,7 @@ void LlamaEngine::remove_positions(int s, std::vector<int> positions) {
 }
 
 SequenceId LlamaEngine::fork(SequenceId parent, int n) {
+  pending_ = true;
   const int length = table_.lookup_count(parent, n, "fork").length;
   const SequenceId child = table_.fork(parent, n, [](int, int, int) {});  // kRows, kBadBatch
   *std::find(owner_.begin(), owner_.end(), SequenceId(-1)) = child;
@@ -158,6 +164,7 @@ SequenceId LlamaEngine::fork(SequenceId parent, int n) {
 }
 
 void LlamaEngine::truncate(SequenceId id, int n) {
+  pending_ = true;
   const int length = table_.lookup_count(id, n, "truncate").length;
   std::vector<int> doomed = slot_positions(id, length - n, length);
   table_.truncate(id, n, [](int, int, int) {});
@@ -165,6 +172,7 @@ void LlamaEngine::truncate(SequenceId id, int n) {
 }
 
 void LlamaEngine::erase(SequenceId id, int p0, int p1) {
+  pending_ = true;
   table_.erase(
       id, p0, p1, [](int, int, int, int) {}, [](int, int, int) {});  // kBadBatch
   if (p1 > p0 && !llama_memory_seq_rm(llama_get_memory(ctx_), seq(id), p0, p1))
@@ -172,6 +180,7 @@ void LlamaEngine::erase(SequenceId id, int p0, int p1) {
 }
 
 void LlamaEngine::shift(SequenceId id, int p0, int p1, int delta) {
+  pending_ = true;
   table_.shift(id, p0, p1, delta, [](int, int, int) {});  // kBadBatch, changing nothing
   if (delta != 0 && p1 > p0) llama_memory_seq_add(llama_get_memory(ctx_), seq(id), p0, p1, delta);
 }
@@ -180,10 +189,55 @@ int LlamaEngine::length(SequenceId id) const {
   return table_.lookup(id, "length").length;
 }
 
-CacheSnapshot LlamaEngine::cache(SequenceId, int) const {
-  // Not declared (operations.cache_snapshot false): the Node adapter reads
-  // the K/V from llama.cpp's state file; the driver does not yet.
-  throw std::logic_error("cache: not offered by the native llama.cpp driver");
+void LlamaEngine::apply_pending_updates() const {
+  if (!pending_) return;
+  const llama_seq_id spare = llama_seq_id(options_.max_rows);
+  llama_batch b = llama_batch_init(1, 0, 1);
+  b.token[0] = 0, b.pos[0] = 0, b.n_seq_id[0] = 1, b.seq_id[0][0] = spare, b.logits[0] = 1;
+  b.n_tokens = 1;
+  const int32_t rc = llama_decode(ctx_, b);
+  llama_batch_free(b);
+  llama_memory_seq_rm(llama_get_memory(ctx_), spare, -1, -1);
+  if (rc != 0) throw std::runtime_error("llama_decode of the spare returned " + std::to_string(rc));
+  pending_ = false;
+}
+
+CacheSnapshot LlamaEngine::cache(SequenceId id, int layer) const {
+  const SequenceState& held = table_.lookup(id, "cache");
+  if (layer < 0 || layer >= config_.n_layers)
+    throw std::invalid_argument("cache: layer " + std::to_string(layer) + " outside [0, " +
+                                std::to_string(config_.n_layers) + ")");
+  apply_pending_updates();
+  const llama_seq_id s = llama_seq_id(seq(id));
+  std::vector<uint8_t> bytes(llama_state_seq_get_size(ctx_, s));
+  bytes.resize(llama_state_seq_get_data(ctx_, bytes.data(), bytes.size(), s));
+  const int KVH = config_.n_kv_heads, D = config_.head_dim, width = KVH * D;
+  const auto state = parse_sequence_state(bytes, config_.n_layers, width);
+  if (int(state.positions.size()) != held.length)
+    throw std::runtime_error("cache: llama.cpp holds " + std::to_string(state.positions.size()) +
+                             " cells of the sequence, kvcheck " + std::to_string(held.length));
+  CacheSnapshot snap;
+  snap.length = held.length, snap.n_kv_heads = KVH, snap.head_dim = D;
+  snap.k.resize(size_t(held.length) * size_t(width) * 4);  // [n][KVH][D] f32
+  snap.v.resize(snap.k.size());                            // [n][KVH][D] f32
+  std::vector<float> k(static_cast<size_t>(width));        // [KVH][D] one slot
+  bool moved = false;
+  for (int slot = 0; slot < held.length; ++slot) {
+    const int pos = held.position_of(slot);
+    moved = moved || pos != slot;
+    const auto cell = std::find(state.positions.begin(), state.positions.end(), pos);
+    if (cell == state.positions.end())
+      throw std::runtime_error("cache: llama.cpp holds no cell at position " + std::to_string(pos));
+    const size_t from = size_t(cell - state.positions.begin()) * size_t(width);
+    const std::span<const float> stored(state.k[size_t(layer)].data() + from, size_t(width));
+    unpermute_heads(stored, KVH, D, k);
+    std::memcpy(snap.k.data() + size_t(slot) * size_t(width) * 4, k.data(), size_t(width) * 4);
+    std::memcpy(snap.v.data() + size_t(slot) * size_t(width) * 4,
+                state.v[size_t(layer)].data() + from, size_t(width) * 4);
+    snap.positions.push_back(pos);
+  }
+  if (!moved) snap.positions.clear();  // slot i holds position i
+  return snap;
 }
 
 }  // namespace kvcheck::llama_native

@@ -37,6 +37,8 @@ struct LlamaOptions {
 //             positions of the parent's slots n..
 //   truncate  seq_rm of the positions of the last n cells
 //   erase     seq_rm(seq, p0, p1); shift: seq_add(seq, p0, p1, delta)
+//   cache     llama_state_seq_get_data, read by llama_state.h (f32), K
+//             un-permuted to kvcheck's layout, in the table's slot order
 class LlamaEngine final : public Engine {
  public:
   LlamaEngine(llama_model* model, const Config& config, const EngineOptions& options,
@@ -67,6 +69,11 @@ class LlamaEngine final : public Engine {
   void remove_positions(int s, std::vector<int> positions);
   // The positions of slots [from, to) of a running sequence.
   std::vector<int> slot_positions(SequenceId id, int from, int to) const;
+  // llama.cpp applies a fork's stream copy and a K shift only at the next
+  // llama_decode, and its saved state holds the buffers as they are
+  // (docs/findings/llama_cpp_state_after_fork_stale.md): one token decoded
+  // in the spare sequence, then removed, runs those updates.
+  void apply_pending_updates() const;
 
   Config config_;
   EngineOptions options_;
@@ -74,6 +81,8 @@ class LlamaEngine final : public Engine {
   SequenceTable table_;
   llama_context* ctx_ = nullptr;
   std::vector<SequenceId> owner_;  // [llama seq id] the kvcheck sequence holding it, or -1
+  // llama seq id max_rows: the spare of apply_pending_updates
+  mutable bool pending_ = false;  // a call since the last llama_decode may have queued updates
 };
 
 }  // namespace kvcheck::llama_native

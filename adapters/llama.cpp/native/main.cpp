@@ -44,7 +44,7 @@ struct LlamaModel : ServedModel {
 
 // The traits of the Node adapter's f32 mode with flash attention off
 // (adapters/llama.cpp/traits.mjs, measured there; docs/LLAMA_CPP.md,
-// "Traits"), less the cache snapshot the driver does not read yet.
+// "Traits").
 EngineTraits llama_traits(bool unified, bool erase_shift) {
   EngineTraits t;
   t.identity.name = std::string("llama.cpp-native-unified-") + (unified ? "on" : "off");
@@ -53,7 +53,8 @@ EngineTraits llama_traits(bool unified, bool erase_shift) {
   o.multi_sequence_step = o.finish = o.reset = o.capacity_refusal = true;
   o.fork = o.truncate = true;
   o.erase = o.shift = erase_shift;
-  o.cache_snapshot = o.fault_switches = false;
+  o.cache_snapshot = true;  // llama_state_seq_get_data (llama_state.h)
+  o.fault_switches = false;
   t.limits.families = {Family::kLlama};
   t.limits.kv_dtypes = {KvDtype::kF32};
   t.limits.min_head_dim = 2;  // RoPE rotates pairs

@@ -1,0 +1,243 @@
+// The llama.cpp calls behind each Engine call (llama_engine.h). The
+// SequenceTable validates and keeps the cells; llama.cpp only follows.
+#include "llama_engine.h"
+
+#include <algorithm>
+#include <cstring>
+#include <stdexcept>
+#include <string>
+
+#include "llama.h"
+#include "llama_state.h"
+
+namespace kvcheck::llama_native {
+namespace {
+
+// Cells per sequence llama.cpp is asked for: every cell kvcheck may fill and
+// every position it may reach (after an erase the positions run ahead of
+// the cells, up to max_pos).
+uint32_t cells_per_sequence(const Config& config, const EngineOptions& options) {
+  return uint32_t(std::max(options.capacity, config.max_pos));
+}
+
+llama_context* make_context(llama_model* model, const Config& config, const EngineOptions& options,
+                            bool unified) {
+  llama_context_params p = llama_context_default_params();
+  const uint32_t rows = uint32_t(options.max_rows);
+  p.n_seq_max = rows + 1;  // and the spare (LlamaEngine::apply_pending_updates)
+  p.n_ctx = (rows + 1) * cells_per_sequence(config, options);
+  // One llama_batch holds any step (capacity tokens per sequence); llama.cpp
+  // splits it into micro-batches of n_ubatch, the same split for the same
+  // step, so results stay deterministic.
+  p.n_batch = std::max<uint32_t>(512, rows * uint32_t(options.capacity));
+  p.n_ubatch = 512;
+  p.n_threads = p.n_threads_batch = 1;
+  p.flash_attn_type = LLAMA_FLASH_ATTN_TYPE_DISABLED;
+  p.type_k = p.type_v = GGML_TYPE_F32;
+  p.kv_unified = unified;
+  p.no_perf = true;
+  llama_context* ctx = llama_init_from_model(model, p);
+  if (ctx == nullptr) throw std::runtime_error("llama_init_from_model failed");
+  return ctx;
+}
+
+}  // namespace
+
+LlamaEngine::LlamaEngine(llama_model* model, const Config& config, const EngineOptions& options,
+                         LlamaOptions llama)
+    : config_(config),
+      options_(options),
+      llama_(llama),
+      table_(config, options),
+      ctx_(make_context(model, config, options, llama.unified)),
+      owner_(size_t(options.max_rows), -1) {}
+
+LlamaEngine::~LlamaEngine() {
+  llama_free(ctx_);
+}
+
+std::string LlamaEngine::name() const {
+  return std::string("llama.cpp-native-unified-") + (llama_.unified ? "on" : "off");
+}
+
+int LlamaEngine::seq(SequenceId id) const {
+  const auto it = std::find(owner_.begin(), owner_.end(), id);
+  if (it == owner_.end())
+    throw std::logic_error("sequence " + std::to_string(id) + " has no llama seq id");
+  return int(it - owner_.begin());
+}
+
+SequenceId LlamaEngine::start() {
+  const SequenceId id = table_.start();  // kRows when every row is taken
+  *std::find(owner_.begin(), owner_.end(), SequenceId(-1)) = id;
+  return id;
+}
+
+void LlamaEngine::step(std::span<const BatchEntry> batch, std::vector<float>& logits) {
+  table_.check_batch(batch);  // every refusal, before llama.cpp sees the step
+  const std::vector<TokenPlan> plan = table_.make_plan(batch);
+  logits.clear();
+  if (plan.empty()) return;  // an empty batch, as the in-tree engines: nothing to decode
+  llama_batch b = llama_batch_init(int32_t(plan.size()), 0, 1);
+  size_t t = 0;
+  for (const BatchEntry& e : batch) {
+    const int s = seq(e.sequence);
+    for (const int32_t token : e.tokens) {
+      b.token[t] = token;
+      b.pos[t] = plan[t].position;
+      b.n_seq_id[t] = 1;
+      b.seq_id[t][0] = s;
+      b.logits[t] = 1;
+      ++t;
+    }
+  }
+  b.n_tokens = int32_t(t);
+  const int32_t rc = llama_decode(ctx_, b);
+  llama_batch_free(b);
+  if (rc != 0) throw std::runtime_error("llama_decode returned " + std::to_string(rc));
+  const size_t V = size_t(config_.vocab);
+  logits.resize(t * V);  // [N][V]
+  for (size_t i = 0; i < t; ++i) {
+    const float* row = llama_get_logits_ith(ctx_, int32_t(i));
+    if (row == nullptr)
+      throw std::runtime_error("llama_get_logits_ith(" + std::to_string(i) + ") is null");
+    std::copy(row, row + V, logits.begin() + std::ptrdiff_t(i * V));
+  }
+  table_.commit(batch);
+  pending_ = false;  // the decode applied llama.cpp's queued updates
+}
+
+void LlamaEngine::finish(SequenceId id) {
+  pending_ = true;
+  table_.lookup(id, "finish");  // kUnknownSequence before anything changes
+  const int s = seq(id);
+  table_.finish(
+      id, [](int, int) {}, [](int) {});
+  owner_[size_t(s)] = -1;
+  // --finish-by keep: where one sequence survives, "removes all tokens that
+  // do not belong to" it (llama.h) must leave exactly what seq_rm leaves.
+  const auto live = [](SequenceId o) { return o != -1; };
+  if (llama_.finish_by_keep && std::count_if(owner_.begin(), owner_.end(), live) == 1) {
+    const auto survivor = std::find_if(owner_.begin(), owner_.end(), live) - owner_.begin();
+    llama_memory_seq_keep(llama_get_memory(ctx_), llama_seq_id(survivor));
+    return;
+  }
+  llama_memory_seq_rm(llama_get_memory(ctx_), s, -1, -1);  // a whole sequence never fails
+}
+
+void LlamaEngine::reset() {
+  pending_ = true;
+  table_.reset([](int) {});
+  llama_memory_clear(llama_get_memory(ctx_), true);
+  std::fill(owner_.begin(), owner_.end(), SequenceId(-1));
+}
+
+std::vector<int> LlamaEngine::slot_positions(SequenceId id, int from, int to) const {
+  const SequenceState& s = table_.lookup(id, "positions");
+  std::vector<int> positions;
+  for (int i = from; i < to; ++i) positions.push_back(s.position_of(i));
+  return positions;
+}
+
+void LlamaEngine::remove_positions(int s, std::vector<int> positions) {
+  std::sort(positions.begin(), positions.end());
+  for (size_t i = 0; i < positions.size();) {
+    size_t j = i + 1;
+    while (j < positions.size() && positions[j] == positions[j - 1] + 1) ++j;
+    if (!llama_memory_seq_rm(llama_get_memory(ctx_), s, positions[i], positions[j - 1] + 1))
+      throw std::runtime_error("llama_memory_seq_rm(" + std::to_string(s) + ", " +
+                               std::to_string(positions[i]) + ", " +
+                               std::to_string(positions[j - 1] + 1) + ") failed");
+    i = j;
+  }
+}
+
+SequenceId LlamaEngine::fork(SequenceId parent, int n) {
+  pending_ = true;
+  const int length = table_.lookup_count(parent, n, "fork").length;
+  const SequenceId child = table_.fork(parent, n, [](int, int, int) {});  // kRows, kBadBatch
+  *std::find(owner_.begin(), owner_.end(), SequenceId(-1)) = child;
+  if (n == 0) return child;
+  llama_memory_seq_cp(llama_get_memory(ctx_), seq(parent), seq(child), -1, -1);
+  remove_positions(seq(child), slot_positions(parent, n, length));
+  return child;
+}
+
+void LlamaEngine::truncate(SequenceId id, int n) {
+  pending_ = true;
+  const int length = table_.lookup_count(id, n, "truncate").length;
+  std::vector<int> doomed = slot_positions(id, length - n, length);
+  table_.truncate(id, n, [](int, int, int) {});
+  remove_positions(seq(id), std::move(doomed));
+}
+
+void LlamaEngine::erase(SequenceId id, int p0, int p1) {
+  pending_ = true;
+  table_.erase(
+      id, p0, p1, [](int, int, int, int) {}, [](int, int, int) {});  // kBadBatch
+  if (p1 > p0 && !llama_memory_seq_rm(llama_get_memory(ctx_), seq(id), p0, p1))
+    throw std::runtime_error("llama_memory_seq_rm failed");
+}
+
+void LlamaEngine::shift(SequenceId id, int p0, int p1, int delta) {
+  pending_ = true;
+  table_.shift(id, p0, p1, delta, [](int, int, int) {});  // kBadBatch, changing nothing
+  if (delta != 0 && p1 > p0) llama_memory_seq_add(llama_get_memory(ctx_), seq(id), p0, p1, delta);
+}
+
+int LlamaEngine::length(SequenceId id) const {
+  return table_.lookup(id, "length").length;
+}
+
+void LlamaEngine::apply_pending_updates() const {
+  if (!pending_) return;
+  const llama_seq_id spare = llama_seq_id(options_.max_rows);
+  llama_batch b = llama_batch_init(1, 0, 1);
+  b.token[0] = 0, b.pos[0] = 0, b.n_seq_id[0] = 1, b.seq_id[0][0] = spare, b.logits[0] = 1;
+  b.n_tokens = 1;
+  const int32_t rc = llama_decode(ctx_, b);
+  llama_batch_free(b);
+  llama_memory_seq_rm(llama_get_memory(ctx_), spare, -1, -1);
+  if (rc != 0) throw std::runtime_error("llama_decode of the spare returned " + std::to_string(rc));
+  pending_ = false;
+}
+
+CacheSnapshot LlamaEngine::cache(SequenceId id, int layer) const {
+  const SequenceState& held = table_.lookup(id, "cache");
+  if (layer < 0 || layer >= config_.n_layers)
+    throw std::invalid_argument("cache: layer " + std::to_string(layer) + " outside [0, " +
+                                std::to_string(config_.n_layers) + ")");
+  apply_pending_updates();
+  const llama_seq_id s = llama_seq_id(seq(id));
+  std::vector<uint8_t> bytes(llama_state_seq_get_size(ctx_, s));
+  bytes.resize(llama_state_seq_get_data(ctx_, bytes.data(), bytes.size(), s));
+  const int KVH = config_.n_kv_heads, D = config_.head_dim, width = KVH * D;
+  const auto state = parse_sequence_state(bytes, config_.n_layers, width);
+  if (int(state.positions.size()) != held.length)
+    throw std::runtime_error("cache: llama.cpp holds " + std::to_string(state.positions.size()) +
+                             " cells of the sequence, kvcheck " + std::to_string(held.length));
+  CacheSnapshot snap;
+  snap.length = held.length, snap.n_kv_heads = KVH, snap.head_dim = D;
+  snap.k.resize(size_t(held.length) * size_t(width) * 4);  // [n][KVH][D] f32
+  snap.v.resize(snap.k.size());                            // [n][KVH][D] f32
+  std::vector<float> k(static_cast<size_t>(width));        // [KVH][D] one slot
+  bool moved = false;
+  for (int slot = 0; slot < held.length; ++slot) {
+    const int pos = held.position_of(slot);
+    moved = moved || pos != slot;
+    const auto cell = std::find(state.positions.begin(), state.positions.end(), pos);
+    if (cell == state.positions.end())
+      throw std::runtime_error("cache: llama.cpp holds no cell at position " + std::to_string(pos));
+    const size_t from = size_t(cell - state.positions.begin()) * size_t(width);
+    const std::span<const float> stored(state.k[size_t(layer)].data() + from, size_t(width));
+    unpermute_heads(stored, KVH, D, k);
+    std::memcpy(snap.k.data() + size_t(slot) * size_t(width) * 4, k.data(), size_t(width) * 4);
+    std::memcpy(snap.v.data() + size_t(slot) * size_t(width) * 4,
+                state.v[size_t(layer)].data() + from, size_t(width) * 4);
+    snap.positions.push_back(pos);
+  }
+  if (!moved) snap.positions.clear();  // slot i holds position i
+  return snap;
+}
+
+}  // namespace kvcheck::llama_native

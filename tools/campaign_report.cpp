@@ -111,6 +111,8 @@ nlohmann::json tally_json(const Tally& t, const RunRecord& r) {
           {"not_applicable", t.not_applicable},
           {"not_run", not_run(t) ? nlohmann::json(not_run_reason(t)) : nlohmann::json(nullptr)},
           {"worst_error_over_bound", t.worst_ratio},
+          // [0, 0.1), ..., [0.9, 1), >= 1: cases compared within a bound
+          {"error_over_bound_tenths", t.ratio_tenths},
           {"coverage", t.coverage},
           {"proof_of_use", features},
           {"not_applicable_why", t.not_applicable_why},

@@ -228,7 +228,7 @@ Verdict check_capacity(const Context& context) {
   // exists only for the arithmetic the tolerance derives. Without it only
   // the refusals themselves are checked.
   const std::string no_bound = context.subject.traits.invariance.batch == Invariance::kBounded
-                                   ? underivable_arithmetic(context.subject.traits.arithmetic)
+                                   ? underivable_arithmetic(context.subject.traits)
                                    : std::string();
   const Scenario& scenario = context.scenario;
   ScenarioRunner runner(scenario, scenario.config, context.weights, context.factory);

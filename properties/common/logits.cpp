@@ -138,14 +138,15 @@ Invariance invariance_for(const Context& context, Property property) {
   return property_row(property).invariance(context.subject.traits);
 }
 
-std::string underivable_arithmetic(const ArithmeticTraits& a) {
-  if (a.accumulation != Precision::kF32) {
-    return std::string(precision_name(a.accumulation)) + " accumulation";
+std::string underivable_arithmetic(const EngineTraits& traits) {
+  // Every field of ArithmeticTraits is derived (docs/TOLERANCE.md, "Reduced-
+  // precision arithmetic") but one combination: probabilities quantized to
+  // q8_0 blocks before a sum over a q8_0 V (no engine is known to do it:
+  // llama.cpp needs flash attention for a quantized V).
+  if (traits.arithmetic.probabilities_rounded_to_kv_dtype &&
+      accepts_kv_dtype(traits.limits, KvDtype::kQ8_0)) {
+    return "probabilities rounded to a q8_0 V";
   }
-  if (a.activations != Precision::kF32) {
-    return std::string(precision_name(a.activations)) + " activations";
-  }
-  if (a.queries_rounded_to_kv_dtype) return "queries rounded to the cache dtype";
   return "";
 }
 

@@ -272,8 +272,9 @@ TEST(Properties, CapacityProbesWithACompanionAndAFreshProbeSequence) {
 }
 
 // P9's "others intact" comparison needs the bound where the batch promise is
-// bounded; an engine whose arithmetic has no derived bound (llama.cpp with an
-// f16 cache) gets its refusals checked and the comparison skipped, said so.
+// bounded; an engine whose arithmetic has no derived bound (probabilities
+// rounded to a q8_0 V) gets its refusals checked and the comparison
+// skipped, said so.
 TEST(Properties, CapacityWithoutABoundChecksOnlyTheRefusals) {
   Scenario s;
   s.config = small_config(Family::kLlama, 1, 2, 1);
@@ -286,11 +287,11 @@ TEST(Properties, CapacityWithoutABoundChecksOnlyTheRefusals) {
   Verdict v = check_property(Property::kCapacity, s, EngineUnderTest(cpu_engine_factory(), traits));
   EXPECT_TRUE(v.passed) << describe(v);
   EXPECT_EQ(v.summary.find("not compared"), std::string::npos) << v.summary;
-  traits.arithmetic.activations = Precision::kF16;
+  traits.arithmetic.probabilities_rounded_to_kv_dtype = true;  // cpu_engine_traits take q8_0
   v = check_property(Property::kCapacity, s, EngineUnderTest(cpu_engine_factory(), traits));
   EXPECT_TRUE(v.passed && v.applicable) << describe(v);
-  EXPECT_NE(v.summary.find("not compared with their solo runs: no bound is derived yet for f16 "
-                           "activations"),
+  EXPECT_NE(v.summary.find("not compared with their solo runs: no bound is derived yet for "
+                           "probabilities rounded to a q8_0 V"),
             std::string::npos)
       << v.summary;
   // The refusals are still checked: an engine that does not refuse fails.

@@ -56,7 +56,11 @@ ArithmeticModel arithmetic_model(const ArithmeticTraits& a, KvDtype kv_dtype) {
   // activations, the softmax's output rounded to them).
   if (a.probabilities_rounded_to_kv_dtype) {
     const KvStorageError v_type = query_rounding(a, kv_dtype);
-    m.probabilities = {v_type.relative, v_type.absolute};  // a quantized V: underivable
+    if (v_type.per_scale > 0) {
+      m.probability_blocks = v_type;
+    } else {
+      m.probabilities = {v_type.relative, v_type.absolute};
+    }
   }
   if (activations.relative > m.probabilities.relative) m.probabilities = activations;
   m.online_softmax = a.online_softmax;

@@ -45,6 +45,9 @@ struct ArithmeticModel {
   KvStorageError query;  // relative/absolute, or per_scale of a q8_0 block of q
   Rounding kv_read;      // K/V rounded as attention reads them
   Rounding probabilities;
+  // Probabilities quantized in blocks (V's type quantized, ggml's mul_mat):
+  // per_scale codes of a scale at most max_j p_j / levels.
+  KvStorageError probability_blocks;
   bool online_softmax = false;
   Rounding value_accumulation;
   KvDtype kv_dtype = KvDtype::kF32;

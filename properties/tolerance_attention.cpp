@@ -57,6 +57,23 @@ void weight_var(const double* qh, const double* vqh, const double* k, const doub
   }
 }
 
+// Probabilities quantized in blocks of keys (ggml's mul_mat of a quantized
+// V converts them to its vec_dot_type): each within per_scale codes of its
+// block's scale plus the absolute term, and a block's scale is at most the
+// largest computed weight / levels. Blocks follow the engine's cells, which
+// the bound does not know, so every weight takes the largest weight's
+// scale; a computed weight is within kConfidence sigma of its value.
+double probability_block_rounding(const KvStorageError& blocks, const AttendScratch& s) {
+  if (blocks.per_scale == 0) return 0;
+  double p_max = 0, sigma_max = 0;
+  for (size_t j = 0; j < s.p.size(); ++j) {
+    p_max = std::max(p_max, s.p[j]);
+    sigma_max = std::max(sigma_max, s.var_sigma[j]);
+  }
+  const double computed_max = p_max * (1 + kConfidence * std::sqrt(sigma_max));
+  return blocks.per_scale * computed_max / blocks.levels * (1 + u) + blocks.absolute;
+}
+
 // The variance the reduced-precision value sum adds to output element d of
 // one head, per docs/TOLERANCE.md (probabilities rounded before the sum, no
 // renormalization: sum_j (r p_j + a)^2 v_jd^2, is added in the key loop): flash
@@ -97,6 +114,7 @@ void attend_var(const double* q_t, const double* var_q_t, const double* k, const
     oracle::attention_scores(std::span<const double>(qh, sz(D)), keys, KVH, g, s.scores);
     weight_var(qh, var_q_t + sz(hq) * sz(D), k, var_k, n_keys, KVH, g, D, s.scores, s.var_sigma, m);
     oracle::softmax(s.scores, s.p);
+    const double block_rounding = probability_block_rounding(m.probability_blocks, s);
     double* o = att + sz(hq) * sz(D);
     oracle::weighted_sum(s.p, values, KVH, g, std::span<double>(o, sz(D)));
     std::fill(s.o_var.begin(), s.o_var.end(), 0.0);
@@ -105,7 +123,7 @@ void attend_var(const double* q_t, const double* var_q_t, const double* k, const
     // The key loop is outside so the rows of v are read contiguously.
     for (int j = 0; j < n_keys; ++j) {
       const double pj = s.p[sz(j)], sigma = s.var_sigma[sz(j)];
-      const double rp = sq(m.probabilities.of(pj));
+      const double rp = sq(m.probabilities.of(pj) + block_rounding);
       const size_t at = (sz(j) * sz(KVH) + sz(g)) * sz(D);
       const double* vj = v + at;
       const double* vvj = var_v + at;

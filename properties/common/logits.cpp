@@ -138,16 +138,4 @@ Invariance invariance_for(const Context& context, Property property) {
   return property_row(property).invariance(context.subject.traits);
 }
 
-std::string underivable_arithmetic(const EngineTraits& traits) {
-  // Every field of ArithmeticTraits is derived (docs/TOLERANCE.md, "Reduced-
-  // precision arithmetic") but one combination: probabilities quantized to
-  // q8_0 blocks before a sum over a q8_0 V (no engine is known to do it:
-  // llama.cpp needs flash attention for a quantized V).
-  if (traits.arithmetic.probabilities_rounded_to_kv_dtype &&
-      accepts_kv_dtype(traits.limits, KvDtype::kQ8_0)) {
-    return "probabilities rounded to a q8_0 V";
-  }
-  return "";
-}
-
 }  // namespace kvcheck::checks

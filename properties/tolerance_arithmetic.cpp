@@ -25,11 +25,13 @@ KvStorageError as_storage(Rounding r) {
 }
 
 // The type attention reads K in: the cache's, or kv_read where that is
-// narrower (a quantized cache is read as stored).
+// narrower. A quantized K meets q quantized to q8_0 by the same quantizer
+// (ggml's vec_dot_type of q8_0 and q4_0 alike).
 KvStorageError query_rounding(const ArithmeticTraits& a, KvDtype kv_dtype) {
   const KvStorageError stored = kv_storage_error(kv_dtype, a.kv_quantizer);
+  if (stored.per_scale > 0) return kv_storage_error(KvDtype::kQ8_0, a.kv_quantizer);
   const Rounding read = rounding_to(a.kv_read);
-  if (stored.per_scale > 0 || read.relative <= stored.relative) return stored;
+  if (read.relative <= stored.relative) return stored;
   return as_storage(read);
 }
 

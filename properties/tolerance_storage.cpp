@@ -30,6 +30,13 @@ KvStorageError kv_storage_error(KvDtype dtype, KvQuantizer quantizer) {
       if (quantizer == KvQuantizer::kGgml)
         return {0.0, 127 * 0x1p-25, 0.5 + 0x1p-16 + 127 * 0x1p-11, 127};
       return {0.0, 0.0, 0.5 + 0x1p-16, 127};
+    case KvDtype::kQ4_0:
+      // ggml's only (no kvcheck codec): d = (the signed largest element) / -8,
+      // codes min(15, floor(x / d + 8.5)): half a code, but a whole one for
+      // an element of the other sign at >= 15/16 of amax (the clamp at 15),
+      // plus 8 codes times the f16 scale's rounding (docs/TOLERANCE.md,
+      // "ggml's q4_0"); the scale's magnitude is amax / 8.
+      return {0.0, 8 * 0x1p-25, 1 + 0x1p-16 + 8 * 0x1p-11, 8};
   }
   return {};
 }

@@ -21,7 +21,11 @@ const kMeasured = {
     "f32/on": {...kShapeDependent, determinism: "bitwise"},
     "f16/off": {...kShapeDependent, determinism: "bitwise"},
     "f16/on": {...kShapeDependent, determinism: "bitwise"},
-    "q8_0/on": {...kShapeDependent, determinism: "bitwise"}
+    "q8_0/on": {...kShapeDependent, determinism: "bitwise"},
+    // Not measured with --declare bitwise: the shape dependence is ggml's
+    // matmul choice, not the cache type's, so q8_0's row is taken; P8 checks
+    // determinism bitwise.
+    "q4_0/on": {...kShapeDependent, determinism: "bitwise"}
 };
 
 // The arithmetic the tolerance must model (docs/TOLERANCE.md, "Reduced-
@@ -40,6 +44,8 @@ const kMeasured = {
 // - flash attention with q8_0 K/V ("ggml-flash-q8_0"): q quantized to q8_0
 //   blocks, K/V by ggml's quantizer (f16 scale, codes from the unrounded
 //   one), V dequantized to f32 and summed in f32 (VKQ32), online softmax.
+//   q4_0 K/V the same fields: q is quantized to q8_0 (q4_0's vec_dot_type)
+//   and q4_0 storage is ggml's (docs/TOLERANCE.md, "ggml's q4_0").
 const kF32 = {accumulation: "f32", activations: "f32", weights: "f32", rope_angles_in_float: true,
               queries_rounded_to_kv_dtype: false, kv_read: "f32",
               probabilities_rounded_to_kv_dtype: false, online_softmax: false,
@@ -47,7 +53,7 @@ const kF32 = {accumulation: "f32", activations: "f32", weights: "f32", rope_angl
 function arithmetic(kv, flashAttention) {
     if (!flashAttention)
         return kv === "f32" ? kF32 : {...kF32, queries_rounded_to_kv_dtype: true, probabilities_rounded_to_kv_dtype: true};
-    if (kv === "q8_0")
+    if (kv === "q8_0" || kv === "q4_0")  // q4_0: q quantized to q8_0 (its vec_dot_type)
         return {...kF32, queries_rounded_to_kv_dtype: true, online_softmax: true, kv_quantizer: "ggml"};
     return {...kF32, queries_rounded_to_kv_dtype: true, kv_read: "f16", online_softmax: true, value_accumulation: "f16"};
 }
@@ -60,7 +66,8 @@ function arithmetic(kv, flashAttention) {
 // never a false failure (docs/LLAMA_CPP.md, "K/V snapshot (P6)").
 function rotationLimit(kv) {
     const disabled = Number.parseInt(process.env.LLAMA_ATTN_ROT_DISABLE ?? "0", 10);
-    return kv === "q8_0" && !(disabled !== 0 && !Number.isNaN(disabled)) ? 63 : 65536;
+    const quantized = kv === "q8_0" || kv === "q4_0";
+    return quantized && !(disabled !== 0 && !Number.isNaN(disabled)) ? 63 : 65536;
 }
 
 export function traitsFor(options) {
@@ -87,7 +94,7 @@ export function traitsFor(options) {
             // storage bound (docs/TOLERANCE.md, "The KV dtype").
             kv_dtypes: [options.kv],
             // a q8_0 row is whole blocks of 32 values (llama.cpp refuses others)
-            head_dim_multiple: options.kv === "q8_0" ? 32 : 1,
+            head_dim_multiple: options.kv === "q8_0" || options.kv === "q4_0" ? 32 : 1,
             // Shapes llama.cpp cannot take, never drawn (docs/LLAMA_CPP.md,
             // "Shapes"): a head of 1 aborts ggml (GGML_ASSERT(ggml_can_mul_mat)
             // in gpt2's graph; llama needs an even head for RoPE anyway), and

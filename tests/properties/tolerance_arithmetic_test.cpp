@@ -269,5 +269,41 @@ TEST(ReducedPrecisionAttention, GgmlQ8_0ElementsAreWithinTheirStorageBound) {
               worst_ggml, worst_kvcheck);
 }
 
+// ggml's q4_0 of one block (quantize_row_q4_0_ref): d = (the signed
+// largest element) / -8, codes min(15, (int8)(x / d + 8.5)), read as
+// (code - 8) * fp16(d). Within d (1 + 2^-16 + 8 2^-11) + 8 2^-25: half a
+// code, but a whole one where the clamp at 15 acts (an element of the other
+// sign near amax), which the test must reach.
+TEST(ReducedPrecisionAttention, GgmlQ4_0ElementsAreWithinTheirStorageBound) {
+  SplitMix64 rng(11);
+  double worst = 0, worst_clamped = 0;
+  for (int trial = 0; trial < 20000; ++trial) {
+    const double magnitude = std::ldexp(1.0, int(rng.in_range(-22, 4)));
+    float x[32];
+    for (float& e : x) e = float(magnitude * rng.symmetric_unit());
+    if (trial % 2 == 0) {  // the largest element, and one of the other sign at 0.97 of it
+      x[0] = float(magnitude);
+      x[int(rng.in_range(1, 31))] = float(-0.97 * magnitude);
+    }
+    float amax = 0, max = 0;
+    for (float e : x) {
+      if (amax < std::fabs(e)) amax = std::fabs(e), max = e;
+    }
+    const float d = max / -8, id = d != 0 ? 1.0f / d : 0.0f, s = f16(d);
+    const KvStorageError q4 = kv_storage_error(KvDtype::kQ4_0, KvQuantizer::kGgml);
+    const double bound = q4.per_scale * amax / q4.levels * (1 + kUnitRoundoff) + q4.absolute;
+    for (float e : x) {
+      const int code = std::min(15, int(static_cast<int8_t>(e * id + 8.5f)));
+      const double err = std::abs(double((code - 8) * s) - e);
+      worst = std::max(worst, err / bound);
+      if (code == 15) worst_clamped = std::max(worst_clamped, err / bound);
+    }
+  }
+  EXPECT_LE(worst, 1.0);
+  EXPECT_GT(worst_clamped, 0.5) << "the clamp's whole code was never reached";
+  std::printf("ggml q4_0 elements: worst %.4f of the bound (clamped codes %.4f)\n", worst,
+              worst_clamped);
+}
+
 }  // namespace
 }  // namespace kvcheck::test

@@ -1,7 +1,8 @@
 // The engine-vs-oracle tolerance, derived by probabilistic forward error
 // analysis (docs/TOLERANCE.md). A second double-precision pass over the
-// sequence carries, next to every activation, the variance of the float32
-// engine's first-order error under the standard model fl(a op b) =
+// sequence carries, next to every activation, the variance of the engine's
+// first-order error under its declared arithmetic (f32 unless it declares
+// less: tolerance_arithmetic.h) and the standard model fl(a op b) =
 // (a op b)(1 + d), |d| <= u, with the d's independent and mean zero
 // (Higham & Mary 2019): each kernel adds its own rounding, and its inputs'
 // variances flow through its derivative. A comparison's bound is

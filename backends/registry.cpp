@@ -3,6 +3,7 @@
 #include "backends/exec/exec.h"
 #include "backends/in_tree.h"
 #include "backends/plugin.h"
+#include "engine/arithmetic_presets.h"
 #include "model/command_text.h"
 #include "model/status.h"
 
@@ -47,7 +48,8 @@ void reject_unknown_options(const BackendSpec& spec, const std::vector<std::stri
     for (const std::string& k : known) list += (list.empty() ? "" : ", ") + k;
     throw InputError("--backend " + spec.name + ": unknown option \"" + key +
                      "\" (known: " + (list.empty() ? "none" : list) +
-                     "; every backend also takes invariance=bounded and profile=restricted)");
+                     "; every backend also takes invariance=bounded, profile=restricted and "
+                     "arithmetic=NAME)");
   }
 }
 
@@ -89,6 +91,18 @@ void apply_generic_options(BackendSpec& spec, EngineTraits& traits) {
     traits.operations.capacity_refusal = false;
     traits.limits.capacity_shared = true;
   }
+  // A wider arithmetic than the engine's widens every derived bound: what a
+  // real engine's arithmetic costs in bug-finding power, measured on the
+  // engine whose faults we know (docs/TOLERANCE.md, "Does it blind the
+  // harness?").
+  if (auto it = spec.options.find("arithmetic"); it != spec.options.end()) {
+    const std::optional<ArithmeticTraits> preset = find_arithmetic_preset(it->second);
+    if (!preset) {
+      throw InputError("--backend " + spec.name + ": arithmetic=" + it->second +
+                       " (known: " + arithmetic_preset_names() + ")");
+    }
+    traits.arithmetic = *preset;
+  }
 }
 
 }  // namespace
@@ -129,13 +143,16 @@ Backend BackendRegistry::resolve(const std::string& text) const {
   BackendSpec engine_spec = spec;
   engine_spec.options.erase("invariance");
   engine_spec.options.erase("profile");
+  engine_spec.options.erase("arithmetic");
   engine_spec.options_text.clear();
   for (const auto& [key, value] : engine_spec.options) {
     engine_spec.options_text += (engine_spec.options_text.empty() ? "" : "&") + key + "=" + value;
   }
   Backend backend = found->maker(engine_spec);
   apply_generic_options(spec, backend.traits);
-  backend.weakened = spec.options.count("invariance") + spec.options.count("profile") > 0;
+  backend.weakened = spec.options.count("invariance") + spec.options.count("profile") +
+                         spec.options.count("arithmetic") >
+                     0;
   if (const std::string error = backend.traits.validate(); !error.empty()) {
     throw InputError("--backend " + text + ": the engine's traits contradict themselves: " + error);
   }

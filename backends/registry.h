@@ -6,12 +6,14 @@
 //   plugin:PATH.so[?key=value...] a C plugin (include/kvcheck/engine_plugin.h)
 //   exec:CMD ARGS[?timeout=..&spin=..] an engine in another process (docs/ENGINE_PROTOCOL.md)
 //
-// Two option keys work on every backend and only weaken what it declares, to
+// Three option keys work on every backend and only weaken what it declares, to
 // measure what a weaker engine costs in bug-finding power:
 //   invariance=bounded   every invariance is checked within the bound only
 //   profile=restricted   no cache snapshots, no capacity refusal, and one
 //                        context shared by all sequences (a llama.cpp-like
 //                        engine)
+//   arithmetic=NAME      the bounds derived for a named arithmetic
+//                        (engine/arithmetic_presets.h), wider than f32
 // Any other key goes to the engine (a plugin's own options, e.g. bug=...).
 #pragma once
 
@@ -30,7 +32,7 @@ struct Backend {
   std::string spec;  // the backend string it was made from, as case files record it
   EngineTraits traits;
   std::function<EngineFactory(FaultSet)> make_factory;
-  bool weakened = false;     // invariance= or profile= lowered what the engine declares
+  bool weakened = false;     // invariance=, profile= or arithmetic= lowered what it declares
   bool forces_pool = false;  // EngineUnderTest::forces_pool
   // Its engines live in kvcheck's process and survive a fork: drivers check
   // them in a worker process, so that a crash is a verdict

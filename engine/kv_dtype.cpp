@@ -16,12 +16,14 @@ const char* kv_dtype_name(KvDtype t) {
       return "f16";
     case KvDtype::kQ8_0:
       return "q8_0";
+    case KvDtype::kQ4_0:
+      return "q4_0";
   }
   return "?";
 }
 
 const char* kv_dtype_names() {
-  return "f32, bf16, f16 or q8_0";
+  return "f32, bf16, f16, q8_0 or q4_0";
 }
 
 Result<KvDtype> parse_kv_dtype(const std::string& name) {
@@ -29,6 +31,7 @@ Result<KvDtype> parse_kv_dtype(const std::string& name) {
   if (name == "bf16") return KvDtype::kBF16;
   if (name == "f16") return KvDtype::kF16;
   if (name == "q8_0") return KvDtype::kQ8_0;
+  if (name == "q4_0") return KvDtype::kQ4_0;
   return Result<KvDtype>::failure(std::string("kv_dtype: expected ") + kv_dtype_names() +
                                   ", got \"" + name + "\"");
 }
@@ -114,8 +117,10 @@ float kv_load(const uint8_t* row, KvDtype t, size_t dim, size_t d) {
       const auto code = static_cast<int8_t>(row[4 * q8_blocks(dim) + d]);
       return static_cast<float>(code) * scale;
     }
+    case KvDtype::kQ4_0:  // never stored in process (kv_dtype.h)
+      break;
   }
-  return 0.0f;
+  return std::numeric_limits<float>::quiet_NaN();
 }
 
 void kv_store_row(const float* src, KvDtype t, size_t dim, uint8_t* row, const float* scales) {
@@ -148,6 +153,8 @@ void kv_store_row(const float* src, KvDtype t, size_t dim, uint8_t* row, const f
       std::memset(row + 4 * blocks + dim, 0, kv_row_bytes(t, dim) - 4 * blocks - dim);
       return;
     }
+    case KvDtype::kQ4_0:  // never stored in process (kv_dtype.h)
+      return;
   }
 }
 
@@ -166,6 +173,8 @@ void kv_poison_row(uint8_t* row, KvDtype t, size_t dim) {
     case KvDtype::kQ8_0:
       for (size_t b = 0; b < q8_blocks(dim); ++b) std::memcpy(row + 4 * b, &nan, 4);
       std::memset(row + 4 * q8_blocks(dim), 0, kv_row_bytes(t, dim) - 4 * q8_blocks(dim));
+      return;
+    case KvDtype::kQ4_0:  // never stored in process (kv_dtype.h)
       return;
   }
 }

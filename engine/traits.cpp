@@ -30,6 +30,10 @@ const char* precision_name(Precision p) {
   return "?";
 }
 
+const char* kv_quantizer_name(KvQuantizer q) {
+  return q == KvQuantizer::kGgml ? "ggml" : "kvcheck";
+}
+
 const char* invariance_name(Invariance i) {
   return i == Invariance::kBitwise ? "bitwise" : "bounded";
 }

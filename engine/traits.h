@@ -50,9 +50,9 @@ struct OperationTraits {
   // On a prefix hit, step() returns every prompt row's logits, reused ones
   // too (vLLM's prompt logprobs), when EngineOptions::prompt_logits asks.
   bool prompt_logits = false;
-  bool offload = false;     // Engine::offload and EngineOptions::host_blocks (paged; P13 per tier)
-  bool erase = false;       // Engine::erase (P1/P6 replay the history)
-  bool shift = false;       // Engine::shift (P1/P6 replay the history)
+  bool offload = false;  // Engine::offload and EngineOptions::host_blocks (paged; P13 per tier)
+  bool erase = false;    // Engine::erase (P1/P6 replay the history)
+  bool shift = false;    // Engine::shift (P1/P6 replay the history)
 };
 
 // Limits as constraints: a scenario outside them is not applicable.
@@ -88,16 +88,40 @@ struct InvarianceTraits {
 };
 
 // The per-kernel error model the tolerance derives its bound from
-// (docs/TOLERANCE.md). Only the f32 model is derived today; the others are
-// named so that an engine can declare them, and the tolerance refuses, by
-// name, a model it cannot yet derive rather than guess a bound.
+// (docs/TOLERANCE.md, "The arithmetic an engine declares"). The default is
+// f32 arithmetic everywhere with K/V rounded once to the cache dtype; each
+// field names one way a real engine computes in less, and the tolerance
+// derives the bound of exactly what is declared.
 enum class Precision : uint8_t { kF32, kF16, kBF16 };
+
+// How q8_0 K/V blocks are quantized: kvcheck's codec (an f32 scale, codes
+// from the stored scale: half a code per element) or ggml's reference
+// quantizer (block_q8_0: an f16 scale, codes from the unrounded amax / 127).
+enum class KvQuantizer : uint8_t { kKvcheck, kGgml };
 
 struct ArithmeticTraits {
   Precision accumulation = Precision::kF32;  // dot products and sums
-  Precision activations = Precision::kF32;   // tensors between kernels
+  Precision activations = Precision::kF32;   // every kernel's output, rounded
+  Precision weights = Precision::kF32;       // the parameters, rounded once (model.to(bf16))
   bool rope_angles_in_float = false;         // angles pos * theta^(-2i/D) rounded to f32
-  bool queries_rounded_to_kv_dtype = false;  // q rounded to the cache dtype before QK^T
+  // q rounded to the type attention reads K in before QK^T (ggml's vec_dot
+  // converts q to K's vec_dot_type: f16, or q8_0 blocks for a q8_0 K).
+  bool queries_rounded_to_kv_dtype = false;
+  // K/V rounded to this as attention reads them (llama.cpp's flash attention
+  // casts an f32 cache to f16); f32: read as stored.
+  Precision kv_read = Precision::kF32;
+  // Softmax weights rounded to V's type before the sum over values (ggml's
+  // mul_mat converts its f32 operand to V's type).
+  bool probabilities_rounded_to_kv_dtype = false;
+  // Flash attention: the max is found as keys arrive and the sums so far are
+  // rescaled by exp(old max - new max) ...
+  bool online_softmax = false;
+  // ... and the running sum of weights times values is rounded to this after
+  // every key and every rescale (ggml's CPU kernel: f16 where V is f16).
+  Precision value_accumulation = Precision::kF32;
+  KvQuantizer kv_quantizer = KvQuantizer::kKvcheck;
+
+  bool operator==(const ArithmeticTraits&) const = default;
 };
 
 struct EngineTraits {
@@ -121,6 +145,7 @@ struct EngineTraits {
 };
 
 const char* precision_name(Precision p);
+const char* kv_quantizer_name(KvQuantizer q);
 const char* invariance_name(Invariance i);
 bool accepts_family(const ShapeLimits& limits, Family family);
 // Whether the operations include `needs` (fault_needs' names; "" is the core).

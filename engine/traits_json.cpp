@@ -168,12 +168,27 @@ const std::vector<Section>& sections() {
                      return "";
                    }};
     };
+    const Field quantizer{
+        "kv_quantizer",
+        [](const EngineTraits& t) { return json(kv_quantizer_name(t.arithmetic.kv_quantizer)); },
+        [](const json& v, EngineTraits& t) -> std::string {
+          for (KvQuantizer q : {KvQuantizer::kKvcheck, KvQuantizer::kGgml}) {
+            if (v == kv_quantizer_name(q)) return t.arithmetic.kv_quantizer = q, "";
+          }
+          return expected("arithmetic.kv_quantizer", "\"kvcheck\" or \"ggml\"", v);
+        }};
     s.push_back(
         {"arithmetic",
          {precision("accumulation", &ArithmeticTraits::accumulation),
           precision("activations", &ArithmeticTraits::activations),
+          precision("weights", &ArithmeticTraits::weights),
           flag("rope_angles_in_float", &ArithmeticTraits::rope_angles_in_float),
-          flag("queries_rounded_to_kv_dtype", &ArithmeticTraits::queries_rounded_to_kv_dtype)}});
+          flag("queries_rounded_to_kv_dtype", &ArithmeticTraits::queries_rounded_to_kv_dtype),
+          precision("kv_read", &ArithmeticTraits::kv_read),
+          flag("probabilities_rounded_to_kv_dtype",
+               &ArithmeticTraits::probabilities_rounded_to_kv_dtype),
+          flag("online_softmax", &ArithmeticTraits::online_softmax),
+          precision("value_accumulation", &ArithmeticTraits::value_accumulation), quantizer}});
     return s;
   }();
   return kSections;

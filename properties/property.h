@@ -78,9 +78,8 @@ std::string traits_exclude(const EngineTraits& traits, const Scenario& scenario)
 
 // Why `property` applies to no scenario at all on this engine, from its
 // traits alone ("" when some scenario can apply): an operation it needs is
-// not declared, no bound is derived for its arithmetic, P10 without a
-// reference, P7 on a fixed MHA checkpoint (`model`, may be null). Drivers
-// do not run such a property; they report it as not run, with this reason.
+// not declared, P10 without a reference, P7 on a fixed MHA checkpoint (`model`, may be null).
+// Drivers do not run such a property; they report it as not run, with this reason.
 std::string never_applicable(Property property, const EngineUnderTest& subject,
                              const Checkpoint* model = nullptr);
 

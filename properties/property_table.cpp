@@ -130,9 +130,8 @@ constexpr PropertyRow kRows[] = {
      .first_run_probes = false,
      .check = check_determinism,
      .check_all_place = 12},
-    // Its "others intact" comparison follows the batch promise, but checks
-    // only the refusals where no bound is derived: it applies anyway, so its
-    // row promises bitwise and the check reads the batch promise itself.
+    // Its "others intact" comparison follows the batch promise: its row
+    // promises bitwise and the check reads the batch promise itself.
     {.property = Property::kCapacity,
      .name = "capacity",
      .label = "P9",

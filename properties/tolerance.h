@@ -1,7 +1,8 @@
 // The engine-vs-oracle tolerance, derived by probabilistic forward error
 // analysis (docs/TOLERANCE.md). A second double-precision pass over the
-// sequence carries, next to every activation, the variance of the float32
-// engine's first-order error under the standard model fl(a op b) =
+// sequence carries, next to every activation, the variance of the engine's
+// first-order error under its declared arithmetic (f32 unless it declares
+// less: tolerance_arithmetic.h) and the standard model fl(a op b) =
 // (a op b)(1 + d), |d| <= u, with the d's independent and mean zero
 // (Higham & Mary 2019): each kernel adds its own rounding, and its inputs'
 // variances flow through its derivative. A comparison's bound is
@@ -19,6 +20,7 @@
 #include <vector>
 
 #include "engine/kv_dtype.h"
+#include "engine/traits.h"
 #include "model/config.h"
 #include "model/weights.h"
 #include "oracle/oracle.h"
@@ -41,25 +43,32 @@ inline constexpr double kConfidence = 8.5;
 double gamma_n(double n);
 
 // Rounding of one stored K/V element: |stored - x| <= relative |x| + absolute
-// + per_scale * s, s the element's block scale (q8_0 only). f32 stores
-// exactly; bf16 and f16 round to nearest even, and f16's absolute term covers
-// its subnormal range (spacing 2^-24). q8_0 is off by half a code plus the
-// float division and product: s (1/2 + 2^-16) (docs/TOLERANCE.md).
+// + per_scale * s, s the element's block scale (quantized dtypes only, whose
+// scale is the block's amax / levels). f32 stores exactly; bf16 and f16
+// round to nearest even, and f16's absolute term covers its subnormal range
+// (spacing 2^-24). kvcheck's q8_0 is off by half a code plus the float
+// division and product: s (1/2 + 2^-16); ggml's q8_0 (an f16 scale, codes
+// from the unrounded one) by d (1/2 + 2^-16 + 127 2^-11) + 127 2^-25, d the
+// unrounded scale (docs/TOLERANCE.md, "ggml's q8_0").
 struct KvStorageError {
   double relative = 0;
   double absolute = 0;
   double per_scale = 0;
+  double levels = 0;  // the largest code: the scale is amax / levels
 };
-KvStorageError kv_storage_error(KvDtype dtype);
+KvStorageError kv_storage_error(KvDtype dtype, KvQuantizer quantizer = KvQuantizer::kKvcheck);
 
 // q8_0, given the engine's stored scale s of an element's block, whose
 // computed value (before storage) is within `computed` of the exact x:
-// |stored - x| <= computed + s (1/2 + 2^-16).
-double q8_element_bound(double computed, double stored_scale);
+// |stored - x| <= computed + s (1/2 + 2^-16) (kvcheck's quantizer; ggml's:
+// the unrounded scale recovered from s, as above).
+double q8_element_bound(double computed, double stored_scale,
+                        KvQuantizer quantizer = KvQuantizer::kKvcheck);
 // q8_0: a correct engine's scale is fl(amax / 127) of its computed block, so
 // |s - amax(exact block) / 127| <= max(computed bounds of the block) / 127
-// + u |s| / (1 - u).
-double q8_scale_bound(double block_computed_max, double stored_scale);
+// + u |s| / (1 - u); ggml's f16 scale adds its own rounding.
+double q8_scale_bound(double block_computed_max, double stored_scale,
+                      KvQuantizer quantizer = KvQuantizer::kKvcheck);
 
 struct ErrorBounds {
   int n_tokens = 0;  // T
@@ -73,22 +82,26 @@ struct ErrorBounds {
   // storage, which P6 completes with the engine's stored scale
   // (q8_element_bound); k and v above use the largest scale a correct
   // engine can store instead.
-  std::vector<double> k_computed;  // [L][T][KVH][D]
-  std::vector<double> v_computed;  // [L][T][KVH][D]
+  std::vector<double> k_computed;                 // [L][T][KVH][D]
+  std::vector<double> v_computed;                 // [L][T][KVH][D]
+  KvQuantizer quantizer = KvQuantizer::kKvcheck;  // whose q8_0 the element bounds model
 };
 
 // Bounds for `tokens` at positions 0..T-1 on an engine that keeps K/V in
 // `kv_dtype`. Same preconditions as oracle::forward (valid config, matching
 // weights, tokens in range, T <= max_pos). O(T^2) like the oracle.
-// rope_angles_in_float: the engine computes RoPE angles as llama.cpp does,
-// pos * powf(base, -2/D)^i by repeated float products (docs/TOLERANCE.md);
-// the bound then includes each angle's error, which grows with the position.
+// arithmetic: what the engine declares it computes in (engine/traits.h);
+// the default is f32 throughout. With rope_angles_in_float the engine
+// computes RoPE angles as llama.cpp does, pos * powf(base, -2/D)^i by
+// repeated float products, and the bound includes each angle's error, which
+// grows with the position; every other field is a row of docs/TOLERANCE.md,
+// "Reduced-precision arithmetic".
 // value_track (optional): receives the exact values the bounds were
 // propagated along (logits, and K/V as cached), computed with the oracle's
 // ops: oracle::forward's output bit for bit (tested).
 ErrorBounds derive_error_bounds(const Config& config, const Weights& weights,
                                 std::span<const int32_t> tokens, KvDtype kv_dtype,
-                                bool rope_angles_in_float = false,
+                                const ArithmeticTraits& arithmetic = {},
                                 oracle::Output* value_track = nullptr);
 
 // derive_error_bounds of the first n <= T tokens, taken from the bounds of
@@ -102,16 +115,17 @@ ErrorBounds prefix(const ErrorBounds& full, int n, int n_layers);
 // passes through the rotation by delta (rope_var: cos^2, sin^2 and 3u of
 // each output's two terms) and the rotated key is stored again, adding the
 // dtype's storage rounding once more (docs/TOLERANCE.md, "Re-rotating a
-// stored key"). rope_angles_in_float: as for derive_error_bounds, for the
-// fed keys' angles and each shift's angles (delta * frequency) alike.
+// stored key"). arithmetic: as for derive_error_bounds; float RoPE angles
+// apply to the fed keys' angles and each shift's (delta * frequency) alike.
 struct HistoryBounds {
   std::vector<double> logits;      // [feeds][V]
   std::vector<double> k, v;        // [L][C][KVH][D] the cells after the last event
   std::vector<double> k_computed;  // q8_0 only: [L][C][KVH][D] before the last storage
   std::vector<double> v_computed;  // q8_0 only: [L][C][KVH][D]
+  KvQuantizer quantizer = KvQuantizer::kKvcheck;
 };
 HistoryBounds derive_history_bounds(const Config& config, const Weights& weights,
                                     std::span<const oracle::Event> events, KvDtype kv_dtype,
-                                    bool rope_angles_in_float = false);
+                                    const ArithmeticTraits& arithmetic = {});
 
 }  // namespace kvcheck

@@ -22,13 +22,14 @@ namespace {}  // namespace
 // (n+1) u^2 (sum |W_oi x_i| + |b_o|)^2, the probabilistic counterpart of
 // gamma_{n+1} (sum |terms|).
 void linear_var(const std::vector<float>& w, const std::vector<float>& b, const double* x,
-                const double* var_x, int in, int out, double* y, double* var_y) {
+                const double* var_x, int in, int out, double* y, double* var_y,
+                const ArithmeticModel& am) {
   oracle::linear(std::span<const double>(x, sz(in)), w, b, out, std::span<double>(y, sz(out)));
-  const double rounding = (in + 1) * u * u;
+  const double rounding = (in + 1) * am.sum * am.sum;
   const bool has_bias = !b.empty();
   for (int o = 0; o < out; ++o) {
     const float* row = w.data() + sz(o) * sz(in);
-    double m = 0, v = 0;
+    double m = 0, v = 0, terms = 0;
     // The order of a bound's sums is free: let the compiler vectorize them.
 #pragma omp simd reduction(+ : m, v)
     for (int i = 0; i < in; ++i) {
@@ -38,6 +39,13 @@ void linear_var(const std::vector<float>& w, const std::vector<float>& b, const 
     }
     const double bias = has_bias ? b[sz(o)] : 0.0;
     var_y[o] = v + rounding * sq(m + std::abs(bias));
+    if (am.weight > 0) {
+      // Each weight rounded once: independent relative errors of the terms.
+      for (int i = 0; i < in; ++i) terms += sq(double(row[i]) * x[i]);
+      var_y[o] += sq(am.weight) * (terms + sq(bias));
+    }
+    // The product's output and the bias add, each rounded to the activations.
+    if (!am.output.none()) var_y[o] += (has_bias ? 2 : 1) * sq(am.output.of(m + std::abs(bias)));
   }
 }
 
@@ -51,7 +59,8 @@ void linear_var(const std::vector<float>& w, const std::vector<float>& b, const 
 // add) stay at their worst case 6u; LayerNorm's float mean is off by
 // dm = sqrt(E) u sum|x| / E + u |mean|.
 void norm_var(bool layer_norm, const double* x, const double* var_x, const std::vector<float>& gain,
-              const std::vector<float>& bias, int width, double eps, double* y, double* var_y) {
+              const std::vector<float>& bias, int width, double eps, double* y, double* var_y,
+              const ArithmeticModel& am) {
   const std::span<const double> in(x, sz(width));  // [E]
   const std::span<double> normed(y, sz(width));    // [E]
   if (layer_norm) {
@@ -74,15 +83,22 @@ void norm_var(bool layer_norm, const double* x, const double* var_x, const std::
   const double r2 = sum_sq / width + eps, inv = 1.0 / std::sqrt(r2);
   coupling /= sq(width * r2);
   const double sqrt_w = std::sqrt(double(width));
-  const double mean_error = layer_norm ? sqrt_w * u * sum_abs / width + u * std::abs(mean) : 0.0;
-  const double relative = sqrt_w * u / 2 + 6 * u;
+  const double s1 = am.single;  // u, or the activations' where each op rounds to them
+  const double mean_error =
+      layer_norm ? sqrt_w * am.sum * sum_abs / width + s1 * std::abs(mean) : 0.0;
+  const double relative = sqrt_w * am.sum / 2 + 6 * s1;
   for (int i = 0; i < width; ++i) {
     const double c = x[i] - mean, g = gain[sz(i)];
     const double rounding =
         std::abs(g) * inv *
-            (mean_error + (layer_norm ? u : 0.0) * std::abs(c) + std::abs(c) * relative) +
-        (layer_norm ? u * std::abs(y[i]) : 0.0);
+            (mean_error + (layer_norm ? s1 : 0.0) * std::abs(c) + std::abs(c) * relative) +
+        (layer_norm ? s1 * std::abs(y[i]) : 0.0);
     var_y[i] = sq(g * inv) * (var_x[i] + mean_var + c * c * coupling) + sq(rounding);
+    if (am.weight > 0) {  // the gain (and bias) rounded once
+      const double b = layer_norm ? std::abs(bias[sz(i)]) : 0.0;
+      var_y[i] += sq(am.weight * (std::abs(g * c * inv) + b));
+    }
+    if (!am.output.none()) var_y[i] += sq(am.output.of(y[i]));
   }
 }
 
@@ -114,16 +130,17 @@ void RopeAngles::at(int position, double theta, bool in_float, double error_per_
 // rotation rounds cos and sin to float and two products and a sum: 3u of
 // each output's two terms; a float angle's error moves the output by at most
 // that error times the rotation's derivative.
-void rope_var(double* head, double* var, const RopeAngles& angles, int dim) {
+void rope_var(double* head, double* var, const RopeAngles& angles, int dim, double single) {
   const int half = dim / 2;
   for (int i = 0; i < half; ++i) {
     const double c = angles.cos[sz(i)], s = angles.sin[sz(i)];
     const double x1 = head[i], x2 = head[i + half], v1 = var[i], v2 = var[i + half];
     const double ac = std::abs(c), as = std::abs(s), d = angles.error[sz(i)];
     // d/dangle of (x1 c - x2 s) is -(x1 s + x2 c); of (x2 c + x1 s), x1 c - x2 s.
-    var[i] = c * c * v1 + s * s * v2 + sq(3 * u * (std::abs(x1) * ac + std::abs(x2) * as)) +
+    const double r = 3 * single;
+    var[i] = c * c * v1 + s * s * v2 + sq(r * (std::abs(x1) * ac + std::abs(x2) * as)) +
              sq(d * (std::abs(x1) * as + std::abs(x2) * ac));
-    var[i + half] = c * c * v2 + s * s * v1 + sq(3 * u * (std::abs(x2) * ac + std::abs(x1) * as)) +
+    var[i + half] = c * c * v2 + s * s * v1 + sq(r * (std::abs(x2) * ac + std::abs(x1) * as)) +
                     sq(d * (std::abs(x2) * as + std::abs(x1) * ac));
   }
   oracle::rotate_half(std::span<double>(head, sz(dim)), angles.cos, angles.sin);
@@ -146,7 +163,7 @@ namespace {
 // the cubic (three products, float k, add, product, float c); tanh's ulp
 // error plus (1 - t^2) times inner's; then (t + 1) x / 2 rounds twice. All
 // kept at their worst.   up, var_up: [F].
-void gelu_var(std::vector<double>& up, std::vector<double>& var_up) {
+void gelu_var(std::vector<double>& up, std::vector<double>& var_up, Rounding output) {
   const double c = std::sqrt(2.0 / std::numbers::pi), kc = 0.044715;
   for (size_t i = 0; i < up.size(); ++i) {
     const double z = up[i], az = std::abs(z);
@@ -158,7 +175,7 @@ void gelu_var(std::vector<double>& up, std::vector<double>& var_up) {
     const double y = oracle::gelu_tanh(z);
     const double rounding = az / 2 * (dt + u * std::abs(1 + th)) + u * std::abs(y);
     up[i] = y;
-    var_up[i] = sq(derivative) * var_up[i] + sq(rounding);
+    var_up[i] = sq(derivative) * var_up[i] + sq(rounding) + sq(output.of(y));
   }
 }
 
@@ -166,7 +183,7 @@ void gelu_var(std::vector<double>& up, std::vector<double>& var_up) {
 // exp(-g)'s ulp error enters g / (1 + e) scaled by e / (1 + e), then add,
 // divide, multiply: 3u, all at their worst.   gate, var_gate, up, var_up: [F].
 void swiglu_var(const std::vector<double>& gate, const std::vector<double>& var_gate,
-                std::vector<double>& up, std::vector<double>& var_up) {
+                std::vector<double>& up, std::vector<double>& var_up, Rounding output) {
   for (size_t i = 0; i < up.size(); ++i) {
     const double g = gate[i];
     const double e = std::exp(-g);
@@ -175,7 +192,9 @@ void swiglu_var(const std::vector<double>& gate, const std::vector<double>& var_
     const double derivative = sigma * (1 + g * (1 - sigma));
     const double y = silu * up[i];
     const double rounding = std::abs(y) * (kExpRelativeError * e * sigma + 3 * u);
-    var_up[i] = sq(derivative * up[i]) * var_gate[i] + sq(silu) * var_up[i] + sq(rounding);
+    // Narrower activations round silu's output and the product: 2 roundings.
+    var_up[i] = sq(derivative * up[i]) * var_gate[i] + sq(silu) * var_up[i] + sq(rounding) +
+                2 * sq(output.of(y));
     up[i] = y;
   }
 }
@@ -183,21 +202,21 @@ void swiglu_var(const std::vector<double>& gate, const std::vector<double>& var_
 }  // namespace
 
 void mlp_var(bool gpt2, const LayerWeights& w, int E, int F, double eps, double* xt, double* vxt,
-             MlpScratch& b) {
-  norm_var(gpt2, xt, vxt, w.mlp_norm, w.mlp_norm_bias, E, eps, b.h.data(), b.var_h.data());
+             MlpScratch& b, const ArithmeticModel& m) {
+  norm_var(gpt2, xt, vxt, w.mlp_norm, w.mlp_norm_bias, E, eps, b.h.data(), b.var_h.data(), m);
   if (gpt2) {
-    linear_var(w.w_up, w.b_up, b.h.data(), b.var_h.data(), E, F, b.up.data(), b.var_up.data());
-    gelu_var(b.up, b.var_up);
+    linear_var(w.w_up, w.b_up, b.h.data(), b.var_h.data(), E, F, b.up.data(), b.var_up.data(), m);
+    gelu_var(b.up, b.var_up, m.output);
   } else {
-    linear_var(w.w_gate, {}, b.h.data(), b.var_h.data(), E, F, b.gate.data(), b.var_gate.data());
-    linear_var(w.w_up, {}, b.h.data(), b.var_h.data(), E, F, b.up.data(), b.var_up.data());
-    swiglu_var(b.gate, b.var_gate, b.up, b.var_up);
+    linear_var(w.w_gate, {}, b.h.data(), b.var_h.data(), E, F, b.gate.data(), b.var_gate.data(), m);
+    linear_var(w.w_up, {}, b.h.data(), b.var_h.data(), E, F, b.up.data(), b.var_up.data(), m);
+    swiglu_var(b.gate, b.var_gate, b.up, b.var_up, m.output);
   }
   linear_var(w.w_down, w.b_down, b.up.data(), b.var_up.data(), F, E, b.proj.data(),
-             b.var_proj.data());
+             b.var_proj.data(), m);
   for (int e = 0; e < E; ++e) {
     xt[e] += b.proj[sz(e)];
-    vxt[e] += b.var_proj[sz(e)] + sq(u * xt[e]);  // the residual add rounds once
+    vxt[e] += b.var_proj[sz(e)] + sq(m.single * xt[e]);  // the residual add rounds once
   }
 }
 

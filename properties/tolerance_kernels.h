@@ -1,6 +1,7 @@
 // The tolerance's kernels: one function per model op, each computing the op's
-// value and the variance of the float32 engine's first-order error in it
-// (docs/TOLERANCE.md). Internal to properties/tolerance*.cpp.
+// value and the variance of the engine's first-order error in it under the
+// declared arithmetic (tolerance_arithmetic.h; docs/TOLERANCE.md). Internal
+// to properties/tolerance*.cpp.
 //
 // Exists apart from the pass that composes them (tolerance_pass.cpp) so that
 // each kernel's error model reads on its own, next to the op it models. The
@@ -17,6 +18,7 @@
 #include "engine/kv_dtype.h"
 #include "model/weights.h"
 #include "properties/tolerance.h"
+#include "properties/tolerance_arithmetic.h"
 
 namespace kvcheck::tolerance {
 
@@ -34,12 +36,14 @@ inline double sq(double a) {
 // y = W x + b (oracle::linear) and the variance of the float result's error.
 //   w: [out][in];  b: [out] or empty;  x, var_x: [in];  y, var_y: [out].
 void linear_var(const std::vector<float>& w, const std::vector<float>& b, const double* x,
-                const double* var_x, int in, int out, double* y, double* var_y);
+                const double* var_x, int in, int out, double* y, double* var_y,
+                const ArithmeticModel& m);
 
 // The family's norm of one row (oracle::layer_norm or rms_norm), with its
 // error variance.   x, var_x, gain, bias: [E];  y, var_y: [E].
 void norm_var(bool layer_norm, const double* x, const double* var_x, const std::vector<float>& gain,
-              const std::vector<float>& bias, int width, double eps, double* y, double* var_y);
+              const std::vector<float>& bias, int width, double eps, double* y, double* var_y,
+              const ArithmeticModel& m);
 
 // RoPE's angles at one position (or a shift's delta): cos and sin exactly as
 // oracle::rope_cos_sin, and each angle's absolute error when the engine
@@ -55,20 +59,24 @@ struct RopeAngles {
 double float_angle_error_per_step(double rope_theta, int head_dim);
 
 // Rotate-half RoPE of one head, in place (oracle::rotate_half), with its
-// variance.   head, var: [D].
-void rope_var(double* head, double* var, const RopeAngles& angles, int dim);
+// variance; `single` is the unit roundoff of its products and sum.
+//   head, var: [D].
+void rope_var(double* head, double* var, const RopeAngles& angles, int dim,
+              double single = kUnitRoundoff);
 
 // What P6 compares for one token's computed K or V, and storage's rounding
-// added to its variance in place (attention reads the stored value).
-// computed (q8_0 only, else null): the bound before storage.
+// added to its variance in place (attention reads the stored value); also
+// the rounding of q to K's type (bound null). computed (quantized only,
+// else null): the bound before storage.
 //   value, var, bound, computed: [KVH][D].
 void store_var(const double* value, double* var, double* bound, double* computed, int KVH, int D,
-               KvDtype kv_dtype);
+               const KvStorageError& storage);
 
 // Scratch of attend_var, sized once per pass.
 struct AttendScratch {
   std::vector<double> scores, p, var_sigma;  // [keys] one query head
   std::vector<double> o_var, o_magnitude;    // [D] one query head
+  std::vector<double> o_spread;              // [D] sum p_j |v_jd - o_d|, one query head
 };
 
 // One query position's attention over exactly the n_keys keys given
@@ -76,7 +84,7 @@ struct AttendScratch {
 //   q_t, var_q_t: [H][D];  k, var_k, v, var_v: [n_keys][KVH][D];  att, var_att: [H][D].
 void attend_var(const double* q_t, const double* var_q_t, const double* k, const double* var_k,
                 const double* v, const double* var_v, int n_keys, int H, int KVH, int D,
-                AttendScratch& s, double* att, double* var_att);
+                AttendScratch& s, double* att, double* var_att, const ArithmeticModel& m);
 
 // Buffers of mlp_var.
 struct MlpScratch {
@@ -90,6 +98,6 @@ struct MlpScratch {
 // The feed-forward block of one position with its norm and residual add,
 // values and variances in place.   xt, vxt: [E].
 void mlp_var(bool gpt2, const LayerWeights& w, int E, int F, double eps, double* xt, double* vxt,
-             MlpScratch& b);
+             MlpScratch& b, const ArithmeticModel& m);
 
 }  // namespace kvcheck::tolerance

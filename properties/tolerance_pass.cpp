@@ -25,12 +25,12 @@ struct CellLayer {
 
 class Pass {
  public:
-  Pass(const Config& config, const Weights& weights, KvDtype kv_dtype, bool rope_angles_in_float,
-       bool windows)
+  Pass(const Config& config, const Weights& weights, KvDtype kv_dtype,
+       const ArithmeticTraits& arithmetic, bool windows)
       : c_(config),
         w_(weights),
-        dtype_(kv_dtype),
-        in_float_(rope_angles_in_float),
+        m_(arithmetic_model(arithmetic, kv_dtype)),
+        in_float_(arithmetic.rope_angles_in_float),
         windows_(windows),
         KV_(config.kv_width()),
         cells_(sz(config.n_layers)),
@@ -67,10 +67,18 @@ class Pass {
  private:
   void layer(int l);
   void store_and_append(CellLayer& cells);
+  // RoPE of one head at the current angles, rounded to narrower activations.
+  void rope(double* head, double* var) {
+    rope_var(head, var, angles_, c_.head_dim, m_.single);
+    if (m_.output.none()) return;
+    for (int d = 0; d < c_.head_dim; ++d) var[d] += sq(m_.output.of(head[d]));
+  }
+
+  bool quantized() const { return m_.storage.per_scale > 0; }
 
   const Config& c_;
   const Weights& w_;
-  const KvDtype dtype_;
+  const ArithmeticModel m_;
   const bool in_float_, windows_;
   const int KV_;
   std::vector<CellLayer> cells_;                   // [L]
@@ -96,19 +104,24 @@ void Pass::feed(int32_t token) {
   for (int e = 0; e < E; ++e) {
     x_[sz(e)] = token_row[e];
     var_x_[sz(e)] = 0;  // a copied embedding row is exact
+    double stored = std::abs(x_[sz(e)]);
     if (gpt2) {
-      x_[sz(e)] += w_.pos_embedding[sz(position) * sz(E) + sz(e)];
-      var_x_[sz(e)] = sq(u * x_[sz(e)]);  // one float add
+      const double wpe = w_.pos_embedding[sz(position) * sz(E) + sz(e)];
+      stored += std::abs(wpe);
+      x_[sz(e)] += wpe;
+      var_x_[sz(e)] = sq(m_.single * x_[sz(e)]);  // one add
     }
+    // Rows rounded as weights, the copy rounded to narrower activations.
+    var_x_[sz(e)] += sq(m_.weight * stored) + sq(m_.output.of(x_[sz(e)]));
   }
   if (!gpt2) angles_.at(position, c_.rope_theta, in_float_, error_per_step_);
   for (int l = 0; l < c_.n_layers; ++l) layer(l);
   norm_var(gpt2, x_.data(), var_x_.data(), w_.final_norm, w_.final_norm_bias, E, c_.norm_eps,
-           h_.data(), var_h_.data());
+           h_.data(), var_h_.data(), m_);
   const size_t at = logit_bounds.size();
   logit_bounds.resize(at + sz(V)), logit_values.resize(at + sz(V));
   linear_var(w_.lm_head, {}, h_.data(), var_h_.data(), E, V, logit_values.data() + at,
-             logit_bounds.data() + at);
+             logit_bounds.data() + at, m_);
   for (size_t i = at; i < logit_bounds.size(); ++i) {
     logit_bounds[i] = kConfidence * std::sqrt(logit_bounds[i]);
   }
@@ -122,14 +135,16 @@ void Pass::layer(int l) {
   const LayerWeights& w = w_.layers[sz(l)];
   k_.resize(sz(KV_)), var_k_.resize(sz(KV_)), v_.resize(sz(KV_)), var_v_.resize(sz(KV_));
   norm_var(gpt2, x_.data(), var_x_.data(), w.attn_norm, w.attn_norm_bias, E, c_.norm_eps, h_.data(),
-           var_h_.data());
-  linear_var(w.wq, w.bq, h_.data(), var_h_.data(), E, Q, q_.data(), var_q_.data());
-  linear_var(w.wk, w.bk, h_.data(), var_h_.data(), E, KV_, k_.data(), var_k_.data());
-  linear_var(w.wv, w.bv, h_.data(), var_h_.data(), E, KV_, v_.data(), var_v_.data());
+           var_h_.data(), m_);
+  linear_var(w.wq, w.bq, h_.data(), var_h_.data(), E, Q, q_.data(), var_q_.data(), m_);
+  linear_var(w.wk, w.bk, h_.data(), var_h_.data(), E, KV_, k_.data(), var_k_.data(), m_);
+  linear_var(w.wv, w.bv, h_.data(), var_h_.data(), E, KV_, v_.data(), var_v_.data(), m_);
   if (!gpt2) {
-    for (int hq = 0; hq < H; ++hq) rope_var(&q_[sz(hq * D)], &var_q_[sz(hq * D)], angles_, D);
-    for (int g = 0; g < KVH; ++g) rope_var(&k_[sz(g * D)], &var_k_[sz(g * D)], angles_, D);
+    for (int hq = 0; hq < H; ++hq) rope(&q_[sz(hq * D)], &var_q_[sz(hq * D)]);
+    for (int g = 0; g < KVH; ++g) rope(&k_[sz(g * D)], &var_k_[sz(g * D)]);
   }
+  // q rounded to the type attention reads K in (ggml's vec_dot).
+  if (m_.round_queries) store_var(q_.data(), var_q_.data(), nullptr, nullptr, H, D, m_.query);
   CellLayer& cells = cells_[sz(l)];
   store_and_append(cells);
   // A windowed layer's query reads the last W cells (docs/OPERATIONS.md).
@@ -139,24 +154,24 @@ void Pass::layer(int l) {
   const size_t skip = sz(first) * sz(KV_);  // cells before the window
   attend_var(q_.data(), var_q_.data(), cells.k.data() + skip, cells.var_k.data() + skip,
              cells.v.data() + skip, cells.var_v.data() + skip, n_cells - first, H, KVH, D, attend_,
-             att_.data(), var_att_.data());
-  linear_var(w.wo, w.bo, att_.data(), var_att_.data(), Q, E, proj_.data(), var_proj_.data());
+             att_.data(), var_att_.data(), m_);
+  linear_var(w.wo, w.bo, att_.data(), var_att_.data(), Q, E, proj_.data(), var_proj_.data(), m_);
   for (int e = 0; e < E; ++e) {
     x_[sz(e)] += proj_[sz(e)];
-    var_x_[sz(e)] += var_proj_[sz(e)] + sq(u * x_[sz(e)]);  // the residual add rounds once
+    var_x_[sz(e)] += var_proj_[sz(e)] + sq(m_.single * x_[sz(e)]);  // the residual add rounds once
   }
-  mlp_var(gpt2, w, E, c_.d_ff, c_.norm_eps, x_.data(), var_x_.data(), mlp_);
+  mlp_var(gpt2, w, E, c_.d_ff, c_.norm_eps, x_.data(), var_x_.data(), mlp_, m_);
 }
 
 // What P6 compares (store_var), then the fed position joins the layer's cells.
 void Pass::store_and_append(CellLayer& cells) {
-  const bool quantized = dtype_ == KvDtype::kQ8_0;
+  const bool quantized = this->quantized();
   kb_.resize(sz(KV_)), vb_.resize(sz(KV_));
   kc_.resize(quantized ? sz(KV_) : 0), vc_.resize(kc_.size());
   store_var(k_.data(), var_k_.data(), kb_.data(), quantized ? kc_.data() : nullptr, c_.n_kv_heads,
-            c_.head_dim, dtype_);
+            c_.head_dim, m_.storage);
   store_var(v_.data(), var_v_.data(), vb_.data(), quantized ? vc_.data() : nullptr, c_.n_kv_heads,
-            c_.head_dim, dtype_);
+            c_.head_dim, m_.storage);
   const auto append = [](std::vector<double>& to, const std::vector<double>& from) {
     to.insert(to.end(), from.begin(), from.end());
   };
@@ -188,7 +203,7 @@ void Pass::keep(const std::vector<bool>& kept) {
 }
 
 void Pass::shift(int p0, int p1, int delta) {
-  const bool quantized = dtype_ == KvDtype::kQ8_0;
+  const bool quantized = this->quantized();
   const int KVH = c_.n_kv_heads, D = c_.head_dim;
   // A shift's angles are delta * frequency: an engine with float angles errs
   // in them by the same rule as in a fed key's.
@@ -199,9 +214,9 @@ void Pass::shift(int p0, int p1, int delta) {
     for (CellLayer& layer : cells_) {
       double* value = layer.k.data() + c * sz(KV_);
       double* var = layer.var_k.data() + c * sz(KV_);
-      for (int g = 0; g < KVH; ++g) rope_var(value + g * D, var + g * D, angles_, D);
+      for (int g = 0; g < KVH; ++g) rope(value + g * D, var + g * D);
       store_var(value, var, layer.k_bound.data() + c * sz(KV_),
-                quantized ? layer.k_comp.data() + c * sz(KV_) : nullptr, KVH, D, dtype_);
+                quantized ? layer.k_comp.data() + c * sz(KV_) : nullptr, KVH, D, m_.storage);
     }
   }
 }
@@ -217,6 +232,7 @@ std::vector<double> Pass::gather(std::vector<double> CellLayer::*field) const {
 ErrorBounds prefix(const ErrorBounds& full, int n, int n_layers) {
   ErrorBounds out;
   out.n_tokens = n;
+  out.quantizer = full.quantizer;
   out.logits = oracle::first_rows(full.logits, 1, full.n_tokens, n);
   out.k = oracle::first_rows(full.k, n_layers, full.n_tokens, n);
   out.v = oracle::first_rows(full.v, n_layers, full.n_tokens, n);
@@ -227,14 +243,15 @@ ErrorBounds prefix(const ErrorBounds& full, int n, int n_layers) {
 
 ErrorBounds derive_error_bounds(const Config& config, const Weights& weights,
                                 std::span<const int32_t> tokens, KvDtype kv_dtype,
-                                bool rope_angles_in_float, oracle::Output* value_track) {
+                                const ArithmeticTraits& arithmetic, oracle::Output* value_track) {
   const int T = static_cast<int>(tokens.size());
   const bool quantized = kv_dtype == KvDtype::kQ8_0;
-  Pass pass(config, weights, kv_dtype, rope_angles_in_float, /*windows=*/true);
+  Pass pass(config, weights, kv_dtype, arithmetic, /*windows=*/true);
   // Token t is fed at position t: the cells are the positions, in order.
   for (int32_t token : tokens) pass.feed(token);
   ErrorBounds out;
   out.n_tokens = T;
+  out.quantizer = arithmetic.kv_quantizer;
   out.logits = std::move(pass.logit_bounds);  // [T][V]
   out.k = pass.gather(&CellLayer::k_bound);   // [L][T][KVH][D]
   out.v = pass.gather(&CellLayer::v_bound);   // [L][T][KVH][D]
@@ -253,10 +270,10 @@ ErrorBounds derive_error_bounds(const Config& config, const Weights& weights,
 
 HistoryBounds derive_history_bounds(const Config& config, const Weights& weights,
                                     std::span<const oracle::Event> events, KvDtype kv_dtype,
-                                    bool rope_angles_in_float) {
+                                    const ArithmeticTraits& arithmetic) {
   using Kind = oracle::Event::Kind;
   // As oracle::replay, the history knows no sliding window.
-  Pass pass(config, weights, kv_dtype, rope_angles_in_float, /*windows=*/false);
+  Pass pass(config, weights, kv_dtype, arithmetic, /*windows=*/false);
   for (const oracle::Event& e : events) {
     const size_t C = pass.positions().size();
     if (e.kind == Kind::kTruncate || e.kind == Kind::kErase) {
@@ -273,6 +290,7 @@ HistoryBounds derive_history_bounds(const Config& config, const Weights& weights
     }
   }
   HistoryBounds out;
+  out.quantizer = arithmetic.kv_quantizer;
   out.logits = std::move(pass.logit_bounds);  // [feeds][V]
   out.k = pass.gather(&CellLayer::k_bound);   // [L][C][KVH][D]
   out.v = pass.gather(&CellLayer::v_bound);   // [L][C][KVH][D]

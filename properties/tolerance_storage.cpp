@@ -15,7 +15,7 @@ double gamma_n(double n) {
   return n * kUnitRoundoff / (1.0 - n * kUnitRoundoff);
 }
 
-KvStorageError kv_storage_error(KvDtype dtype) {
+KvStorageError kv_storage_error(KvDtype dtype, KvQuantizer quantizer) {
   switch (dtype) {
     case KvDtype::kF32:
       return {0.0, 0.0};
@@ -24,30 +24,60 @@ KvStorageError kv_storage_error(KvDtype dtype) {
     case KvDtype::kF16:
       return {kv_dtype_unit_roundoff(dtype), 0x1p-25};
     case KvDtype::kQ8_0:
-      return {0.0, 0.0, 0.5 + 0x1p-16};
+      // ggml: a code of the unrounded scale d is within d (1/2 + 2^-16) of
+      // the value, and |code| <= 127 codes times |d - fp16(d)| <= 2^-11 d +
+      // 2^-25 (normal, subnormal) (docs/TOLERANCE.md, "ggml's q8_0").
+      if (quantizer == KvQuantizer::kGgml)
+        return {0.0, 127 * 0x1p-25, 0.5 + 0x1p-16 + 127 * 0x1p-11, 127};
+      return {0.0, 0.0, 0.5 + 0x1p-16, 127};
+    case KvDtype::kQ4_0:
+      // ggml's only (no kvcheck codec): d = (the signed largest element) / -8,
+      // codes min(15, floor(x / d + 8.5)): half a code, but a whole one for
+      // an element of the other sign at >= 15/16 of amax (the clamp at 15),
+      // plus 8 codes times the f16 scale's rounding (docs/TOLERANCE.md,
+      // "ggml's q4_0"); the scale's magnitude is amax / 8.
+      return {0.0, 8 * 0x1p-25, 1 + 0x1p-16 + 8 * 0x1p-11, 8};
   }
   return {};
 }
 
-double q8_element_bound(double computed, double stored_scale) {
-  return computed + std::abs(stored_scale) * kv_storage_error(KvDtype::kQ8_0).per_scale;
+namespace {
+
+// ggml's unrounded scale d from its stored f16 scale s: |d - s| <= 2^-11 d
+// + 2^-25, so d <= (|s| + 2^-25) / (1 - 2^-11).
+double ggml_unrounded_scale(double stored_scale) {
+  return (std::abs(stored_scale) + 0x1p-25) / (1 - 0x1p-11);
 }
 
-double q8_scale_bound(double block_computed_max, double stored_scale) {
+}  // namespace
+
+double q8_element_bound(double computed, double stored_scale, KvQuantizer quantizer) {
+  const KvStorageError e = kv_storage_error(KvDtype::kQ8_0, quantizer);
+  if (quantizer == KvQuantizer::kGgml) {
+    return computed + ggml_unrounded_scale(stored_scale) * e.per_scale + e.absolute;
+  }
+  return computed + std::abs(stored_scale) * e.per_scale;
+}
+
+double q8_scale_bound(double block_computed_max, double stored_scale, KvQuantizer quantizer) {
+  if (quantizer == KvQuantizer::kGgml) {
+    return block_computed_max / 127 +
+           (kUnitRoundoff + 0x1p-11) * ggml_unrounded_scale(stored_scale) + 0x1p-25;
+  }
   return block_computed_max / 127 + kUnitRoundoff * std::abs(stored_scale) / (1 - kUnitRoundoff);
 }
 
 namespace tolerance {
 
 // kConfidence deviations of the computed value, then storage's rounding of
-// it at its worst, |x^ (1 + r) - x| <= |x^ - x| (1 + r) + r |x| + a (+ h s
-// for q8_0: half a code of the block's scale s, at most fl((amax + the
-// block's largest computed bound) / 127)). Attention reads the stored value,
-// whose storage rounding enters its variance as one more bounded term.
+// it at its worst, |x^ (1 + r) - x| <= |x^ - x| (1 + r) + r |x| + a (+ p s
+// for a quantized type: p codes of the block's scale s, at most
+// fl((amax + the block's largest computed bound) / levels)). Attention
+// reads the stored value, whose storage rounding enters its variance as one
+// more bounded term.
 void store_var(const double* value, double* var, double* bound, double* computed, int KVH, int D,
-               KvDtype kv_dtype) {
-  const KvStorageError storage = kv_storage_error(kv_dtype);
-  const bool quantized = kv_dtype == KvDtype::kQ8_0;
+               const KvStorageError& storage) {
+  const bool quantized = storage.per_scale > 0;
   if (computed != nullptr) {
     for (int i = 0; i < KVH * D; ++i) computed[i] = kConfidence * std::sqrt(var[i]);
   }
@@ -59,11 +89,14 @@ void store_var(const double* value, double* var, double* bound, double* computed
         amax = std::max(amax, std::abs(value[i]));
         computed_max = std::max(computed_max, kConfidence * std::sqrt(var[i]));
       }
-      const double scale_max = (amax + computed_max) / 127 * (1 + kUnitRoundoff);
+      const double scale_max =
+          quantized ? (amax + computed_max) / storage.levels * (1 + kUnitRoundoff) : 0.0;
       for (int i = g * D + first; i < g * D + end; ++i) {
         const double stored = storage.relative * std::abs(value[i]) + storage.absolute +
                               storage.per_scale * scale_max;
-        bound[i] = kConfidence * std::sqrt(var[i]) * (1 + storage.relative) + stored;
+        if (bound != nullptr) {
+          bound[i] = kConfidence * std::sqrt(var[i]) * (1 + storage.relative) + stored;
+        }
         var[i] = var[i] * sq(1 + storage.relative) + stored * stored;
       }
       if (!quantized) break;

@@ -1,6 +1,7 @@
 #include "tools/backends.h"
 
 #include <sstream>
+#include <string>
 
 #include "backends/in_tree.h"
 #include "model/status.h"
@@ -78,7 +79,20 @@ std::string traits_summary(const EngineTraits& t, const std::string& indent) {
   out << indent << "arithmetic:  " << precision_name(a.accumulation) << " accumulation, "
       << precision_name(a.activations) << " activations"
       << (a.rope_angles_in_float ? ", RoPE angles in float" : "")
-      << (a.queries_rounded_to_kv_dtype ? ", queries rounded to the cache dtype" : "") << "\n";
+      << (a.weights != Precision::kF32 ? std::string(", ") + precision_name(a.weights) + " weights"
+                                       : "")
+      << (a.queries_rounded_to_kv_dtype ? ", queries rounded to the cache dtype" : "")
+      << (a.kv_read != Precision::kF32 ? std::string(", K/V read in ") + precision_name(a.kv_read)
+                                       : "")
+      << (a.probabilities_rounded_to_kv_dtype ? ", probabilities rounded to V's type" : "")
+      << (a.online_softmax ? ", online softmax" : "")
+      << (a.value_accumulation != Precision::kF32
+              ? std::string(", values summed in ") + precision_name(a.value_accumulation)
+              : "")
+      << (a.kv_quantizer != KvQuantizer::kKvcheck
+              ? std::string(", ") + kv_quantizer_name(a.kv_quantizer) + " quantizer"
+              : "")
+      << "\n";
   return out.str();
 }
 

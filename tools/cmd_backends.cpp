@@ -4,6 +4,7 @@
 #include <nlohmann/json.hpp>
 
 #include "backends/registry.h"
+#include "engine/arithmetic_presets.h"
 #include "engine/traits_json.h"
 #include "model/status.h"
 #include "tools/backends.h"
@@ -51,7 +52,9 @@ int run_backends(const BackendsOptions& o) {
       if (e.is_prefix) std::printf("  %sPATH  %s\n", e.name.c_str(), e.description.c_str());
     }
     std::printf(
-        "every backend takes ?invariance=bounded and ?profile=restricted (docs/ENGINES.md)\n");
+        "every backend takes ?invariance=bounded, ?profile=restricted and ?arithmetic=NAME (%s; "
+        "docs/ENGINES.md)\n",
+        arithmetic_preset_names().c_str());
   }
   return 0;
 }

@@ -15,14 +15,13 @@ namespace {
 
 // Rows "sN pos t" of one sequence: the worst error/bound of each slice.
 void add_sequence_rows(ErrorMap& map, const Scenario& s, const Weights& weights,
-                       bool rope_angles_in_float, const std::vector<float>& got, int seq, int fed,
-                       int per_col) {
+                       const ArithmeticTraits& arithmetic, const std::vector<float>& got, int seq,
+                       int fed, int per_col) {
   const int V = s.config.vocab;
   const std::span<const int32_t> tokens =
       std::span<const int32_t>(s.sequences[size_t(seq)]).first(size_t(fed));
   const oracle::Output want = oracle::forward(s.config, weights, tokens);
-  const ErrorBounds bounds =
-      derive_error_bounds(s.config, weights, tokens, s.kv_dtype, rope_angles_in_float);
+  const ErrorBounds bounds = derive_error_bounds(s.config, weights, tokens, s.kv_dtype, arithmetic);
   const int positions = std::min(fed, int(got.size() / size_t(V)));
   const size_t cols = map.col_labels.size();
   for (int t = 0; t < positions; ++t) {
@@ -132,8 +131,8 @@ std::vector<ErrorMap> p6_error_maps(const Scenario& s, const Verdict& verdict,
   }
   if (snaps.empty() || length == 0) return {};
   const oracle::Output want = oracle::forward(s.config, weights, tokens);
-  const ErrorBounds bounds = derive_error_bounds(s.config, weights, tokens, s.kv_dtype,
-                                                 subject.traits.arithmetic.rope_angles_in_float);
+  const ErrorBounds bounds =
+      derive_error_bounds(s.config, weights, tokens, s.kv_dtype, subject.traits.arithmetic);
   return {cache_map(0, s, want, bounds, snaps, length, where.sequence, where.call),
           cache_map(1, s, want, bounds, snaps, length, where.sequence, where.call)};
 }
@@ -164,8 +163,8 @@ ErrorMap p1_error_map(const Scenario& s, const Verdict& verdict, const EngineUnd
   for (size_t seq = 0; seq < s.sequences.size() && seq < run.logits.size(); ++seq) {
     const int fed = plan.fed[seq];
     if (fed > 0) {
-      add_sequence_rows(map, s, weights, subject.traits.arithmetic.rope_angles_in_float,
-                        run.logits[seq], int(seq), fed, per_col);
+      add_sequence_rows(map, s, weights, subject.traits.arithmetic, run.logits[seq], int(seq), fed,
+                        per_col);
     }
   }
   if (map.ratio.empty()) return map;

@@ -36,6 +36,8 @@ nlohmann::json tally_json(const Tally& t, const RunRecord& r) {
           {"never_applies", t.never_applies},
           {"worst_error_over_bound", t.worst_ratio},
           {"error_over_bound_histogram", t.ratio_histogram},
+          // [0, 0.1), ..., [0.9, 1), >= 1: cases compared within a bound
+          {"error_over_bound_tenths", t.ratio_tenths},
           {"coverage", t.coverage},
           {"proof_of_use", features},
           {"not_applicable_why", t.not_applicable_why},

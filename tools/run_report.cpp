@@ -174,6 +174,7 @@ void add_tally(Tally& into, const Tally& from) {
   into.not_applicable += from.not_applicable;
   into.worst_ratio = std::max(into.worst_ratio, from.worst_ratio);
   for (int b = 0; b < kRatioBuckets; ++b) into.ratio_histogram[b] += from.ratio_histogram[b];
+  for (int b = 0; b < kRatioTenths; ++b) into.ratio_tenths[b] += from.ratio_tenths[b];
   for (const auto& [name, n] : from.coverage) into.coverage[name] += n;
   for (const auto& [why, n] : from.not_applicable_why) into.not_applicable_why[why] += n;
   for (const auto& [name, n] : from.features) {

@@ -26,6 +26,7 @@ inline constexpr int kExitIncomplete = 4;
 // [0.1, 1), and [1, inf) where a case failed. Decades, because passing
 // ratios spread over many orders of magnitude.
 inline constexpr int kRatioBuckets = 8;
+inline constexpr int kRatioTenths = 11;
 int ratio_bucket(double ratio);              // 0 .. kRatioBuckets-1
 std::string ratio_bucket_label(int bucket);  // "<1e-6", "1e-6", ..., ">=1"
 bool has_error_bound(Property p);            // P1 and P6 measure error/bound
@@ -49,10 +50,13 @@ struct Tally {
   std::string never_applies;
   double worst_ratio = 0;
   std::array<int, kRatioBuckets> ratio_histogram{};  // [bucket] applicable cases
-  std::map<std::string, int> coverage;               // class -> cases
-  std::map<std::string, int> not_applicable_why;     // reason -> cases
-  std::map<std::string, FeatureCount> features;      // feature -> cases
-  double seconds = 0;                                // time spent on this pair, shrinking included
+  // [tenth] applicable cases compared within a bound, by their worst
+  // error/bound: [0, 0.1), ..., [0.9, 1), >= 1 (docs/TOLERANCE.md's histograms).
+  std::array<int, kRatioTenths> ratio_tenths{};
+  std::map<std::string, int> coverage;            // class -> cases
+  std::map<std::string, int> not_applicable_why;  // reason -> cases
+  std::map<std::string, FeatureCount> features;   // feature -> cases
+  double seconds = 0;                             // time spent on this pair, shrinking included
   bool failed = false;
   std::string failure;  // summary of the shrunk failure
   // Sharding (tools/shard.h): the digest of every case (a sum of shares, so

@@ -5,7 +5,8 @@
 //   kvcheck campaign --backend exec:'node adapters/llama.cpp/engine.mjs --kv f16 --flash-attn on'
 //
 // Options (part of the backend string, so a case file names the mode):
-//   --kv f32|f16|q8_0      K and V cache type (default f32); q8_0 needs --flash-attn on
+//   --kv f32|f16|q8_0|q4_0 K and V cache type (default f32); q8_0 and q4_0 need
+//                          --flash-attn on
 //   --flash-attn on|off    llama.cpp's flash attention (default off)
 //   --export PATH          kvcheck-export binary (default: $KVCHECK_EXPORT, which
 //                          kvcheck sets to the kvcheck-export beside itself)
@@ -74,7 +75,7 @@ import {contextShape, ModelStore} from "./model_store.mjs";
 import {cacheRotations, parseSequenceState, snapshotLayer} from "./state_file.mjs";
 import {traitsFor} from "./traits.mjs";
 
-const kKvTypes = {f32: "F32", f16: "F16", q8_0: "Q8_0"};
+const kKvTypes = {f32: "F32", f16: "F16", q8_0: "Q8_0", q4_0: "Q4_0"};
 
 function usage(message) {
     process.stderr.write(`engine.mjs: ${message}\n`);
@@ -100,11 +101,12 @@ function parseOptions() {
     } catch (error) {
         usage(error.message);
     }
-    if (kKvTypes[values.kv] == null) usage(`--kv: expected f32, f16 or q8_0, got "${values.kv}"`);
+    if (kKvTypes[values.kv] == null) usage(`--kv: expected f32, f16, q8_0 or q4_0, got "${values.kv}"`);
     const flash = values["flash-attn"];
     if (flash !== "on" && flash !== "off") usage(`--flash-attn: expected on or off, got "${flash}"`);
     // llama.cpp refuses a quantized V cache without flash attention.
-    if (values.kv === "q8_0" && flash !== "on") usage("--kv q8_0 needs --flash-attn on (llama.cpp refuses a quantized V cache without it)");
+    if ((values.kv === "q8_0" || values.kv === "q4_0") && flash !== "on")
+        usage(`--kv ${values.kv} needs --flash-attn on (llama.cpp refuses a quantized V cache without it)`);
     const eraseShift = values["erase-shift"];
     if (eraseShift !== "on" && eraseShift !== "off") usage(`--erase-shift: expected on or off, got "${eraseShift}"`);
     if (values.declare !== "measured" && values.declare !== "bitwise")
@@ -202,7 +204,7 @@ class Engine {
         this.parked = parked;
         this.context = context;      // LlamaContext: contextShape's sequences of max(capacity, max_pos) + 1 cells
         this.model = model;          // {model, vocab, shape, maxPos}
-        this.kv = kv;                // "f32" | "f16" | "q8_0": the cache's ggml type
+        this.kv = kv;                // "f32" | "f16" | "q8_0" | "q4_0": the cache's ggml type
         this.rawK = rawK;            // --raw-k (measurement only): K as llama.cpp stores it
         this.stateAsSaved = stateAsSaved;  // --state-as-saved: no update before a snapshot
         // One cell, for applyPendingUpdates; created first, so a new and a

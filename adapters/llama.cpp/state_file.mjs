@@ -19,10 +19,15 @@
 // model implies, and a file that differs anywhere is an error that names the
 // field, never a snapshot of misread bytes.
 
-export const kGgmlTypes = {0: "f32", 1: "f16", 8: "q8_0"};  // ggml_type ids read here
+export const kGgmlTypes = {0: "f32", 1: "f16", 2: "q4_0", 8: "q8_0"};  // ggml_type ids read here
 const kMagic = 0x67677371;
 const kVersion = 3;
 const kQ8Block = 32;  // elements per q8_0 block: an f16 scale, then 32 int8 codes
+// A q4_0 block: an f16 scale, then 16 bytes; element i < 16 is byte i's low
+// nibble, element 16 + i its high one, each read as (nibble - 8) * scale
+// (ggml's block_q4_0, dequantize_row_q4_0).
+const kQ4Bytes = 2 + kQ8Block / 2;
+const kQuantized = new Set(["q8_0", "q4_0"]);
 
 export class StateFileError extends Error {}
 
@@ -34,8 +39,8 @@ function fail(message) {
 function rowBytes(type, width) {
     if (type === "f32") return 4 * width;
     if (type === "f16") return 2 * width;
-    if (width % kQ8Block !== 0) fail(`a q8_0 row of ${width} elements (not whole blocks of ${kQ8Block})`);
-    return (width / kQ8Block) * (2 + kQ8Block);
+    if (width % kQ8Block !== 0) fail(`a ${type} row of ${width} elements (not whole blocks of ${kQ8Block})`);
+    return (width / kQ8Block) * (type === "q4_0" ? kQ4Bytes : 2 + kQ8Block);
 }
 
 // IEEE binary16 bits to a number (exact: every f16 is a float).
@@ -56,6 +61,16 @@ function decodeRow(type, bytes, offset, width, out, at) {
         for (let i = 0; i < width; ++i) out[at + i] = view.getFloat32(offset + 4 * i, true);
     } else if (type === "f16") {
         for (let i = 0; i < width; ++i) out[at + i] = halfToFloat(view.getUint16(offset + 2 * i, true));
+    } else if (type === "q4_0") {
+        for (let b = 0; b < width / kQ8Block; ++b) {
+            const block = offset + b * kQ4Bytes;
+            const scale = halfToFloat(view.getUint16(block, true));
+            for (let i = 0; i < kQ8Block / 2; ++i) {
+                const byte = view.getUint8(block + 2 + i);
+                out[at + b * kQ8Block + i] = Math.fround(((byte & 0x0f) - 8) * scale);
+                out[at + b * kQ8Block + kQ8Block / 2 + i] = Math.fround(((byte >> 4) - 8) * scale);
+            }
+        }
     } else {
         for (let b = 0; b < width / kQ8Block; ++b) {
             const block = offset + b * (2 + kQ8Block);
@@ -154,7 +169,7 @@ function readStream(r, cells, expect, stream) {
         } else {
             // Transposed: [element][cell]; only f32 and f16 can be (llama.cpp
             // refuses a quantized V without flash attention, which never transposes).
-            if (type === "q8_0") fail(`layer ${l}'s V is q8_0 and transposed`);
+            if (kQuantized.has(type)) fail(`layer ${l}'s V is ${type} and transposed`);
             const elementBytes = r.u32(`layer ${l}'s V element size`);
             if (elementBytes !== rowBytes(type, 1)) fail(`layer ${l}'s V elements are ${elementBytes} bytes, ${type} takes ${rowBytes(type, 1)}`);
             const width = r.u32(`layer ${l}'s V width`);
@@ -171,7 +186,7 @@ function readStream(r, cells, expect, stream) {
     return {positions, layers, vTrans};
 }
 
-// expect: {layers, width (KVH*D), type ("f32" | "f16" | "q8_0"), seqId (optional)}.
+// expect: {layers, width (KVH*D), type ("f32" | "f16" | "q8_0" | "q4_0"), seqId (optional)}.
 // Returns {tokens: Int32Array, positions: Int32Array [cells] (file order),
 // layers: [{k, v}]: Float32Array [cells][width] in file order, vTrans: 0 or 1
 // (V stored transposed: llama.cpp's attn_v_trans = !flash_attn; absent
@@ -225,7 +240,7 @@ export function unpermuteHeads(row, kvHeads, headDim) {
 // the GGUF's adjacent-pair order) and rotates the attention output back.
 export function cacheRotations(type, headDim, rotDisable) {
     const disabled = Number.parseInt(rotDisable ?? "0", 10);
-    if (type !== "q8_0" || headDim % 64 !== 0 || (Number.isFinite(disabled) && disabled !== 0))
+    if (!kQuantized.has(type) || headDim % 64 !== 0 || (Number.isFinite(disabled) && disabled !== 0))
         return {k: 0, v: 0};
     let k = 64;
     while (headDim % (2 * k) === 0) k *= 2;

@@ -21,21 +21,53 @@ const kMeasured = {
     "f32/on": {...kShapeDependent, determinism: "bitwise"},
     "f16/off": {...kShapeDependent, determinism: "bitwise"},
     "f16/on": {...kShapeDependent, determinism: "bitwise"},
-    "q8_0/on": {...kShapeDependent, determinism: "bitwise"}
+    "q8_0/on": {...kShapeDependent, determinism: "bitwise"},
+    // Not measured with --declare bitwise: the shape dependence is ggml's
+    // matmul choice, not the cache type's, so q8_0's row is taken; P8 checks
+    // determinism bitwise.
+    "q4_0/on": {...kShapeDependent, determinism: "bitwise"}
 };
 
-// The arithmetic the tolerance must model (docs/TOLERANCE.md). f32 K/V with
-// flash attention off: f32 everywhere, RoPE angles theta_scale^i * pos by
-// repeated f32 products (ggml-cpu rope_f32). Flash attention casts an f32
-// K/V cache to f16 before ggml_flash_attn_ext (llama-graph.cpp), and the CPU
-// kernel converts q to K's dot type, f16 (docs/findings/
-// llama_cpp_flash_attn_f32_cache_in_f16.md). f16 K/V: ggml's mul_mat
-// converts the f32 operand to the K/V type (q before QK^T, the probabilities
-// before PV); q8_0 the same with q quantized to q8_0 blocks.
+// The arithmetic the tolerance must model (docs/TOLERANCE.md, "Reduced-
+// precision arithmetic"; the same rows as kvcheck's named presets,
+// engine/arithmetic_presets.cpp), read in the bundled ggml-cpu source. f32
+// everywhere outside attention, RoPE angles theta_scale^i * pos by repeated
+// f32 products (rope_f32). Attention:
+// - f32 K/V, flash attention off: f32 ("ggml-f32").
+// - f16 K/V, flash attention off ("ggml-f16"): mul_mat converts its f32
+//   operand to the K/V type: q before QK^T, the probabilities before PV.
+// - flash attention with f32 or f16 K/V ("ggml-flash-f16"): an f32 cache is
+//   cast to f16 first (llama-graph.cpp; docs/findings/
+//   llama_cpp_flash_attn_f32_cache_in_f16.md), q is converted to f16
+//   (q_to_vec_dot), the softmax is online, and the sum of p v runs in an f16
+//   accumulator (VKQ16, ggml_vec_mad_f16 / ggml_vec_scale_f16).
+// - flash attention with q8_0 K/V ("ggml-flash-q8_0"): q quantized to q8_0
+//   blocks, K/V by ggml's quantizer (f16 scale, codes from the unrounded
+//   one), V dequantized to f32 and summed in f32 (VKQ32), online softmax.
+//   q4_0 K/V the same fields: q is quantized to q8_0 (q4_0's vec_dot_type)
+//   and q4_0 storage is ggml's (docs/TOLERANCE.md, "ggml's q4_0").
+const kF32 = {accumulation: "f32", activations: "f32", weights: "f32", rope_angles_in_float: true,
+              queries_rounded_to_kv_dtype: false, kv_read: "f32",
+              probabilities_rounded_to_kv_dtype: false, online_softmax: false,
+              value_accumulation: "f32", kv_quantizer: "kvcheck"};
 function arithmetic(kv, flashAttention) {
-    if (kv === "f32" && !flashAttention)
-        return {accumulation: "f32", activations: "f32", rope_angles_in_float: true, queries_rounded_to_kv_dtype: false};
-    return {accumulation: "f32", activations: "f16", rope_angles_in_float: true, queries_rounded_to_kv_dtype: true};
+    if (!flashAttention)
+        return kv === "f32" ? kF32 : {...kF32, queries_rounded_to_kv_dtype: true, probabilities_rounded_to_kv_dtype: true};
+    if (kv === "q8_0" || kv === "q4_0")  // q4_0: q quantized to q8_0 (its vec_dot_type)
+        return {...kF32, queries_rounded_to_kv_dtype: true, online_softmax: true, kv_quantizer: "ggml"};
+    return {...kF32, queries_rounded_to_kv_dtype: true, kv_read: "f16", online_softmax: true, value_accumulation: "f16"};
+}
+
+// llama.cpp stores a quantized K/V Hadamard-rotated where head_dim is a
+// multiple of 64 (attn_rot_k / attn_rot_v, src/llama-kv-cache.cpp) unless
+// LLAMA_ATTN_ROT_DISABLE is a nonzero number. The derived q8_0 bound does
+// not model the rotation (it spreads each run's quantization error over the
+// run), so such heads are declared outside the limits: not applicable,
+// never a false failure (docs/LLAMA_CPP.md, "K/V snapshot (P6)").
+function rotationLimit(kv) {
+    const disabled = Number.parseInt(process.env.LLAMA_ATTN_ROT_DISABLE ?? "0", 10);
+    const quantized = kv === "q8_0" || kv === "q4_0";
+    return quantized && !(disabled !== 0 && !Number.isNaN(disabled)) ? 63 : 65536;
 }
 
 export function traitsFor(options) {
@@ -48,10 +80,10 @@ export function traitsFor(options) {
         // erase and shift: llama_memory_seq_rm / llama_memory_seq_add (engine.mjs).
         // kvcheck draws them for the llama family only (RoPE: gpt2's learned
         // positions have nothing a shift could correct), so --gpt2 declaring
-        // them changes nothing for gpt2 scenarios. Declared in every mode: in
-        // f32/off P1 checks the shifted sequences, elsewhere (no f16 bound)
-        // P8 and freedom from crashes do (docs/LLAMA_CPP.md, "Erase and shift");
-        // with a q8_0 K cache that finds the shift crash of docs/findings/
+        // them changes nothing for gpt2 scenarios. Declared in every mode: P1
+        // and P6 check the shifted sequences under each mode's derived bound
+        // (docs/LLAMA_CPP.md, "Erase and shift"); with a q8_0 K cache that
+        // finds the shift crash of docs/findings/
         // llama_cpp_quantized_k_shift_crash.md. --erase-shift off leaves them out.
         operations: {multi_sequence_step: true, finish: true, reset: true, cache_snapshot: true,
                      capacity_refusal: true, fault_switches: false, fork: true, truncate: true,
@@ -62,12 +94,13 @@ export function traitsFor(options) {
             // storage bound (docs/TOLERANCE.md, "The KV dtype").
             kv_dtypes: [options.kv],
             // a q8_0 row is whole blocks of 32 values (llama.cpp refuses others)
-            head_dim_multiple: options.kv === "q8_0" ? 32 : 1,
+            head_dim_multiple: options.kv === "q8_0" || options.kv === "q4_0" ? 32 : 1,
             // Shapes llama.cpp cannot take, never drawn (docs/LLAMA_CPP.md,
             // "Shapes"): a head of 1 aborts ggml (GGML_ASSERT(ggml_can_mul_mat)
             // in gpt2's graph; llama needs an even head for RoPE anyway), and
             // the gpt2 architecture derives its head size from d_model.
             min_head_dim: 2,
+            max_head_dim: rotationLimit(options.kv),
             query_width_is_d_model: ["gpt2"],
             max_rows: 64
         },

@@ -11,6 +11,14 @@ repeat_interleave. A step feeds each entry through its own cache, so
 sequences of different lengths share one step. Everything is float32; the
 engine declares its invariances bounded (torch picks kernels by shape).
 
+--dtype bf16 runs the model as PyTorch users do in bfloat16:
+model.to(torch.bfloat16) (weights rounded once), every tensor and so every
+operation's output in bf16, the RoPE tables cast to it (Hugging Face's
+cos.to(x.dtype)), the K/V cache in bf16; torch accumulates matmuls and
+reductions in float internally. It declares that arithmetic (activations
+and weights bf16, docs/TOLERANCE.md) and kv_dtype bf16; logits widen to
+float32 exactly.
+
 --trap NAME seeds one of the lesson's bugs (the flag is part of the backend
 string, so a case file names the trap and replay reproduces it):
   forget_reset       a reused row keeps its old cache (reset_kv_cache not called)
@@ -80,9 +88,9 @@ class KVCache:
 class Model:
     """The weights under Hugging Face names, and the forward pass of one chunk."""
 
-    def __init__(self, loaded, trap):
+    def __init__(self, loaded, trap, dtype=torch.float32):
         self.c = loaded["config"]
-        self.t = loaded["tensors"]
+        self.t = {name: t.to(dtype) for name, t in loaded["tensors"].items()}
         self.trap = trap
         c = self.c
         self.gpt2 = c["family"] == "gpt2"
@@ -99,13 +107,14 @@ class Model:
         if self.gpt2:
             return torch.nn.functional.layer_norm(x, x.shape[-1:], self.w(prefix + ".weight"),
                                                   self.w(prefix + ".bias"), eps)
-        rms = torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)
+        rms = torch.rsqrt(x.pow(2).mean(-1, keepdim=True) + eps)  # each op rounds to x's dtype
         return x * rms * self.w(prefix + ".weight")
 
     def rope(self, x, positions):
         """x: [1][heads][n][D] rotated by absolute positions [n] (rotate-half)."""
         angles = positions.to(torch.float64)[:, None] * self.inv_freq[None, :]  # [n][D/2]
         cos, sin = angles.cos().to(torch.float32), angles.sin().to(torch.float32)
+        cos, sin = cos.to(x.dtype), sin.to(x.dtype)  # bf16: Hugging Face's cos.to(x.dtype)
         half = self.D // 2
         first, second = x[..., :half], x[..., half:]
         return torch.cat([first * cos - second * sin, second * cos + first * sin], dim=-1)
@@ -177,7 +186,7 @@ class Model:
             x = x + self.mlp(layer, self.norm(x, ln2))
         cache.pos += n
         x = self.norm(x, "ln_f" if self.gpt2 else "norm")
-        return x @ self.t["lm_head.weight"].T
+        return (x @ self.t["lm_head.weight"].T).to(torch.float32)
 
 
 class Engine:
@@ -264,13 +273,15 @@ class Engine:
         return cache.k[layer][0].transpose(0, 1), cache.v[layer][0].transpose(0, 1)
 
 
-def traits(trap):
-    name = "torch-learner" + ("-" + trap if trap else "")
+def traits(trap, dtype):
+    name = "torch-learner" + ("-" + trap if trap else "") + ("-bf16" if dtype == "bf16" else "")
     bounded = "bounded"
+    arithmetic = {"activations": "bf16", "weights": "bf16"} if dtype == "bf16" else {}
     return {
         "identity": {"name": name, "version": "1"},
         "operations": {"fork": True, "truncate": True},
-        "limits": {"kv_dtypes": ["f32"]},
+        "limits": {"kv_dtypes": [dtype]},
+        "arithmetic": arithmetic,
         "invariance": {k: bounded for k in
                        ("chunking", "batch", "reset", "compaction", "gqa_twin", "determinism",
                         "sharing", "rollback")},
@@ -280,18 +291,22 @@ def traits(trap):
 def main():
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--trap", choices=TRAPS, help="seed one of the lesson's bugs")
+    parser.add_argument("--dtype", choices=("f32", "bf16"), default="f32",
+                        help="the model's dtype (bf16: model.to(torch.bfloat16))")
     args = parser.parse_args()
     torch.set_num_threads(1)
 
     def load(folder):
         return kv.load_model(folder, prefer="torch")
 
-    def make_engine(loaded, capacity, max_rows, kv_dtype):
-        if kv_dtype != "f32":
-            raise kv.EngineError("input", "kv_dtype %s (this engine stores f32)" % kv_dtype)
-        return Engine(Model(loaded, args.trap), capacity, max_rows)
+    dtype = torch.bfloat16 if args.dtype == "bf16" else torch.float32
 
-    kv.serve(traits(args.trap), make_engine, load)
+    def make_engine(loaded, capacity, max_rows, kv_dtype):
+        if kv_dtype != args.dtype:
+            raise kv.EngineError("input", "kv_dtype %s (this engine stores %s)" % (kv_dtype, args.dtype))
+        return Engine(Model(loaded, args.trap, dtype), capacity, max_rows)
+
+    kv.serve(traits(args.trap, args.dtype), make_engine, load)
 
 
 if __name__ == "__main__":

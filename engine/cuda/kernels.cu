@@ -33,6 +33,7 @@ __device__ __forceinline__ float load_kv(const void* base, KvDtype dtype, size_t
     case KvDtype::kF16:
       return __half2float(static_cast<const __half*>(base)[index]);
     case KvDtype::kQ8_0:  // refused by make_cuda_engine (not in its traits)
+    case KvDtype::kQ4_0:
       break;
   }
   return 0.0f;
@@ -51,6 +52,7 @@ __device__ __forceinline__ void store_kv(void* base, KvDtype dtype, size_t index
       static_cast<__half*>(base)[index] = __float2half_rn(value);
       return;
     case KvDtype::kQ8_0:  // refused by make_cuda_engine (not in its traits)
+    case KvDtype::kQ4_0:
       return;
   }
 }

@@ -178,8 +178,8 @@ void fail_continued(Verdict& verdict, const ProbeRun& r, const Probe& p, const S
 }
 
 // Every probe with room decodes one more token, which must be accepted and
-// (where a bound exists, `no_bound` empty) give its solo run's logits.
-bool probes_continue(Verdict& verdict, ProbeRun& r, const std::string& no_bound, int& continued) {
+// give its solo run's logits.
+bool probes_continue(Verdict& verdict, ProbeRun& r, int& continued) {
   const Context& context = r.context;
   for (Probe& p : r.probes) {
     if (static_cast<int>(p.tokens.size()) >= context.scenario.capacity) continue;
@@ -205,7 +205,6 @@ bool probes_continue(Verdict& verdict, ProbeRun& r, const std::string& no_bound,
       verdict = engine_refused(Property::kCapacity, solo.run, "the solo run of " + probe_name(p));
       return false;
     }
-    if (!no_bound.empty()) continue;
     // Solo vs beside the refused sequences: a placement, so the batch promise.
     const std::optional<size_t> at =
         first_difference(context, context.subject.traits.invariance.batch, p.tokens, solo.logits,
@@ -224,12 +223,8 @@ Verdict check_capacity(const Context& context) {
   if (std::string why = scenario_excludes(context.scenario); !why.empty()) {
     return not_applicable(Property::kCapacity, std::move(why));
   }
-  // "Others intact" compares within 2B where the batch promise is bounded; B
-  // exists only for the arithmetic the tolerance derives. Without it only
-  // the refusals themselves are checked.
-  const std::string no_bound = context.subject.traits.invariance.batch == Invariance::kBounded
-                                   ? underivable_arithmetic(context.subject.traits.arithmetic)
-                                   : std::string();
+  // "Others intact" compares within 2B where the batch promise is bounded
+  // (B of the engine's declared arithmetic, docs/TOLERANCE.md).
   const Scenario& scenario = context.scenario;
   ScenarioRunner runner(scenario, scenario.config, context.weights, context.factory);
   const RunResult run = runner.run();
@@ -259,13 +254,9 @@ Verdict check_capacity(const Context& context) {
     if (!refuses_overflow(verdict, r, i)) return verdict;
   }
   int continued = 0;  // Every sequence goes on as if nothing had happened.
-  if (!probes_continue(verdict, r, no_bound, continued)) return verdict;
+  if (!probes_continue(verdict, r, continued)) return verdict;
   pass(verdict, std::to_string(r.probes.size()) + " refusals, " + std::to_string(continued) +
-                    " sequences continued" +
-                    (no_bound.empty() ? std::string()
-                                      : " (not compared with their solo runs: no bound is "
-                                        "derived yet for " +
-                                            no_bound + ")"));
+                    " sequences continued");
   return verdict;
 }
 

@@ -35,9 +35,11 @@ ElementCheck check_element(const CacheSnapshot& snap, const SequenceReference& r
     computed_max = std::max(computed_max, computed[base + size_t(i)]);
   }
   c.scale_exact = amax / 127;
-  c.bound = q8_element_bound(computed[base + size_t(d)], c.scale);
-  c.ratio = std::max(std::abs(c.cached - c.exact) / c.bound,
-                     std::abs(c.scale - c.scale_exact) / q8_scale_bound(computed_max, c.scale));
+  const KvQuantizer quantizer = reference.bounds.quantizer;
+  c.bound = q8_element_bound(computed[base + size_t(d)], c.scale, quantizer);
+  c.ratio = std::max(
+      std::abs(c.cached - c.exact) / c.bound,
+      std::abs(c.scale - c.scale_exact) / q8_scale_bound(computed_max, c.scale, quantizer));
   if (std::isnan(c.scale)) c.ratio = INFINITY;
   return c;
 }

@@ -138,15 +138,4 @@ Invariance invariance_for(const Context& context, Property property) {
   return property_row(property).invariance(context.subject.traits);
 }
 
-std::string underivable_arithmetic(const ArithmeticTraits& a) {
-  if (a.accumulation != Precision::kF32) {
-    return std::string(precision_name(a.accumulation)) + " accumulation";
-  }
-  if (a.activations != Precision::kF32) {
-    return std::string(precision_name(a.activations)) + " activations";
-  }
-  if (a.queries_rounded_to_kv_dtype) return "queries rounded to the cache dtype";
-  return "";
-}
-
 }  // namespace kvcheck::checks

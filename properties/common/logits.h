@@ -54,8 +54,4 @@ bool same_logits(Verdict& verdict, const Context& context, int sequence,
 // invariance, property_table.h).
 Invariance invariance_for(const Context& context, Property property);
 
-// Why no bound B is derived for this arithmetic, or "": the error models
-// the tolerance derives today (docs/TOLERANCE.md).
-std::string underivable_arithmetic(const ArithmeticTraits& a);
-
 }  // namespace kvcheck::checks

@@ -19,17 +19,18 @@ class ReferenceCache {
 
   std::shared_ptr<const SequenceReference> get(const Config& config, uint64_t seed,
                                                const Checkpoint* model, KvDtype kv_dtype,
-                                               bool rope_angles_in_float, const Weights& weights,
+                                               const ArithmeticTraits& arithmetic,
+                                               const Weights& weights,
                                                std::span<const int32_t> tokens) {
     if (!valid_ || seed_ != seed || model_ != model || kv_dtype_ != kv_dtype ||
-        rope_angles_in_float_ != rope_angles_in_float || !(config_ == config)) {
+        !(arithmetic_ == arithmetic) || !(config_ == config)) {
       entries_.clear();
       bytes_ = 0;
       config_ = config;
       seed_ = seed;
       model_ = model;
       kv_dtype_ = kv_dtype;
-      rope_angles_in_float_ = rope_angles_in_float;
+      arithmetic_ = arithmetic;
       valid_ = true;
     }
     for (size_t i = 0; i < entries_.size(); ++i) {
@@ -50,8 +51,7 @@ class ReferenceCache {
       reference->bounds = prefix(longer->bounds, n, config.n_layers);
     } else {
       reference->oracle = oracle::forward(config, weights, tokens);
-      reference->bounds =
-          derive_error_bounds(config, weights, tokens, kv_dtype, rope_angles_in_float);
+      reference->bounds = derive_error_bounds(config, weights, tokens, kv_dtype, arithmetic);
     }
     const size_t bytes =
         sizeof(double) *
@@ -91,7 +91,7 @@ class ReferenceCache {
   uint64_t seed_ = 0;
   const Checkpoint* model_ = nullptr;  // the scenario's checkpoint, or null for seeded weights
   KvDtype kv_dtype_ = KvDtype::kF32;
-  bool rope_angles_in_float_ = false;
+  ArithmeticTraits arithmetic_;
   std::vector<Entry> entries_;  // least recently used first
   size_t bytes_ = 0;
 };
@@ -101,11 +101,11 @@ class ReferenceCache {
 std::shared_ptr<const SequenceReference> reference_for(const Context& context,
                                                        std::span<const int32_t> tokens) {
   thread_local ReferenceCache cache;
-  // The subject's angle model; a P10 reference that computes them in double
-  // is within this larger bound too.
+  // The subject's arithmetic; a P10 reference that computes in f32 with
+  // double angles is within this larger bound too.
   return cache.get(context.scenario.config, context.scenario.weight_seed,
                    context.scenario.model.get(), context.scenario.kv_dtype,
-                   context.subject.traits.arithmetic.rope_angles_in_float, context.weights, tokens);
+                   context.subject.traits.arithmetic, context.weights, tokens);
 }
 
 std::shared_ptr<const SequenceReference> reference_for(const Context& context,
@@ -115,7 +115,7 @@ std::shared_ptr<const SequenceReference> reference_for(const Context& context,
   oracle::CellOutput replay = oracle::replay(config, context.weights, segment.history);
   HistoryBounds bounds =
       derive_history_bounds(config, context.weights, segment.history, context.scenario.kv_dtype,
-                            context.subject.traits.arithmetic.rope_angles_in_float);
+                            context.subject.traits.arithmetic);
   auto reference = std::make_shared<SequenceReference>();
   reference->oracle.n_tokens = static_cast<int>(replay.positions.size());
   reference->oracle.logits = std::move(replay.logits);
@@ -128,6 +128,7 @@ std::shared_ptr<const SequenceReference> reference_for(const Context& context,
   reference->bounds.v = std::move(bounds.v);
   reference->bounds.k_computed = std::move(bounds.k_computed);
   reference->bounds.v_computed = std::move(bounds.v_computed);
+  reference->bounds.quantizer = bounds.quantizer;
   return reference;
 }
 

@@ -5,6 +5,7 @@
 
 #include "backends/in_tree.h"
 #include "backends/registry.h"
+#include "engine/arithmetic_presets.h"
 #include "engine/traits_json.h"
 #include "tests/backends/resolve_error.h"
 
@@ -24,7 +25,9 @@ TEST(Registry, AnUnknownBackendListsTheRegisteredOnes) {
 TEST(Registry, BadOptionsAreInputErrorsNamingThem) {
   EXPECT_EQ(resolve_error("cpu?colour=red"),
             "--backend cpu: unknown option \"colour\" (known: paged, pool, prefix; every backend "
-            "also takes invariance=bounded and profile=restricted)");
+            "also takes invariance=bounded, profile=restricted and arithmetic=NAME)");
+  EXPECT_EQ(resolve_error("cpu?arithmetic=f8"),
+            "--backend cpu: arithmetic=f8 (known: " + arithmetic_preset_names() + ")");
   EXPECT_EQ(resolve_error("cpu?paged=33"),
             "--backend cpu?paged=33: expected an integer in [1, 32]");
   EXPECT_EQ(resolve_error("cpu?pool=8"),

@@ -11,6 +11,7 @@
 #include <string>
 #include <vector>
 
+#include "engine/arithmetic_presets.h"
 #include "oracle/oracle.h"
 #include "properties/tolerance.h"
 #include "tests/properties/test_scenarios.h"
@@ -44,10 +45,10 @@ const Shape kShapes[] = {
     {Family::kLlama, 4, 2, 3},
 };
 
-std::string name(const Shape& s, KvDtype dtype, bool float_angles) {
+std::string name(const Shape& s, KvDtype dtype, const ArithmeticPreset& arithmetic) {
   return std::string(family_name(s.family)) + " heads " + std::to_string(s.heads) + "/" +
          std::to_string(s.kv_heads) + " window " + std::to_string(s.window) + " " +
-         kv_dtype_name(dtype) + (float_angles ? " float angles" : "");
+         kv_dtype_name(dtype) + " arithmetic " + arithmetic.name;
 }
 
 TEST(TolerancePass, ValueTrackIsTheOracleBitForBit) {
@@ -59,10 +60,10 @@ TEST(TolerancePass, ValueTrackIsTheOracleBitForBit) {
     const std::vector<int32_t> tokens = token_table(23, {13}, config.vocab)[0];
     const oracle::Output reference = oracle::forward(config, weights, tokens);
     for (KvDtype dtype : {KvDtype::kF32, KvDtype::kQ8_0}) {
-      for (bool float_angles : {false, true}) {
-        SCOPED_TRACE(name(s, dtype, float_angles));
+      for (const ArithmeticPreset& arithmetic : arithmetic_presets()) {
+        SCOPED_TRACE(name(s, dtype, arithmetic));
         oracle::Output track;
-        derive_error_bounds(config, weights, tokens, dtype, float_angles, &track);
+        derive_error_bounds(config, weights, tokens, dtype, arithmetic.arithmetic, &track);
         EXPECT_EQ(track.n_tokens, reference.n_tokens);
         EXPECT_TRUE(same_bits(track.logits, reference.logits));
         EXPECT_TRUE(same_bits(track.k, reference.k));
@@ -98,14 +99,14 @@ TEST(TolerancePass, HistoryOfFeedsIsTheErrorBoundsBitForBit) {
     const Weights weights = init_weights(config, 19);
     const std::vector<int32_t> tokens = token_table(29, {11}, config.vocab)[0];
     for (KvDtype dtype : {KvDtype::kF32, KvDtype::kBF16, KvDtype::kF16, KvDtype::kQ8_0}) {
-      for (bool float_angles : {false, true}) {
-        SCOPED_TRACE(name(s, dtype, float_angles));
+      for (const ArithmeticPreset& arithmetic : arithmetic_presets()) {
+        SCOPED_TRACE(name(s, dtype, arithmetic));
         const ErrorBounds bounds =
-            derive_error_bounds(config, weights, tokens, dtype, float_angles);
+            derive_error_bounds(config, weights, tokens, dtype, arithmetic.arithmetic);
         std::vector<Event> feeds;
         for (int32_t t : tokens) feeds.push_back(Event::feed(t));
         const HistoryBounds fed =
-            derive_history_bounds(config, weights, feeds, dtype, float_angles);
+            derive_history_bounds(config, weights, feeds, dtype, arithmetic.arithmetic);
         EXPECT_TRUE(same_bits(fed.logits, bounds.logits));
         expect_same_bounds(fed, bounds);
 
@@ -115,7 +116,7 @@ TEST(TolerancePass, HistoryOfFeedsIsTheErrorBoundsBitForBit) {
         refed.push_back(Event::truncate(4));
         for (size_t i = 7; i < tokens.size(); ++i) refed.push_back(Event::feed(tokens[i]));
         const HistoryBounds again =
-            derive_history_bounds(config, weights, refed, dtype, float_angles);
+            derive_history_bounds(config, weights, refed, dtype, arithmetic.arithmetic);
         const int V = config.vocab;
         EXPECT_TRUE(same_bits(rows(again.logits, 1, 15, 11, 4), rows(bounds.logits, 1, 11, 7, 4)));
         EXPECT_TRUE(same_bits(rows(again.logits, 1, 15, 0, 11), bounds.logits));

@@ -6,6 +6,7 @@
 #include <functional>
 
 #include "backends/in_tree.h"
+#include "engine/arithmetic_presets.h"
 #include "oracle/oracle.h"
 #include "properties/runner.h"
 #include "properties/tolerance.h"
@@ -48,12 +49,13 @@ TEST(Tolerance, APrefixOfAReferenceIsTheReferenceOfThePrefix) {
       const std::vector<int32_t> tokens = token_table(5, {20}, config.vocab)[0];
       const oracle::Output whole = oracle::forward(config, weights, tokens);
       for (KvDtype dtype : {KvDtype::kF32, KvDtype::kBF16, KvDtype::kF16, KvDtype::kQ8_0}) {
-        for (bool float_angles : {false, true}) {
-          const ErrorBounds all = derive_error_bounds(config, weights, tokens, dtype, float_angles);
+        for (const ArithmeticPreset& arithmetic : arithmetic_presets()) {
+          const ErrorBounds all =
+              derive_error_bounds(config, weights, tokens, dtype, arithmetic.arithmetic);
           for (int n : {1, 7, 19, 20}) {
             SCOPED_TRACE(std::string(family_name(family)) + " heads " + std::to_string(heads) +
                          "/" + std::to_string(kv_heads) + " " + kv_dtype_name(dtype) +
-                         (float_angles ? " float angles" : "") + " n " + std::to_string(n));
+                         " arithmetic " + arithmetic.name + " n " + std::to_string(n));
             const std::span<const int32_t> first(tokens.data(), size_t(n));
             const oracle::Output direct = oracle::forward(config, weights, first);
             const oracle::Output sliced = oracle::prefix(whole, n, config.n_layers);
@@ -62,7 +64,7 @@ TEST(Tolerance, APrefixOfAReferenceIsTheReferenceOfThePrefix) {
             EXPECT_EQ(sliced.k, direct.k);
             EXPECT_EQ(sliced.v, direct.v);
             const ErrorBounds bounds =
-                derive_error_bounds(config, weights, first, dtype, float_angles);
+                derive_error_bounds(config, weights, first, dtype, arithmetic.arithmetic);
             const ErrorBounds cut = prefix(all, n, config.n_layers);
             EXPECT_EQ(cut.n_tokens, bounds.n_tokens);
             EXPECT_EQ(cut.logits, bounds.logits);
@@ -189,7 +191,8 @@ TEST(Tolerance, FloatRopeAnglesCoverLlamaCppsAngles) {
   const std::vector<int32_t> tokens = token_table(9, {600}, c.vocab)[0];
   const oracle::Output ref = oracle::forward(c, weights, tokens);
   const ErrorBounds exact = derive_error_bounds(c, weights, tokens, KvDtype::kF32);
-  const ErrorBounds in_float = derive_error_bounds(c, weights, tokens, KvDtype::kF32, true);
+  const ErrorBounds in_float =
+      derive_error_bounds(c, weights, tokens, KvDtype::kF32, *find_arithmetic_preset("ggml-f32"));
   EXPECT_GT(
       float_angle_cover(c, ref.k, exact.k, in_float.k, int(tokens.size()), [](int t) { return t; }),
       0);
@@ -210,7 +213,8 @@ TEST(Tolerance, FloatRopeAnglesCoverAShiftsAnglesInAHistory) {
   events.push_back(oracle::Event::shift(0, 3, delta));
   const oracle::CellOutput ref = oracle::replay(c, weights, events);
   const HistoryBounds exact = derive_history_bounds(c, weights, events, KvDtype::kF32);
-  const HistoryBounds in_float = derive_history_bounds(c, weights, events, KvDtype::kF32, true);
+  const HistoryBounds in_float =
+      derive_history_bounds(c, weights, events, KvDtype::kF32, *find_arithmetic_preset("ggml-f32"));
   EXPECT_GT(float_angle_cover(c, ref.k, exact.k, in_float.k, int(ref.positions.size()),
                               [&](int) { return delta; }),
             0);

@@ -200,6 +200,18 @@ check("built q8_0: code times the f16 scale", () => {
     assert.deepEqual(Array.from(state.layers[0].v), codes);
 });
 
+// ggml's block_q4_0: an f16 scale, then element i in byte i's low nibble
+// and element 16 + i in its high one, each read as (nibble - 8) * scale.
+check("built q4_0: nibble minus 8 times the f16 scale", () => {
+    const codes = Array.from({length: 32}, (_, i) => (i < 16 ? i : 31 - i));  // high != low
+    const row = Buffer.alloc(18);
+    row.writeUInt16LE(0x3800, 0);  // 0.5
+    for (let i = 0; i < 16; ++i) row[2 + i] = codes[i] | (codes[16 + i] << 4);
+    const bytes = build({cells: [0], layers: [{kType: 2, k: [row], v: [row]}]});
+    const state = parseSequenceState(bytes, {layers: 1, width: 32, type: "q4_0"});
+    assert.deepEqual(Array.from(state.layers[0].k), codes.map((q) => (q - 8) * 0.5));
+});
+
 check("an empty sequence", () => {
     const bytes = Buffer.from(new Uint32Array([0x67677371, 3, 0, 2, 0, 0]).buffer);
     assert.equal(snapshotLayer(parseSequenceState(bytes, two), 0, {kvHeads: 1, headDim: 2}).length, 0);
@@ -217,7 +229,7 @@ refused("cell count", Buffer.from(new Uint32Array([0x67677371, 3, 0, 1, 0xffffff
 refused("trailing bytes", Buffer.concat([build(good), Buffer.alloc(3)]), /3 bytes after the last stream/);
 refused("layer count", build(good), /1 layers, the model has 2/, {...two, layers: 2});
 refused("K type", build(good), /layer 0's K is f32, the cache was created f16/, {...two, type: "f16"});
-refused("unknown type", build({...good, layers: [{...good.layers[0], kType: 2}]}), /layer 0's K is ggml type 2/);
+refused("unknown type", build({...good, layers: [{...good.layers[0], kType: 3}]}), /layer 0's K is ggml type 3/);
 refused("row size", build(good), /K rows are 8 bytes, 3 f32 elements take 12/, {...two, width: 3});
 refused("V type", build({...good, layers: [{...good.layers[0], vType: 1}]}), /layer 0's V is f16, the cache was created f32/);
 refused("shared cell", build({...good, seqIds: [[0, 1], [0]]}), /cell 0 lists 2 sequences/);

@@ -4,6 +4,7 @@
 #include <gtest/gtest.h>
 
 #include "backends/in_tree.h"
+#include "engine/arithmetic_presets.h"
 #include "properties/runner.h"
 #include "tests/properties/test_scenarios.h"
 
@@ -271,10 +272,10 @@ TEST(Properties, CapacityProbesWithACompanionAndAFreshProbeSequence) {
   EXPECT_NE(v.summary.find("1 refusals, 1 sequences continued"), std::string::npos) << v.summary;
 }
 
-// P9's "others intact" comparison needs the bound where the batch promise is
-// bounded; an engine whose arithmetic has no derived bound (llama.cpp with an
-// f16 cache) gets its refusals checked and the comparison skipped, said so.
-TEST(Properties, CapacityWithoutABoundChecksOnlyTheRefusals) {
+// P9's "others intact" comparison uses the bound where the batch promise is
+// bounded, under a reduced-precision arithmetic too (llama.cpp's f16 flash
+// attention), and the refusals are checked either way.
+TEST(Properties, CapacityUnderABoundedBatchComparesAndChecksTheRefusals) {
   Scenario s;
   s.config = small_config(Family::kLlama, 1, 2, 1);
   s.capacity = 6;
@@ -285,14 +286,9 @@ TEST(Properties, CapacityWithoutABoundChecksOnlyTheRefusals) {
   traits.invariance.batch = Invariance::kBounded;
   Verdict v = check_property(Property::kCapacity, s, EngineUnderTest(cpu_engine_factory(), traits));
   EXPECT_TRUE(v.passed) << describe(v);
-  EXPECT_EQ(v.summary.find("not compared"), std::string::npos) << v.summary;
-  traits.arithmetic.activations = Precision::kF16;
+  traits.arithmetic = *find_arithmetic_preset("ggml-flash-f16");
   v = check_property(Property::kCapacity, s, EngineUnderTest(cpu_engine_factory(), traits));
   EXPECT_TRUE(v.passed && v.applicable) << describe(v);
-  EXPECT_NE(v.summary.find("not compared with their solo runs: no bound is derived yet for f16 "
-                           "activations"),
-            std::string::npos)
-      << v.summary;
   // The refusals are still checked: an engine that does not refuse fails.
   v = check_property(Property::kCapacity, s,
                      EngineUnderTest(cpu_engine_factory(FaultSet(Fault::kCapacityWraps)), traits));

@@ -12,6 +12,7 @@
 #include "properties/repro/failure_file.h"
 #include "tools/backends.h"
 #include "tools/campaign.h"
+#include "tools/cli_checks.h"
 #include "tools/commands.h"
 #include "tools/failure_report.h"
 #include "tools/interrupt.h"
@@ -227,12 +228,13 @@ Action add_campaign(CLI::App& app) {
       "130/143 interrupted (docs/REPORTS.md)");
   auto o = std::make_shared<CampaignOptions>();
   cmd->add_option_function<uint64_t>(
-      "--seed", [o](uint64_t s) { o->seed = s, o->seed_given = true; },
-      "campaign seed (default: random, printed)");
+         "--seed", [o](uint64_t s) { o->seed = s, o->seed_given = true; },
+         "campaign seed (default: random, printed)")
+      ->check(seed_number());
   cmd->add_option("--cases", o->cases,
                   "at most this many cases per property and backend (0: until the time is up); "
                   "a budget the time cuts makes the run incomplete (exit 4)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(whole_number(0, std::numeric_limits<int>::max()));
   cmd->add_option("--turn-cases", o->turn_cases,
                   "cases per property and backend before the next one's turn (a slow engine, "
                   "such as llama.cpp at ~1 case/s, needs few so every property gets time)")
@@ -261,12 +263,15 @@ Action add_campaign(CLI::App& app) {
                   "a Hugging Face checkpoint folder (config.json + model.safetensors, GPT-2 or "
                   "Llama): check the cache on these weights; generators then vary schedules and "
                   "tokens, not the config (docs/MODELS.md)");
-  cmd->add_option("--json", o->json_path, "also write the summary as JSON to FILE");
+  cmd->add_option("--json", o->json_path, "also write the summary as JSON to FILE")
+      ->check(report_file());
   cmd->add_option("--junit", o->junit_path,
                   "also write the results as JUnit XML to FILE (one suite per backend, one case "
-                  "per property; the kill matrix as a suite per backend)");
+                  "per property; the kill matrix as a suite per backend)")
+      ->check(report_file());
   cmd->add_option("--html", o->html_path,
-                  "also write a self-contained HTML report to FILE (docs/REPORTS.md)");
+                  "also write a self-contained HTML report to FILE (docs/REPORTS.md)")
+      ->check(report_file());
   cmd->add_option("--failures", o->failures_dir, "folder for case files of failures")
       ->capture_default_str();
   cmd->add_option("--kill-cases", o->kill_cases, "cases per fault in the kill matrix")
@@ -275,6 +280,7 @@ Action add_campaign(CLI::App& app) {
   cmd->add_option("--kill-seed", o->kill_seed,
                   "the kill matrix's own seed (fixed, so a build kills the same faults in the "
                   "same cases on every machine; another one tries other cases)")
+      ->check(seed_number())
       ->capture_default_str();
   cmd->add_flag("!--no-kill-matrix", o->kill_matrix, "skip the fault kill matrix");
   cmd->add_flag("--kill-per-property", o->kill_per_property,

@@ -166,7 +166,17 @@ class AdapterCheck {
   }
 
   std::optional<EngineTraits> hello() {
-    const Reply r = call("hello", {{"op", "hello"}, {"protocol", wire::kProtocolVersion}});
+    Reply r;
+    try {
+      r = child_.call({{"op", "hello"}, {"protocol", wire::kProtocolVersion}}, {});
+    } catch (const ChildFault& e) {
+      // The shell's 126 and 127: the command was not found or may not run,
+      // which is bad input (exit 2), not the adapter breaking the protocol.
+      if (child_.exit_code() == 126 || child_.exit_code() == 127)
+        throw InputError(std::string("check-adapter: the command could not start: ") + e.what());
+      violation(std::string("hello: ") + e.what());
+      throw SessionOver{};
+    }
     if (r.error) {
       violation("hello: error " + r.error->kind + ": " + r.error->message);
       return std::nullopt;

@@ -20,6 +20,7 @@
 #include "properties/repro/case_file.h"
 #include "properties/repro/failure_file.h"
 #include "properties/runner.h"
+#include "tools/cli_checks.h"
 #include "tools/commands.h"
 #include "tools/failure_report.h"
 #include "tools/fresh_child.h"
@@ -411,9 +412,11 @@ Action add_replay(CLI::App& app) {
   cmd->add_option("--model", o->model,
                   "the checkpoint folder a --model case ran on; its files must still hash to "
                   "the case's model_hash");
-  cmd->add_option("--json", o->json_path, "also write the report as JSON to FILE");
+  cmd->add_option("--json", o->json_path, "also write the report as JSON to FILE")
+      ->check(report_file());
   cmd->add_option("--html", o->html_path,
-                  "also write a self-contained HTML report to FILE (docs/REPORTS.md)");
+                  "also write a self-contained HTML report to FILE (docs/REPORTS.md)")
+      ->check(report_file());
   cmd->add_flag("--in-process", o->in_process,
                 "check in kvcheck's own process, not in a forked one per check: a crash then "
                 "ends kvcheck (for a debugger)");

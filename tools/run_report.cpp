@@ -1,7 +1,9 @@
 #include "tools/run_report.h"
 
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
+#include <cstring>
 #include <ctime>
 #include <fstream>
 #include <sstream>
@@ -135,9 +137,13 @@ std::string read_text_file(const std::string& path) {
 }
 
 void write_text_file(const std::string& option, const std::string& path, const std::string& text) {
+  errno = 0;
   std::ofstream out(path, std::ios::binary);
   if (out) out << text;
-  if (!out) throw InputError(option + ": cannot write \"" + path + "\"");
+  if (out) out.flush();
+  if (!out)
+    throw InputError(option + ": cannot write \"" + path + "\"" +
+                     (errno != 0 ? std::string(": ") + std::strerror(errno) : std::string()));
 }
 
 }  // namespace kvcheck::cli

@@ -173,7 +173,7 @@ void conclude(Campaign& c) {
     r.status = "failed";
     r.exit_code = 1;
     r.outcome = property_failed ? (c.faults.any() ? "a property caught the fault"
-                                                  : "a property failed on a correct engine")
+                                                  : "a property failed on the engine under test")
                                 : "the kill matrix found a problem";
   } else if (!r.incomplete.empty()) {
     r.status = "incomplete";
@@ -252,8 +252,10 @@ Action add_campaign(CLI::App& app) {
   cmd->add_option("--property", o->properties, "property name(s) (default: all)")->delimiter(',');
   cmd->add_option(
       "--backend", o->backends,
-      "backend string, repeatable: cpu, cpu-reference, cuda, plugin:PATH.so[?opts] "
-      "(default: the in-tree engines this machine runs; `kvcheck backends` lists them)");
+      "backend string, repeatable: cpu, cpu-reference, cuda, plugin:PATH.so (an engine in a "
+      "shared object), exec:'CMD ARGS' (an engine in another process, "
+      "docs/ENGINE_PROTOCOL.md), each with [?OPTIONS] (docs/ENGINES.md) (default: the in-tree "
+      "engines this machine runs; `kvcheck backends` lists them)");
   cmd->add_option("--reference", o->reference,
                   "P10: compare every backend with this one within the derived bound "
                   "(e.g. --reference cpu); without it, P10 compares each backend with the "

@@ -140,12 +140,8 @@ int run_shrink(const ShrinkCommandOptions& o) {
               result->size_after, result->evaluations, result->accepted, seconds,
               result->fixed_point ? ", fixed point" : ", stopped by the budget");
   std::printf("%s\n", verdict.summary.c_str());
-  std::string replay_args = backend_runs_named_code(engine.backend.spec)
-                                ? " --backend " + shell_quote(engine.backend.spec)
-                                : std::string();
-  if (!output.model_path.empty()) replay_args += " --model " + shell_quote(output.model_path);
   std::printf("wrote %s\nreplay: kvcheck replay%s %s\n", written.value().c_str(),
-              replay_args.c_str(), written.value().c_str());
+              case_command_options(output).c_str(), written.value().c_str());
   if (!o.json_path.empty()) {
     write_text_file("--json", o.json_path,
                     nlohmann::json{{"input", o.path},

@@ -5,6 +5,7 @@
 #include <sstream>
 #include <vector>
 
+#include "properties/repro/case_file.h"
 #include "tools/report_svg.h"
 #include "tools/timeline_svg.h"
 
@@ -249,8 +250,11 @@ void failure_section(std::ostringstream& out, const FailureRecord& f, int index)
       << escape_xml(location_text(f.verdict.where)) << "</td></tr><tr><th>case file</th><td><code>"
       << escape_xml(f.case_path.empty() ? "(not written)" : f.case_path) << "</code></td></tr>";
   if (!f.case_path.empty()) {
-    out << "<tr><th>replay</th><td><code>kvcheck replay " << escape_xml(f.case_path)
-        << "</code></td></tr>";
+    // What the replay must be given (an exec: or plugin: backend, a --model).
+    const Result<CaseFile> c = parse_case(f.case_text);
+    const std::string options = c ? case_command_options(c.value()) : std::string();
+    out << "<tr><th>replay</th><td><code>kvcheck replay" << escape_xml(options) << " "
+        << escape_xml(f.case_path) << "</code></td></tr>";
   }
   out << "</table>";
   for (const ErrorMap& map : f.error_maps) error_map_section(out, map);

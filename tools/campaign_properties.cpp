@@ -11,6 +11,7 @@
 #include "properties/rc/hunt_worker.h"
 #include "tools/cache_timeline.h"
 #include "tools/campaign.h"
+#include "tools/counted.h"
 #include "tools/error_map.h"
 #include "tools/failure_report.h"
 #include "tools/interrupt.h"
@@ -257,8 +258,8 @@ void run_properties(Campaign& c, Progress& progress) {
         }
         count_case(t, description);
         ++total;
-        progress.update(tally_label(t) + " on " + t.backend + ": " + std::to_string(t.cases) +
-                        " cases | " + std::to_string(total) + " in all, " +
+        progress.update(tally_label(t) + " on " + t.backend + ": " + counted(t.cases, "case") +
+                        " | " + std::to_string(total) + " in all, " +
                         std::to_string(int(total / std::max(c.elapsed(), 1e-3))) + " cases/s");
       };
       rcgen::HuntWorker& worker = *workers[t.backend_index];

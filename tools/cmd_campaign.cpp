@@ -14,6 +14,7 @@
 #include "tools/campaign.h"
 #include "tools/cli_checks.h"
 #include "tools/commands.h"
+#include "tools/counted.h"
 #include "tools/failure_report.h"
 #include "tools/interrupt.h"
 #include "tools/junit.h"
@@ -35,6 +36,9 @@ void Progress::update(const std::string& line, bool force) {
   if (!force && since < (tty_ ? 0.25 : 10.0)) return;
   last_ = now;
   const double t = std::chrono::duration<double>(now - start_).count();
+  // What was printed before comes first: with 2>&1 into a file, buffered
+  // stdout would otherwise land after (or inside) the progress line.
+  std::fflush(stdout);
   if (tty_) {
     std::fprintf(stderr, "\r\033[K[%6.1fs] %s", t, line.c_str());
   } else {
@@ -138,7 +142,7 @@ void print_header(Campaign& c) {
   RunRecord& r = c.record;
   std::printf("kvcheck campaign: seed %llu, %zu properties x %zu backends, budget %g s%s\n",
               (unsigned long long)c.seed, c.properties.size(), c.backends.size(), o.seconds,
-              o.cases ? (", at most " + std::to_string(o.cases) + " cases each").c_str() : "");
+              o.cases ? (", at most " + counted(o.cases, "case") + " each").c_str() : "");
   std::printf("reproduce: %s\n", r.reproduce.c_str());
   for (const Backend& b : c.backends) {
     r.backends.push_back(

@@ -22,6 +22,7 @@
 #include "properties/runner.h"
 #include "tools/cli_checks.h"
 #include "tools/commands.h"
+#include "tools/counted.h"
 #include "tools/failure_report.h"
 #include "tools/fresh_child.h"
 #include "tools/model_option.h"
@@ -376,8 +377,10 @@ int run_replay(const ReplayOptions& o) {
     (failed ? failed_cases : held_cases) += 1;
     std::printf("\n");
   }
-  std::printf("replayed %zu case files: %d failed, %d held%s\n", files.size(), failed_cases,
-              held_cases, any_bad ? ", some could not be read (exit 2)" : "");
+  const std::string replayed = "replayed " + counted(int64_t(files.size()), "case file") + ": " +
+                               std::to_string(failed_cases) + " failed, " +
+                               std::to_string(held_cases) + " held";
+  std::printf("%s%s\n", replayed.c_str(), any_bad ? ", some could not be read (exit 2)" : "");
   if (!o.json_path.empty()) {
     write_text_file("--json", o.json_path, nlohmann::json{{"cases", report}}.dump(2) + "\n");
   }
@@ -385,10 +388,7 @@ int run_replay(const ReplayOptions& o) {
     record.seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     record.passed = !any_failed && !any_bad;
-    record.outcome = "replayed " + std::to_string(files.size()) +
-                     " case files: " + std::to_string(failed_cases) + " failed, " +
-                     std::to_string(held_cases) + " held" +
-                     (any_bad ? ", some could not be read" : "");
+    record.outcome = replayed + (any_bad ? ", some could not be read" : "");
     write_text_file("--html", o.html_path, html_report(record));
   }
   return any_bad ? 2 : any_failed ? 1 : 0;

@@ -5,7 +5,8 @@
 #include <sstream>
 #include <vector>
 
-#include "properties/repro/case_file.h"
+#include "tools/counted.h"
+#include "tools/reason_ranges.h"
 #include "tools/report_svg.h"
 #include "tools/timeline_svg.h"
 
@@ -54,11 +55,20 @@ void run_section(std::ostringstream& out, const RunRecord& run) {
   out << "</div>\n";
 }
 
+// The count, and why: reasons that differ in a number merged into ranges,
+// the first two shown and the rest folded (a P9 list of one line per pool
+// size filled most of the first screen).
 std::string not_applicable_cell(const Tally& t) {
   std::string text = std::to_string(t.not_applicable);
-  for (const auto& [why, n] : t.not_applicable_why) {
-    text += "<div class=\"why\">" + std::to_string(n) + ": " + escape_xml(why) + "</div>";
+  const std::vector<ReasonGroup> groups = group_reasons(t.not_applicable_why);
+  for (size_t i = 0; i < groups.size(); ++i) {
+    if (i == 2)
+      text += "<details class=\"why\"><summary>" + counted(groups.size() - 2, "more reason") +
+              "</summary>";
+    text += "<div class=\"why\">" + std::to_string(groups[i].cases) + ": " +
+            escape_xml(groups[i].text) + "</div>";
   }
+  if (groups.size() > 2) text += "</details>";
   return text;
 }
 
@@ -123,14 +133,14 @@ HeatCell kill_cell(const KillRecord& k, int max_cases) {
   if (!k.ran) return {"not run", "not reached within the time budget", "#e0e0e0"};
   if (!k.is_fault) {
     return k.killed ? HeatCell{"FAILED by " + k.killed_by, k.shrunk_scenario, "#e57373"}
-                    : HeatCell{"held " + std::to_string(k.cases_to_kill) + " cases",
+                    : HeatCell{"held " + counted(k.cases_to_kill, "case"),
                                "the correct engine must survive", "#c8e6c9"};
   }
   if (!k.killed) {
     return {"survived " + std::to_string(k.cases_to_kill), "no property caught it", "#b71c1c"};
   }
-  c.text = std::to_string(k.cases_to_kill) + (k.cases_to_kill == 1 ? " case" : " cases") +
-           ", size " + std::to_string(k.shrunk_size) + ", by " + k.killed_by;
+  c.text = counted(k.cases_to_kill, "case") + ", size " + std::to_string(k.shrunk_size) + ", by " +
+           k.killed_by;
   c.tooltip = "killed after " + std::to_string(k.cases_to_kill) + " cases by " + k.killed_by +
               "; shrunk scenario (size " + std::to_string(k.shrunk_size) + "):\n" +
               k.shrunk_scenario;
@@ -144,7 +154,7 @@ HeatCell kill_cell(const KillRecord& k, int max_cases) {
 HeatCell property_cell(const KillRecord& k, const KillRecord::Cell& c, int max_cases) {
   const std::string who = k.fault + " x " + property_title(c.property);
   if (!c.killed) {
-    return {"-", who + ": not killed in " + std::to_string(c.cases) + " cases", "#fafafa"};
+    return {"-", who + ": not killed in " + counted(c.cases, "case"), "#fafafa"};
   }
   if (!k.is_fault) return {"FAIL", who + ": the correct engine failed", "#e57373"};
   return {std::to_string(c.cases) + "/" + std::to_string(c.shrunk_size),
@@ -250,11 +260,7 @@ void failure_section(std::ostringstream& out, const FailureRecord& f, int index)
       << escape_xml(location_text(f.verdict.where)) << "</td></tr><tr><th>case file</th><td><code>"
       << escape_xml(f.case_path.empty() ? "(not written)" : f.case_path) << "</code></td></tr>";
   if (!f.case_path.empty()) {
-    // What the replay must be given (an exec: or plugin: backend, a --model).
-    const Result<CaseFile> c = parse_case(f.case_text);
-    const std::string options = c ? case_command_options(c.value()) : std::string();
-    out << "<tr><th>replay</th><td><code>kvcheck replay" << escape_xml(options) << " "
-        << escape_xml(f.case_path) << "</code></td></tr>";
+    out << "<tr><th>replay</th><td><code>" << escape_xml(replay_command(f)) << "</code></td></tr>";
   }
   out << "</table>";
   for (const ErrorMap& map : f.error_maps) error_map_section(out, map);

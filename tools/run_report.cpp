@@ -9,6 +9,7 @@
 #include <sstream>
 
 #include "model/status.h"
+#include "properties/repro/case_file.h"
 
 namespace kvcheck::cli {
 
@@ -35,7 +36,8 @@ std::string not_run_reason(const Tally& t) {
   if (!not_run(t)) return "";
   if (!t.never_applies.empty()) return t.never_applies;
   if (t.cases == 0) return "no case ran within the time budget";
-  return "it applied to none of the " + std::to_string(t.cases) + " cases";
+  return t.cases == 1 ? "it did not apply to its 1 case"
+                      : "it applied to none of the " + std::to_string(t.cases) + " cases";
 }
 
 BackendCoverage backend_coverage(const std::vector<Tally>& tallies, const std::string& backend) {
@@ -86,6 +88,13 @@ std::vector<std::string> feature_warnings(const RunRecord& run) {
     for (std::string& line : feature_warnings(run.tallies, b)) lines.push_back(std::move(line));
   }
   return lines;
+}
+
+std::string replay_command(const FailureRecord& f) {
+  if (f.case_path.empty()) return "";
+  const Result<CaseFile> c = parse_case(f.case_text);
+  return "kvcheck replay" + (c ? case_command_options(c.value()) : std::string()) + " " +
+         f.case_path;
 }
 
 std::string utc_now_iso8601() {

@@ -82,6 +82,11 @@ struct FailureRecord {
   CacheTimeline timeline;            // recorded only for the HTML report
 };
 
+// "kvcheck replay [--backend ...] CASE_PATH": what replays the failure's
+// case file, with the options its backend, reference or model need (from
+// the case's text); "" when no case file was written.
+std::string replay_command(const FailureRecord& f);
+
 // One kill-matrix row on one backend. Columns are the properties, or the
 // single 'any' column (every property per case) when the matrix ran so.
 struct KillRecord {

@@ -74,9 +74,12 @@ std::vector<std::string> feature_warnings(const std::vector<Tally>& tallies,
   if (backend_coverage(tallies, b.spec).cases == 0) return lines;
   for (const FeatureUseRow& row : backend_feature_use(tallies, b)) {
     if (!row.declared || row.count.used > 0) continue;
-    lines.push_back(b.spec + " declares " + row.name + ", yet it happened in none of the " +
-                    std::to_string(row.count.drawn) + " case" + (row.count.drawn == 1 ? "" : "s") +
-                    " that could use it" +
+    const std::string where =
+        row.count.drawn == 0   ? "no case drawn could use it"
+        : row.count.drawn == 1 ? "it did not happen in the 1 case that could use it"
+                               : "it happened in none of the " + std::to_string(row.count.drawn) +
+                                     " cases that could use it";
+    lines.push_back(b.spec + " declares " + row.name + ", yet " + where +
                     (row.name == "prefix hit" ? " (lost sharing: a performance finding)" : ""));
   }
   return lines;

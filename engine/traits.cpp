@@ -45,6 +45,12 @@ const char* positions_name(Family family) {
   return family == Family::kGpt2 ? "learned" : "rope";
 }
 
+void apply_shape_rules(Config& c, const ShapeLimits& limits) {
+  if (in(limits.query_width_is_d_model, c.family)) c.d_model = c.n_heads * c.head_dim;
+  if (in(limits.d_ff_is_4x_d_model, c.family)) c.d_ff = 4 * c.d_model;
+  if (limits.mha_only) c.n_kv_heads = c.n_heads;
+}
+
 bool accepts_family(const ShapeLimits& limits, Family family) {
   return std::find(limits.families.begin(), limits.families.end(), family) != limits.families.end();
 }

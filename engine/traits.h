@@ -134,6 +134,11 @@ struct EngineTraits {
   static EngineTraits strict();
 };
 
+// The shape rules of `limits` applied to a model (where its family or the
+// limits ask): d_model = n_heads * head_dim, then d_ff = 4 * d_model, and
+// n_kv_heads = n_heads with mha_only. Ranges and multiples are the caller's.
+void apply_shape_rules(Config& c, const ShapeLimits& limits);
+
 const char* precision_name(Precision p);
 const char* invariance_name(Invariance i);
 bool accepts_family(const ShapeLimits& limits, Family family);

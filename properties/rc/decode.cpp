@@ -91,14 +91,9 @@ void fit_model(Config& c, KvDtype& kv_dtype, const ShapeLimits& limits) {
       fit_dimension(c.d_model, limits.min_d_model, limits.max_d_model, limits.d_model_multiple);
   c.vocab = std::clamp(c.vocab, std::max(2, limits.min_vocab), limits.max_vocab);
   if (c.vocab < limits.min_vocab) c.vocab = limits.min_vocab;
-  // Outside the d_model limits it stays refused (not applicable).
-  const auto has = [&](const std::vector<Family>& families) {
-    return std::find(families.begin(), families.end(), c.family) != families.end();
-  };
-  if (has(limits.query_width_is_d_model)) c.d_model = c.n_heads * c.head_dim;
-  if (has(limits.d_ff_is_4x_d_model)) c.d_ff = 4 * c.d_model;
-  // MHA: as many KV heads as query heads (the group genes then draw H).
-  if (limits.mha_only) c.n_kv_heads = c.n_heads;
+  // Outside the d_model limits it stays refused (not applicable). With
+  // mha_only the group genes draw the head count.
+  apply_shape_rules(c, limits);
 }
 
 // A checkpoint's context holds at most max_pos positions: each sequence (or,

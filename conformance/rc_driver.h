@@ -15,6 +15,7 @@
 #include <rapidcheck.h>
 
 #include "properties/rc/generators.h"
+#include "properties/rc/hunt.h"
 #include "properties/scenario.h"
 
 namespace kvcheck::test {
@@ -63,6 +64,7 @@ inline void check_scenarios(int default_cases, rcgen::Emphasis emphasis,
   rc::detail::TestMetadata metadata;
   metadata.id = std::string(info->test_suite_name()) + "/" + info->name();
   metadata.description = info->name();
+  rcgen::load_rapidcheck_configuration_quietly();  // the seed is printed below
   rc::detail::TestParams params = rc::detail::configuration().testParams;
   if (!rc_params_set("max_success")) params.maxSuccess = default_cases;
   std::cout << metadata.id << ": seed=" << params.seed << " max_success=" << params.maxSuccess

@@ -4,6 +4,8 @@
 
 #include <rapidcheck.h>
 
+#include <CLI/CLI.hpp>
+
 #include <cstdio>
 #include <cstdlib>
 #include <iostream>
@@ -135,36 +137,47 @@ struct Arguments {
   std::optional<std::string> reference;
 };
 
-// Takes this suite's options out of argv, leaving GoogleTest's.
+// This suite's options (CLI11), the rest left in argv for GoogleTest. With
+// --help they are printed before GoogleTest prints its own.
 Arguments take_arguments(int& argc, char** argv) {
   Arguments a;
+  CLI::App app{
+      "kvcheck conformance suite: every property on the engine under test, as "
+      "GoogleTest tests <backend>.<Pn_property>; a case file for every failure"};
+  app.name(g_program);
+  app.set_help_flag();  // --help reaches GoogleTest too
+  app.allow_extras();
+  app.add_option("--replay", a.replay, "replay a case file on its backend (exit 1 if it fails)");
+  app.add_option("--shrink", a.shrink, "shrink a failing case file; writes shrunk-*.case");
+  app.add_option("--backend", a.backends,
+                 "backend string to check, repeatable (replaces the default; e.g. "
+                 "'own-engine?bug=x', plugin:PATH.so, exec:'CMD ARGS')");
+  app.add_option("--cases", a.cases,
+                 "generated cases per property (RC_PARAMS max_success overrides)")
+      ->check(CLI::Range(1, 100000000));
+  app.add_option("--reference", a.reference, "P10's reference backend (default: cpu)");
+  app.add_option("--failures", g_failures_dir,
+                 "folder for the case files of failures (default: kvcheck-failures)");
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    throw InputError(e.what());
+  }
+  const std::vector<std::string> rest = app.remaining();
+  for (const std::string& arg : rest) {
+    if (arg == "--help" || arg == "-h" || arg == "--gtest_help") std::cout << app.help() << "\n";
+  }
+  // GoogleTest's arguments in their order, after the program's name; argv's
+  // strings outlive the run, so they are pointed to, not copied.
   int kept = 1;
-  for (int i = 1; i < argc; ++i) {
-    const std::string arg = argv[i];
-    const auto value = [&]() -> std::string {
-      if (i + 1 >= argc) throw InputError(arg + ": needs a value");
-      return argv[++i];
-    };
-    if (arg == "--replay")
-      a.replay = value();
-    else if (arg == "--shrink")
-      a.shrink = value();
-    else if (arg == "--backend")
-      a.backends.push_back(value());
-    else if (arg == "--reference")
-      a.reference = value();
-    else if (arg == "--failures")
-      g_failures_dir = value();
-    else if (arg == "--cases") {
-      const std::string text = value();
-      char* end = nullptr;
-      const long n = std::strtol(text.c_str(), &end, 10);
-      if (end == text.c_str() || *end != '\0' || n < 1 || n > 100000000) {
-        throw InputError("--cases: expected a positive integer, got \"" + text + "\"");
+  for (const std::string& arg : rest) {
+    for (int i = kept; i < argc; ++i) {
+      if (arg == argv[i]) {
+        std::swap(argv[kept], argv[i]);
+        ++kept;
+        break;
       }
-      a.cases = int(n);
-    } else
-      argv[kept++] = argv[i];
+    }
   }
   argc = kept;
   return a;

@@ -40,7 +40,8 @@ void add_engine(const std::string& name, const std::string& description,
 // shrinks a case file on the backend it records (or --backend; a plugin the
 // case alone names is refused, backend_for_case in backends/registry.h). Extra
 // options: --backend SPEC (repeatable; replaces `backends`), --cases N,
-// --reference SPEC, --failures DIR. Returns the process exit code.
+// --reference SPEC, --failures DIR; --help lists them, then GoogleTest's own
+// flags. Returns the process exit code.
 int run(int argc, char** argv, std::vector<SuiteBackend> backends);
 
 }  // namespace kvcheck::conformance

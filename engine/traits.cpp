@@ -1,3 +1,6 @@
+// What a declared trait allows: validate() the traits themselves, refuses()
+// a model and cache shape, declares() an operation. Generators, properties
+// and check-adapter all ask these, so a shape rule is written once.
 #include "engine/traits.h"
 
 #include <algorithm>
@@ -9,6 +12,10 @@ namespace {
 std::string range_error(const char* field, int lo, int hi) {
   return std::string("limits.") + field + ": minimum " + std::to_string(lo) + " is above maximum " +
          std::to_string(hi);
+}
+
+bool in(const std::vector<Family>& families, Family family) {
+  return std::find(families.begin(), families.end(), family) != families.end();
 }
 
 std::string multiple_error(const char* field, int value, int multiple) {
@@ -36,6 +43,16 @@ const char* kv_quantizer_name(KvQuantizer q) {
 
 const char* invariance_name(Invariance i) {
   return i == Invariance::kBitwise ? "bitwise" : "bounded";
+}
+
+const char* positions_name(Family family) {
+  return family == Family::kGpt2 ? "learned" : "rope";
+}
+
+void apply_shape_rules(Config& c, const ShapeLimits& limits) {
+  if (in(limits.query_width_is_d_model, c.family)) c.d_model = c.n_heads * c.head_dim;
+  if (in(limits.d_ff_is_4x_d_model, c.family)) c.d_ff = 4 * c.d_model;
+  if (limits.mha_only) c.n_kv_heads = c.n_heads;
 }
 
 bool accepts_family(const ShapeLimits& limits, Family family) {
@@ -100,7 +117,9 @@ std::string EngineTraits::validate() const {
 std::string EngineTraits::refuses(const Config& c, KvDtype kv_dtype, int capacity,
                                   int max_rows) const {
   const ShapeLimits& l = limits;
-  if (!accepts_family(l, c.family)) return std::string("family ") + family_name(c.family);
+  if (!accepts_family(l, c.family))
+    return std::string("family ") + family_name(c.family) + " (" + positions_name(c.family) +
+           " positions)";
   if (!accepts_kv_dtype(l, kv_dtype)) return std::string("kv_dtype ") + kv_dtype_name(kv_dtype);
   if (c.head_dim < l.min_head_dim || c.head_dim > l.max_head_dim)
     return "head_dim " + std::to_string(c.head_dim) + " outside [" +
@@ -117,11 +136,15 @@ std::string EngineTraits::refuses(const Config& c, KvDtype kv_dtype, int capacit
            ", " + std::to_string(l.max_d_model) + "]";
   if (c.d_model % l.d_model_multiple != 0)
     return multiple_error("d_model", c.d_model, l.d_model_multiple);
-  if (std::find(l.query_width_is_d_model.begin(), l.query_width_is_d_model.end(), c.family) !=
-          l.query_width_is_d_model.end() &&
-      c.n_heads * c.head_dim != c.d_model)
+  if (in(l.query_width_is_d_model, c.family) && c.n_heads * c.head_dim != c.d_model)
     return "n_heads*head_dim " + std::to_string(c.n_heads * c.head_dim) + " differs from d_model " +
            std::to_string(c.d_model) + " (limits.query_width_is_d_model)";
+  if (in(l.d_ff_is_4x_d_model, c.family) && c.d_ff != 4 * c.d_model)
+    return "d_ff " + std::to_string(c.d_ff) + " differs from 4 x d_model " +
+           std::to_string(4 * c.d_model) + " (limits.d_ff_is_4x_d_model)";
+  if (l.mha_only && c.n_kv_heads != c.n_heads)
+    return "n_kv_heads " + std::to_string(c.n_kv_heads) + " differs from n_heads " +
+           std::to_string(c.n_heads) + " (limits.mha_only)";
   if (c.sliding_window > 0 && !operations.sliding_window)
     return "sliding_window " + std::to_string(c.sliding_window) + " (sliding windows)";
   if (capacity > l.max_capacity)

@@ -68,9 +68,23 @@ struct ShapeLimits {
   int max_rows = 1 << 10;         // sequences alive at once
   int max_step_tokens = 1 << 20;  // tokens fed by one step, all entries together
   // Families whose models need n_heads * head_dim == d_model (llama.cpp's
-  // gpt2 architecture derives its head size from d_model).
+  // gpt2 architecture derives its head size from d_model; the classic
+  // from-scratch GPT asserts d_out % num_heads == 0 and splits d_out).
   std::vector<Family> query_width_is_d_model;
+  // Families whose models need d_ff == 4 * d_model (an MLP written as
+  // Linear(E, 4E), as GPT-2 and the lessons after it write it).
+  std::vector<Family> d_ff_is_4x_d_model;
+  // Only n_kv_heads == n_heads (an attention without GQA or MQA): P7, which
+  // compares a GQA model with its MHA twin, then never applies.
+  bool mha_only = false;
+  // The JSON's "positions" (["learned", "rope"]) is not a field of its own:
+  // a family fixes its positions (gpt2 learned absolute wpe[pos], llama
+  // RoPE), so it narrows `families` (engine/traits_json.cpp).
 };
+
+// The positions a family's models use: "learned" (gpt2's wpe[pos]) or
+// "rope" (llama's rotary embedding of Q and K).
+const char* positions_name(Family family);
 
 // Per comparison class: does the engine promise the same bits, or only
 // agreement within the derived bound (2B by the triangle inequality)?
@@ -143,6 +157,11 @@ struct EngineTraits {
   // operation, no fault switches. What EngineUnderTest assumes by default.
   static EngineTraits strict();
 };
+
+// The shape rules of `limits` applied to a model (where its family or the
+// limits ask): d_model = n_heads * head_dim, then d_ff = 4 * d_model, and
+// n_kv_heads = n_heads with mha_only. Ranges and multiples are the caller's.
+void apply_shape_rules(Config& c, const ShapeLimits& limits);
 
 const char* precision_name(Precision p);
 const char* kv_quantizer_name(KvQuantizer q);

@@ -1,5 +1,9 @@
+// The traits' JSON form (engine/traits_json.h) as one table of sections and
+// fields, each reading and writing its own key, so the plugin ABI, the wire
+// protocol and `kvcheck backends --json` read and write the same keys.
 #include "engine/traits_json.h"
 
+#include <algorithm>
 #include <climits>
 #include <functional>
 
@@ -23,13 +27,21 @@ std::string expected(const std::string& path, const char* what, const json& valu
   return "traits." + path + ": expected " + what + ", got " + json_for_message(value);
 }
 
-Field bool_field(const char* key, bool OperationTraits::*member) {
-  return {key, [member](const EngineTraits& t) { return json(t.operations.*member); },
-          [key, member](const json& v, EngineTraits& t) -> std::string {
-            if (!v.is_boolean()) return expected(std::string("operations.") + key, "a boolean", v);
-            t.operations.*member = v.get<bool>();
+// A boolean of one section of the traits (`part`: operations, limits or
+// arithmetic), named `section` in messages.
+template <class Part>
+Field flag_field(const char* section, const char* key, Part EngineTraits::*part,
+                 bool Part::*member) {
+  return {key, [part, member](const EngineTraits& t) { return json((t.*part).*member); },
+          [section, key, part, member](const json& v, EngineTraits& t) -> std::string {
+            if (!v.is_boolean()) return expected(std::string(section) + "." + key, "a boolean", v);
+            (t.*part).*member = v.get<bool>();
             return "";
           }};
+}
+
+Field bool_field(const char* key, bool OperationTraits::*member) {
+  return flag_field("operations", key, &EngineTraits::operations, member);
 }
 
 Field int_field(const char* key, int ShapeLimits::*member) {
@@ -38,6 +50,41 @@ Field int_field(const char* key, int ShapeLimits::*member) {
             if (!v.is_number_integer() || v.get<int64_t>() < 1 || v.get<int64_t>() > INT_MAX)
               return expected(std::string("limits.") + key, "a positive integer", v);
             t.limits.*member = static_cast<int>(v.get<int64_t>());
+            return "";
+          }};
+}
+
+Field limit_flag(const char* key, bool ShapeLimits::*member) {
+  return flag_field("limits", key, &EngineTraits::limits, member);
+}
+
+// "positions": ["learned", "rope"] names the families by their positions
+// (gpt2 learned absolute, llama RoPE) and narrows limits.families to them;
+// written from the families, so it and "families" never disagree.
+Field positions_field() {
+  const auto families_of = [](const json& v, std::vector<Family>& out) -> std::string {
+    if (!v.is_array()) return expected("limits.positions", "an array of names", v);
+    for (const json& item : v) {
+      bool known = false;
+      for (const Family f : {Family::kGpt2, Family::kLlama}) {
+        if (item == positions_name(f)) out.push_back(f), known = true;
+      }
+      if (!known) return expected("limits.positions", "\"learned\" or \"rope\" in an array", v);
+    }
+    return "";
+  };
+  return {"positions",
+          [](const EngineTraits& t) {
+            json out = json::array();
+            for (const Family f : t.limits.families) out.push_back(positions_name(f));
+            return out;
+          },
+          [families_of](const json& v, EngineTraits& t) -> std::string {
+            std::vector<Family> allowed;
+            if (std::string error = families_of(v, allowed); !error.empty()) return error;
+            std::erase_if(t.limits.families, [&](Family f) {
+              return std::find(allowed.begin(), allowed.end(), f) == allowed.end();
+            });
             return "";
           }};
 }
@@ -115,13 +162,6 @@ const std::vector<Section>& sections() {
                   bool_field("offload", &OperationTraits::offload),
                   bool_field("erase", &OperationTraits::erase),
                   bool_field("shift", &OperationTraits::shift)}});
-    Field shared{"capacity_shared",
-                 [](const EngineTraits& t) { return json(t.limits.capacity_shared); },
-                 [](const json& v, EngineTraits& t) -> std::string {
-                   if (!v.is_boolean()) return expected("limits.capacity_shared", "a boolean", v);
-                   t.limits.capacity_shared = v.get<bool>();
-                   return "";
-                 }};
     s.push_back({"limits",
                  {list_field("families", &ShapeLimits::families, parse_family, family_name),
                   list_field("kv_dtypes", &ShapeLimits::kv_dtypes, parse_kv_dtype, kv_dtype_name),
@@ -134,11 +174,15 @@ const std::vector<Section>& sections() {
                   int_field("min_d_model", &ShapeLimits::min_d_model),
                   int_field("max_d_model", &ShapeLimits::max_d_model),
                   int_field("d_model_multiple", &ShapeLimits::d_model_multiple),
-                  int_field("max_capacity", &ShapeLimits::max_capacity), shared,
+                  int_field("max_capacity", &ShapeLimits::max_capacity),
+                  limit_flag("capacity_shared", &ShapeLimits::capacity_shared),
                   int_field("max_rows", &ShapeLimits::max_rows),
                   int_field("max_step_tokens", &ShapeLimits::max_step_tokens),
                   list_field("query_width_is_d_model", &ShapeLimits::query_width_is_d_model,
-                             parse_family, family_name)}});
+                             parse_family, family_name),
+                  list_field("d_ff_is_4x_d_model", &ShapeLimits::d_ff_is_4x_d_model, parse_family,
+                             family_name),
+                  limit_flag("mha_only", &ShapeLimits::mha_only), positions_field()}});
     s.push_back({"invariance",
                  {invariance_field("chunking", &InvarianceTraits::chunking),
                   invariance_field("batch", &InvarianceTraits::batch),
@@ -160,13 +204,7 @@ const std::vector<Section>& sections() {
           }};
     };
     auto flag = [](const char* key, bool ArithmeticTraits::*member) {
-      return Field{key, [member](const EngineTraits& t) { return json(t.arithmetic.*member); },
-                   [key, member](const json& v, EngineTraits& t) -> std::string {
-                     if (!v.is_boolean())
-                       return expected(std::string("arithmetic.") + key, "a boolean", v);
-                     t.arithmetic.*member = v.get<bool>();
-                     return "";
-                   }};
+      return flag_field("arithmetic", key, &EngineTraits::arithmetic, member);
     };
     const Field quantizer{
         "kv_quantizer",

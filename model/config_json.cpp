@@ -108,6 +108,18 @@ std::string read_field(const ConfigField& field, const json& value, Config& c) {
 
 }  // namespace
 
+Result<json> parse_json_text(std::string_view text, const std::string& what) {
+  try {
+    return json::parse(text);
+  } catch (const json::parse_error& e) {
+    // "[json.exception.parse_error.101] parse error at line 1, column 9: ..."
+    std::string why = e.what();
+    if (const size_t at = why.find("parse error at "); at != std::string::npos)
+      why = why.substr(at + 15);
+    return Result<json>::failure(what + ": not valid JSON at " + why);
+  }
+}
+
 std::string json_for_message(const json& value) {
   constexpr size_t kMaxQuoted = 80;
   std::string text = value.dump(-1, ' ', false, json::error_handler_t::replace);

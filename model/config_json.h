@@ -44,4 +44,9 @@ Result<Config> config_from_values(std::span<const ConfigValue> values);
 // the message huge.
 std::string json_for_message(const nlohmann::json& value);
 
+// JSON text parsed, or why not: "WHAT: not valid JSON at line 3, column 12:
+// syntax error while parsing object key - unexpected ','; expected string
+// literal", so that a person finds the place in a file they wrote.
+Result<nlohmann::json> parse_json_text(std::string_view text, const std::string& what);
+
 }  // namespace kvcheck

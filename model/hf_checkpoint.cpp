@@ -416,15 +416,17 @@ Result<Checkpoint> load_hf_checkpoint(const std::string& folder) {
   std::error_code ec;
   const std::filesystem::path dir = std::filesystem::absolute(folder, ec);
   if (ec || !std::filesystem::is_directory(dir, ec)) {
-    return R::failure("--model: " + folder + ": not a folder");
+    return R::failure(folder + ": not a folder");
   }
   Result<std::vector<uint8_t>> config_bytes = read_file_bytes((dir / "config.json").string());
   if (!config_bytes) return R::failure(config_bytes.error());
   const std::string config_name = (dir / "config.json").string();
-  const json config_json =
-      json::parse(config_bytes.value().begin(), config_bytes.value().end(), nullptr, false);
-  if (config_json.is_discarded()) return R::failure(config_name + ": not valid JSON");
-  Result<HfModelConfig> hf = hf_model_config(config_json, config_name);
+  const std::vector<uint8_t>& config_text = config_bytes.value();
+  Result<json> config_json = parse_json_text(
+      std::string_view(reinterpret_cast<const char*>(config_text.data()), config_text.size()),
+      config_name);
+  if (!config_json) return R::failure(config_json.error());
+  Result<HfModelConfig> hf = hf_model_config(config_json.value(), config_name);
   if (!hf) return R::failure(hf.error());
   const Config& config = hf.value().config;
 

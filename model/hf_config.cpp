@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <fstream>
 #include <optional>
+#include <sstream>
 
 #include "model/config_json.h"
 
@@ -146,11 +147,11 @@ Result<KvShape> read_hf_config_file(const std::string& path) {
   using R = Result<KvShape>;
   std::ifstream in(path);
   if (!in) return R::failure("--config: cannot read \"" + path + "\"");
-  try {
-    return kv_shape_from_hf_config(json::parse(in), path);
-  } catch (const json::parse_error& e) {
-    return R::failure(path + ": not valid JSON: " + e.what());
-  }
+  std::ostringstream text;
+  text << in.rdbuf();
+  Result<json> parsed = parse_json_text(text.str(), path);
+  if (!parsed) return R::failure(parsed.error());
+  return kv_shape_from_hf_config(parsed.value(), path);
 }
 
 }  // namespace kvcheck

@@ -111,10 +111,13 @@ constexpr PropertyRow kRows[] = {
      .invariance = [](const EngineTraits& t) { return t.invariance.gqa_twin; },
      .operation_needed = nothing,
      .needs_bound = false,
-     .never_applicable = [](const EngineUnderTest&, const Checkpoint* model) -> std::string {
+     .never_applicable = [](const EngineUnderTest& subject,
+                            const Checkpoint* model) -> std::string {
        if (model != nullptr && model->config.n_kv_heads == model->config.n_heads) {
          return "the checkpoint is MHA (n_kv_heads == n_heads)";
        }
+       if (subject.traits.limits.mha_only)
+         return "the engine takes MHA models only (limits.mha_only)";
        return "";
      },
      .first_run_probes = false,

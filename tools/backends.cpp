@@ -43,6 +43,24 @@ std::string join_names(const std::vector<std::string>& names) {
   return out;
 }
 
+// The shape rules beyond ranges, as the limits line's tail ("" when none).
+std::string shape_rules(const ShapeLimits& l) {
+  std::vector<std::string> rules;
+  const auto families = [](const std::vector<Family>& list) {
+    std::vector<std::string> names;
+    for (Family f : list) names.push_back(family_name(f));
+    return join_names(names);
+  };
+  if (l.mha_only) rules.push_back("MHA only");
+  if (!l.query_width_is_d_model.empty())
+    rules.push_back("heads x head_dim = d_model (" + families(l.query_width_is_d_model) + ")");
+  if (!l.d_ff_is_4x_d_model.empty())
+    rules.push_back("d_ff = 4 x d_model (" + families(l.d_ff_is_4x_d_model) + ")");
+  std::string out;
+  for (const std::string& r : rules) out += "; " + r;
+  return out;
+}
+
 }  // namespace
 
 std::string traits_summary(const EngineTraits& t, const std::string& indent) {
@@ -69,7 +87,8 @@ std::string traits_summary(const EngineTraits& t, const std::string& indent) {
       << "; head_dim " << l.min_head_dim << ".." << l.max_head_dim << " (multiple of "
       << l.head_dim_multiple << "); vocab " << l.min_vocab << ".." << l.max_vocab
       << "; rows <= " << l.max_rows << "; capacity <= " << l.max_capacity
-      << (l.capacity_shared ? " shared by all sequences" : " per sequence") << "\n";
+      << (l.capacity_shared ? " shared by all sequences" : " per sequence") << shape_rules(l)
+      << "\n";
   const InvarianceTraits& i = t.invariance;
   out << indent << "invariance:  chunking " << invariance_name(i.chunking) << ", batch "
       << invariance_name(i.batch) << ", reset " << invariance_name(i.reset) << ", compaction "

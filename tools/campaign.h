@@ -102,7 +102,8 @@ struct Campaign {
 };
 
 // The live progress line on stderr: rewritten in place on a terminal, a line
-// every 10 s otherwise.
+// every 10 s otherwise (and where `force` asks); stdout is flushed first, so
+// that with 2>&1 a progress line never lands before or inside earlier text.
 class Progress {
  public:
   explicit Progress(Campaign::Clock::time_point start);

@@ -82,6 +82,7 @@ void run_kill_matrices(Campaign& c, Progress& progress) {
     k.stop = [] { return interrupted() != 0; };
     k.worker.isolate = c.isolated(b);
     k.worker.case_timeout_seconds = o.case_timeout;
+    progress.update("kill matrix on " + backend.spec, /*force=*/true);
     const rcgen::KillMatrix matrix = rcgen::run_kill_matrix(
         [&](FaultSet f) { return engine_under_test(backend, f, c.subjects[b]->reference); }, k,
         [&](const std::string& line) { progress.update(line); });

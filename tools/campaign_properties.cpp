@@ -17,6 +17,7 @@
 #include "properties/runner.h"
 #include "tools/cache_timeline.h"
 #include "tools/campaign.h"
+#include "tools/counted.h"
 #include "tools/error_map.h"
 #include "tools/failure_report.h"
 #include "tools/interrupt.h"
@@ -297,7 +298,7 @@ struct Turn {
       count_case(part, description, first + part.cases);
       ++total;
       progress.update(tally_label(t) + " on " + t.backend + ": " +
-                      std::to_string(t.cases + part.cases) + " cases | " + std::to_string(total) +
+                      counted(t.cases + part.cases, "case") + " | " + std::to_string(total) +
                       " in all, " + std::to_string(int(total / std::max(c.elapsed(), 1e-3))) +
                       " cases/s");
     };

@@ -7,6 +7,8 @@
 #include "tools/junit.h"
 #include "tools/report_html.h"
 #include "tools/report_json.h"
+#include "tools/counted.h"
+#include "tools/reason_ranges.h"
 
 namespace kvcheck::cli {
 
@@ -25,7 +27,8 @@ void print_coverage(const RunRecord& r) {
   for (const BackendRecord& b : r.backends) {
     const auto [cases, classes] = backend_coverage(r.tallies, b.spec);
     if (cases == 0) continue;
-    std::printf("\ncoverage on %s (share of its %d cases):\n", b.spec.c_str(), cases);
+    std::printf("\ncoverage on %s (share of its %s):\n", b.spec.c_str(),
+                counted(cases, "case").c_str());
     int column = 0;
     for (const auto& [name, n] : classes) {
       std::printf("  %-28s %3d%%", name.c_str(), 100 * n / cases);
@@ -52,13 +55,14 @@ void print_feature_use(const RunRecord& r) {
   for (const std::string& w : feature_warnings(r)) std::printf("warning: %s\n", w.c_str());
 }
 
+// Reasons that differ only in a number are one line (tools/reason_ranges.h).
 void print_not_applicable(const std::vector<Tally>& tallies) {
   bool header = false;
   for (const Tally& t : tallies) {
-    for (const auto& [why, n] : t.not_applicable_why) {
+    for (const ReasonGroup& g : group_reasons(t.not_applicable_why)) {
       if (!header) std::printf("\nnot applicable (never counted as passed):\n"), header = true;
-      std::printf("  %-3s on %s: %d case%s: %s\n", std::string(property_label(t.property)).c_str(),
-                  t.backend.c_str(), n, n == 1 ? "" : "s", why.c_str());
+      std::printf("  %-3s on %s: %s: %s\n", std::string(property_label(t.property)).c_str(),
+                  t.backend.c_str(), counted(g.cases, "case").c_str(), g.text.c_str());
     }
   }
 }
@@ -84,11 +88,11 @@ void print_summary(const RunRecord& r) {
   for (const std::string& i : r.incomplete) std::printf("incomplete: %s\n", i.c_str());
   int cases = 0;
   for (const Tally& t : r.tallies) cases += t.cases;
-  std::printf("\n%s in %.1f s: %d property cases, %s\n",
+  std::printf("\n%s in %.1f s: %s, %s\n",
               r.status == "passed"   ? "passed"
               : r.status == "failed" ? "FAILED"
                                      : r.status.c_str(),
-              r.seconds, cases, r.outcome.c_str());
+              r.seconds, counted(cases, "property case").c_str(), r.outcome.c_str());
   std::fflush(stdout);
 }
 

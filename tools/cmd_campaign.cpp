@@ -16,7 +16,9 @@
 #include "tools/backends.h"
 #include "tools/build_info.h"
 #include "tools/campaign.h"
+#include "tools/cli_checks.h"
 #include "tools/commands.h"
+#include "tools/counted.h"
 #include "tools/failure_report.h"
 #include "tools/interrupt.h"
 #include "tools/model_option.h"
@@ -37,6 +39,9 @@ void Progress::update(const std::string& line, bool force) {
   if (!force && since < (tty_ ? 0.25 : 10.0)) return;
   last_ = now;
   const double t = std::chrono::duration<double>(now - start_).count();
+  // What was printed before comes first: with 2>&1 into a file, buffered
+  // stdout would otherwise land after (or inside) the progress line.
+  std::fflush(stdout);
   if (tty_) {
     std::fprintf(stderr, "\r\033[K[%6.1fs] %s", t, line.c_str());
   } else {
@@ -157,7 +162,7 @@ void print_header(Campaign& c) {
   RunRecord& r = c.record;
   std::printf("kvcheck campaign: seed %llu, %zu properties x %zu backends, budget %g s%s\n",
               (unsigned long long)c.seed, c.properties.size(), c.backends.size(), o.seconds,
-              o.cases ? (", at most " + std::to_string(o.cases) + " cases each").c_str() : "");
+              o.cases ? (", at most " + counted(o.cases, "case") + " each").c_str() : "");
   std::printf("reproduce: %s\n", r.reproduce.c_str());
   if (!c.shard.source.empty()) std::printf("%s\n", shard_text(c.shard).c_str());
   for (size_t i = 0; i < c.backends.size(); ++i) {
@@ -274,12 +279,13 @@ Action add_campaign(CLI::App& app) {
       "130/143 interrupted (docs/REPORTS.md)");
   auto o = std::make_shared<CampaignOptions>();
   cmd->add_option_function<uint64_t>(
-      "--seed", [o](uint64_t s) { o->seed = s, o->seed_given = true; },
-      "campaign seed (default: random, printed)");
+         "--seed", [o](uint64_t s) { o->seed = s, o->seed_given = true; },
+         "campaign seed (default: random, printed)")
+      ->check(seed_number());
   cmd->add_option("--cases", o->cases,
                   "at most this many cases per property and backend (0: until the time is up); "
                   "a budget the time cuts makes the run incomplete (exit 4)")
-      ->check(CLI::NonNegativeNumber);
+      ->check(whole_number(0, std::numeric_limits<int>::max()));
   cmd->add_option("--turn-cases", o->turn_cases,
                   "cases per property and backend before the next one's turn (a slow engine, "
                   "such as llama.cpp at ~1 case/s, needs few so every property gets time)")
@@ -297,8 +303,10 @@ Action add_campaign(CLI::App& app) {
   cmd->add_option("--property", o->properties, "property name(s) (default: all)")->delimiter(',');
   cmd->add_option(
       "--backend", o->backends,
-      "backend string, repeatable: cpu, cpu-reference, cuda, plugin:PATH.so[?opts] "
-      "(default: the in-tree engines this machine runs; `kvcheck backends` lists them)");
+      "backend string, repeatable: cpu, cpu-reference, cuda, plugin:PATH.so (an engine in a "
+      "shared object), exec:'CMD ARGS' (an engine in another process, "
+      "docs/ENGINE_PROTOCOL.md), each with [?OPTIONS] (docs/ENGINES.md) (default: the in-tree "
+      "engines this machine runs; `kvcheck backends` lists them)");
   cmd->add_option("--reference", o->reference,
                   "P10: compare every backend with this one within the derived bound "
                   "(e.g. --reference cpu); without it, P10 compares each backend with the "
@@ -308,12 +316,15 @@ Action add_campaign(CLI::App& app) {
                   "a Hugging Face checkpoint folder (config.json + model.safetensors, GPT-2 or "
                   "Llama): check the cache on these weights; generators then vary schedules and "
                   "tokens, not the config (docs/MODELS.md)");
-  cmd->add_option("--json", o->json_path, "also write the summary as JSON to FILE");
+  cmd->add_option("--json", o->json_path, "also write the summary as JSON to FILE")
+      ->check(report_file());
   cmd->add_option("--junit", o->junit_path,
                   "also write the results as JUnit XML to FILE (one suite per backend, one case "
-                  "per property; the kill matrix as a suite per backend)");
+                  "per property; the kill matrix as a suite per backend)")
+      ->check(report_file());
   cmd->add_option("--html", o->html_path,
-                  "also write a self-contained HTML report to FILE (docs/REPORTS.md)");
+                  "also write a self-contained HTML report to FILE (docs/REPORTS.md)")
+      ->check(report_file());
   cmd->add_option("--failures", o->failures_dir, "folder for case files of failures")
       ->capture_default_str();
   cmd->add_option("--kill-cases", o->kill_cases, "cases per fault in the kill matrix")
@@ -322,6 +333,7 @@ Action add_campaign(CLI::App& app) {
   cmd->add_option("--kill-seed", o->kill_seed,
                   "the kill matrix's own seed (fixed, so a build kills the same faults in the "
                   "same cases on every machine; another one tries other cases)")
+      ->check(seed_number())
       ->capture_default_str();
   cmd->add_flag("!--no-kill-matrix", o->kill_matrix, "skip the fault kill matrix");
   cmd->add_flag("--kill-per-property", o->kill_per_property,

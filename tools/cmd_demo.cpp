@@ -8,6 +8,7 @@
 #include "engine/cpu/cpu_engine.h"
 #include "model/rng.h"
 #include "oracle/oracle.h"
+#include "tools/cli_checks.h"
 #include "tools/commands.h"
 
 namespace kvcheck::cli {
@@ -63,7 +64,7 @@ Action add_demo(CLI::App& app) {
                                  "and the CPU engine and print their logits");
   auto seed = std::make_shared<uint64_t>(1);
   auto tokens = std::make_shared<int>(12);
-  cmd->add_option("--seed", *seed, "weight seed")->capture_default_str();
+  cmd->add_option("--seed", *seed, "weight seed")->check(seed_number())->capture_default_str();
   cmd->add_option("--tokens", *tokens, "prompt length")
       ->check(CLI::Range(1, 64))
       ->capture_default_str();

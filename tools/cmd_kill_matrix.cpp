@@ -14,6 +14,7 @@
 #include "properties/rc/kill_matrix.h"
 #include "tools/backends.h"
 #include "tools/campaign.h"
+#include "tools/cli_checks.h"
 #include "tools/commands.h"
 
 namespace kvcheck::cli {
@@ -124,7 +125,9 @@ Action add_kill_matrix(CLI::App& app) {
   cmd->add_option("--reference", o->reference,
                   "P10's reference backend, as the default campaign pairs them (\"\": none)")
       ->capture_default_str();
-  cmd->add_option("--kill-seed", o->seed, "the matrix's seed")->capture_default_str();
+  cmd->add_option("--kill-seed", o->seed, "the matrix's seed")
+      ->check(seed_number())
+      ->capture_default_str();
   cmd->add_option("--kill-cases", o->cases, "cases per fault and for the correct engine")
       ->capture_default_str();
   cmd->add_option("--shrink-steps", o->shrink_steps, "shrink candidates per failure")

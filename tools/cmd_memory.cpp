@@ -2,14 +2,15 @@
 // model across dtypes and KV head schemes, with its sliding window where it
 // has one (docs/MEMORY.md). Exit 0, or 2 on bad input.
 #include <cstdio>
-#include <fstream>
 #include <iostream>
 #include <memory>
 
 #include "model/hf_config.h"
 #include "model/kv_presets.h"
+#include "tools/cli_checks.h"
 #include "tools/commands.h"
 #include "tools/kv_sizing.h"
+#include "tools/run_report.h"
 
 namespace kvcheck::cli {
 
@@ -75,9 +76,7 @@ int run_memory(const MemoryOptions& o) {
   }
   std::printf("%s", sizing_text(sizing).c_str());
   if (!o.json_path.empty()) {
-    std::ofstream out(o.json_path);
-    if (!out) throw InputError("--json: cannot write \"" + o.json_path + "\"");
-    out << sizing_json(sizing).dump(2) << "\n";
+    write_text_file("--json", o.json_path, sizing_json(sizing).dump(2) + "\n");
   }
   return 0;
 }
@@ -92,18 +91,17 @@ Action add_memory(CLI::App& app) {
   cmd->add_option("--config", o->config_path, "a Hugging Face config.json instead of a preset");
   cmd->add_flag("--list", o->list, "print the presets and their shapes");
   cmd->add_option("--context", o->context, "tokens per sequence (default: the model's max)")
-      ->check(CLI::PositiveNumber);
-  cmd->add_option("--batch", o->batch, "sequences")
-      ->check(CLI::PositiveNumber)
-      ->capture_default_str();
+      ->check(whole_number(1));
+  cmd->add_option("--batch", o->batch, "sequences")->check(whole_number(1))->capture_default_str();
   cmd->add_option("--dtype", o->dtypes, "f32, bf16, f16, int8, separated by commas (default: all)")
       ->delimiter(',');
   cmd->add_option("--window", o->window,
                   "sliding window in tokens instead of the model's own; 0: none")
-      ->check(CLI::NonNegativeNumber);
+      ->check(whole_number(0, std::numeric_limits<int>::max()));
   cmd->add_option("--json", o->json_path,
                   "also write the result as JSON to FILE; - writes only the JSON, to standard "
-                  "output");
+                  "output")
+      ->check(report_file());
   return [cmd, o]() { return cmd->parsed() ? run_memory(*o) : -1; };
 }
 

@@ -20,7 +20,9 @@
 #include "properties/repro/case_file.h"
 #include "properties/repro/failure_file.h"
 #include "properties/runner.h"
+#include "tools/cli_checks.h"
 #include "tools/commands.h"
+#include "tools/counted.h"
 #include "tools/failure_report.h"
 #include "tools/fresh_child.h"
 #include "tools/model_option.h"
@@ -379,8 +381,10 @@ int run_replay(const ReplayOptions& o) {
     (failed ? failed_cases : held_cases) += 1;
     std::printf("\n");
   }
-  std::printf("replayed %zu case files: %d failed, %d held%s\n", files.size(), failed_cases,
-              held_cases, any_bad ? ", some could not be read (exit 2)" : "");
+  const std::string replayed = "replayed " + counted(int64_t(files.size()), "case file") + ": " +
+                               std::to_string(failed_cases) + " failed, " +
+                               std::to_string(held_cases) + " held";
+  std::printf("%s%s\n", replayed.c_str(), any_bad ? ", some could not be read (exit 2)" : "");
   if (!o.json_path.empty()) {
     write_text_file("--json", o.json_path, nlohmann::json{{"cases", report}}.dump(2) + "\n");
   }
@@ -388,10 +392,7 @@ int run_replay(const ReplayOptions& o) {
     record.seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
     record.passed = !any_failed && !any_bad;
-    record.outcome = "replayed " + std::to_string(files.size()) +
-                     " case files: " + std::to_string(failed_cases) + " failed, " +
-                     std::to_string(held_cases) + " held" +
-                     (any_bad ? ", some could not be read" : "");
+    record.outcome = replayed + (any_bad ? ", some could not be read" : "");
     write_text_file("--html", o.html_path, html_report(record));
   }
   return any_bad ? 2 : any_failed ? 1 : 0;
@@ -415,9 +416,11 @@ Action add_replay(CLI::App& app) {
   cmd->add_option("--model", o->model,
                   "the checkpoint folder a --model case ran on; its files must still hash to "
                   "the case's model_hash");
-  cmd->add_option("--json", o->json_path, "also write the report as JSON to FILE");
+  cmd->add_option("--json", o->json_path, "also write the report as JSON to FILE")
+      ->check(report_file());
   cmd->add_option("--html", o->html_path,
-                  "also write a self-contained HTML report to FILE (docs/REPORTS.md)");
+                  "also write a self-contained HTML report to FILE (docs/REPORTS.md)")
+      ->check(report_file());
   cmd->add_flag("--in-process", o->in_process,
                 "check in kvcheck's own process, not in a forked one per check: a crash then "
                 "ends kvcheck (for a debugger)");

@@ -8,7 +8,6 @@
 #include <chrono>
 #include <cstdio>
 #include <filesystem>
-#include <fstream>
 #include <memory>
 #include <nlohmann/json.hpp>
 
@@ -16,10 +15,12 @@
 #include "properties/repro/case_file.h"
 #include "properties/repro/failure_file.h"
 #include "properties/repro/shrink.h"
+#include "tools/cli_checks.h"
 #include "tools/commands.h"
 #include "tools/failure_report.h"
 #include "tools/fresh_child.h"
 #include "tools/model_option.h"
+#include "tools/run_report.h"
 
 namespace kvcheck::cli {
 
@@ -139,28 +140,23 @@ int run_shrink(const ShrinkCommandOptions& o) {
               result->size_after, result->evaluations, result->accepted, seconds,
               result->fixed_point ? ", fixed point" : ", stopped by the budget");
   std::printf("%s\n", verdict.summary.c_str());
-  std::string replay_args = backend_runs_named_code(engine.backend.spec)
-                                ? " --backend " + shell_quote(engine.backend.spec)
-                                : std::string();
-  if (!output.model_path.empty()) replay_args += " --model " + shell_quote(output.model_path);
   std::printf("wrote %s\nreplay: kvcheck replay%s %s\n", written.value().c_str(),
-              replay_args.c_str(), written.value().c_str());
+              case_command_options(output).c_str(), written.value().c_str());
   if (!o.json_path.empty()) {
-    std::ofstream out(o.json_path);
-    if (!out) throw InputError("--json: cannot write \"" + o.json_path + "\"");
-    out << nlohmann::json{{"input", o.path},
-                          {"output", written.value()},
-                          {"property", property_name(property)},
-                          {"faults", engine.faults.to_string()},
-                          {"size_before", result->size_before},
-                          {"size_after", result->size_after},
-                          {"evaluations", result->evaluations},
-                          {"accepted", result->accepted},
-                          {"fixed_point", result->fixed_point},
-                          {"seconds", seconds},
-                          {"summary", verdict.summary}}
-               .dump(2)
-        << "\n";
+    write_text_file("--json", o.json_path,
+                    nlohmann::json{{"input", o.path},
+                                   {"output", written.value()},
+                                   {"property", property_name(property)},
+                                   {"faults", engine.faults.to_string()},
+                                   {"size_before", result->size_before},
+                                   {"size_after", result->size_after},
+                                   {"evaluations", result->evaluations},
+                                   {"accepted", result->accepted},
+                                   {"fixed_point", result->fixed_point},
+                                   {"seconds", seconds},
+                                   {"summary", verdict.summary}}
+                            .dump(2) +
+                        "\n");
   }
   return 0;
 }
@@ -187,7 +183,8 @@ Action add_shrink(CLI::App& app) {
   cmd->add_option("--model", o->model,
                   "the checkpoint folder a --model case ran on; its files must still hash to "
                   "the case's model_hash");
-  cmd->add_option("--json", o->json_path, "also write the sizes and verdict as JSON to FILE");
+  cmd->add_option("--json", o->json_path, "also write the sizes and verdict as JSON to FILE")
+      ->check(report_file());
   cmd->add_flag("--in-process", o->in_process,
                 "check in kvcheck's own process, not in a forked one per candidate: a crash "
                 "then ends kvcheck (for a debugger)");

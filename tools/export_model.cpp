@@ -20,6 +20,7 @@
 #include <cstdint>
 #include <fstream>
 #include <iostream>
+#include <sstream>
 #include <string>
 
 #include <nlohmann/json.hpp>
@@ -40,9 +41,11 @@ kvcheck::Result<kvcheck::Config> read_config_file(const std::string& path) {
   using R = kvcheck::Result<kvcheck::Config>;
   std::ifstream in(path);
   if (!in) return R::failure(path + ": cannot open");
-  const nlohmann::json json = nlohmann::json::parse(in, nullptr, /*allow_exceptions=*/false);
-  if (json.is_discarded()) return R::failure(path + ": not valid JSON");
-  R config = kvcheck::config_from_json(json);
+  std::ostringstream text;
+  text << in.rdbuf();
+  const kvcheck::Result<nlohmann::json> json = kvcheck::parse_json_text(text.str(), path);
+  if (!json) return R::failure(json.error());
+  R config = kvcheck::config_from_json(json.value());
   if (!config.ok()) return R::failure(path + ": " + config.error());
   return config;
 }

@@ -9,6 +9,7 @@
 #include "properties/rc/hunt_worker.h"
 #include "properties/repro/failure_file.h"
 #include "tools/backends.h"
+#include "tools/counted.h"
 #include "tools/fresh_child.h"
 #include "tools/leak_search.h"
 
@@ -41,10 +42,11 @@ std::string report_failure(const rcgen::HuntResult& result, Property property, c
                            FaultSet faults, uint64_t seed, const std::string& failures_dir,
                            const CaseHistory* history, const std::string& reference) {
   const std::string& backend = on.spec;
-  std::printf("\nFAILED %s %s on %s (faults: %s) after %d cases, hunt seed %llu\n",
+  std::printf("\nFAILED %s %s on %s (faults: %s) after %s, hunt seed %llu\n",
               std::string(property_label(property)).c_str(),
               std::string(property_name(property)).c_str(), backend.c_str(),
-              faults.to_string().c_str(), result.cases_run, (unsigned long long)seed);
+              faults.to_string().c_str(), counted(result.cases_run, "case").c_str(),
+              (unsigned long long)seed);
   if (result.counterexample) {
     std::printf("minimized scenario (size %d):\n%s\n", result.counterexample->size(),
                 result.counterexample->to_text().c_str());

@@ -7,6 +7,8 @@
 #include <sstream>
 #include <vector>
 
+#include "tools/reason_ranges.h"
+
 namespace kvcheck::cli {
 
 namespace {
@@ -48,15 +50,15 @@ std::string failure_text(const FailureRecord* f, const Tally& t) {
   std::ostringstream out;
   if (f == nullptr) return t.failure + "\n";
   out << "case file: " << (f->case_path.empty() ? "(not written)" : f->case_path) << "\n";
-  if (!f->case_path.empty()) out << "replay: kvcheck replay " << f->case_path << "\n";
+  if (!f->case_path.empty()) out << "replay: " << replay_command(*f) << "\n";
   out << f->verdict.summary << "\n" << f->verdict.detail;
   return out.str();
 }
 
 std::string not_applicable_message(const Tally& t) {
   std::string why;
-  for (const auto& [reason, n] : t.not_applicable_why) {
-    why += (why.empty() ? "" : "; ") + reason;
+  for (const ReasonGroup& g : group_reasons(t.not_applicable_why)) {
+    why += (why.empty() ? "" : "; ") + g.text;
   }
   return "not applicable: " + why;
 }

@@ -6,6 +6,7 @@
 
 #include "model/status.h"
 #include "tools/build_info.h"
+#include "tools/cli_checks.h"
 #include "tools/commands.h"
 
 namespace kvcheck::cli {
@@ -40,6 +41,16 @@ int main(int argc, char** argv) {
   try {
     app.parse(argc, argv);
   } catch (const CLI::ParseError& e) {
+    // CLI11 says only "A subcommand is required", even for a misspelt one.
+    if (app.get_subcommands().empty() && dynamic_cast<const CLI::RequiredError*>(&e)) {
+      std::vector<std::string> names;
+      const CLI::App& all = app;
+      for (const CLI::App* sub : all.get_subcommands([](const CLI::App*) { return true; }))
+        names.push_back(sub->get_name());
+      std::fprintf(stderr, "kvcheck: %s\n",
+                   kvcheck::cli::missing_subcommand_message(app.remaining(), names).c_str());
+      return 2;
+    }
     const int code = app.exit(e);
     return code == 0 ? 0 : 2;
   }

@@ -6,6 +6,8 @@
 #include <sstream>
 #include <vector>
 
+#include "tools/counted.h"
+#include "tools/reason_ranges.h"
 #include "tools/report_svg.h"
 #include "tools/shard.h"
 #include "tools/timeline_svg.h"
@@ -21,19 +23,30 @@ h3{font-size:15px;margin:14px 0 4px}
 .FAILED{color:#c62828}.passed{color:#2e7d32}.INCOMPLETE,.INTERRUPTED{color:#e65100}
 table{border-collapse:collapse}td,th{padding:3px 8px;border-bottom:1px solid #e0e0e0;
 text-align:left;vertical-align:top}th{background:#f5f5f5}td.n{text-align:right}
-pre,code{font:12px/1.35 ui-monospace,monospace}pre{background:#f7f7f7;padding:6px 8px;
+pre,code{font:12px/1.35 ui-monospace,monospace;overflow-wrap:anywhere}pre{background:#f7f7f7;padding:6px 8px;
 margin:4px 0;white-space:pre-wrap;border-left:3px solid #bbb}
 .fail pre{border-left-color:#c62828}.why{color:#6d4c41;font-size:12px}
 svg text{font:11px system-ui,sans-serif;fill:#212121}svg text.axis{font-size:9px;fill:#666}
 svg text.cell{font-size:11px}.backends{display:flex;flex-wrap:wrap;gap:8px 24px}
 .note{color:#555;font-size:12px}td.k{white-space:nowrap}.pair{display:grid;grid-template-columns:1fr 1fr;gap:12px}
-pre.case{max-height:24em;overflow:auto}.frames{display:flex;flex-wrap:wrap;gap:10px 22px}.index li{margin:2px 0}a{color:#1565c0}
+.b{min-width:8em;max-width:16em;overflow-wrap:anywhere}.backends>div{max-width:46em;overflow-wrap:anywhere}.pair>div{min-width:0}
+details.why summary{cursor:pointer}
+@media (max-width:1000px){td,th{padding:3px 4px}.h{display:none}.b{min-width:5em}}.frames{display:flex;flex-wrap:wrap;gap:10px 22px}.index li{margin:2px 0}a{color:#1565c0}
 )";
 
 std::string fixed(const char* format, double v) {
   char text[48];
   std::snprintf(text, sizeof(text), format, v);
   return text;
+}
+
+// A backend string in a table cell: a long one (an exec: command) is shown
+// by its start and end, whole in the cell's tooltip and under "Backends".
+std::string backend_cell(const std::string& spec) {
+  constexpr size_t kShown = 44;
+  if (spec.size() <= kShown) return escape_xml(spec);
+  return "<span title=\"" + escape_xml(spec) + "\">" + escape_xml(spec.substr(0, 20)) + "\u2026" +
+         escape_xml(spec.substr(spec.size() - 23)) + "</span>";
 }
 
 std::string property_title(Property p) {
@@ -73,24 +86,34 @@ void shards_section(std::ostringstream& out, const RunRecord& run) {
   out << "</table>\n";
 }
 
+// The count, and why: reasons that differ in a number merged into ranges,
+// the first two shown and the rest folded (a P9 list of one line per pool
+// size filled most of the first screen).
 std::string not_applicable_cell(const Tally& t) {
   std::string text = std::to_string(t.not_applicable);
-  for (const auto& [why, n] : t.not_applicable_why) {
-    text += "<div class=\"why\">" + std::to_string(n) + ": " + escape_xml(why) + "</div>";
+  const std::vector<ReasonGroup> groups = group_reasons(t.not_applicable_why);
+  for (size_t i = 0; i < groups.size(); ++i) {
+    if (i == 2)
+      text += "<details class=\"why\"><summary>" + counted(groups.size() - 2, "more reason") +
+              "</summary>";
+    text += "<div class=\"why\">" + std::to_string(groups[i].cases) + ": " +
+            escape_xml(groups[i].text) + "</div>";
   }
+  if (groups.size() > 2) text += "</details>";
   return text;
 }
 
 void properties_section(std::ostringstream& out, const RunRecord& run) {
   out << "<h2>Properties</h2><table><tr><th>property</th><th>backend</th><th>cases</th>"
       << "<th>passed</th><th>not applicable, why</th><th>worst error/bound</th>"
-      << "<th>error/bound per case</th><th>result</th></tr>\n";
+      << "<th class=\"h\">error/bound per case</th><th>result</th></tr>\n";
   for (const Tally& t : run.tallies) {
     const bool measured = has_error_bound(t.property);
     out << "<tr><td class=\"k\">" << escape_xml(property_title(t.property))
-        << "</td><td class=\"k\">" << escape_xml(t.backend) << "</td><td class=\"n\">" << t.cases
+        << "</td><td class=\"b\">" << backend_cell(t.backend) << "</td><td class=\"n\">" << t.cases
         << "</td><td class=\"n\">" << t.passed << "</td><td>" << not_applicable_cell(t)
-        << "</td><td class=\"n\">" << (measured ? fixed("%.3g", t.worst_ratio) : "-") << "</td><td>"
+        << "</td><td class=\"n\">" << (measured ? fixed("%.3g", t.worst_ratio) : "-")
+        << "</td><td class=\"h\">"
         << (measured ? ratio_histogram_svg(t.ratio_histogram) : "bitwise") << "</td><td>";
     if (t.failed) {
       out << "<span class=\"FAILED\">FAILED: " << escape_xml(t.failure) << "</span>";
@@ -112,7 +135,7 @@ void coverage_section(std::ostringstream& out, const RunRecord& run) {
     const auto [cases, classes] = backend_coverage(run.tallies, b.spec);
     std::vector<std::pair<std::string, double>> rows;
     for (const auto& [name, n] : classes) rows.push_back({name, cases ? double(n) / cases : 0});
-    out << "<div><b>" << escape_xml(b.spec) << "</b>, " << cases << " cases<br>"
+    out << "<div><b>" << escape_xml(b.spec) << "</b>, " << counted(cases, "case") << "<br>"
         << percent_bars_svg(rows) << "</div>";
   }
   out << "</div><p class=\"note\">share of the generated cases (all properties) that hold "
@@ -125,9 +148,9 @@ void feature_use_section(std::ostringstream& out, const RunRecord& run) {
   for (const BackendRecord& b : run.backends) {
     for (const FeatureUseRow& row : backend_feature_use(run.tallies, b)) {
       const bool never = row.declared && row.count.used == 0;
-      out << "<tr><td>" << escape_xml(b.spec) << "</td><td>" << escape_xml(row.name) << "</td><td>"
-          << (row.declared ? "yes" : "no") << "</td><td class=\"n\">" << row.count.drawn
-          << "</td><td class=\"n\">"
+      out << "<tr><td class=\"b\">" << backend_cell(b.spec) << "</td><td>" << escape_xml(row.name)
+          << "</td><td>" << (row.declared ? "yes" : "no") << "</td><td class=\"n\">"
+          << row.count.drawn << "</td><td class=\"n\">"
           << (never ? "<span class=\"failed\">0</span>" : std::to_string(row.count.used))
           << "</td></tr>\n";
     }
@@ -142,14 +165,14 @@ HeatCell kill_cell(const KillRecord& k, int max_cases) {
   if (!k.ran) return {"not run", "not reached within the time budget", "#e0e0e0"};
   if (!k.is_fault) {
     return k.killed ? HeatCell{"FAILED by " + k.killed_by, k.shrunk_scenario, "#e57373"}
-                    : HeatCell{"held " + std::to_string(k.cases_to_kill) + " cases",
+                    : HeatCell{"held " + counted(k.cases_to_kill, "case"),
                                "the correct engine must survive", "#c8e6c9"};
   }
   if (!k.killed) {
     return {"survived " + std::to_string(k.cases_to_kill), "no property caught it", "#b71c1c"};
   }
-  c.text = std::to_string(k.cases_to_kill) + (k.cases_to_kill == 1 ? " case" : " cases") +
-           ", size " + std::to_string(k.shrunk_size) + ", by " + k.killed_by;
+  c.text = counted(k.cases_to_kill, "case") + ", size " + std::to_string(k.shrunk_size) + ", by " +
+           k.killed_by;
   c.tooltip = "killed after " + std::to_string(k.cases_to_kill) + " cases by " + k.killed_by +
               "; shrunk scenario (size " + std::to_string(k.shrunk_size) + "):\n" +
               k.shrunk_scenario;
@@ -163,7 +186,7 @@ HeatCell kill_cell(const KillRecord& k, int max_cases) {
 HeatCell property_cell(const KillRecord& k, const KillRecord::Cell& c, int max_cases) {
   const std::string who = k.fault + " x " + property_title(c.property);
   if (!c.killed) {
-    return {"-", who + ": not killed in " + std::to_string(c.cases) + " cases", "#fafafa"};
+    return {"-", who + ": not killed in " + counted(c.cases, "case"), "#fafafa"};
   }
   if (!k.is_fault) return {"FAIL", who + ": the correct engine failed", "#e57373"};
   return {std::to_string(c.cases) + "/" + std::to_string(c.shrunk_size),
@@ -269,8 +292,7 @@ void failure_section(std::ostringstream& out, const FailureRecord& f, int index)
       << escape_xml(location_text(f.verdict.where)) << "</td></tr><tr><th>case file</th><td><code>"
       << escape_xml(f.case_path.empty() ? "(not written)" : f.case_path) << "</code></td></tr>";
   if (!f.case_path.empty()) {
-    out << "<tr><th>replay</th><td><code>kvcheck replay " << escape_xml(f.case_path)
-        << "</code></td></tr>";
+    out << "<tr><th>replay</th><td><code>" << escape_xml(replay_command(f)) << "</code></td></tr>";
   }
   out << "</table>";
   for (const ErrorMap& map : f.error_maps) error_map_section(out, map);
@@ -281,8 +303,15 @@ void failure_section(std::ostringstream& out, const FailureRecord& f, int index)
 }
 
 void failures_section(std::ostringstream& out, const RunRecord& run) {
-  out << "<h2 id=\"failures\">Failures (" << run.failures.size() << ")</h2>";
-  if (run.failures.empty()) out << "<p>none</p>";
+  size_t kill_problems = 0;
+  for (const KillRecord& k : run.kills) kill_problems += k.problems.size();
+  out << "<h2 id=\"failures\">Property failures (" << run.failures.size() << ")</h2>";
+  if (run.failures.empty())
+    out << "<p>none"
+        << (kill_problems ? "; the kill matrix's problems, listed at the top, "
+                            "decided the verdict"
+                          : "")
+        << "</p>";
   out << "<ol class=\"index\">";
   for (size_t i = 0; i < run.failures.size(); ++i) {
     const FailureRecord& f = run.failures[i];
@@ -301,9 +330,10 @@ void replayed_section(std::ostringstream& out, const RunRecord& run) {
                          : f.verdict.applicable ? "passed"
                                                 : "not applicable";
     out << "<tr><td><code>" << escape_xml(f.case_path) << "</code></td><td>"
-        << escape_xml(property_title(f.property)) << "</td><td>" << escape_xml(f.backend)
-        << "</td><td>" << escape_xml(f.faults) << "</td><td><span class=\"" << status << "\">"
-        << status << "</span>: " << escape_xml(f.verdict.summary) << "</td></tr>\n";
+        << escape_xml(property_title(f.property)) << "</td><td class=\"b\">"
+        << backend_cell(f.backend) << "</td><td>" << escape_xml(f.faults)
+        << "</td><td><span class=\"" << status << "\">" << status
+        << "</span>: " << escape_xml(f.verdict.summary) << "</td></tr>\n";
   }
   out << "</table>\n";
 }
@@ -333,7 +363,7 @@ std::string html_report(const RunRecord& run) {
   }
   for (const std::string& w : feature_warnings(run)) reasons.push_back("warning: " + w);
   if (!reasons.empty()) {
-    out << "<ul class=\"reasons\">";
+    out << "<p><b>Problems and warnings:</b></p><ul class=\"reasons\">";
     for (const std::string& r : reasons) out << "<li>" << escape_xml(r) << "</li>";
     out << "</ul>\n";
   }

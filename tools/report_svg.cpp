@@ -43,7 +43,12 @@ std::string ratio_histogram_svg(const std::array<int, kRatioBuckets>& counts) {
 }
 
 std::string percent_bars_svg(const std::vector<std::pair<std::string, double>>& rows) {
-  constexpr int kLabel = 110, kBar = 160, kRow = 16;
+  constexpr int kBar = 160, kRow = 16;
+  // Room for the longest label at about 6 px a character (11 px text), so
+  // that "abort, then a hit on its prefix" is not cut at the left edge.
+  size_t longest = 0;
+  for (const auto& row : rows) longest = std::max(longest, row.first.size());
+  const int kLabel = std::max(110, int(longest) * 6 + 10);
   std::ostringstream out;
   out << "<svg class=\"bars\" width=\"" << kLabel + kBar + 45 << "\" height=\""
       << kRow * rows.size() + 2 << "\" role=\"img\">";

@@ -4,7 +4,9 @@
 #include "tools/run_report.h"
 
 #include <algorithm>
+#include <cerrno>
 #include <cmath>
+#include <cstring>
 #include <ctime>
 #include <filesystem>
 #include <fstream>
@@ -14,6 +16,7 @@
 #include "model/rng.h"
 #include "model/status.h"
 #include "tools/shard.h"
+#include "properties/repro/case_file.h"
 
 namespace kvcheck::cli {
 
@@ -40,7 +43,8 @@ std::string not_run_reason(const Tally& t) {
   if (!not_run(t)) return "";
   if (!t.never_applies.empty()) return t.never_applies;
   if (t.cases == 0) return "no case ran within the time budget";
-  return "it applied to none of the " + std::to_string(t.cases) + " cases";
+  return t.cases == 1 ? "it did not apply to its 1 case"
+                      : "it applied to none of the " + std::to_string(t.cases) + " cases";
 }
 
 BackendCoverage backend_coverage(const std::vector<Tally>& tallies, const std::string& backend) {
@@ -77,9 +81,12 @@ std::vector<std::string> feature_warnings(const std::vector<Tally>& tallies,
   if (backend_coverage(tallies, b.spec).cases == 0) return lines;
   for (const FeatureUseRow& row : backend_feature_use(tallies, b)) {
     if (!row.declared || row.count.used > 0) continue;
-    lines.push_back(b.spec + " declares " + row.name + ", yet it happened in none of the " +
-                    std::to_string(row.count.drawn) + " case" + (row.count.drawn == 1 ? "" : "s") +
-                    " that could use it" +
+    const std::string where =
+        row.count.drawn == 0   ? "no case drawn could use it"
+        : row.count.drawn == 1 ? "it did not happen in the 1 case that could use it"
+                               : "it happened in none of the " + std::to_string(row.count.drawn) +
+                                     " cases that could use it";
+    lines.push_back(b.spec + " declares " + row.name + ", yet " + where +
                     (row.name == "prefix hit" ? " (lost sharing: a performance finding)" : ""));
   }
   return lines;
@@ -91,6 +98,13 @@ std::vector<std::string> feature_warnings(const RunRecord& run) {
     for (std::string& line : feature_warnings(run.tallies, b)) lines.push_back(std::move(line));
   }
   return lines;
+}
+
+std::string replay_command(const FailureRecord& f) {
+  if (f.case_path.empty()) return "";
+  const Result<CaseFile> c = parse_case(f.case_text);
+  return "kvcheck replay" + (c ? case_command_options(c.value()) : std::string()) + " " +
+         f.case_path;
 }
 
 std::string utc_now_iso8601() {
@@ -159,9 +173,13 @@ void write_text_file(const std::string& option, const std::string& path, const s
     if (!error.empty()) throw InputError(option + ": cannot write \"" + path + "\": " + error);
     return;
   }
+  errno = 0;
   std::ofstream out(path, std::ios::binary);
   if (out) out << text;
-  if (!out) throw InputError(option + ": cannot write \"" + path + "\"");
+  if (out) out.flush();
+  if (!out)
+    throw InputError(option + ": cannot write \"" + path + "\"" +
+                     (errno != 0 ? std::string(": ") + std::strerror(errno) : std::string()));
 }
 
 }  // namespace kvcheck::cli
@@ -211,7 +229,7 @@ void decide_verdict(RunRecord& r, bool faults_on, const std::string& incomplete_
     r.status = "failed";
     r.exit_code = 1;
     r.outcome = property_failed ? (faults_on ? "a property caught the fault"
-                                             : "a property failed on a correct engine")
+                                             : "a property failed on the engine under test")
                                 : "the kill matrix found a problem";
   } else if (!r.incomplete.empty()) {
     r.status = "incomplete";

@@ -110,6 +110,11 @@ struct FailureRecord {
 // shards hashes the same. 16 hex digits.
 std::string case_content_hash(const std::string& case_text);
 
+// "kvcheck replay [--backend ...] CASE_PATH": what replays the failure's
+// case file, with the options its backend, reference or model need (from
+// the case's text); "" when no case file was written.
+std::string replay_command(const FailureRecord& f);
+
 // One kill-matrix row on one backend. Columns are the properties, or the
 // single 'any' column (every property per case) when the matrix ran so.
 struct KillRecord {

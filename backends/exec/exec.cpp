@@ -432,7 +432,7 @@ std::optional<std::pair<std::string, std::string>> exec_setting(const BackendSpe
                                                                 const std::string& key,
                                                                 const char* variable) {
   if (auto it = spec.options.find(key); it != spec.options.end())
-    return std::pair{it->second, "--backend " + spec.name + "?" + key + "="};
+    return std::pair{it->second, "--backend " + spec.name + ": option " + key + "="};
   if (const char* env = std::getenv(variable); env && *env)
     return std::pair{std::string(env), std::string(variable) + "="};
   return std::nullopt;

@@ -132,6 +132,7 @@ std::string ChildProcess::reap(bool kill_first) {
     if (!kill_first && WIFSIGNALED(status) && WTERMSIG(status) == SIGKILL)
       return "closed its stdout but did not exit (killed)";
   }
+  if (WIFEXITED(status)) exit_code_ = WEXITSTATUS(status);
   return describe_exit(status);
 }
 
@@ -353,7 +354,9 @@ void ChildProcess::flush(const std::string& call) {
 }
 
 void ChildProcess::drain() {
-  flush(posted_.empty() ? std::string("request") : posted_.back().op);
+  // A child gone while these are written died on the oldest one it has not
+  // answered: that is the call to name, not the last one queued (a destroy).
+  flush(posted_.empty() ? std::string("request") : posted_.front().op);
   for (const Posted& earlier : posted_) {
     // The per-call timeout holds for each reply: a batch of slow steps is
     // not a hang.
@@ -381,7 +384,7 @@ Reply ChildProcess::call(const nlohmann::json& request, const wire::ReplyLimits&
   std::string framed = wire::frame(request.dump());
   make_room(framed.size());
   unsent_ += framed;
-  flush(name);
+  flush(posted_.empty() ? name : posted_.front().op);
   drain();
   deadline_ = std::chrono::steady_clock::now() + timeout_;
   Reply reply = read_reply(name, limits);

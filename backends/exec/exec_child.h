@@ -101,12 +101,15 @@ class ChildProcess {
   void drain();
   // Writes the posted requests now, without reading any reply, so that the
   // child works on them while kvcheck does something else.
-  void send() { flush(posted_.empty() ? std::string("request") : "posted requests"); }
+  void send() { flush(posted_.empty() ? std::string("request") : posted_.front().op); }
 
   // Kills the child and throws a ChildFault naming `call` and `reason`.
   [[noreturn]] void fail(const std::string& call, const std::string& reason);
 
   bool alive() const { return pid_ > 0; }
+  // The exit code of a child that exited (not killed); -1 while it runs. The
+  // shell's 126 and 127 mean the command could not start.
+  int exit_code() const { return exit_code_; }
 
  private:
   void write_request(const std::string& bytes, const std::string& call);
@@ -128,6 +131,7 @@ class ChildProcess {
   std::chrono::milliseconds timeout_;
   std::chrono::microseconds spin_;
   pid_t pid_ = -1;
+  int exit_code_ = -1;
   int to_child_ = -1, from_child_ = -1, child_err_ = -1;
   std::vector<uint8_t> in_;  // [bytes] read from stdout; [in_pos_, in_end_) not yet consumed
   size_t in_pos_ = 0, in_end_ = 0;

@@ -1,5 +1,6 @@
 #include "backends/exec/exec_reply.h"
 
+#include <algorithm>
 #include <climits>
 #include <cstdint>
 #include <string_view>
@@ -49,6 +50,21 @@ int json_depth(std::string_view text) {
   return deepest;
 }
 
+// A length prefix that reads as text is a child that printed to stdout,
+// which carries only frames: say so, quoting what it printed.
+std::string printed_text(std::span<const uint8_t> bytes) {
+  std::string text;
+  for (const uint8_t c : bytes.first(std::min<size_t>(bytes.size(), 40))) {
+    if (c == '\n' || c == '\r' || c == '\t') break;
+    if (c < 0x20 || c > 0x7e) return "";
+    text += char(c);
+  }
+  if (text.size() < 4) return "";
+  return "; those bytes read as text (\"" + text +
+         "...\"), so the child probably printed to stdout, which carries only frames (print to "
+         "stderr instead)";
+}
+
 std::string quoted(const json& value) {
   const std::string text = value.dump();
   return text.size() > 100 ? text.substr(0, 100) + "..." : text;
@@ -86,7 +102,7 @@ ReplyParse parse_reply(std::span<const uint8_t> bytes, const ReplyLimits& limits
   const uint32_t length = read_le32(bytes.data());
   if (length > kMaxControlBytes)
     return malformed("a control frame of " + std::to_string(length) + " bytes (the bound is " +
-                     std::to_string(kMaxControlBytes) + ")");
+                     std::to_string(kMaxControlBytes) + ")" + printed_text(bytes));
   if (bytes.size() < 4 + size_t(length)) return incomplete(4 + size_t(length));
   const std::string_view text(reinterpret_cast<const char*>(bytes.data()) + 4, length);
   if (json_depth(text) > kMaxJsonDepth)

@@ -91,10 +91,9 @@ void fit_model(Config& c, KvDtype& kv_dtype, const ShapeLimits& limits) {
       fit_dimension(c.d_model, limits.min_d_model, limits.max_d_model, limits.d_model_multiple);
   c.vocab = std::clamp(c.vocab, std::max(2, limits.min_vocab), limits.max_vocab);
   if (c.vocab < limits.min_vocab) c.vocab = limits.min_vocab;
-  // Outside the d_model limits it stays refused (not applicable).
-  const auto& full = limits.query_width_is_d_model;
-  if (std::find(full.begin(), full.end(), c.family) != full.end())
-    c.d_model = c.n_heads * c.head_dim;
+  // Outside the d_model limits it stays refused (not applicable). With
+  // mha_only the group genes draw the head count.
+  apply_shape_rules(c, limits);
 }
 
 // A checkpoint's context holds at most max_pos positions: each sequence (or,

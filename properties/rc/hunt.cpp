@@ -40,20 +40,6 @@ class SilentListener : public rc::detail::TestListener {
   void onTestFinished(const rc::detail::TestMetadata&, const rc::detail::TestResult&) override {}
 };
 
-// RapidCheck reads its configuration (RC_PARAMS) once per process and prints
-// "Using configuration: seed=..." to stderr: a random seed of its own that a
-// hunt never uses (it passes its own), printed beside the campaign's seed
-// and again by every worker. Read it once, with stderr silenced.
-void load_rapidcheck_configuration_quietly() {
-  static const bool loaded = [] {
-    std::streambuf* const err = std::cerr.rdbuf(nullptr);
-    rc::detail::configuration();
-    std::cerr.rdbuf(err);
-    return true;
-  }();
-  (void)loaded;
-}
-
 // The second stage of shrinking (HuntOptions::scenario_shrink_steps).
 // Candidates not run for time count as passing, and the result says cut.
 void shrink_scenario_further(const std::function<Verdict(const Scenario&)>& check,
@@ -84,6 +70,18 @@ void shrink_scenario_further(const std::function<Verdict(const Scenario&)>& chec
 }
 
 }  // namespace
+
+// RapidCheck prints "Using configuration: seed=..." to stderr when it first
+// reads RC_PARAMS: read it once, with stderr silenced.
+void load_rapidcheck_configuration_quietly() {
+  static const bool loaded = [] {
+    std::streambuf* const err = std::cerr.rdbuf(nullptr);
+    rc::detail::configuration();
+    std::cerr.rdbuf(err);
+    return true;
+  }();
+  (void)loaded;
+}
 
 HuntResult hunt(const std::function<Verdict(const Scenario&)>& check, Emphasis emphasis,
                 const HuntOptions& options) {

@@ -22,6 +22,13 @@ namespace kvcheck::rcgen {
 // others take every shape.
 Emphasis emphasis_for(Property property);
 
+// RapidCheck's configuration (RC_PARAMS) read once per process, without the
+// "Using configuration: seed=..." line RapidCheck prints then: a seed that a
+// hunt never uses (it passes its own) and that a conformance test prints
+// itself with the command that reproduces it. Every driver calls this before
+// anything reads the configuration.
+void load_rapidcheck_configuration_quietly();
+
 struct HuntOptions {
   uint64_t seed = 0x6b76636865636bull;  // "kvcheck"
   int max_cases = 100;

@@ -86,6 +86,14 @@ std::string exact_text(double value);
 // whose scenario validates and whose strings are one_line().
 std::string print_case(const CaseFile& c);
 
+// What `kvcheck replay` and `kvcheck shrink` of this case must be given,
+// each option with a leading space ("" when nothing): --backend and
+// --reference where they load or start code (a case file never makes kvcheck
+// run code), --model where the case ran on a checkpoint. The case file's
+// header, the campaign's and shrink's printed commands and the HTML report
+// all print it.
+std::string case_command_options(const CaseFile& c);
+
 // Text -> case, or "line N: <what was wrong>; expected <what>" for the first
 // problem. The scenario is validated (Scenario::validate), and its errors are
 // traced back to the line of the call or field they name.

@@ -3,6 +3,7 @@
 #include <charconv>
 #include <sstream>
 
+#include "model/command_text.h"
 #include "properties/repro/case_file.h"
 #include "properties/repro/case_text.h"
 
@@ -150,10 +151,19 @@ void print_prelude(std::ostream& out, const std::vector<PreludeCase>& prelude) {
 
 }  // namespace
 
+std::string case_command_options(const CaseFile& c) {
+  std::string options;
+  if (backend_runs_named_code(c.backend)) options += " --backend " + shell_quote(c.backend);
+  if (backend_runs_named_code(c.reference)) options += " --reference " + shell_quote(c.reference);
+  if (!c.model_path.empty()) options += " --model " + shell_quote(c.model_path);
+  return options;
+}
+
 std::string print_case(const CaseFile& c) {
   std::ostringstream out;
   out << kCaseMagic << "\n";
-  out << "# A kvcheck case (docs/CASE_FORMAT.md). Replay: kvcheck replay FILE\n";
+  out << "# A kvcheck case (docs/CASE_FORMAT.md). Replay: kvcheck replay" << case_command_options(c)
+      << " FILE\n";
   for (const std::string& note : c.notes) out << "note " << note << "\n";
   out << "property " << property_name(c.property) << "\n";
   out << "fault " << c.faults.to_string() << "\n";

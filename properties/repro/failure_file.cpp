@@ -165,11 +165,7 @@ WrittenCase write_failure_case(const Scenario& scenario, const Verdict& verdict,
              << "\n";
       // A case file never makes kvcheck load code: a plugin or a command
       // runs only when the user names it with --backend, so say how.
-      std::string backend =
-          backend_runs_named_code(c.backend) ? " --backend " + shell_quote(c.backend) : "";
-      if (backend_runs_named_code(c.reference))
-        backend += " --reference " + shell_quote(c.reference);
-      if (!c.model_path.empty()) backend += " --model " + shell_quote(c.model_path);
+      const std::string backend = case_command_options(c);
       report << "replay:    " << context.kvcheck_command << " replay" << backend << " "
              << written.path << "\n";
       report << "shrink:    " << context.kvcheck_command << " shrink" << backend << " "

@@ -20,6 +20,8 @@ TEST(TraitsJson, RoundTripKeepsEveryField) {
   t.limits.head_dim_multiple = 32;
   t.limits.capacity_shared = true;
   t.limits.max_step_tokens = 512;
+  t.limits.mha_only = true;
+  t.limits.d_ff_is_4x_d_model = {Family::kGpt2};
   t.invariance.batch = Invariance::kBounded;
   t.invariance.determinism = Invariance::kBounded;
   t.arithmetic.rope_angles_in_float = true;
@@ -30,6 +32,9 @@ TEST(TraitsJson, RoundTripKeepsEveryField) {
   EXPECT_EQ(json["limits"]["kv_dtypes"], nlohmann::json({"bf16", "f16"}));
   EXPECT_EQ(json["invariance"]["batch"], "bounded");
   EXPECT_EQ(back.value().limits.head_dim_multiple, 32);
+  EXPECT_TRUE(back.value().limits.mha_only);
+  EXPECT_EQ(json["limits"]["d_ff_is_4x_d_model"], nlohmann::json({"gpt2"}));
+  EXPECT_EQ(json["limits"]["positions"], nlohmann::json({"rope"}));  // from the families
   EXPECT_FALSE(back.value().operations.reset);
 
   const Result<EngineTraits> cpu = traits_from_json(traits_to_json(cpu_engine_traits()));
@@ -81,7 +86,27 @@ INSTANTIATE_TEST_SUITE_P(
         Malformed{R"({"identity": {"name": "x"}, "limits": {"head_dim_multiple": 32,
                       "max_head_dim": 16}})",
                   "traits.limits.head_dim_multiple: no multiple of 32 lies in [1, 16]"},
+        Malformed{R"({"identity": {"name": "x"}, "limits": {"positions": ["alibi"]}})",
+                  "traits.limits.positions: expected \"learned\" or \"rope\" in an array, got "
+                  "[\"alibi\"]"},
+        Malformed{R"({"identity": {"name": "x"}, "limits": {"mha_only": 1}})",
+                  "traits.limits.mha_only: expected a boolean, got 1"},
+        Malformed{R"({"identity": {"name": "x"}, "limits": {"families": ["llama"],
+                      "positions": ["learned"]}})",
+                  "traits.limits.families: empty (the engine accepts no model)"},
         Malformed{R"([1, 2])", "traits: expected a JSON object, got [1,2]"}));
+
+// "positions" names the families by their positions and narrows them.
+TEST(TraitsJson, PositionsNarrowTheFamilies) {
+  for (const auto& [positions, family] :
+       {std::pair{"learned", Family::kGpt2}, std::pair{"rope", Family::kLlama}}) {
+    const Result<EngineTraits> t = traits_from_json_text(
+        std::string(R"({"identity": {"name": "x"}, "limits": {"positions": [")") + positions +
+        R"("]}})");
+    ASSERT_TRUE(t.ok()) << t.error();
+    EXPECT_EQ(t.value().limits.families, std::vector<Family>{family});
+  }
+}
 
 TEST(TraitsJson, BadEnumStringInAListNamesTheList) {
   const Result<EngineTraits> t =

@@ -18,6 +18,7 @@
 #include "backends/in_tree.h"
 #include "conformance/rc_driver.h"
 #include "conformance/suite.h"
+#include "engine/traits_json.h"
 #include "properties/property.h"
 #include "properties/rc/generators.h"
 #include "properties/rc/hunt.h"
@@ -180,6 +181,43 @@ TEST(Generators, QueryWidthIsDModelWhereTheEngineSaysSo) {
   wide.d_model = wide.n_heads * wide.head_dim + 2;
   EXPECT_NE(traits.refuses(wide, KvDtype::kF32, 4, 1).find("limits.query_width_is_d_model"),
             std::string::npos);
+}
+
+// The lesson's GPT (learned positions, MHA, d_out % num_heads asserted,
+// d_ff = 4 x d_model): every drawn model is one it can load, P7 never
+// applies, and refuses() names each rule a model breaks.
+TEST(Generators, TheLessonsShapesWhereTheEngineSaysSo) {
+  EngineTraits traits;
+  Result<EngineTraits> lesson = traits_from_json_text(
+      R"({"identity": {"name": "lesson"}, "limits": {"positions": ["learned"], "mha_only": true,
+          "query_width_is_d_model": ["gpt2"], "d_ff_is_4x_d_model": ["gpt2"]}})");
+  ASSERT_TRUE(lesson.ok()) << lesson.error();
+  traits = lesson.value();
+  ASSERT_EQ(traits.limits.families, std::vector<Family>{Family::kGpt2});
+  const rc::Gen<Scenario> gen = rcgen::scenario(rcgen::Emphasis::kAny, traits);
+  std::set<int> heads;
+  for (uint64_t seed = 1; seed <= 300; ++seed) {
+    const Scenario s = gen(rc::Random(seed), int(seed % 101)).value();
+    ASSERT_EQ(s.validate(), "");
+    const Config& c = s.config;
+    EXPECT_EQ(traits_exclude(traits, s), "") << s.to_text();
+    EXPECT_EQ(c.family, Family::kGpt2);
+    EXPECT_EQ(c.n_kv_heads, c.n_heads);
+    EXPECT_EQ(c.n_heads * c.head_dim, c.d_model);
+    EXPECT_EQ(c.d_ff, 4 * c.d_model);
+    heads.insert(c.n_heads);
+  }
+  EXPECT_GE(heads.size(), 3u) << "the head count still varies";
+  const EngineUnderTest subject(EngineFactory{}, traits);
+  EXPECT_NE(never_applicable(Property::kGqa, subject).find("limits.mha_only"), std::string::npos);
+  Config c = gpt2_tiny();  // 4 heads of 8 over d_model 32, d_ff 128: the lesson's shape
+  EXPECT_EQ(traits.refuses(c, KvDtype::kF32, 4, 1), "");
+  c.n_kv_heads = 2;
+  EXPECT_NE(traits.refuses(c, KvDtype::kF32, 4, 1).find("(limits.mha_only)"), std::string::npos);
+  c = gpt2_tiny(), c.d_ff = 96;
+  EXPECT_EQ(traits.refuses(c, KvDtype::kF32, 4, 1),
+            "d_ff 96 differs from 4 x d_model 128 (limits.d_ff_is_4x_d_model)");
+  EXPECT_EQ(traits.refuses(llama_tiny(), KvDtype::kF32, 4, 1), "family llama (rope positions)");
 }
 
 TEST(Generators, EveryCoverageTagOccurs) {

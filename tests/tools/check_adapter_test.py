@@ -7,6 +7,11 @@
         declare; kvcheck-serve --fault shift_wrong_sign and a proxy that lists
         wrong snapshot positions are cache bugs only (exit 1); a backend that
         is not exec: is bad input (exit 2).
+    check_adapter_test.py KVCHECK KVCHECK_SERVE shapes
+        an engine that cannot load GQA or MQA models (a proxy that refuses
+        their loads) has each such shape named, with the limit to declare
+        (exit 1); declaring limits.mha_only, check-adapter skips them (exit 0)
+        and a campaign draws MHA models only, with P7 not run.
     check_adapter_test.py KVCHECK PYTHON_WITH_TORCH torch
         adapters/torch/engine.py is clean; each of its traps is a cache bug and
         no protocol violation (exit 1).
@@ -57,6 +62,24 @@ def main():
               "CACHE BUG           llama gqa: cache after the context shift layer 0: slot 0 "
               "holds position 1, the history puts 0 there")
         check(kvcheck, "cpu", 2, "check-adapter checks exec: backends only")
+    elif mode == "shapes":
+        proxy = "exec:%s %s/tests/tools/faulty_proxy.py --fault mha_loads_only%%s -- %s" % (
+            sys.executable, ROOT, tool)
+        check(kvcheck, proxy % "", 1, "0 protocol violations, 0 cache bugs, 4 refused shapes",
+              "SHAPE REFUSED       gpt2 GQA (4 heads of 8 over 2 KV heads, d_model 32, d_ff 128): "
+              "load refused: internal: faulty_proxy: n_kv_heads 2 != n_heads 4 (MHA only); the "
+              "traits allow it: declare limits.mha_only")
+        honest = proxy % " --declare-mha-only"
+        check(kvcheck, honest, 0, "0 protocol violations, 0 cache bugs, 0 refused shapes",
+              "skip gpt2 MQA (4 heads of 8 over 1 KV head, d_model 32, d_ff 128): the traits "
+              "exclude it (n_kv_heads 1 differs from n_heads 4 (limits.mha_only))")
+        run = subprocess.run([kvcheck, "campaign", "--seed", "4", "--time", "120", "--cases", "60",
+                              "--no-kill-matrix", "--property", "oracle,gqa", "--backend", honest],
+                             capture_output=True, text=True, timeout=300)
+        out = run.stdout + run.stderr
+        if run.returncode != 0 or "not run: the engine takes MHA models only" not in out:
+            sys.exit("campaign on the MHA-only engine: exit %d\n%s" % (run.returncode, out))
+        print("ok: a campaign on the MHA-only engine draws only what it loads")
     elif mode == "torch":
         engine = "exec:%s %s/adapters/torch/engine.py" % (tool, ROOT)
         check(kvcheck, engine, 0, "0 protocol violations, 0 cache bugs")

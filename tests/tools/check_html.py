@@ -9,7 +9,9 @@ anchors, no CSS url(). Complete: the seed, every backend, every failing
 property's summary and case file path, one error/bound histogram per P1/P6
 row, one heat-map row per kill-matrix row, one error map per P1 failure and
 a K and a V map per P6 failure, a cache timeline per failure; for shared_rows
-the timeline shows a row that two sequences hold.
+the timeline shows a row that two sequences hold. Readable: every kill-matrix
+problem as text at the top, no scrolling box, backend cells that wrap, long
+not-applicable lists folded.
 
 usage: check_html.py KVCHECK WORKDIR
 """
@@ -115,20 +117,39 @@ def check_campaign(tag, binary, workdir, extra):
     kills = summary.get("kill_matrix", [])
     cells = sum(1 + len(k.get("per_property", [])) for k in kills)
     check(page.count('class="cell"') == cells, f"{tag}: kill-matrix cells differ")
-    return failed, failures
+    # A kill-matrix problem is text at the top, not only a cell's tooltip.
+    top = text[: text.find("Backends and their traits")]
+    for k in kills:
+        for problem in k["problems"]:
+            check(f"kill matrix on {k['backend']}: {problem}" in top,
+                  f"{tag}: kill-matrix problem not in the summary: {problem}")
+    # The case file is shown whole (no scrolling box), long backend strings wrap.
+    check("max-height" not in page, f"{tag}: a box with a max-height scrolls")
+    check(".b{min-width:8em;max-width:16em;overflow-wrap:anywhere}" in page, f"{tag}: backend cells do not wrap")
+    # Not-applicable reasons beyond two per row are folded.
+    for r in summary["properties"]:
+        shapes = {re.sub(r"\d+", "#", why) for why in r["not_applicable_why"]}
+        if len(shapes) > 2:
+            check("<details class=\"why\">" in page, f"{tag}: a long reason list is not folded")
+    return failed, failures, summary
 
 
 def main():
     binary, workdir = sys.argv[1], sys.argv[2]
     shutil.rmtree(workdir, ignore_errors=True)  # a rerun must not see the last run's case files
     os.makedirs(workdir)
-    failed, folder = check_campaign("fault", binary, workdir,
-                                    ["--fault", "shared_rows", "--cases", "20", "--time", "60"])
+    failed, folder, _ = check_campaign("fault", binary, workdir,
+                                       ["--fault", "shared_rows", "--cases", "20", "--time", "60"])
     check(len(failed) >= 1, "fault: shared_rows caused no failure")
     with open(os.path.join(workdir, "fault.html"), encoding="utf-8") as f:
         check("row 0: s0+s1" in f.read(), "fault: no timeline frame shows row 0 held by s0 and s1")
     check_campaign("clean", binary, workdir,
                    ["--cases", "10", "--time", "60", "--kill-per-property", "--kill-cases", "30"])
+    # Too few kill cases: faults survive, and the page says so at the top.
+    _, _, weak = check_campaign("weak", binary, workdir,
+                                ["--cases", "200", "--time", "60", "--kill-cases", "2",
+                                 "--property", "capacity", "--backend", "cpu"])
+    check(any(k["problems"] for k in weak["kill_matrix"]), "weak: no kill-matrix problem")
     page_path = os.path.join(workdir, "replay.html")
     kvcheck(binary, ["replay", folder, "--html", page_path], "replay")
     page, p, text = parse("replay", page_path)

@@ -9,25 +9,16 @@
 #include <string>
 #include <vector>
 
+#include "tests/tools/cli_run.h"
+
 namespace {
 
 const std::string kSource = KVCHECK_SOURCE_DIR;
 
-struct CliRun {
-  int code = -1;
-  std::string output;  // stdout and stderr together
-};
+using kvcheck::test::CliRun;
 
 CliRun kvcheck(const std::string& arguments) {
-  const std::string command = std::string(KVCHECK_BINARY) + " " + arguments + " 2>&1";
-  CliRun run;
-  FILE* pipe = popen(command.c_str(), "r");
-  if (!pipe) return run;
-  char buffer[4096];
-  for (size_t n; (n = fread(buffer, 1, sizeof buffer, pipe)) > 0;) run.output.append(buffer, n);
-  const int status = pclose(pipe);
-  run.code = WIFEXITED(status) ? WEXITSTATUS(status) : -1;
-  return run;
+  return kvcheck::test::run_kvcheck(arguments);
 }
 
 std::vector<std::string> lines_of(const std::string& text) {

@@ -20,7 +20,10 @@ Nth step with kind capacity (not relayed): a refusal of a step kvcheck may
 have sent without waiting. refuse_load answers the Nth load (--at counts
 loads here; kvcheck's resolve probe sends the first) with kind internal and
 the message "faulty_proxy cannot read PATH" (not relayed): an engine that
-fails to load a model.
+fails to load a model. mha_loads_only refuses (kind internal) every load of a
+model whose n_kv_heads differs from n_heads: an engine written without GQA;
+--declare-mha-only adds limits.mha_only to the traits it relays, the
+declaration such an engine owes.
 
 --once FILE: misbehave only if FILE does not exist yet (and create it), so that
 of all the children a campaign starts only the first fails.
@@ -87,10 +90,13 @@ def main():
                         choices=["exit", "signal", "segv", "abort", "hang", "garbage", "bad_json", "short_payload",
                                  "wrong_shape", "omit_reply", "refuse_start",
                                  "unsupported_fork", "drop_positions", "wrong_positions",
-                                 "refuse_step", "refuse_finish", "refuse_load", "none"])
+                                 "refuse_step", "refuse_finish", "refuse_load", "mha_loads_only",
+                                 "none"])
     parser.add_argument("--at", type=int, default=1, help="misbehave on this step request (refuse_load: this load)")
     parser.add_argument("--once", help="misbehave only if this file does not exist; create it")
     parser.add_argument("--log", help="append each request's op to this file")
+    parser.add_argument("--declare-mha-only", action="store_true",
+                        help="add limits.mha_only to the traits the engine declares")
     parser.add_argument("command", nargs=argparse.REMAINDER)
     args = parser.parse_args()
     command = args.command[1:] if args.command[:1] == ["--"] else args.command
@@ -123,6 +129,16 @@ def main():
                                                       "message": message}}).encode()))
                 out.flush()
                 continue
+        if op == "load" and args.fault == "mha_loads_only":
+            with open(os.path.join(json.loads(request)["path"], "config.json")) as f:
+                config = json.load(f)
+            if config["n_kv_heads"] != config["n_heads"]:
+                message = "faulty_proxy: n_kv_heads %d != n_heads %d (MHA only)" % (
+                    config["n_kv_heads"], config["n_heads"])
+                out.write(frame(json.dumps({"error": {"kind": "internal",
+                                                      "message": message}}).encode()))
+                out.flush()
+                continue
         if op == "fork" and args.fault == "unsupported_fork":
             out.write(frame(b'{"error":{"kind":"unsupported","message":"faulty_proxy: no fork"}}'))
             out.flush()
@@ -140,7 +156,7 @@ def main():
                 out.flush()
                 continue
             if now and args.fault not in ("none", "wrong_shape", "omit_reply", "refuse_start",
-                                          "refuse_finish", "refuse_load",
+                                          "refuse_finish", "refuse_load", "mha_loads_only",
                                           "unsupported_fork", "drop_positions",
                                           "wrong_positions"):
                 misbehave(args.fault, out)
@@ -148,6 +164,10 @@ def main():
         inner.stdin.flush()
         control = read_frame(inner.stdout)
         payloads = [read_frame(inner.stdout) for _ in json.loads(control).get("payloads", [])]
+        if op == "hello" and args.declare_mha_only:
+            reply = json.loads(control)
+            reply["traits"].setdefault("limits", {})["mha_only"] = True
+            control = json.dumps(reply).encode()
         if op == "cache" and "positions" in json.loads(control):
             reply = json.loads(control)
             if args.fault == "drop_positions":

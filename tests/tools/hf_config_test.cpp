@@ -125,7 +125,7 @@ TEST(HfConfig, UnreadableFiles) {
   std::ofstream(path) << "{\"num_hidden_layers\": 32,";
   const Result<KvShape> bad = read_hf_config_file(path);
   ASSERT_FALSE(bad);
-  EXPECT_EQ(bad.error().rfind(path + ": not valid JSON: ", 0), 0u) << bad.error();
+  EXPECT_EQ(bad.error().rfind(path + ": not valid JSON at line 1, column 26: ", 0), 0u) << bad.error();
   std::filesystem::remove(path);
 }
 

@@ -79,6 +79,17 @@ TEST(ExecReply, OversizedLengthsAreRefusedBeforeAnyWait) {
   EXPECT_LE(p.size, max_reply_bytes({1, 64}));
 }
 
+// A child that prints to stdout: its text is taken for a length prefix, and
+// the message says so, quoting the text; binary garbage is not called text.
+TEST(ExecReply, TextWhereAFrameBelongsIsSaidToBePrinted) {
+  expect_malformed(parse("Hello world\nmore"),
+                   "a control frame of 1819043144 bytes (the bound is 1048576); those bytes "
+                   "read as text (\"Hello world...\"), so the child probably printed to stdout");
+  const ReplyParse garbage = parse(le32(0x7fffffff) + "garbage");
+  ASSERT_EQ(Status::kMalformed, garbage.status);
+  EXPECT_EQ(garbage.error.find("read as text"), std::string::npos) << garbage.error;
+}
+
 TEST(ExecReply, BadJsonIsRefused) {
   expect_malformed(parse(frame("{not json")), "not a JSON object: {not json");
   expect_malformed(parse(frame("[1,2]")), "not a JSON object");

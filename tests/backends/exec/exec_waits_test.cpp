@@ -52,13 +52,13 @@ TEST(ExecWaits, ABadValueIsRefusedNamingItsFieldAndValue) {
   test::SavedEnvironment saved({"KVCHECK_EXEC_TIMEOUT", "KVCHECK_EXEC_SPIN"});
   saved.clear();
   EXPECT_EQ(refusal_of("exec:engine?spin=fast"),
-            "--backend exec:engine?spin=fast: expected microseconds in [0, 100000]");
+            "--backend exec:engine: option spin=fast: expected microseconds in [0, 100000]");
   EXPECT_EQ(refusal_of("exec:engine?spin=-1"),
-            "--backend exec:engine?spin=-1: expected microseconds in [0, 100000]");
+            "--backend exec:engine: option spin=-1: expected microseconds in [0, 100000]");
   EXPECT_EQ(refusal_of("exec:engine?spin=100001"),
-            "--backend exec:engine?spin=100001: expected microseconds in [0, 100000]");
+            "--backend exec:engine: option spin=100001: expected microseconds in [0, 100000]");
   EXPECT_EQ(refusal_of("exec:engine?timeout=0"),
-            "--backend exec:engine?timeout=0: expected seconds in (0, 86400]");
+            "--backend exec:engine: option timeout=0: expected seconds in (0, 86400]");
   ::setenv("KVCHECK_EXEC_SPIN", "1e9", 1);
   EXPECT_EQ(refusal_of("exec:engine"),
             "KVCHECK_EXEC_SPIN=1e9: expected microseconds in [0, 100000]");

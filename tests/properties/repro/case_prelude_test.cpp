@@ -12,9 +12,10 @@
 namespace kvcheck::test {
 namespace {
 
-// A case without a prelude, as every file before preludes was written.
+// A case without a prelude, as every file before preludes was written (its
+// header, a comment, gives the whole replay command since issue 31).
 constexpr const char* kOldCase = R"(kvcheck-case 1
-# A kvcheck case (docs/CASE_FORMAT.md). Replay: kvcheck replay FILE
+# A kvcheck case (docs/CASE_FORMAT.md). Replay: kvcheck replay --backend 'exec:python3 engine.py' FILE
 note written before preludes existed
 property oracle
 fault none

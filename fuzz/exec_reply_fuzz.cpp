@@ -37,7 +37,8 @@ using wire::ReplyParse;
 bool same(const wire::Reply& a, const wire::Reply& b) {
   const bool errors_match =
       a.error.has_value() == b.error.has_value() &&
-      (!a.error || (a.error->kind == b.error->kind && a.error->message == b.error->message));
+      (!a.error || (a.error->kind == b.error->kind && a.error->message == b.error->message &&
+                    a.error->trace == b.error->trace));
   return errors_match && a.control == b.control && a.payloads == b.payloads;
 }
 

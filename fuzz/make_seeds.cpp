@@ -274,6 +274,11 @@ void add_exec_reply_files(Files& files) {
     errors += frame(std::string(R"({"error":{"kind":")") + kind + R"(","message":"seed"}})");
   }
   seed("errors", 1, 16, errors);
+  // An engine's error with the last frames of its traceback, innermost last.
+  seed("error_trace", 0, 0,
+       frame(R"J({"error":{"kind":"internal","message":"RuntimeError: shape mismatch",)J"
+             R"J("trace":["my_gpt.py:88 in forward: x = self.attention(x)",)J"
+             R"J("my_gpt.py:41 in attention: attn = q @ k.transpose(-2, -1)"]}})J"));
   // The optional operations' replies: fork (protocol 1 names the child,
   // protocol 2 echoes it or answers {}), truncate, and their refusals.
   seed("operations", 0, 0,

@@ -62,8 +62,9 @@ Verdict run_property(Property property, const Scenario& scenario, const EngineUn
     // Only a call outside the scenario (a cache snapshot, a length) can
     // throw through; the engine must answer those for a running sequence.
     Verdict verdict = start_verdict(property);
-    fail(verdict, Location{}, "the engine refused a query about a running sequence",
-         std::string("EngineError: ") + e.what() + "\n");
+    checks::fail_engine_error(verdict, Location{},
+                              "the engine refused a query about a running sequence", false,
+                              "EngineError: ", e.what());
     return verdict;
   } catch (const InputError& e) {
     // The scenario validated and the traits accept it, so an engine that
@@ -76,8 +77,8 @@ Verdict run_property(Property property, const Scenario& scenario, const EngineUn
     // Foreign engines throw whatever they throw; on a valid call that is a
     // failure of the engine, with a case file like any other.
     Verdict verdict = start_verdict(property);
-    fail(verdict, Location{}, std::string("the engine threw: ") + e.what(),
-         std::string("exception: ") + e.what() + "\n");
+    checks::fail_engine_error(verdict, Location{}, "the engine threw: ", true,
+                              "exception: ", e.what());
     return verdict;
   }
   return not_applicable(property, "unknown property");

@@ -61,6 +61,10 @@ struct Verdict {
   Location where;
   std::string summary;  // one line
   std::string detail;   // multi-line report for a person (replay prints it)
+  // Where the engine's own code failed, when it said: the last frames of its
+  // traceback, innermost last, one a line ("my_gpt.py:88 in forward: ..."),
+  // as an exec: child sends them (docs/ENGINE_PROTOCOL.md); "" otherwise.
+  std::string trace;
   // The cache features the engine said happened while this was checked
   // (feature_use.h): the campaign's proof of use.
   FeatureMask features_used = 0;

@@ -133,7 +133,7 @@ std::optional<Reply> AdapterCheck::call_ok(const std::string& what, const json& 
 std::optional<Reply> AdapterCheck::call_ok_reply(const std::string& what, Reply r) {
   if (r.error) {
     violation(what + ": a well-formed request got error " + r.error->kind + ": " +
-              r.error->message);
+              wire::error_text(*r.error));
     return std::nullopt;
   }
   return r;
@@ -159,7 +159,7 @@ void AdapterCheck::expect_refusal(const std::string& what, const json& request,
     bug(what + ": accepted; engine/engine.h refuses it with " + kind);
   else if (r.error->kind != kind)
     violation(what + ": refused with kind " + r.error->kind + ", the protocol's kind is " + kind +
-              " (" + r.error->message + ")");
+              " (" + wire::error_text(*r.error) + ")");
   else
     ok(what + ": refused with " + kind);
 }
@@ -177,7 +177,7 @@ std::optional<EngineTraits> AdapterCheck::hello() {
     throw SessionOver{};
   }
   if (r.error) {
-    violation("hello: error " + r.error->kind + ": " + r.error->message);
+    violation("hello: error " + r.error->kind + ": " + wire::error_text(*r.error));
     return std::nullopt;
   }
   const auto version = integer("hello", r, "protocol");
@@ -376,7 +376,7 @@ std::optional<int64_t> AdapterCheck::make(const std::string& what, json request,
   const Reply reply = call(what, request);
   if (reply.error && shape != nullptr) {
     refused_shape(*shape, request.value("op", std::string()) + " refused: " + reply.error->kind +
-                              ": " + reply.error->message);
+                              ": " + wire::error_text(*reply.error));
     return std::nullopt;
   }
   const std::optional<Reply> r = call_ok_reply(what, reply);

@@ -80,7 +80,7 @@ void AdapterCheck::shape_check(const Shape& shape) {
                                {4, 4 * bytes + 4096});
     std::vector<float> logits;
     if (r.error)
-      refused_shape(shape, "step refused: " + r.error->kind + ": " + r.error->message);
+      refused_shape(shape, "step refused: " + r.error->kind + ": " + wire::error_text(*r.error));
     else if (logits_of(step, r, 3, c.vocab, logits))
       compare_logits(step, c, weights, tokens, 0, logits.data());
   }

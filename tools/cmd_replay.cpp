@@ -99,7 +99,8 @@ nlohmann::json verdict_json(const Verdict& v) {
           {"summary", v.summary},
           {"where", location_json(v.where)},
           {"worst_error_over_bound", v.worst_ratio},
-          {"detail", v.detail}};
+          {"detail", v.detail},
+          {"trace", v.trace}};
 }
 
 bool is_invariance(Property p) {

@@ -42,7 +42,10 @@ server side, standard library only. An engine is any object with
 where logits, k and v may be torch tensors, numpy arrays, bytes, or nested
 lists of floats. Refusals are raised as EngineError(kind, message) with a kind
 from the protocol ("capacity", "rows", "unknown_sequence", "bad_batch",
-"bad_token", "device"); any other exception is reported as "internal".
+"bad_token", "device"); any other exception is reported as "internal", with
+the last frames of its traceback ("trace": "my_gpt.py:88 in forward: ...",
+innermost last), which kvcheck prints with the failure and keeps in the case
+file.
 
     import kvcheck_adapter as kv
     kv.serve(traits={"identity": {"name": "mine", "version": "1"}},
@@ -58,10 +61,13 @@ are called as above.
 
 import array
 import json
+import os
 import struct
 import sys
+import traceback
 
 PROTOCOL_VERSION = 2  # the highest this module speaks; hello agrees on min(kvcheck's, this)
+TRACE_FRAMES = 6  # frames of an engine's traceback sent with an "internal" error
 MAX_CONTROL_BYTES = 1 << 20
 ERROR_KINDS = ("capacity", "rows", "unknown_sequence", "bad_batch", "bad_token", "device",
                "input", "unsupported", "internal")
@@ -334,6 +340,38 @@ class _Server:
         raise EngineError("input", "unknown op %r" % (op,))
 
 
+_HERE = os.path.abspath(__file__)
+
+
+def _frames(error):
+    """The traceback's frames outside this module, innermost last, each
+    "FILE:LINE in FUNCTION: CODE" (FILE relative to the working folder when
+    it lies below it)."""
+    out = []
+    for f in traceback.extract_tb(error.__traceback__):
+        path = os.path.abspath(f.filename)
+        if path == _HERE:
+            continue
+        name = os.path.relpath(path)
+        out.append("%s:%d in %s: %s" % (path if name.startswith("..") else name, f.lineno,
+                                        f.name, (f.line or "").strip()))
+    return out
+
+
+def _error_reply(error):
+    """The error reply for an exception the request raised."""
+    if isinstance(error, EngineError):
+        return {"error": {"kind": error.kind, "message": str(error)}}
+    tb = traceback.extract_tb(error.__traceback__)
+    if isinstance(error, KeyError) and tb and os.path.abspath(tb[-1].filename) == _HERE:
+        # raised reading the request (r["entries"]): a field it lacks
+        return {"error": {"kind": "input", "message": "missing field %s" % error}}
+    frames = _frames(error)
+    # The engine's own failure: a result, not a crash, with its place.
+    return {"error": {"kind": "internal", "message": "%s: %s" % (type(error).__name__, error),
+                      "trace": frames[-TRACE_FRAMES:]}}
+
+
 def serve(traits, make_engine, load=load_model):
     """Answers kvcheck's requests on stdin/stdout until end of file or "bye".
 
@@ -356,12 +394,7 @@ def serve(traits, make_engine, load=load_model):
             return
         try:
             reply, payloads = server.handle(request)
-        except EngineError as e:
-            reply, payloads = {"error": {"kind": e.kind, "message": str(e)}}, []
-        except KeyError as e:
-            reply, payloads = {"error": {"kind": "input", "message": "missing field %s" % e}}, []
-        except Exception as e:  # the engine's own failure: a result, not a crash
-            reply = {"error": {"kind": "internal", "message": "%s: %s" % (type(e).__name__, e)}}
-            payloads = []
+        except Exception as e:  # noqa: BLE001 (every failure is a reply, never a crash)
+            reply, payloads = _error_reply(e), []
         out.write(_frame(json.dumps(reply).encode()) + b"".join(_frame(p) for p in payloads))
         out.flush()

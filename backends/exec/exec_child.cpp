@@ -371,7 +371,7 @@ void ChildProcess::drain() {
       refused_ahead_ =
           Refusal{earlier.engine, "exec " + command_ + ": " + earlier.op +
                                       " (sent without waiting) was refused: " + r.error->kind +
-                                      ": " + r.error->message};
+                                      ": " + wire::error_text(*r.error)};
     }
   }
   posted_.clear();

@@ -1,3 +1,6 @@
+// The engine protocol's reply parser and the parsers of the replies' fields
+// (backends/exec/exec_reply.h): every check a child's bytes must pass, each
+// refusal naming the field and the value.
 #include "backends/exec/exec_reply.h"
 
 #include <algorithm>
@@ -88,10 +91,31 @@ std::string check_error(const json& error, WireError& out) {
   out.kind = kind->get<std::string>();
   out.message = message->get<std::string>();
   if (!known_kind(out.kind)) return "unknown error kind " + quoted(*kind);
+  const auto trace = error.find("trace");
+  if (trace == error.end()) return "";
+  if (!trace->is_array() || trace->size() > kMaxTraceFrames)
+    return "\"error.trace\" must be an array of at most " + std::to_string(kMaxTraceFrames) +
+           " strings, got " + quoted(*trace);
+  for (const json& entry : *trace) {
+    if (!entry.is_string())
+      return "an element of \"error.trace\" must be a string, got " + quoted(entry);
+    out.trace.push_back(entry.get<std::string>());
+  }
   return "";
 }
 
 }  // namespace
+
+std::string error_text(const WireError& error) {
+  std::string text = error.message;
+  for (const std::string& entry : error.trace) {
+    std::string line = entry;
+    for (char& c : line)
+      if (c == '\n' || c == '\r') c = ' ';
+    text += "\n  at " + line;
+  }
+  return text;
+}
 
 size_t max_reply_bytes(const ReplyLimits& limits) {
   return 4 + size_t(kMaxControlBytes) + limits.max_payloads * (4 + limits.max_payload_bytes);

@@ -28,11 +28,22 @@ struct ReplyLimits {
   size_t max_payload_bytes = 0;
 };
 
-// An error reply: {"error": {"kind": K, "message": M}} with a known kind.
+// An error reply: {"error": {"kind": K, "message": M}} with a known kind,
+// and optionally "trace": the last frames of the engine's own traceback,
+// innermost last ("my_gpt.py:88 in forward: attn = q @ k.T"), at most
+// kMaxTraceFrames strings.
+constexpr size_t kMaxTraceFrames = 16;
+
 struct WireError {
   std::string kind;  // one of the protocol's kinds ("capacity", ..., "internal")
   std::string message;
+  std::vector<std::string> trace;  // [frame], innermost last; empty when none was sent
 };
+
+// The message, then each frame of the trace on a line of its own, "  at "
+// before it: how kvcheck prints an engine's error, and the form the runner
+// takes apart (a summary line, then the place).
+std::string error_text(const WireError& error);
 
 struct Reply {
   nlohmann::json control;                      // the reply's JSON object

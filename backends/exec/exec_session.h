@@ -331,12 +331,19 @@ class Session {
   }
 
   // wire::parse_reply has checked the kind is one of the protocol's.
+  // The engine's trace, where it sent one, follows the first line ("  at
+  // FILE:LINE in FUNCTION: CODE" each), which the runner keeps apart.
   [[noreturn]] static void throw_error(const std::string& call, const wire::WireError& error) {
     const std::string what = "exec " + call + ": " + error.message;
-    if (const auto k = wire::parse_kind(error.kind)) throw EngineError(*k, what);
+    wire::WireError placed = error;
+    if (const auto k = wire::parse_kind(error.kind)) {
+      placed.message = what;
+      throw EngineError(*k, wire::error_text(placed));
+    }
+    placed.message = what + " (" + error.kind + ")";
     if (error.kind == "unsupported" || error.kind == "input")
-      throw NotOffered(what + " (" + error.kind + ")");
-    throw std::runtime_error(what + " (" + error.kind + ")");
+      throw NotOffered(wire::error_text(placed));
+    throw std::runtime_error(wire::error_text(placed));
   }
 
   std::mutex mutex_;

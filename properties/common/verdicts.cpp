@@ -52,12 +52,34 @@ Verdict engine_refused(Property property, const RunResult& run, const std::strin
   Verdict verdict = start_verdict(property);
   Location where;
   where.call = run.failed_call;
-  fail(verdict, where,
-       "call " + std::to_string(run.failed_call) + " of " + which_run +
-           (run.threw ? ": the engine threw on a valid call: " + run.error_message
-                      : std::string(": the engine refused a valid call")),
-       (run.threw ? "exception: " : "EngineError: ") + run.error_message + "\n");
+  const std::string call = "call " + std::to_string(run.failed_call) + " of " + which_run;
+  if (run.threw)
+    fail_engine_error(verdict, where, call + ": the engine threw on a valid call: ", true,
+                      "exception: ", run.error_message);
+  else
+    fail_engine_error(verdict, where, call + ": the engine refused a valid call", false,
+                      "EngineError: ", run.error_message);
   return verdict;
+}
+
+void fail_engine_error(Verdict& verdict, Location where, const std::string& lead, bool quote,
+                       const std::string& label, const std::string& message) {
+  const size_t end = message.find('\n');
+  fail(verdict, where, quote ? lead + message.substr(0, end) : lead, label + message + "\n");
+  if (end == std::string::npos) return;
+  // "  at FRAME" lines, kept without their indent and marker.
+  std::string trace;
+  for (size_t at = end + 1; at < message.size();) {
+    size_t next = message.find('\n', at);
+    if (next == std::string::npos) next = message.size();
+    std::string line = message.substr(at, next - at);
+    const size_t text = line.find_first_not_of(' ');
+    line = text == std::string::npos ? "" : line.substr(text);
+    if (line.rfind("at ", 0) == 0) line = line.substr(3);
+    if (!line.empty()) trace += line + "\n";
+    at = next + 1;
+  }
+  verdict.trace = trace;
 }
 
 }  // namespace kvcheck::checks

@@ -112,7 +112,8 @@ nlohmann::json verdict_json(const Verdict& v) {
            {w.call, w.sequence, w.position, w.layer, w.kv_head, w.first_bad_position,
             w.last_bad_position}},
           {"summary", v.summary},
-          {"detail", v.detail}};
+          {"detail", v.detail},
+          {"trace", v.trace}};
 }
 
 Verdict verdict_from(const nlohmann::json& j) {
@@ -125,6 +126,7 @@ Verdict verdict_from(const nlohmann::json& j) {
   v.where = {w.at(0), w.at(1), w.at(2), w.at(3), w.at(4), w.at(5), w.at(6)};
   v.summary = j.at("summary");
   v.detail = j.at("detail");
+  v.trace = j.at("trace");
   return v;
 }
 

@@ -28,6 +28,10 @@ struct RecordedVerdict {
   Outcome outcome = Outcome::kFailed;
   Location where;
   std::string summary;  // one line; see one_line()
+  // The engine's trace (Verdict::trace), written as comment lines after the
+  // summary: for the reader, never read back and never compared (an edit of
+  // the engine's file moves its lines, not the verdict).
+  std::string trace;
 
   bool operator==(const RecordedVerdict& other) const;
 };

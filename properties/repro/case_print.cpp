@@ -60,6 +60,7 @@ RecordedVerdict record_verdict(const Verdict& verdict) {
     r.where.first_bad_position = r.where.last_bad_position = -1;
   }
   r.summary = one_line(verdict.summary);
+  r.trace = verdict.trace;
   return r;
 }
 
@@ -137,6 +138,14 @@ void print_verdict(std::ostream& out, const RecordedVerdict& v) {
   }
   if (!where.empty()) out << "where" << where << "\n";
   if (!v.summary.empty()) out << "summary " << v.summary << "\n";
+  if (v.trace.empty()) return;
+  out << "# where the engine's code failed, innermost last (its traceback):\n";
+  for (size_t at = 0; at < v.trace.size();) {
+    size_t end = v.trace.find('\n', at);
+    if (end == std::string::npos) end = v.trace.size();
+    out << "#   " << one_line(v.trace.substr(at, end - at)) << "\n";
+    at = end + 1;
+  }
 }
 
 void print_prelude(std::ostream& out, const std::vector<PreludeCase>& prelude) {

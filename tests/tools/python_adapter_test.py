@@ -71,12 +71,65 @@ class PlainEngine:
         return b"\0" * 4, b"\0" * 4
 
 
+class BrokenEngine:
+    """A learner's bugs: an exception deep in step, a KeyError in length."""
+
+    def start(self):
+        return 1
+
+    def step(self, entries):
+        return self.attention(entries)
+
+    def attention(self, entries):
+        raise RuntimeError("shape mismatch")
+
+    def length(self, sequence):
+        return {}[sequence]
+
+
 failures = []
 
 
 def expect(what, got, want):
     if got != want:
         failures.append("%s: got %r, want %r" % (what, got, want))
+
+
+def reply_to(server, request):
+    try:
+        server.handle(request)
+    except Exception as e:  # noqa: BLE001
+        return kv._error_reply(e)
+    return None
+
+
+def check_errors():
+    """An exception in the engine is "internal" with the frames of the
+    engine's code (innermost last); a request without a field is "input"."""
+    server = kv._Server({"identity": {"name": "broken"}}, lambda *a, **k: BrokenEngine(),
+                        load=lambda path: {})
+    server.handle({"op": "hello", "protocol": 2})
+    server.handle({"op": "load", "path": "m", "model": 1})
+    server.handle({"op": "create", "model": 1, "capacity": 8, "max_rows": 2, "kv_dtype": "f32",
+                   "engine": 2})
+    server.handle({"op": "start", "engine": 2, "sequence": 3})
+    error = reply_to(server, {"op": "step", "engine": 2,
+                              "entries": [{"sequence": 3, "tokens": [1]}]})["error"]
+    expect("step error kind", (error["kind"], error["message"]),
+           ("internal", "RuntimeError: shape mismatch"))
+    trace = error.get("trace", [])
+    expect("innermost frame last", trace[-1:] and trace[-1].split(":", 1)[1],
+           "%d in attention: raise RuntimeError(\"shape mismatch\")"
+           % (BrokenEngine.attention.__code__.co_firstlineno + 1))
+    expect("the caller before it", trace[-2:-1] and trace[-2].split(" in ")[1].split(":")[0],
+           "step")
+    expect("no frame of the adapter", [f for f in trace if "kvcheck_adapter.py" in f], [])
+    error = reply_to(server, {"op": "length", "engine": 2, "sequence": 3})["error"]
+    expect("a KeyError in the engine is the engine's", (error["kind"], bool(error.get("trace"))),
+           ("internal", True))
+    error = reply_to(server, {"op": "step", "engine": 2})["error"]
+    expect("a missing field is the request's", (error["kind"], "trace" in error),
+           ("input", False))
 
 
 def main():
@@ -138,6 +191,7 @@ def main():
         except kv.EngineError as e:
             expect(op + " refusal kind", e.kind, "unsupported")
 
+    check_errors()
     for f in failures:
         print("FAIL", f)
     print("python adapter: %d checks failed" % len(failures) if failures else

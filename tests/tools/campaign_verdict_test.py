@@ -90,7 +90,7 @@ def replay_and_shrink_a_crash(kvcheck, failures, backend, tag):
 
 def crash(kvcheck, work, plugin, serve):
     p, paths, failures = run_campaign(kvcheck, work, "freed_block", [
-        "--fault", "freed_block_still_referenced", "--seed", "5", "--time", "10"])
+        "--fault", "freed_block_still_referenced", "--seed", "5", "--cases", "100", "--time", "280"])
     expect_failed_with_reports(p, paths, failures, "freed_block", "")
     for how, needle, extra in (("segv", "crashed", []), ("abort", "crashed", []),
                                ("hang", "a hang", ["--case-timeout", "0.5",

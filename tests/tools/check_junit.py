@@ -131,12 +131,15 @@ def main():
     kvcheck, workdir = sys.argv[1], sys.argv[2]
     os.makedirs(workdir, exist_ok=True)
     runs = {
-        "clean": ["--cases", "20", "--time", "60"],
+        # Budgets in cases; --time only bounds a hung run (ctest's TIMEOUT is
+        # 300 s), so a loaded machine takes longer, never gets another verdict.
+        "clean": ["--cases", "20", "--time", "280"],
         # One backend and no --reference: P10 has nothing to compare with.
-        "alone": ["--backend", "cpu", "--cases", "10", "--time", "60", "--no-kill-matrix"],
-        "fault": ["--fault", "kv_swapped", "--property", "cache_state", "--cases", "50"],
+        "alone": ["--backend", "cpu", "--cases", "10", "--time", "280", "--no-kill-matrix"],
+        "fault": ["--fault", "kv_swapped", "--property", "cache_state", "--cases", "50",
+                  "--time", "280"],
         # Every property failing, P1's summary with a '>' to escape.
-        "shared_rows": ["--fault", "shared_rows", "--cases", "20", "--time", "60"],
+        "shared_rows": ["--fault", "shared_rows", "--cases", "20", "--time", "280"],
     }
     for tag, extra in runs.items():
         root, summary, console, rc = run(kvcheck, workdir, tag, extra)

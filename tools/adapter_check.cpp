@@ -316,6 +316,18 @@ void AdapterCheck::cache_layer(const std::string& at, const Config& config, int6
   const auto n = integer(at, *r, "length");
   if (!n) return;
   const size_t bytes = size_t(std::max<int64_t>(*n, 0)) * width * 4;
+  // Whole slots but not `length` of them: the engine's length() and its
+  // cache() disagree, its own cache's bug (as a campaign reports it).
+  const size_t slot = width * 4;
+  if (r->payloads.size() == 2 &&
+      (r->payloads[0].size() != bytes || r->payloads[1].size() != bytes) &&
+      r->payloads[0].size() % slot == 0 && r->payloads[1].size() % slot == 0 && *n >= 0) {
+    bug(at + ": the length is " + std::to_string(*n) + " (length()), but K holds " +
+        std::to_string(r->payloads[0].size() / slot) + " slots and V " +
+        std::to_string(r->payloads[1].size() / slot) +
+        " (cache()): the cache disagrees with itself");
+    return;
+  }
   if (r->payloads.size() != 2 || r->payloads[0].size() != bytes || r->payloads[1].size() != bytes) {
     violation(at + ": k and v must be two payloads of length " + std::to_string(*n) + " x KVH " +
               std::to_string(config.n_kv_heads) + " x D " + std::to_string(config.head_dim) +

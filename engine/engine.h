@@ -68,6 +68,16 @@ class EngineError : public std::runtime_error {
   Kind kind_;
 };
 
+// Answers of the engine that contradict each other, seen by a transport that
+// gets them apart (an exec: child's cache reply whose length, from the
+// engine's length(), disagrees with the K/V its cache() returned): the
+// engine's failure, a property verdict, never a protocol matter. The engine
+// stays usable.
+class EngineInconsistency : public std::runtime_error {
+ public:
+  using std::runtime_error::runtime_error;
+};
+
 // One sequence's cached K and V in one layer, copied exactly as stored.
 struct CacheSnapshot {
   KvDtype dtype = KvDtype::kF32;

@@ -58,6 +58,13 @@ Verdict run_property(Property property, const Scenario& scenario, const EngineUn
                           std::move(probe_run),
                           first_run_probes};
     if (const PropertyRow* row = find_property_row(property)) return row->check(context);
+  } catch (const EngineInconsistency& e) {
+    // Answers that contradict each other, outside P6's own check (which
+    // places them): the engine's failure.
+    Verdict verdict = start_verdict(property);
+    fail(verdict, Location{}, std::string("the engine contradicts itself: ") + e.what(),
+         std::string("EngineInconsistency: ") + e.what() + "\n");
+    return verdict;
   } catch (const EngineError& e) {
     // Only a call outside the scenario (a cache snapshot, a length) can
     // throw through; the engine must answer those for a running sequence.

@@ -78,20 +78,32 @@ void AdapterCheck::bug(const std::string& what) {
 
 void AdapterCheck::refused_shape(const Shape& shape, const std::string& why) {
   ++checks_, ++refused_shapes_;
+  std::string reason;  // the refusal, its trace's lines under it
+  for (const char c : why)
+    reason += c == '\n' ? std::string("\n                      ") : std::string(1, c);
   std::printf(
-      "  SHAPE REFUSED       %s: %s; the traits allow it: declare %s, or make the engine "
-      "take it\n",
-      shape.what.c_str(), why.c_str(), limit_for(shape.config).c_str());
+      "  SHAPE REFUSED       %s: the traits allow it; declare %s, or make the engine take it\n"
+      "                      %s\n",
+      shape.what.c_str(), limit_for(shape.config).c_str(), reason.c_str());
 }
 
 std::string limit_for(const Config& c) {
   const std::string family = std::string("[\"") + family_name(c.family) + "\"]";
-  if (c.n_kv_heads != c.n_heads) return "limits.mha_only";
-  if (c.n_heads * c.head_dim != c.d_model) return "limits.query_width_is_d_model " + family;
+  std::vector<std::string> limits;
+  if (c.n_kv_heads != c.n_heads) limits.push_back("limits.mha_only");
+  if (c.n_heads * c.head_dim != c.d_model)
+    limits.push_back("limits.query_width_is_d_model " + family);
   if (c.family == Family::kGpt2 && c.d_ff != 4 * c.d_model)
-    return "limits.d_ff_is_4x_d_model " + family;
-  return std::string("limits.positions [\"") +
-         positions_name(c.family == Family::kGpt2 ? Family::kLlama : Family::kGpt2) + "\"]";
+    limits.push_back("limits.d_ff_is_4x_d_model " + family);
+  // An engine of the other family's positions: said for llama shapes (a
+  // from-scratch GPT has learned positions) and where nothing else differs.
+  if (c.family == Family::kLlama || limits.empty())
+    limits.push_back(std::string("limits.positions [\"") +
+                     positions_name(c.family == Family::kGpt2 ? Family::kLlama : Family::kGpt2) +
+                     "\"]");
+  std::string out;
+  for (const std::string& l : limits) out += (out.empty() ? "" : " or ") + l;
+  return out;
 }
 
 void AdapterCheck::summary() const {
@@ -316,6 +328,18 @@ void AdapterCheck::cache_layer(const std::string& at, const Config& config, int6
   const auto n = integer(at, *r, "length");
   if (!n) return;
   const size_t bytes = size_t(std::max<int64_t>(*n, 0)) * width * 4;
+  // Whole slots but not `length` of them: the engine's length() and its
+  // cache() disagree, its own cache's bug (as a campaign reports it).
+  const size_t slot = width * 4;
+  if (r->payloads.size() == 2 &&
+      (r->payloads[0].size() != bytes || r->payloads[1].size() != bytes) &&
+      r->payloads[0].size() % slot == 0 && r->payloads[1].size() % slot == 0 && *n >= 0) {
+    bug(at + ": the length is " + std::to_string(*n) + " (length()), but K holds " +
+        std::to_string(r->payloads[0].size() / slot) + " slots and V " +
+        std::to_string(r->payloads[1].size() / slot) +
+        " (cache()): the cache disagrees with itself");
+    return;
+  }
   if (r->payloads.size() != 2 || r->payloads[0].size() != bytes || r->payloads[1].size() != bytes) {
     violation(at + ": k and v must be two payloads of length " + std::to_string(*n) + " x KVH " +
               std::to_string(config.n_kv_heads) + " x D " + std::to_string(config.head_dim) +

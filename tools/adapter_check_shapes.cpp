@@ -47,13 +47,27 @@ void AdapterCheck::shapes_session(const EngineTraits& traits, const std::vector<
   for (const Shape& shape : shapes) {
     if (std::find(seen.begin(), seen.end(), shape.config) != seen.end()) continue;
     seen.push_back(shape.config);
+    const Family family = shape.config.family;
+    if (!accepts_family(traits.limits, family)) {
+      // One line for a family the traits exclude, not one per shape.
+      if (shape.what.find(" MHA ") != std::string::npos)
+        std::printf("  skip %s shapes: the traits exclude the family (%s positions)\n",
+                    family_name(family), positions_name(family));
+      continue;
+    }
     const std::string excluded =
         traits.refuses(shape.config, KvDtype::kF32, kAdapterCapacity, kAdapterMaxRows);
     if (!excluded.empty()) {
       std::printf("  skip %s: the traits exclude it (%s)\n", shape.what.c_str(), excluded.c_str());
       continue;
     }
+    const int bugs = bugs_;
     shape_check(shape);
+    // Wrong answers on a shape the engine was never meant to take (weights
+    // it read without checking their shape) look like a cache bug.
+    if (bugs_ > bugs)
+      std::printf("  note: the traits allow %s; if the engine cannot take it, declare %s\n",
+                  shape.what.c_str(), limit_for(shape.config).c_str());
   }
 }
 

@@ -179,8 +179,17 @@ bool sequence_holds(Verdict& verdict, const Context& context, const ScenarioRunn
                     double& worst_ratio) {
   const Config& config = context.scenario.config;
   for (int l = 0; l < config.n_layers; ++l) {
-    const CacheSnapshot snap = runner.engine().cache(runner.id(sequence), l);
+    CacheSnapshot snap;
     const LayerView view{config, call, sequence, l, runner.held(sequence), reference, snap};
+    try {
+      snap = runner.engine().cache(runner.id(sequence), l);
+    } catch (const EngineInconsistency& e) {
+      // Its length and its K/V disagree: the engine's cache, at this place.
+      fail(verdict, view.where(),
+           view.prefix() + " layer " + std::to_string(l) + ": the cache disagrees with itself",
+           std::string(e.what()) + "\n");
+      return false;
+    }
     if (!shape_holds(verdict, view) || !positions_hold(verdict, view)) return false;
     const WrongElements wrong = scan_elements(view, worst_ratio);
     if (wrong.first_bad < 0) continue;

@@ -67,8 +67,9 @@ def main():
             sys.executable, ROOT, tool)
         check(kvcheck, proxy % "", 1, "0 protocol violations, 0 cache bugs, 4 refused shapes",
               "SHAPE REFUSED       gpt2 GQA (4 heads of 8 over 2 KV heads, d_model 32, d_ff 128): "
-              "load refused: internal: faulty_proxy: n_kv_heads 2 != n_heads 4 (MHA only); the "
-              "traits allow it: declare limits.mha_only")
+              "the traits allow it; declare limits.mha_only, or make the engine take it\n"
+              "                      load refused: internal: faulty_proxy: n_kv_heads 2 != "
+              "n_heads 4 (MHA only)")
         honest = proxy % " --declare-mha-only"
         check(kvcheck, honest, 0, "0 protocol violations, 0 cache bugs, 0 refused shapes",
               "skip gpt2 MQA (4 heads of 8 over 1 KV head, d_model 32, d_ff 128): the traits "

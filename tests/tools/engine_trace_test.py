@@ -12,7 +12,7 @@ import subprocess
 import sys
 
 HERE = os.path.dirname(os.path.abspath(__file__))
-ENGINE = os.path.join(HERE, "raising_engine.py")
+ENGINE = os.path.join(HERE, "buggy_engine.py")
 
 
 def line_of(text):
@@ -24,7 +24,7 @@ def main():
     kvcheck, workdir = sys.argv[1], sys.argv[2]
     shutil.rmtree(workdir, ignore_errors=True)
     os.makedirs(workdir)
-    backend = "exec:%s %s" % (sys.executable, ENGINE)
+    backend = "exec:%s %s --bug raise_in_step" % (sys.executable, ENGINE)
     place = "%s:%d in attend: raise ValueError(" % (ENGINE, line_of("raise ValueError"))
     caller = "%s:%d in step: return attend(entries[0][1])" % (ENGINE, line_of("return attend("))
     run = subprocess.run([kvcheck, "campaign", "--seed", "1", "--time", "60", "--cases", "5",

@@ -20,7 +20,9 @@ import shutil
 import subprocess
 import sys
 
-PLACEHOLDERS = ("my_engine.py", "./my-gpt2", "build/own-engine/")
+PLACEHOLDERS = ("my_engine.py", "./my-gpt2", "build/own-engine/",
+                # a PyTorch engine: the torch label runs it (torch.learner_gpt)
+                "examples/learner-gpt/")
 # The exit code each command must give: 1 where the README shows a failure.
 EXPECTED_EXIT = {"--fault tiled_kv_heads": 1, "kvcheck replay kvcheck-failures": 1}
 

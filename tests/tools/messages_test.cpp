@@ -126,8 +126,10 @@ TEST(Messages, ExecBackendOptionsAndChildren) {
   // A command that cannot start is bad input, as the docs say, not a violation.
   expect_refused({"check-adapter --backend exec:/nonexistent-kvcheck/binary",
                   "check-adapter: the command could not start"});
-  // A child that prints to stdout: the length prefix reads as text.
-  const CliRun printed = run_kvcheck("check-adapter --backend 'exec:echo Hello world; cat'");
+  // A child that prints to stdout: the length prefix reads as text (the
+  // child goes on reading, so that kvcheck's request never meets a closed pipe).
+  const CliRun printed =
+      run_kvcheck("check-adapter --backend \"exec:sh -c 'echo Hello world; cat'\"");
   EXPECT_EQ(printed.code, 1) << printed.output;
   EXPECT_NE(printed.output.find("a control frame of 1819043144 bytes (the bound is 1048576); "
                                 "those bytes read as text (\"Hello world...\"), so the child "

@@ -104,7 +104,8 @@ def trap(kvcheck, work, python, name):
             fail("%s does not name the trap's backend" % case, text)
     # One replay of them all: one child, one torch import.
     code, replayed = run([kvcheck, "replay", "--backend", backend] + cases)
-    want = "replayed %d case files: %d failed, 0 held" % (len(cases), len(cases))
+    want = "replayed %d case file%s: %d failed, 0 held" % (
+        len(cases), "" if len(cases) == 1 else "s", len(cases))
     if code != 1 or want not in replayed:
         fail("replay with the trap: exit %d, expected 1 and %r" % (code, want), replayed)
     print("ok: --trap %s caught, %d shrunk case files, each fails on replay" % (name, len(cases)))

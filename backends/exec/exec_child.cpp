@@ -166,10 +166,17 @@ std::string ChildProcess::stderr_tail() const {
 void ChildProcess::fail(const std::string& call, const std::string& reason) {
   const bool exited = reason.empty();
   const std::string how = reap(!exited);
-  // The child is gone: whatever it wrote to stderr before dying is complete.
-  if (child_err_ >= 0) fcntl(child_err_, F_SETFL, fcntl(child_err_, F_GETFL) & ~O_NONBLOCK);
-  drain_stderr();
-  close_fd(to_child_), close_fd(from_child_), close_fd(child_err_);
+  // The child is gone; what it wrote to stderr before is read until end of
+  // file, but for a bounded time: a process it started (`sh -c 'a; b'`) may
+  // outlive it holding the pipe, which used to block kvcheck for good. Its
+  // stdin closes first, so such a process reading it ends too.
+  close_fd(to_child_);
+  const auto until = std::chrono::steady_clock::now() + std::chrono::milliseconds(500);
+  while (child_err_ >= 0 && std::chrono::steady_clock::now() < until) {
+    pollfd fd{child_err_, POLLIN, 0};
+    if (poll(&fd, 1, 50) > 0) drain_stderr();
+  }
+  close_fd(from_child_), close_fd(child_err_);
   death_ = call + ": " + (exited ? "the child " + how : reason + "; the child was killed");
   throw ChildFault("exec " + command_ + ": " + death_ + stderr_tail());
 }

@@ -30,6 +30,24 @@ TEST(ExecChild, AChildGoneWhileALaterRequestIsWrittenIsReportedAtTheRequestInFli
   EXPECT_EQ(child.exit_code(), 3);
 }
 
+// A child that printed to stdout and whose own child keeps the pipes open
+// (`sh -c 'sleep 20 & echo ...; wait'`): kvcheck reports it at once, not when the
+// grandchild ends (it used to read stderr until end of file).
+TEST(ExecChild, AGrandchildHoldingThePipesDoesNotHoldKvcheck) {
+  ChildProcess child("sh -c 'sleep 20 & echo Hello world; wait'", ChildWaits{});
+  const auto start = std::chrono::steady_clock::now();
+  std::string message;
+  try {
+    child.call({{"op", "hello"}}, {});
+  } catch (const ChildFault& e) {
+    message = e.what();
+  }
+  const double seconds =
+      std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
+  EXPECT_LT(seconds, 10.0);
+  EXPECT_NE(message.find("read as text (\"Hello world...\")"), std::string::npos) << message;
+}
+
 TEST(ExecChild, TheShellsCodeSaysACommandCouldNotStart) {
   ChildProcess child("/nonexistent-kvcheck/binary", ChildWaits{});
   EXPECT_THROW(child.call({{"op", "hello"}}, {}), ChildFault);

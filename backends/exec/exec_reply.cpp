@@ -320,8 +320,10 @@ json encode_pool_reply(const PoolReport& pool) {
                 {"cached", pool.cached},
                 {"refcounts", pool.refcounts},
                 {"tables", std::move(tables)}};
-  // Only with a host tier, so that a reply without one is what it was.
-  if (pool.host_total > 0) {
+  // Only with a host tier, so that a reply without one is what it was; a
+  // tier of total 0 that counts blocks is kept, for P13 to judge, not
+  // dropped (exec_reply_fuzz found it: regressions/pool_host_total_0_used_1).
+  if (pool.host_total != 0 || pool.host_free != 0 || pool.host_used != 0 || pool.host_cached != 0) {
     reply["host"] = {{"total", pool.host_total},
                      {"free", pool.host_free},
                      {"used", pool.host_used},

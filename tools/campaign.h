@@ -133,9 +133,9 @@ void run_properties(Campaign& c, Progress& progress);
 // campaign's, or the merged run of `kvcheck merge`).
 void print_summary(const RunRecord& r);
 
-// --json, --junit and --html, each from `r` when its path is not empty
-// (check_report_paths first, before a run).
-void check_report_paths(const std::string& json, const std::string& junit, const std::string& html);
+// --json, --junit and --html, each from `r` when its path is not empty (the
+// options' cli::report_file() checked the paths before the run: a typo found
+// after an hour's campaign loses the hour).
 void write_reports(const RunRecord& r, const std::string& json, const std::string& junit,
                    const std::string& html);
 

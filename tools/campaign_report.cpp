@@ -4,11 +4,11 @@
 #include <cstdio>
 
 #include "tools/campaign.h"
+#include "tools/counted.h"
 #include "tools/junit.h"
+#include "tools/reason_ranges.h"
 #include "tools/report_html.h"
 #include "tools/report_json.h"
-#include "tools/counted.h"
-#include "tools/reason_ranges.h"
 
 namespace kvcheck::cli {
 
@@ -94,13 +94,6 @@ void print_summary(const RunRecord& r) {
                                      : r.status.c_str(),
               r.seconds, counted(cases, "property case").c_str(), r.outcome.c_str());
   std::fflush(stdout);
-}
-
-void check_report_paths(const std::string& json, const std::string& junit,
-                        const std::string& html) {
-  check_report_path("--json", json);
-  check_report_path("--junit", junit);
-  check_report_path("--html", html);
 }
 
 void write_reports(const RunRecord& r, const std::string& json, const std::string& junit,

@@ -8,6 +8,7 @@
 
 #include "model/status.h"
 #include "tools/campaign.h"
+#include "tools/cli_checks.h"
 #include "tools/commands.h"
 #include "tools/failure_report.h"
 #include "tools/merge.h"
@@ -39,7 +40,6 @@ void print_shards(const RunRecord& merged) {
 }
 
 int run_merge(const MergeOptions& o) {
-  check_report_paths(o.json_path, o.junit_path, o.html_path);
   std::vector<ShardReport> reports;
   for (const std::string& path : collect_files(o.inputs, ".json")) {
     reports.push_back({path, run_from_json(read_text_file(path), path)});
@@ -71,9 +71,12 @@ Action add_merge(CLI::App& app) {
   cmd->add_option("reports", o->inputs,
                   "the shards' --json reports, or folders holding them (searched for *.json)")
       ->required();
-  cmd->add_option("--json", o->json_path, "write the merged run as JSON to FILE");
-  cmd->add_option("--junit", o->junit_path, "write the merged run as JUnit XML to FILE");
-  cmd->add_option("--html", o->html_path, "write the merged run as an HTML report to FILE");
+  cmd->add_option("--json", o->json_path, "write the merged run as JSON to FILE")
+      ->check(cli::report_file());
+  cmd->add_option("--junit", o->junit_path, "write the merged run as JUnit XML to FILE")
+      ->check(cli::report_file());
+  cmd->add_option("--html", o->html_path, "write the merged run as an HTML report to FILE")
+      ->check(cli::report_file());
   cmd->add_option("--failures", o->failures_dir,
                   "folder the failures' case files are gathered into (from the reports' text)")
       ->capture_default_str();

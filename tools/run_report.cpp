@@ -155,12 +155,6 @@ std::string read_text_file(const std::string& path) {
   return text.str();
 }
 
-void check_report_path(const std::string& option, const std::string& path) {
-  if (path.empty()) return;
-  std::ofstream out(path, std::ios::binary | std::ios::app);  // appending truncates nothing
-  if (!out) throw InputError(option + ": cannot write \"" + path + "\"");
-}
-
 void write_text_file(const std::string& option, const std::string& path, const std::string& text) {
   // A report is replaced whole, so a reader (kvcheck merge, a shard that
   // continues) sees the old one or the new one, never half of one; anything

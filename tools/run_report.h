@@ -238,11 +238,6 @@ std::string escape_xml(const std::string& text);
 // The whole file ("" when it cannot be read: the report shows what it has).
 std::string read_text_file(const std::string& path);
 
-// Throws InputError naming `option` and the path when a report could not be
-// written there; changes nothing that is there. Checked before a run: a
-// typo found after an hour's campaign loses the hour.
-void check_report_path(const std::string& option, const std::string& path);
-
 // Writes `text` to `path` (replacing it); throws InputError naming `option`
 // and the path when it cannot.
 void write_text_file(const std::string& option, const std::string& path, const std::string& text);

@@ -101,6 +101,8 @@ TEST(Messages, ReportPathsAreCheckedBeforeTheRunWithTheSystemsReason) {
            Bad{"replay x.case --html /tmp", "--html: cannot write \"/tmp\": it is a folder"},
            Bad{"shrink x.case --json " + missing + "/r.json", "No such file or directory"},
            Bad{"memory gpt2 --json " + missing + "/m.json", "No such file or directory"},
+           Bad{"merge x.json --junit " + missing + "/j.xml", "--junit: cannot write"},
+           Bad{"merge x.json --html /tmp", "--html: cannot write \"/tmp\": it is a folder"},
        })
     expect_refused(b);
 }

@@ -136,12 +136,8 @@ void count_case(Tally& t, const std::string& description, int64_t case_number) {
     ++t.passed;
   }
   t.worst_ratio = std::max(t.worst_ratio, ratio);
-  if (applicable && has_error_bound(t.property)) {
-    ++t.ratio_histogram[size_t(ratio_bucket(passed ? ratio : 1.0))];
-  }
   if (applicable && (has_error_bound(t.property) || ratio > 0)) {
-    const double r = passed ? ratio : 1.0;
-    ++t.ratio_tenths[size_t(r < 1 ? std::clamp(int(r * 10), 0, 9) : 10)];
+    ++t.ratio_histogram[size_t(ratio_bucket(passed ? ratio : 1.0))];
   }
   for (size_t i = 0; i < std::size(kCoverageClasses); ++i) {
     t.coverage[kCoverageClasses[i].name] += (mask >> i) & 1;  // 0 too: never drawn shows

@@ -35,9 +35,7 @@ nlohmann::json tally_json(const Tally& t, const RunRecord& r) {
           {"not_run", not_run(t) ? nlohmann::json(not_run_reason(t)) : nlohmann::json(nullptr)},
           {"never_applies", t.never_applies},
           {"worst_error_over_bound", t.worst_ratio},
-          {"error_over_bound_histogram", t.ratio_histogram},
-          // [0, 0.1), ..., [0.9, 1), >= 1: cases compared within a bound
-          {"error_over_bound_tenths", t.ratio_tenths},
+          {"error_over_bound_histogram", t.ratio_histogram},  // run_report.h's buckets
           {"coverage", t.coverage},
           {"proof_of_use", features},
           {"not_applicable_why", t.not_applicable_why},

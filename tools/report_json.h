@@ -12,7 +12,9 @@
 
 namespace kvcheck::cli {
 
-inline constexpr int kReportSchema = 3;
+// 4: one error/bound histogram of 16 buckets (decades, then tenths of the
+// bound) in place of two.
+inline constexpr int kReportSchema = 4;
 
 std::string run_json(const RunRecord& run);
 

@@ -79,7 +79,6 @@ Tally tally_from(const json& j, const At& at, const RunRecord& r) {
   t.never_applies = field<std::string>(j, "never_applies", at);
   t.worst_ratio = ratio_at(j, "worst_error_over_bound", at);
   t.ratio_histogram = field<std::array<int, kRatioBuckets>>(j, "error_over_bound_histogram", at);
-  t.ratio_tenths = field<std::array<int, kRatioTenths>>(j, "error_over_bound_tenths", at);
   t.coverage = field<std::map<std::string, int>>(j, "coverage", at);
   t.not_applicable_why = field<std::map<std::string, int>>(j, "not_applicable_why", at);
   const json& features = member(j, "proof_of_use", at);

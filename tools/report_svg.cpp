@@ -4,6 +4,7 @@
 #include <cmath>
 #include <cstdio>
 #include <sstream>
+#include <utility>
 
 namespace kvcheck::cli {
 
@@ -18,7 +19,7 @@ std::string number(double v) {
 }  // namespace
 
 std::string ratio_histogram_svg(const std::array<int, kRatioBuckets>& counts) {
-  constexpr int kBar = 14, kHeight = 30, kAxis = 11;
+  constexpr int kBar = 9, kHeight = 30, kAxis = 11;
   const int most = std::max(1, *std::max_element(counts.begin(), counts.end()));
   std::ostringstream out;
   out << "<svg class=\"hist\" width=\"" << kBar * kRatioBuckets << "\" height=\"" << kHeight + kAxis
@@ -34,11 +35,14 @@ std::string ratio_histogram_svg(const std::array<int, kRatioBuckets>& counts) {
   }
   out << "<line x1=\"0\" x2=\"" << kBar * kRatioBuckets << "\" y1=\"" << kHeight + 0.5 << "\" y2=\""
       << kHeight + 0.5 << "\" stroke=\"#888\"/>";
-  // Axis marks at 1e-6 and at 1 (the bound).
-  out << "<text x=\"" << kBar << "\" y=\"" << kHeight + kAxis - 1
-      << "\" class=\"axis\" text-anchor=\"middle\">1e-6</text><text x=\""
-      << kBar * (kRatioBuckets - 1) << "\" y=\"" << kHeight + kAxis - 1
-      << "\" class=\"axis\" text-anchor=\"middle\">1</text></svg>";
+  // Axis marks at 1e-6, at 0.1 (decades to its left, tenths to its right)
+  // and at 1 (the bound).
+  for (const auto& [bucket, label] : {std::pair{1, "1e-6"}, std::pair{kRatioFirstTenth, "0.1"},
+                                      std::pair{kRatioBuckets - 1, "1"}}) {
+    out << "<text x=\"" << kBar * bucket << "\" y=\"" << kHeight + kAxis - 1
+        << "\" class=\"axis\" text-anchor=\"middle\">" << label << "</text>";
+  }
+  out << "</svg>";
   return out.str();
 }
 

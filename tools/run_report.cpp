@@ -15,24 +15,28 @@
 #include "model/atomic_file.h"
 #include "model/rng.h"
 #include "model/status.h"
-#include "tools/shard.h"
 #include "properties/repro/case_file.h"
+#include "tools/shard.h"
 
 namespace kvcheck::cli {
 
 int ratio_bucket(double ratio) {
   if (!(ratio < 1)) return kRatioBuckets - 1;  // NaN counts as a failure too
   if (ratio < 1e-6) return 0;
-  // [1e-6, 1e-5) -> 1, ..., [0.1, 1) -> 6
-  const int b = 7 + int(std::floor(std::log10(ratio)));
-  return std::clamp(b, 1, kRatioBuckets - 2);
+  if (ratio < 0.1) {  // [1e-6, 1e-5) -> 1, ..., [0.01, 0.1) -> 5
+    const int b = 7 + int(std::floor(std::log10(ratio)));
+    return std::clamp(b, 1, kRatioFirstTenth - 1);
+  }
+  const int b = kRatioFirstTenth - 1 + int(ratio * 10);  // [0.1, 0.2) -> 6, ..., [0.9, 1) -> 14
+  return std::clamp(b, kRatioFirstTenth, kRatioBuckets - 2);
 }
 
 std::string ratio_bucket_label(int bucket) {
   if (bucket <= 0) return "<1e-6";
   if (bucket >= kRatioBuckets - 1) return ">=1";
-  static const char* const kLabels[] = {"", "1e-6", "1e-5", "1e-4", "1e-3", "0.01", "0.1"};
-  return kLabels[bucket];
+  static const char* const kDecades[] = {"", "1e-6", "1e-5", "1e-4", "1e-3", "0.01"};
+  if (bucket < kRatioFirstTenth) return kDecades[bucket];
+  return "0." + std::to_string(bucket - kRatioFirstTenth + 1);
 }
 
 bool has_error_bound(Property p) {
@@ -186,7 +190,6 @@ void add_tally(Tally& into, const Tally& from) {
   into.not_applicable += from.not_applicable;
   into.worst_ratio = std::max(into.worst_ratio, from.worst_ratio);
   for (int b = 0; b < kRatioBuckets; ++b) into.ratio_histogram[b] += from.ratio_histogram[b];
-  for (int b = 0; b < kRatioTenths; ++b) into.ratio_tenths[b] += from.ratio_tenths[b];
   for (const auto& [name, n] : from.coverage) into.coverage[name] += n;
   for (const auto& [why, n] : from.not_applicable_why) into.not_applicable_why[why] += n;
   for (const auto& [name, n] : from.features) {

@@ -138,32 +138,24 @@ void print_prelude(const PreludeRun& run, const CaseEngine& engine, nlohmann::js
   std::printf("\n");
 }
 
-// Replays one property of one case; prints the report and returns its JSON
-// (and the verdict in `v`).
-nlohmann::json replay_property(const CaseFile& c, Property property, const CaseEngine& engine,
-                               bool compare_recorded, bool& failed, Verdict& v) {
-  const Scenario& s = c.scenario;
-  const PreludeRun run = replay_check(c, engine, property, s);
-  v = run.verdict;
-  nlohmann::json out = verdict_json(v);
-  failed |= !v.passed;
-  std::printf("%s %s: %s\n", std::string(property_label(property)).c_str(), status_of(v),
-              v.summary.c_str());
-  if (!c.prelude.empty()) print_prelude(run, engine, out);
-  if (compare_recorded && c.has_verdict) {
-    const RecordedVerdict now = record_verdict(v);
-    const bool same_outcome = now.outcome == c.verdict.outcome;
-    const bool same = now == c.verdict;
-    std::printf("  recorded: %s%s%s\n", std::string(outcome_name(c.verdict.outcome)).c_str(),
-                c.verdict.summary.empty() ? "" : ": ", c.verdict.summary.c_str());
-    std::printf("  %s\n", same           ? "the same verdict as recorded"
-                          : same_outcome ? "the same outcome as recorded, another localization"
-                                         : "a DIFFERENT outcome than recorded");
-    out["matches_recorded"] = same;
-    out["outcome_matches_recorded"] = same_outcome;
-  }
-  if (v.passed) return out;
+// The verdict beside the one the case file recorded (its outcome, then its
+// localization), into `out` as well.
+void compare_with_recorded(const CaseFile& c, const Verdict& v, nlohmann::json& out) {
+  const RecordedVerdict now = record_verdict(v);
+  const bool same_outcome = now.outcome == c.verdict.outcome;
+  const bool same = now == c.verdict;
+  std::printf("  recorded: %s%s%s\n", std::string(outcome_name(c.verdict.outcome)).c_str(),
+              c.verdict.summary.empty() ? "" : ": ", c.verdict.summary.c_str());
+  std::printf("  %s\n", same           ? "the same verdict as recorded"
+                        : same_outcome ? "the same outcome as recorded, another localization"
+                                       : "a DIFFERENT outcome than recorded");
+  out["matches_recorded"] = same;
+  out["outcome_matches_recorded"] = same_outcome;
+}
 
+// Where a failure first diverged: the call, sequence, position, layer and
+// head, the schedule around it, and the verdict's own detail lines.
+void print_divergence(const Scenario& s, Property property, const Verdict& v) {
   const Location& w = v.where;
   std::printf("\n  first divergence:");
   if (w.call >= 0) {
@@ -190,51 +182,69 @@ nlohmann::json replay_property(const CaseFile& c, Property property, const CaseE
   std::printf("\n");
   std::istringstream detail(v.detail);
   for (std::string line; std::getline(detail, line);) std::printf("  | %s\n", line.c_str());
+}
 
-  // The cache itself: where P6 did not fail already, it tells whether the
-  // cached K/V are wrong (and where) or the fault is elsewhere. An invariance
-  // failure may only show under the other schedule, so the diverging
-  // sequence fed token by token (the schedule that exercises the cache most)
-  // is checked too.
-  if (property != Property::kCacheState) {
-    std::vector<std::pair<std::string, Scenario>> subjects = {{"the scenario", s}};
-    if (w.sequence >= 0 && w.sequence < static_cast<int>(s.sequences.size())) {
-      const int fed = plan_schedule(s).fed[size_t(w.sequence)];
-      if (fed >= 2) {
-        const std::span<const int32_t> tokens =
-            std::span<const int32_t>(s.sequences[size_t(w.sequence)]).first(size_t(fed));
-        subjects.push_back({"s" + std::to_string(w.sequence) + " alone, fed token by token",
-                            solo_scenario(s, tokens, std::vector<int>(size_t(fed), 1))});
-      }
-    }
-    std::printf("\n  cache localization (P6%s):\n",
-                c.prelude.empty() ? "" : ", each after the prelude");
-    bool any_wrong = false, all_checked = true;
-    for (const auto& [name, subject] : subjects) {
-      const Verdict cache = replay_check(c, engine, Property::kCacheState, subject).verdict;
-      all_checked &= cache.applicable;
-      nlohmann::json item = verdict_json(cache);
-      item["on"] = name;
-      out["cache_localization"].push_back(item);
-      std::printf("  on %s: %s\n", name.c_str(), cache.summary.c_str());
-      if (!cache.passed) {
-        if (name != "the scenario") {
-          std::printf("%s", schedule_text(subject, cache.where.call).c_str());
-        }
-        std::istringstream lines(cache.detail);
-        for (std::string line; std::getline(lines, line);) std::printf("  | %s\n", line.c_str());
-        any_wrong = true;
-        break;
-      }
-    }
-    if (!any_wrong && all_checked) {
-      std::printf(
-          "  the cached K/V match the oracle after every call: the fault is in how the "
-          "cache is read (positions, mask, heads) or outside it\n");
-    } else if (!any_wrong) {
-      std::printf("  P6 did not apply, so the cache was not checked: the fault is not located\n");
+// The cache itself, for a failure of another property: it tells whether the
+// cached K/V are wrong (and where) or the fault is elsewhere. An invariance
+// failure may only show under the other schedule, so the diverging sequence
+// fed token by token (the schedule that exercises the cache most) is checked
+// too.
+void localize_in_cache(const CaseFile& c, const CaseEngine& engine, const Location& w,
+                       nlohmann::json& out) {
+  const Scenario& s = c.scenario;
+  std::vector<std::pair<std::string, Scenario>> subjects = {{"the scenario", s}};
+  if (w.sequence >= 0 && w.sequence < static_cast<int>(s.sequences.size())) {
+    const int fed = plan_schedule(s).fed[size_t(w.sequence)];
+    if (fed >= 2) {
+      const std::span<const int32_t> tokens =
+          std::span<const int32_t>(s.sequences[size_t(w.sequence)]).first(size_t(fed));
+      subjects.push_back({"s" + std::to_string(w.sequence) + " alone, fed token by token",
+                          solo_scenario(s, tokens, std::vector<int>(size_t(fed), 1))});
     }
   }
+  std::printf("\n  cache localization (P6%s):\n",
+              c.prelude.empty() ? "" : ", each after the prelude");
+  bool all_checked = true;
+  for (const auto& [name, subject] : subjects) {
+    const Verdict cache = replay_check(c, engine, Property::kCacheState, subject).verdict;
+    all_checked &= cache.applicable;
+    nlohmann::json item = verdict_json(cache);
+    item["on"] = name;
+    out["cache_localization"].push_back(item);
+    std::printf("  on %s: %s\n", name.c_str(), cache.summary.c_str());
+    if (!cache.passed) {
+      if (name != "the scenario") {
+        std::printf("%s", schedule_text(subject, cache.where.call).c_str());
+      }
+      std::istringstream lines(cache.detail);
+      for (std::string line; std::getline(lines, line);) std::printf("  | %s\n", line.c_str());
+      return;
+    }
+  }
+  if (all_checked) {
+    std::printf(
+        "  the cached K/V match the oracle after every call: the fault is in how the "
+        "cache is read (positions, mask, heads) or outside it\n");
+  } else {
+    std::printf("  P6 did not apply, so the cache was not checked: the fault is not located\n");
+  }
+}
+
+// Replays one property of one case; prints the report and returns its JSON
+// (and the verdict in `v`).
+nlohmann::json replay_property(const CaseFile& c, Property property, const CaseEngine& engine,
+                               bool compare_recorded, bool& failed, Verdict& v) {
+  const PreludeRun run = replay_check(c, engine, property, c.scenario);
+  v = run.verdict;
+  nlohmann::json out = verdict_json(v);
+  failed |= !v.passed;
+  std::printf("%s %s: %s\n", std::string(property_label(property)).c_str(), status_of(v),
+              v.summary.c_str());
+  if (!c.prelude.empty()) print_prelude(run, engine, out);
+  if (compare_recorded && c.has_verdict) compare_with_recorded(c, v, out);
+  if (v.passed) return out;
+  print_divergence(c.scenario, property, v);
+  if (property != Property::kCacheState) localize_in_cache(c, engine, v.where, out);
   return out;
 }
 
@@ -285,9 +295,123 @@ std::string replay_command(const ReplayOptions& o) {
   return command;
 }
 
+// What the replay of every file adds up to.
+struct ReplayRun {
+  RunRecord record;
+  nlohmann::json report = nlohmann::json::array();  // one entry a file
+  bool any_failed = false, any_bad = false;
+  int failed_cases = 0, held_cases = 0;
+};
+
+// The case file and the engine it runs on, or why it cannot be replayed (the
+// entry's "error", a bad input).
+std::optional<std::pair<CaseFile, CaseEngine>> open_case(
+    const ReplayOptions& o, const std::optional<FaultSet>& fault_override, const std::string& file,
+    nlohmann::json& entry) {
+  const Result<CaseFile> parsed = read_case_file(file);
+  if (!parsed) {
+    std::printf("bad case file: %s\n\n", parsed.error().c_str());
+    entry["error"] = parsed.error();
+    return std::nullopt;
+  }
+  CaseFile c = parsed.value();
+  try {
+    c.scenario.model = case_model(c, o.model);
+    CaseEngine engine = case_engine(c, o.backend, fault_override, o.reference);
+    engine.in_process = o.in_process;
+    return std::pair{std::move(c), std::move(engine)};
+  } catch (const InputError& e) {
+    std::printf("cannot replay: %s\n\n", e.what());
+    entry["error"] = e.what();
+    return std::nullopt;
+  }
+}
+
+// The case's header: property, model, engine, faults, notes and prelude.
+void print_case_header(const CaseFile& c, const CaseEngine& engine,
+                       const std::optional<FaultSet>& fault_override) {
+  const Scenario& s = c.scenario;
+  std::printf(
+      "%s %s, %s model (%d layers, %d heads over %d kv heads), %zu sequences, %zu calls, "
+      "size %d\n",
+      std::string(property_label(c.property)).c_str(),
+      std::string(property_name(c.property)).c_str(), family_name(s.config.family),
+      s.config.n_layers, s.config.n_heads, s.config.n_kv_heads, s.sequences.size(), s.calls.size(),
+      s.size());
+  const std::string recorded = fault_override && *fault_override != c.faults
+                                   ? " (the case records " + c.faults.to_string() + ")"
+                                   : "";
+  std::printf("engine: %s (%s %s), faults: %s%s\n", engine.backend.spec.c_str(),
+              engine.backend.traits.identity.name.c_str(),
+              engine.backend.traits.identity.version.c_str(), engine.faults.to_string().c_str(),
+              recorded.c_str());
+  if (s.model) std::printf("model: %s (%s)\n", s.model->path.c_str(), s.model->hash.c_str());
+  for (const std::string& note : c.notes) std::printf("note: %s\n", note.c_str());
+  print_prelude_cases(c, engine);
+  std::printf("\n");
+}
+
+// Replays one case file: its header, the trace if asked, and each property
+// it checks, into `run`.
+void replay_file(const ReplayOptions& o, const std::optional<FaultSet>& fault_override,
+                 const std::string& file, ReplayRun& run) {
+  std::printf("== %s\n", file.c_str());
+  nlohmann::json entry = {{"file", file}};
+  auto opened = open_case(o, fault_override, file, entry);
+  if (!opened) {
+    run.report.push_back(entry);
+    run.any_bad = true;
+    return;
+  }
+  const auto& [c, engine] = *opened;
+  const Scenario& s = c.scenario;
+  print_case_header(c, engine, fault_override);
+  entry["property"] = property_name(c.property);
+  entry["backend"] = engine.backend.spec;
+  entry["faults"] = engine.faults.to_string();
+  entry["recorded_faults"] = c.faults.to_string();
+  entry["size"] = s.size();
+  if (o.trace) {
+    std::printf("cache trace ([batch, kv_heads, cached_len, head_dim], batch = 1 per line):\n");
+    for (const std::string& line : traced(c, engine)) {
+      std::printf("%s\n", line.c_str());
+      entry["trace"].push_back(line);
+    }
+    std::printf("\n");
+  }
+  bool failed = false;
+  const bool same_engine_as_recorded = !fault_override || *fault_override == c.faults;
+  for (int i = 0; i < kPropertyCount; ++i) {
+    const Property p = static_cast<Property>(i);
+    if (!o.all && p != c.property) continue;
+    FailureRecord r;
+    r.property = p, r.backend = engine.backend.spec, r.faults = engine.faults.to_string();
+    r.case_path = file;
+    entry["verdicts"].push_back(replay_property(
+        c, p, engine, same_engine_as_recorded && p == c.property, failed, r.verdict));
+    record_backend(run.record, engine.backend);
+    if (!r.verdict.passed) {
+      r.case_text = read_text_file(file);
+      // Their runs would go without the prelude, on another state.
+      if (!o.html_path.empty() && c.prelude.empty()) {
+        r.error_maps = error_maps(s, r.verdict, engine.subject);
+        r.timeline = cache_timeline(s, engine.subject);
+      }
+      run.record.failures.push_back(r);
+    }
+    run.record.replayed.push_back(std::move(r));
+  }
+  entry["failed"] = failed;
+  run.report.push_back(entry);
+  run.any_failed |= failed;
+  (failed ? run.failed_cases : run.held_cases) += 1;
+  std::printf("\n");
+}
+
 int run_replay(const ReplayOptions& o) {
   const auto start = std::chrono::steady_clock::now();
-  RunRecord record;
+  ReplayRun run;
+  RunRecord& record = run.record;
   record.command = "replay";
   record.started = utc_now_iso8601();
   record.reproduce = replay_command(o);
@@ -295,108 +419,22 @@ int run_replay(const ReplayOptions& o) {
   const std::vector<std::string> files = collect_case_files(o.paths);
   const std::optional<FaultSet> fault_override =
       o.fault.empty() ? std::nullopt : std::optional<FaultSet>(parse_fault_option(o.fault));
-  bool any_failed = false, any_bad = false;
-  int failed_cases = 0, held_cases = 0;
-  nlohmann::json report = nlohmann::json::array();
-  for (const std::string& file : files) {
-    std::printf("== %s\n", file.c_str());
-    nlohmann::json entry = {{"file", file}};
-    const Result<CaseFile> parsed = read_case_file(file);
-    if (!parsed) {
-      std::printf("bad case file: %s\n\n", parsed.error().c_str());
-      entry["error"] = parsed.error();
-      report.push_back(entry);
-      any_bad = true;
-      continue;
-    }
-    CaseFile c = parsed.value();
-    std::optional<CaseEngine> chosen;
-    try {
-      c.scenario.model = case_model(c, o.model);
-      chosen = case_engine(c, o.backend, fault_override, o.reference);
-      chosen->in_process = o.in_process;
-    } catch (const InputError& e) {
-      std::printf("cannot replay: %s\n\n", e.what());
-      entry["error"] = e.what();
-      report.push_back(entry);
-      any_bad = true;
-      continue;
-    }
-    const CaseEngine& engine = *chosen;
-    const Scenario& s = c.scenario;
-    std::printf(
-        "%s %s, %s model (%d layers, %d heads over %d kv heads), %zu sequences, %zu calls, "
-        "size %d\n",
-        std::string(property_label(c.property)).c_str(),
-        std::string(property_name(c.property)).c_str(), family_name(s.config.family),
-        s.config.n_layers, s.config.n_heads, s.config.n_kv_heads, s.sequences.size(),
-        s.calls.size(), s.size());
-    std::printf("engine: %s (%s %s), faults: %s%s\n", engine.backend.spec.c_str(),
-                engine.backend.traits.identity.name.c_str(),
-                engine.backend.traits.identity.version.c_str(), engine.faults.to_string().c_str(),
-                fault_override && *fault_override != c.faults
-                    ? (" (the case records " + c.faults.to_string() + ")").c_str()
-                    : "");
-    if (s.model) std::printf("model: %s (%s)\n", s.model->path.c_str(), s.model->hash.c_str());
-    for (const std::string& note : c.notes) std::printf("note: %s\n", note.c_str());
-    print_prelude_cases(c, engine);
-    std::printf("\n");
-    entry["property"] = property_name(c.property);
-    entry["backend"] = engine.backend.spec;
-    entry["faults"] = engine.faults.to_string();
-    entry["recorded_faults"] = c.faults.to_string();
-    entry["size"] = s.size();
-    if (o.trace) {
-      std::printf("cache trace ([batch, kv_heads, cached_len, head_dim], batch = 1 per line):\n");
-      for (const std::string& line : traced(c, engine)) {
-        std::printf("%s\n", line.c_str());
-        entry["trace"].push_back(line);
-      }
-      std::printf("\n");
-    }
-    bool failed = false;
-    const bool same_engine_as_recorded = !fault_override || *fault_override == c.faults;
-    for (int i = 0; i < kPropertyCount; ++i) {
-      const Property p = static_cast<Property>(i);
-      if (!o.all && p != c.property) continue;
-      FailureRecord r;
-      r.property = p, r.backend = engine.backend.spec, r.faults = engine.faults.to_string();
-      r.case_path = file;
-      entry["verdicts"].push_back(replay_property(
-          c, p, engine, same_engine_as_recorded && p == c.property, failed, r.verdict));
-      record_backend(record, engine.backend);
-      if (!r.verdict.passed) {
-        r.case_text = read_text_file(file);
-        // Their runs would go without the prelude, on another state.
-        if (!o.html_path.empty() && c.prelude.empty()) {
-          r.error_maps = error_maps(s, r.verdict, engine.subject);
-          r.timeline = cache_timeline(s, engine.subject);
-        }
-        record.failures.push_back(r);
-      }
-      record.replayed.push_back(std::move(r));
-    }
-    entry["failed"] = failed;
-    report.push_back(entry);
-    any_failed |= failed;
-    (failed ? failed_cases : held_cases) += 1;
-    std::printf("\n");
-  }
+  for (const std::string& file : files) replay_file(o, fault_override, file, run);
   const std::string replayed = "replayed " + counted(int64_t(files.size()), "case file") + ": " +
-                               std::to_string(failed_cases) + " failed, " +
-                               std::to_string(held_cases) + " held";
-  std::printf("%s%s\n", replayed.c_str(), any_bad ? ", some could not be read (exit 2)" : "");
+                               std::to_string(run.failed_cases) + " failed, " +
+                               std::to_string(run.held_cases) + " held";
+  std::printf("%s%s\n", replayed.c_str(), run.any_bad ? ", some could not be read (exit 2)" : "");
   if (!o.json_path.empty()) {
-    write_text_file("--json", o.json_path, nlohmann::json{{"cases", report}}.dump(2) + "\n");
+    write_text_file("--json", o.json_path, nlohmann::json{{"cases", run.report}}.dump(2) + "\n");
   }
   if (!o.html_path.empty()) {
     record.seconds =
         std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
-    record.passed = !any_failed && !any_bad;
-    record.outcome = replayed + (any_bad ? ", some could not be read" : "");
+    record.passed = !run.any_failed && !run.any_bad;
+    record.outcome = replayed + (run.any_bad ? ", some could not be read" : "");
     write_text_file("--html", o.html_path, html_report(record));
   }
-  return any_bad ? 2 : any_failed ? 1 : 0;
+  return run.any_bad ? 2 : run.any_failed ? 1 : 0;
 }
 
 }  // namespace

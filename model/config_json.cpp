@@ -173,6 +173,12 @@ Result<Config> config_from_json(const json& object) {
   return c;
 }
 
+std::vector<std::string_view> config_field_names() {
+  std::vector<std::string_view> names;
+  for (const ConfigField& field : kConfigFields) names.push_back(field.name);
+  return names;
+}
+
 std::vector<ConfigValue> config_values(const Config& c) {
   std::vector<ConfigValue> values;
   for (const ConfigField& field : kConfigFields) {

@@ -34,6 +34,10 @@ struct ConfigValue {
 // rules, built from the same table.
 std::vector<ConfigValue> config_values(const Config& config);
 
+// Every field's JSON key, in the table's order, optional ones included (for
+// a tool that takes each field as a flag, as kvcheck-export does).
+std::vector<std::string_view> config_field_names();
+
 // The same checks and messages as config_from_json, each value taken as the
 // JSON value it stands for (an integral number as an integer, a boolean's 0
 // or 1 as false or true); a key given twice is an error.

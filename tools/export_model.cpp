@@ -17,11 +17,16 @@
 // wrote as one line of JSON on stdout. Exit codes: 0 written, 1 the write failed, 2 bad input.
 #include <CLI/CLI.hpp>
 
+#include <algorithm>
 #include <cstdint>
 #include <fstream>
 #include <iostream>
+#include <map>
 #include <sstream>
 #include <string>
+#include <string_view>
+#include <utility>
+#include <vector>
 
 #include <nlohmann/json.hpp>
 
@@ -86,14 +91,72 @@ std::string save(const std::string& format, const std::string& path, const kvche
   return kvcheck::save_safetensors_file(path, config, weights);
 }
 
+// Each config field as a flag (--n-kv-heads for n_kv_heads), from the one
+// table of config fields, so a field added there is a flag here too.
+struct FieldFlags {
+  std::map<std::string, std::string> text;                    // field -> the flag's text
+  std::vector<std::pair<std::string, CLI::Option*>> options;  // field, its flag
+};
+
+void add_field_flags(CLI::App& app, FieldFlags& flags) {
+  const std::map<std::string_view, const char*> notes = {{"rope_theta", "llama only"},
+                                                         {"qkv_bias", "gpt2 only: true or false"}};
+  for (const std::string_view name : kvcheck::config_field_names()) {
+    if (name == "family") continue;  // --family picks a preset, below
+    std::string flag = "--" + std::string(name);
+    std::replace(flag.begin(), flag.end(), '_', '-');
+    const auto note = notes.find(name);
+    flags.options.emplace_back(
+        std::string(name),
+        app.add_option(flag, flags.text[std::string(name)], note == notes.end() ? "" : note->second)
+            ->type_name("VALUE"));
+  }
+}
+
+// `config` with the given flags' fields replaced, each flag's text taken as
+// the JSON value it spells (4, 1e4, true), else as a string, so that
+// config_from_json names the field and the value it refuses.
+kvcheck::Result<kvcheck::Config> with_flags(const kvcheck::Config& config,
+                                            const FieldFlags& flags) {
+  nlohmann::json fields = kvcheck::config_to_json(config);
+  for (const auto& [name, option] : flags.options) {
+    if (option->count() == 0) continue;
+    const std::string& text = flags.text.at(name);
+    const nlohmann::json value = nlohmann::json::parse(text, nullptr, false);
+    fields[name] = value.is_discarded() ? nlohmann::json(text) : value;
+  }
+  return kvcheck::config_from_json(fields);
+}
+
+// The config the flags describe: --from's file, else --config's, else the
+// family's tiny preset, then each field flag given. Weights come with --from.
+kvcheck::Result<kvcheck::Config> chosen_config(const std::string& family,
+                                               const std::string& config_path,
+                                               const std::string& from_path,
+                                               const FieldFlags& flags, kvcheck::Weights& weights) {
+  using R = kvcheck::Result<kvcheck::Config>;
+  if (!from_path.empty()) {
+    kvcheck::Result<kvcheck::ModelFile> file = kvcheck::load_safetensors_file(from_path);
+    if (!file.ok()) return R::failure("--from " + file.error());
+    weights = std::move(file.value().weights);
+    return file.value().config;
+  }
+  kvcheck::Config config = family == "llama" ? kvcheck::llama_tiny() : kvcheck::gpt2_tiny();
+  if (!config_path.empty()) {
+    R from_file = read_config_file(config_path);
+    if (!from_file.ok()) return R::failure("--config " + from_file.error());
+    config = from_file.value();
+  }
+  return with_flags(config, flags);
+}
+
 }  // namespace
 
 int main(int argc, char** argv) {
-  using kvcheck::Config;
   CLI::App app{"Write init_weights(config, seed) as a safetensors file"};
   app.footer(
       "Fields not given take --config's values, else the family's tiny preset (gpt2_tiny, "
-      "llama_tiny).");
+      "llama_tiny). Exit codes: 0 written, 1 the write failed, 2 bad input.");
 
   // --family picks the family's tiny preset first, so `--family llama` alone
   // is a valid model and each flag changes one field of it.
@@ -103,7 +166,6 @@ int main(int argc, char** argv) {
   std::string config_path;
   std::string from_path;
   uint64_t seed = 1;
-  Config flags;
   app.add_option("--family", family, "gpt2 or llama")->check(CLI::IsMember({"gpt2", "llama"}));
   app.add_option("--out", out_path, "file to write")->required();
   app.add_option("--format", format,
@@ -111,73 +173,31 @@ int main(int argc, char** argv) {
       ->check(CLI::IsMember({"safetensors", "gguf", "onnx"}));
   app.add_option("--config", config_path, "JSON file holding a whole config (as case files do)")
       ->excludes("--family");
-  app.add_option("--from", from_path,
-                 "safetensors file written by kvcheck: convert its config and weights")
-      ->excludes("--family")
-      ->excludes("--config");
-  app.add_option("--seed", seed, "64-bit weight seed for init_weights (default 1)");
-  app.add_option("--n-layers", flags.n_layers);
-  app.add_option("--d-model", flags.d_model);
-  app.add_option("--n-heads", flags.n_heads);
-  app.add_option("--n-kv-heads", flags.n_kv_heads);
-  app.add_option("--head-dim", flags.head_dim);
-  app.add_option("--d-ff", flags.d_ff);
-  app.add_option("--vocab", flags.vocab);
-  app.add_option("--max-pos", flags.max_pos);
-  app.add_option("--rope-theta", flags.rope_theta, "llama only");
-  app.add_option("--norm-eps", flags.norm_eps);
-  app.add_option("--qkv-bias", flags.qkv_bias, "gpt2 only: true or false");
+  CLI::Option* from = app.add_option(
+      "--from", from_path, "safetensors file written by kvcheck: convert its config and weights");
+  from->excludes("--family")->excludes("--config");
+  // The file is the model: a changed field or seed would not match its tensors.
+  from->excludes(app.add_option("--seed", seed, "64-bit weight seed for init_weights (default 1)"));
+  FieldFlags field_flags;
+  add_field_flags(app, field_flags);
+  for (const auto& [name, option] : field_flags.options) from->excludes(option);
   bool packed_qkv = false;
   app.add_flag("--packed-qkv", packed_qkv,
                "onnx only: one Q|K|V projection, GroupQueryAttention's packed input");
-  CLI11_PARSE(app, argc, argv);
-
-  Config config = family == "llama" ? kvcheck::llama_tiny() : kvcheck::gpt2_tiny();
-  if (!config_path.empty()) {
-    kvcheck::Result<Config> from_file = read_config_file(config_path);
-    if (!from_file.ok()) {
-      std::cerr << "kvcheck-export: --config " << from_file.error() << "\n";
-      return 2;
-    }
-    config = from_file.value();
+  try {
+    app.parse(argc, argv);
+  } catch (const CLI::ParseError& e) {
+    return app.exit(e) == 0 ? 0 : 2;  // --help is 0; every other refusal is bad input
   }
-  // Only flags given on the command line override the preset.
-  auto given = [&](const char* name) { return app.count(name) > 0; };
-  if (given("--n-layers")) config.n_layers = flags.n_layers;
-  if (given("--d-model")) config.d_model = flags.d_model;
-  if (given("--n-heads")) config.n_heads = flags.n_heads;
-  if (given("--n-kv-heads")) config.n_kv_heads = flags.n_kv_heads;
-  if (given("--head-dim")) config.head_dim = flags.head_dim;
-  if (given("--d-ff")) config.d_ff = flags.d_ff;
-  if (given("--vocab")) config.vocab = flags.vocab;
-  if (given("--max-pos")) config.max_pos = flags.max_pos;
-  if (given("--rope-theta")) config.rope_theta = flags.rope_theta;
-  if (given("--norm-eps")) config.norm_eps = flags.norm_eps;
-  if (given("--qkv-bias")) config.qkv_bias = flags.qkv_bias;
+
   kvcheck::Weights weights;
-  if (!from_path.empty()) {
-    // The file is the model: a changed field or seed would not match its tensors.
-    for (const char* name :
-         {"--seed", "--n-layers", "--d-model", "--n-heads", "--n-kv-heads", "--head-dim", "--d-ff",
-          "--vocab", "--max-pos", "--rope-theta", "--norm-eps", "--qkv-bias"}) {
-      if (given(name)) {
-        std::cerr << "kvcheck-export: " << name << " cannot be combined with --from\n";
-        return 2;
-      }
-    }
-    kvcheck::Result<kvcheck::ModelFile> file = kvcheck::load_safetensors_file(from_path);
-    if (!file.ok()) {
-      std::cerr << "kvcheck-export: --from " << file.error() << "\n";
-      return 2;
-    }
-    config = file.value().config;
-    weights = std::move(file.value().weights);
-  }
-
-  if (const std::string error = config.validate(); !error.empty()) {
-    std::cerr << "kvcheck-export: invalid config: " << error << "\n";
+  const kvcheck::Result<kvcheck::Config> chosen =
+      chosen_config(family, config_path, from_path, field_flags, weights);
+  if (!chosen.ok()) {
+    std::cerr << "kvcheck-export: " << chosen.error() << "\n";
     return 2;
   }
+  const kvcheck::Config& config = chosen.value();
   if (format.empty()) format = format_of(out_path);
   if (packed_qkv && format != "onnx") {
     std::cerr << "kvcheck-export: --packed-qkv is for --format onnx only\n";

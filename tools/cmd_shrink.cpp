@@ -138,7 +138,9 @@ int run_shrink(const ShrinkCommandOptions& o) {
 
   std::printf("size %d -> %d (%d checks, %d accepted, %.1f s%s)\n", result->size_before,
               result->size_after, result->evaluations, result->accepted, seconds,
-              result->fixed_point ? ", fixed point" : ", stopped by the budget");
+              result->fixed_point       ? ", fixed point"
+              : result->stopped_by_time ? ", stopped by --time: a faster machine may go further"
+                                        : ", stopped by --max-evaluations");
   std::printf("%s\n", verdict.summary.c_str());
   std::printf("wrote %s\nreplay: kvcheck replay%s %s\n", written.value().c_str(),
               case_command_options(output).c_str(), written.value().c_str());
@@ -153,6 +155,7 @@ int run_shrink(const ShrinkCommandOptions& o) {
                                    {"evaluations", result->evaluations},
                                    {"accepted", result->accepted},
                                    {"fixed_point", result->fixed_point},
+                                   {"stopped_by_time", result->stopped_by_time},
                                    {"seconds", seconds},
                                    {"summary", verdict.summary}}
                             .dump(2) +

@@ -444,8 +444,10 @@ ShrinkResult shrink_scenario(const Scenario& failing, const Verdict& verdict,
   // Candidates that held, by digest: later rounds list many of them again.
   std::unordered_set<uint64_t> held;
   const auto out_of_budget = [&] {
-    return result.evaluations >= options.max_evaluations ||
-           std::chrono::duration<double>(Clock::now() - start).count() >= options.max_seconds;
+    if (result.evaluations >= options.max_evaluations) return true;
+    result.stopped_by_time =
+        std::chrono::duration<double>(Clock::now() - start).count() >= options.max_seconds;
+    return result.stopped_by_time;
   };
   bool progress = true;
   while (progress) {

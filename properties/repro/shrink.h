@@ -51,6 +51,9 @@ struct ShrinkResult {
   int evaluations = 0;       // checks run
   int accepted = 0;          // candidates that still failed
   bool fixed_point = false;  // false when a limit stopped it first
+  // The time limit stopped it (not the evaluations): where it stopped then
+  // depends on the machine's speed, and the report says so.
+  bool stopped_by_time = false;
 };
 
 // `failing` must fail (`verdict` is its failing verdict).

@@ -83,7 +83,23 @@ TEST(Shrink, StopsAtTheEvaluationBudget) {
       shrink_scenario(s, *three_tokens_two_layers(s), three_tokens_two_layers, options);
   EXPECT_LE(r.evaluations, 3);
   EXPECT_FALSE(r.fixed_point);
+  EXPECT_FALSE(r.stopped_by_time);
   EXPECT_TRUE(three_tokens_two_layers(r.scenario));
+}
+
+// A time limit that has passed before the first check stops the shrink at
+// once, and says that time stopped it: the one limit that depends on the
+// machine is named as such.
+TEST(Shrink, SaysWhenTheTimeLimitStoppedIt) {
+  Scenario s;
+  for (uint64_t seed = 1; !three_tokens_two_layers(s); ++seed) s = generated(seed);
+  ShrinkOptions options;
+  options.max_seconds = 0;
+  const ShrinkResult r =
+      shrink_scenario(s, *three_tokens_two_layers(s), three_tokens_two_layers, options);
+  EXPECT_EQ(r.evaluations, 0);
+  EXPECT_FALSE(r.fixed_point);
+  EXPECT_TRUE(r.stopped_by_time);
 }
 
 TEST(Shrink, RefusesAPassingCase) {

@@ -74,13 +74,17 @@ TEST(Shrink, ReachesTheMinimumOfAStandInFailureDeterministically) {
   EXPECT_GT(shrunk, 5);
 }
 
-TEST(Shrink, StopsAtTheEvaluationBudget) {
+// The first generated scenario with three tokens in two layers, shrunk under `options`.
+ShrinkResult shrunk_within(const ShrinkOptions& options) {
   Scenario s;
   for (uint64_t seed = 1; !three_tokens_two_layers(s); ++seed) s = generated(seed);
+  return shrink_scenario(s, *three_tokens_two_layers(s), three_tokens_two_layers, options);
+}
+
+TEST(Shrink, StopsAtTheEvaluationBudget) {
   ShrinkOptions options;
   options.max_evaluations = 3;
-  const ShrinkResult r =
-      shrink_scenario(s, *three_tokens_two_layers(s), three_tokens_two_layers, options);
+  const ShrinkResult r = shrunk_within(options);
   EXPECT_LE(r.evaluations, 3);
   EXPECT_FALSE(r.fixed_point);
   EXPECT_FALSE(r.stopped_by_time);
@@ -91,12 +95,9 @@ TEST(Shrink, StopsAtTheEvaluationBudget) {
 // once, and says that time stopped it: the one limit that depends on the
 // machine is named as such.
 TEST(Shrink, SaysWhenTheTimeLimitStoppedIt) {
-  Scenario s;
-  for (uint64_t seed = 1; !three_tokens_two_layers(s); ++seed) s = generated(seed);
   ShrinkOptions options;
   options.max_seconds = 0;
-  const ShrinkResult r =
-      shrink_scenario(s, *three_tokens_two_layers(s), three_tokens_two_layers, options);
+  const ShrinkResult r = shrunk_within(options);
   EXPECT_EQ(r.evaluations, 0);
   EXPECT_FALSE(r.fixed_point);
   EXPECT_TRUE(r.stopped_by_time);

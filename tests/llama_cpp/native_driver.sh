@@ -2,9 +2,11 @@
 # ctest LlamaCpp.NativeDriver: the native llama.cpp driver
 # (adapters/llama.cpp/native, docs/LLAMA_CPP.md "Native driver") under a
 # fixed 30-case campaign with kv_unified off and on (and seq_keep behind
-# finish), and its findings: each case must fail in its mode and hold in the
-# other, and the llama.h reproduction must still show both (a pass means
-# llama.cpp changed).
+# finish), and its
+# findings: each case must fail in its mode and hold in the other, and the
+# llama.h reproduction must still show them and the stale state of
+# docs/findings/llama_cpp_state_after_fork_stale.md (a pass means llama.cpp
+# changed).
 #   native_driver.sh KVCHECK DRIVER REPRO KVCHECK_EXPORT
 set -u
 kvcheck=$1 driver=$2 repro=$3 export=$4
@@ -43,10 +45,12 @@ finding corpus/llama.cpp/native/unified_shift_after_fork.batch.fails.case \
 finding corpus/llama.cpp/native/keep_leaves_other_streams.reset.fails.case \
   "--unified off --finish-by keep --erase-shift off" "--unified on --finish-by keep --erase-shift off"
 
+# kvcheck-llama-repro: the two findings above and the stale state after a
+# fork or a pending shift (docs/findings/llama_cpp_state_after_fork_stale.md).
 "$export" --family llama --out "$scratch/m.gguf" >/dev/null || exit 1
 if "$repro" "$scratch/m.gguf"; then
-  echo "ok: the llama.h reproduction still shows both"
+  echo "ok: the llama.h reproduction still shows all four"
 else
-  echo "CHANGED: the llama.h reproduction no longer shows both (exit $?)"; fail=1
+  echo "CHANGED: the llama.h reproduction no longer shows all four (exit $?)"; fail=1
 fi
 exit $fail

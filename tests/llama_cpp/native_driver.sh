@@ -2,7 +2,7 @@
 # ctest LlamaCpp.NativeDriver: the native llama.cpp driver
 # (adapters/llama.cpp/native, docs/LLAMA_CPP.md "Native driver") under a
 # fixed 30-case campaign with kv_unified off and on (and seq_keep behind
-# finish), and its
+# finish; and with llama.cpp refusing past capacity itself), and its
 # findings: each case must fail in its mode and hold in the other, and the
 # llama.h reproduction must still show them and the stale state of
 # docs/findings/llama_cpp_state_after_fork_stale.md (a pass means llama.cpp
@@ -25,6 +25,8 @@ campaign() {  # BACKEND_OPTIONS
 campaign "--unified off"
 campaign "--unified on --erase-shift off"
 campaign "--unified on --erase-shift off --finish-by keep"
+# llama.cpp's own capacity refusal (llama_decode 1) as kvcheck's, P9 on it.
+campaign "--capacity-by llama"
 
 # A finding's case: FILE, the options it fails with, those it holds with.
 finding() {

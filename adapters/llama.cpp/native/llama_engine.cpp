@@ -20,21 +20,32 @@ uint32_t cells_per_sequence(const Config& config, const EngineOptions& options) 
   return uint32_t(std::max(options.capacity, config.max_pos));
 }
 
+// The SequenceTable's options: with llama_refuses, a capacity llama.cpp
+// reaches first, so that the table never refuses for capacity.
+EngineOptions table_options(EngineOptions options, const LlamaOptions& llama) {
+  if (llama.llama_refuses) options.capacity += 256;
+  return options;
+}
+
 llama_context* make_context(llama_model* model, const Config& config, const EngineOptions& options,
-                            bool unified) {
+                            const LlamaOptions& llama) {
   llama_context_params p = llama_context_default_params();
   const uint32_t rows = uint32_t(options.max_rows);
   p.n_seq_max = rows + 1;  // and the spare (LlamaEngine::apply_pending_updates)
   p.n_ctx = (rows + 1) * cells_per_sequence(config, options);
+  if (llama.llama_refuses) {  // and the filler; llama.cpp would round n_ctx up to
+    p.n_seq_max = rows + 2;   // 256 but cap n_batch at the n_ctx asked for
+    p.n_ctx = (uint32_t(options.capacity) + 1 + 255) / 256 * 256;
+  }
   // One llama_batch holds any step (capacity tokens per sequence); llama.cpp
   // splits it into micro-batches of n_ubatch, the same split for the same
   // step, so results stay deterministic.
-  p.n_batch = std::max<uint32_t>(512, rows * uint32_t(options.capacity));
+  p.n_batch = std::max<uint32_t>({512, rows * uint32_t(options.capacity), p.n_ctx});
   p.n_ubatch = 512;
   p.n_threads = p.n_threads_batch = 1;
   p.flash_attn_type = LLAMA_FLASH_ATTN_TYPE_DISABLED;
   p.type_k = p.type_v = GGML_TYPE_F32;
-  p.kv_unified = unified;
+  p.kv_unified = llama.unified || llama.llama_refuses;
   p.no_perf = true;
   llama_context* ctx = llama_init_from_model(model, p);
   if (ctx == nullptr) throw std::runtime_error("llama_init_from_model failed");
@@ -48,16 +59,35 @@ LlamaEngine::LlamaEngine(llama_model* model, const Config& config, const EngineO
     : config_(config),
       options_(options),
       llama_(llama),
-      table_(config, options),
-      ctx_(make_context(model, config, options, llama.unified)),
-      owner_(size_t(options.max_rows), -1) {}
+      table_(config, table_options(options, llama)),
+      ctx_(make_context(model, config, options, llama)),
+      owner_(size_t(options.max_rows), -1) {
+  if (llama_.llama_refuses) fill();
+}
+
+void LlamaEngine::fill() {
+  const llama_seq_id filler = llama_seq_id(options_.max_rows + 1);
+  const int32_t n = int32_t(llama_n_ctx(ctx_)) - options_.capacity;
+  llama_batch b = llama_batch_init(n, 0, 1);
+  for (int32_t i = 0; i < n; ++i) {
+    b.token[i] = 0, b.pos[i] = i, b.n_seq_id[i] = 1, b.seq_id[i][0] = filler;
+    b.logits[i] = i + 1 == n;
+  }
+  b.n_tokens = n;
+  const int32_t rc = llama_decode(ctx_, b);
+  llama_batch_free(b);
+  if (rc != 0)
+    throw std::runtime_error("llama_decode of the filler returned " + std::to_string(rc));
+}
 
 LlamaEngine::~LlamaEngine() {
   llama_free(ctx_);
 }
 
 std::string LlamaEngine::name() const {
-  return std::string("llama.cpp-native-unified-") + (llama_.unified ? "on" : "off");
+  return std::string("llama.cpp-native-unified-") +
+         (llama_.unified || llama_.llama_refuses ? "on" : "off") +
+         (llama_.llama_refuses ? "-capacity-by-llama" : "");
 }
 
 int LlamaEngine::seq(SequenceId id) const {
@@ -94,6 +124,10 @@ void LlamaEngine::step(std::span<const BatchEntry> batch, std::vector<float>& lo
   b.n_tokens = int32_t(t);
   const int32_t rc = llama_decode(ctx_, b);
   llama_batch_free(b);
+  // llama.h: 1 "could not find a KV slot for the batch"; only the filler
+  // makes it one of kvcheck's refusals (LlamaOptions::llama_refuses).
+  if (rc == 1 && llama_.llama_refuses)
+    throw EngineError(EngineError::Kind::kCapacity, "llama_decode returned 1 (no KV slot)");
   if (rc != 0) throw std::runtime_error("llama_decode returned " + std::to_string(rc));
   const size_t V = size_t(config_.vocab);
   logits.resize(t * V);  // [N][V]
@@ -130,6 +164,7 @@ void LlamaEngine::reset() {
   table_.reset([](int) {});
   llama_memory_clear(llama_get_memory(ctx_), true);
   std::fill(owner_.begin(), owner_.end(), SequenceId(-1));
+  if (llama_.llama_refuses) fill();
 }
 
 std::vector<int> LlamaEngine::slot_positions(SequenceId id, int from, int to) const {

@@ -23,10 +23,19 @@ struct LlamaOptions {
   // sequence survives it, else seq_rm: how seq_keep is reached with the
   // protocol's operations (docs/LLAMA_CPP.md, "Native driver")
   bool finish_by_keep = false;
+  // --capacity-by llama: llama.cpp refuses a step past capacity itself. One
+  // unified stream of n_ctx cells (a multiple of 256), all but `capacity` of
+  // them held by a filler sequence, so llama_decode finds no slot (return 1)
+  // exactly where kvcheck's capacity ends; that return is the `capacity`
+  // refusal, and the SequenceTable no longer decides it. One row (a second
+  // sequence would take the same cells), no snapshot (its spare decode
+  // needs a cell).
+  bool llama_refuses = false;
 };
 
 // Every refusal is decided by the shared SequenceTable (engine/sequence_table.h)
-// before llama.cpp sees the call, so a refused call changes nothing; the
+// before llama.cpp sees the call, so a refused call changes nothing (but
+// with llama_refuses llama_decode refuses a step past capacity); the
 // table also holds each sequence's cells (positions, slot order), which the
 // llama.cpp calls below are derived from.
 //   step      one llama_batch of every entry, at each sequence's next position
@@ -74,6 +83,8 @@ class LlamaEngine final : public Engine {
   // (docs/findings/llama_cpp_state_after_fork_stale.md): one token decoded
   // in the spare sequence, then removed, runs those updates.
   void apply_pending_updates() const;
+  // --capacity-by llama: the filler sequence's cells (LlamaOptions).
+  void fill();
 
   Config config_;
   EngineOptions options_;

@@ -47,6 +47,15 @@ finding corpus/llama.cpp/native/unified_shift_after_fork.batch.fails.case \
 finding corpus/llama.cpp/native/keep_leaves_other_streams.reset.fails.case \
   "--unified off --finish-by keep --erase-shift off" "--unified on --finish-by keep --erase-shift off"
 
+# llama.cpp's own capacity refusal with another sequence alive (P9: the
+# other continues as if the refused steps had never been sent).
+holds=corpus/llama.cpp/native/llama_refusal_companion.capacity.holds.case
+if "$kvcheck" replay --backend "exec:$driver --capacity-by llama" "$holds" >"$scratch/out" 2>&1; then
+  echo "ok: $holds holds with --capacity-by llama"
+else
+  cat "$scratch/out"; echo "FAILED: $holds with --capacity-by llama"; fail=1
+fi
+
 # kvcheck-llama-repro: the two findings above and the stale state after a
 # fork or a pending shift (docs/findings/llama_cpp_state_after_fork_stale.md).
 "$export" --family llama --out "$scratch/m.gguf" >/dev/null || exit 1

@@ -35,7 +35,7 @@ llama_context* make_context(llama_model* model, const Config& config, const Engi
   p.n_ctx = (rows + 1) * cells_per_sequence(config, options);
   if (llama.llama_refuses) {  // and the filler; llama.cpp would round n_ctx up to
     p.n_seq_max = rows + 2;   // 256 but cap n_batch at the n_ctx asked for
-    p.n_ctx = (uint32_t(options.capacity) + 1 + 255) / 256 * 256;
+    p.n_ctx = (rows * uint32_t(options.capacity) + 1 + 255) / 256 * 256;
   }
   // One llama_batch holds any step (capacity tokens per sequence); llama.cpp
   // splits it into micro-batches of n_ubatch, the same split for the same
@@ -61,27 +61,47 @@ LlamaEngine::LlamaEngine(llama_model* model, const Config& config, const EngineO
       llama_(llama),
       table_(config, table_options(options, llama)),
       ctx_(make_context(model, config, options, llama)),
-      owner_(size_t(options.max_rows), -1) {
-  if (llama_.llama_refuses) fill();
-}
-
-void LlamaEngine::fill() {
-  const llama_seq_id filler = llama_seq_id(options_.max_rows + 1);
-  const int32_t n = int32_t(llama_n_ctx(ctx_)) - options_.capacity;
-  llama_batch b = llama_batch_init(n, 0, 1);
-  for (int32_t i = 0; i < n; ++i) {
-    b.token[i] = 0, b.pos[i] = i, b.n_seq_id[i] = 1, b.seq_id[i][0] = filler;
-    b.logits[i] = i + 1 == n;
-  }
-  b.n_tokens = n;
-  const int32_t rc = llama_decode(ctx_, b);
-  llama_batch_free(b);
-  if (rc != 0)
-    throw std::runtime_error("llama_decode of the filler returned " + std::to_string(rc));
-}
+      owner_(size_t(options.max_rows), -1) {}
 
 LlamaEngine::~LlamaEngine() {
   llama_free(ctx_);
+}
+
+void LlamaEngine::leave_free(int free) {
+  int held = 0;
+  for (const SequenceId o : owner_) held += o == -1 ? 0 : table_.lookup(o, "step").length;
+  const int target = int(llama_n_ctx(ctx_)) - held - free;  // > 0: n_ctx > rows * capacity
+  const llama_seq_id filler = llama_seq_id(options_.max_rows + 1);
+  if (target < filler_) llama_memory_seq_rm(llama_get_memory(ctx_), filler, target, -1);
+  if (target > filler_) {
+    llama_batch b = llama_batch_init(target - filler_, 0, 1);
+    for (int i = filler_; i < target; ++i) {
+      const int k = i - filler_;
+      b.token[k] = 0, b.pos[k] = i, b.n_seq_id[k] = 1, b.seq_id[k][0] = filler;
+      b.logits[k] = i + 1 == target;
+    }
+    b.n_tokens = target - filler_;
+    const int32_t rc = llama_decode(ctx_, b);
+    llama_batch_free(b);
+    if (rc != 0)
+      throw std::runtime_error("llama_decode of the filler returned " + std::to_string(rc));
+  }
+  filler_ = target;
+}
+
+void LlamaEngine::leave_room_for(std::span<const BatchEntry> batch) {
+  const auto held = [&](const BatchEntry& e) { return table_.lookup(e.sequence, "step").length; };
+  if (batch.size() == 1) return leave_free(options_.capacity - held(batch[0]));
+  int tokens = 0;
+  for (const BatchEntry& e : batch) {
+    if (held(e) + int(e.tokens.size()) > options_.capacity)
+      throw EngineError(EngineError::Kind::kCapacity,
+                        "sequence " + std::to_string(e.sequence) + " has " +
+                            std::to_string(held(e)) + " of " + std::to_string(options_.capacity) +
+                            " cells, the step adds " + std::to_string(e.tokens.size()));
+    tokens += int(e.tokens.size());
+  }
+  leave_free(tokens);
 }
 
 std::string LlamaEngine::name() const {
@@ -108,6 +128,7 @@ void LlamaEngine::step(std::span<const BatchEntry> batch, std::vector<float>& lo
   const std::vector<TokenPlan> plan = table_.make_plan(batch);
   logits.clear();
   if (plan.empty()) return;  // an empty batch, as the in-tree engines: nothing to decode
+  if (llama_.llama_refuses) leave_room_for(batch);
   llama_batch b = llama_batch_init(int32_t(plan.size()), 0, 1);
   size_t t = 0;
   for (const BatchEntry& e : batch) {
@@ -154,6 +175,7 @@ void LlamaEngine::finish(SequenceId id) {
   if (llama_.finish_by_keep && std::count_if(owner_.begin(), owner_.end(), live) == 1) {
     const auto survivor = std::find_if(owner_.begin(), owner_.end(), live) - owner_.begin();
     llama_memory_seq_keep(llama_get_memory(ctx_), llama_seq_id(survivor));
+    filler_ = 0;  // one stream (llama_refuses): the filler's cells went too
     return;
   }
   llama_memory_seq_rm(llama_get_memory(ctx_), s, -1, -1);  // a whole sequence never fails
@@ -164,7 +186,7 @@ void LlamaEngine::reset() {
   table_.reset([](int) {});
   llama_memory_clear(llama_get_memory(ctx_), true);
   std::fill(owner_.begin(), owner_.end(), SequenceId(-1));
-  if (llama_.llama_refuses) fill();
+  filler_ = 0;
 }
 
 std::vector<int> LlamaEngine::slot_positions(SequenceId id, int from, int to) const {

@@ -13,7 +13,7 @@
 //                      llama_memory_seq_keep(survivor) where one sequence survives
 //   --capacity-by table|llama  who refuses a step past capacity: the
 //                      SequenceTable (default) or llama.cpp's llama_decode
-//                      (a unified cache with a filler sequence, one row,
+//                      (a unified cache with a filler sequence, no fork,
 //                      no snapshot: LlamaOptions::llama_refuses)
 // f32 K/V, flash attention off, llama family, one thread. Exit 2 on bad options.
 #include <unistd.h>
@@ -71,10 +71,7 @@ EngineTraits llama_traits(const LlamaOptions& options) {
   i.sharing = i.rollback = Invariance::kBounded;
   i.determinism = Invariance::kBitwise;
   t.arithmetic.rope_angles_in_float = true;  // ggml-cpu rope_f32: theta *= theta_scale
-  if (options.llama_refuses) {
-    t.limits.max_rows = 1;
-    o.cache_snapshot = false;
-  }
+  if (options.llama_refuses) o.fork = o.cache_snapshot = false;  // LlamaOptions::llama_refuses
   return t;
 }
 

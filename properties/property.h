@@ -29,7 +29,7 @@ enum class Property : uint8_t {
   kGqa,          // P7 GQA == MHA with repeat_interleaved K/V weights, bitwise
   kDeterminism,  // P8 the same scenario twice gives the same bits
   kCapacity,     // P9 past capacity: the documented error, others intact
-  kCrossEngine,  // P10 the same scenario on a reference engine: logits within B + B
+  kCrossEngine,  // P10 the same scenario on a reference engine: logits within B + B_ref
   kSharing,      // P11 forks' lineages == their never-shared replays (isolation both ways)
   kRollback,     // P12 truncated sequences == their never-fed replays
   kPool,         // P13 paged pool accounting after every call

@@ -13,22 +13,26 @@ namespace kvcheck::checks {
 
 namespace {
 
-// Index of the first logit where |a - b| > 2 B (B the derived bound of the
-// sequence's tokens), or where either side is not finite; the triangle
-// inequality through the exact logit makes 2 B the bound for two runs that
-// each keep within B. Sizes must match, else min size.
+// Index of the first logit where |a - b| > B_a + B (B the derived bound of
+// the sequence's tokens under the subject's arithmetic, B_a under a's, 2 B
+// when a's is the subject's), or where either side is not finite; the
+// triangle inequality through the exact logit makes B_a + B the bound for
+// two runs that keep within B_a and B. Sizes must match, else min size.
 std::optional<size_t> first_bound_violation(const Context& context,
                                             std::span<const int32_t> all_tokens,
                                             std::span<const float> a, std::span<const float> b,
-                                            double* worst_ratio) {
+                                            double* worst_ratio,
+                                            const ArithmeticTraits* a_arithmetic) {
   const size_t n = std::min(a.size(), b.size());
   if (n == 0) return a.size() == b.size() ? std::nullopt : std::optional<size_t>(0);
   const size_t positions = n / size_t(context.vocab);
-  const std::shared_ptr<const SequenceReference> reference =
-      reference_for(context, all_tokens.first(positions));
+  const std::span<const int32_t> tokens = all_tokens.first(positions);
+  const std::shared_ptr<const SequenceReference> reference = reference_for(context, tokens);
+  const std::shared_ptr<const SequenceReference> a_reference =
+      a_arithmetic ? reference_for(context, tokens, *a_arithmetic) : reference;
   for (size_t i = 0; i < n; ++i) {
-    const double ratio =
-        std::abs(double(a[i]) - double(b[i])) / (2.0 * reference->bounds.logits[i]);
+    const double bound = reference->bounds.logits[i] + a_reference->bounds.logits[i];
+    const double ratio = std::abs(double(a[i]) - double(b[i])) / bound;
     if (!std::isfinite(a[i]) || !std::isfinite(b[i]) || !(ratio <= 1.0)) return i;
     *worst_ratio = std::max(*worst_ratio, ratio);
   }
@@ -40,11 +44,12 @@ std::optional<size_t> first_bound_violation(const Context& context,
 
 std::optional<size_t> first_difference(const Context& context, Invariance invariance,
                                        std::span<const int32_t> tokens, std::span<const float> a,
-                                       std::span<const float> b, double* worst_ratio) {
+                                       std::span<const float> b, double* worst_ratio,
+                                       const ArithmeticTraits* a_arithmetic) {
   const std::optional<size_t> differ =
       invariance == Invariance::kBitwise
           ? first_bit_difference(a, b)
-          : first_bound_violation(context, tokens, a, b, worst_ratio);
+          : first_bound_violation(context, tokens, a, b, worst_ratio, a_arithmetic);
   const size_t end = std::min({differ.value_or(a.size()), a.size(), b.size()});
   for (size_t i = 0; i < end; ++i) {
     if (!std::isfinite(a[i]) || !std::isfinite(b[i])) return i;

@@ -21,9 +21,13 @@ namespace kvcheck::checks {
 // invariance: equal NaN bits are not agreement, or an engine whose logits
 // are all NaN would pass every bitwise comparison. (Rows a prefix hit
 // reused are NaN by contract; callers zero them first, skip_rows.)
+// `a_arithmetic`: the arithmetic a's engine declares where it is not the
+// subject's (P10's reference engine); the bound is then B_a + B, each
+// derived from its own side's arithmetic, instead of 2 B.
 std::optional<size_t> first_difference(const Context& context, Invariance invariance,
                                        std::span<const int32_t> tokens, std::span<const float> a,
-                                       std::span<const float> b, double* worst_ratio);
+                                       std::span<const float> b, double* worst_ratio,
+                                       const ArithmeticTraits* a_arithmetic = nullptr);
 
 // What a failed comparison found at `at`, for the summary: the side that
 // holds a non-finite logit, its value and the verdict's call, else `differ`.

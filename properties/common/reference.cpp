@@ -100,12 +100,18 @@ class ReferenceCache {
 
 std::shared_ptr<const SequenceReference> reference_for(const Context& context,
                                                        std::span<const int32_t> tokens) {
-  thread_local ReferenceCache cache;
-  // The subject's arithmetic; a P10 reference that computes in f32 with
-  // double angles is within this larger bound too.
+  return reference_for(context, tokens, context.subject.traits.arithmetic);
+}
+
+std::shared_ptr<const SequenceReference> reference_for(const Context& context,
+                                                       std::span<const int32_t> tokens,
+                                                       const ArithmeticTraits& arithmetic) {
+  thread_local ReferenceCache subject_cache, other_cache;
+  ReferenceCache& cache =
+      arithmetic == context.subject.traits.arithmetic ? subject_cache : other_cache;
   return cache.get(context.scenario.config, context.scenario.weight_seed,
-                   context.scenario.model.get(), context.scenario.kv_dtype,
-                   context.subject.traits.arithmetic, context.weights, tokens);
+                   context.scenario.model.get(), context.scenario.kv_dtype, arithmetic,
+                   context.weights, tokens);
 }
 
 std::shared_ptr<const SequenceReference> reference_for(const Context& context,

@@ -38,6 +38,13 @@ struct SequenceReference {
 std::shared_ptr<const SequenceReference> reference_for(const Context& context,
                                                        std::span<const int32_t> tokens);
 
+// The same with the bound derived for another declared arithmetic (P10's
+// reference engine's): a cache of its own, so that alternating with the
+// subject's arithmetic empties neither.
+std::shared_ptr<const SequenceReference> reference_for(const Context& context,
+                                                       std::span<const int32_t> tokens,
+                                                       const ArithmeticTraits& arithmetic);
+
 // The reference of one segment: the oracle of its content, or for a
 // sequence with an erase or shift the replay of its history
 // (docs/ORACLE.md, "Context shift"): oracle rows per feed, K/V per cell.

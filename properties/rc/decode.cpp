@@ -431,7 +431,10 @@ class ScheduleBuilder {
     const int child = static_cast<int>(plans_.size());
     Plan plan;
     int tokens = std::clamp(op.child_tokens, 0, 8);
-    if (s_.model) {  // a checkpoint's positions end at its max_pos
+    // A checkpoint's positions end at its max_pos, a reused model's at the
+    // budget its max_pos is drawn from (size_scenario): a parent shifted up
+    // near it leaves its child less room.
+    if (s_.model || genes_.model_max_pos) {
       const std::vector<int32_t>& cells = model_.at(call.parent).cells;
       const int next =
           cells.empty() ? 0 : *std::max_element(cells.begin(), cells.begin() + call.count) + 1;

@@ -2,9 +2,11 @@
 # ctest LlamaCpp.NativeDriver: the native llama.cpp driver
 # (adapters/llama.cpp/native, docs/LLAMA_CPP.md "Native driver") under a
 # fixed 30-case campaign with kv_unified off and on (and seq_keep behind
-# finish), and its findings: each case must fail in its mode and hold in the
-# other, and the llama.h reproduction must still show both (a pass means
-# llama.cpp changed).
+# finish; and with llama.cpp refusing past capacity itself), and its
+# findings: each case must fail in its mode and hold in the other, and the
+# llama.h reproduction must still show them and the stale state of
+# docs/findings/llama_cpp_state_after_fork_stale.md (a pass means llama.cpp
+# changed).
 #   native_driver.sh KVCHECK DRIVER REPRO KVCHECK_EXPORT
 set -u
 kvcheck=$1 driver=$2 repro=$3 export=$4
@@ -23,6 +25,8 @@ campaign() {  # BACKEND_OPTIONS
 campaign "--unified off"
 campaign "--unified on --erase-shift off"
 campaign "--unified on --erase-shift off --finish-by keep"
+# llama.cpp's own capacity refusal (llama_decode 1) as kvcheck's, P9 on it.
+campaign "--capacity-by llama"
 
 # A finding's case: FILE, the options it fails with, those it holds with.
 finding() {
@@ -43,10 +47,21 @@ finding corpus/llama.cpp/native/unified_shift_after_fork.batch.fails.case \
 finding corpus/llama.cpp/native/keep_leaves_other_streams.reset.fails.case \
   "--unified off --finish-by keep --erase-shift off" "--unified on --finish-by keep --erase-shift off"
 
+# llama.cpp's own capacity refusal with another sequence alive (P9: the
+# other continues as if the refused steps had never been sent).
+holds=corpus/llama.cpp/native/llama_refusal_companion.capacity.holds.case
+if "$kvcheck" replay --backend "exec:$driver --capacity-by llama" "$holds" >"$scratch/out" 2>&1; then
+  echo "ok: $holds holds with --capacity-by llama"
+else
+  cat "$scratch/out"; echo "FAILED: $holds with --capacity-by llama"; fail=1
+fi
+
+# kvcheck-llama-repro: the two findings above and the stale state after a
+# fork or a pending shift (docs/findings/llama_cpp_state_after_fork_stale.md).
 "$export" --family llama --out "$scratch/m.gguf" >/dev/null || exit 1
 if "$repro" "$scratch/m.gguf"; then
-  echo "ok: the llama.h reproduction still shows both"
+  echo "ok: the llama.h reproduction still shows all four"
 else
-  echo "CHANGED: the llama.h reproduction no longer shows both (exit $?)"; fail=1
+  echo "CHANGED: the llama.h reproduction no longer shows all four (exit $?)"; fail=1
 fi
 exit $fail

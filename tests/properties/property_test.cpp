@@ -160,6 +160,23 @@ TEST(Generators, ModelReuseDrawsRunsOfScenariosOnOneModel) {
   EXPECT_GE(larger, 10);
 }
 
+// With a reused model's fixed max_pos, a fork of a sequence shifted up near
+// it still fits: the child's tokens end at max_pos. A llama.cpp campaign
+// with --scenarios-per-model drew "step feeds sequence 2 up to position 80,
+// past max_pos 80" (issue 33, P10 in f16 flash attention, seed 20261332).
+TEST(Generators, ModelReuseForksOfShiftedSequencesFit) {
+  auto reuse = std::make_shared<rcgen::ModelReuse>();
+  reuse->scenarios_per_model = 10;
+  for (const rcgen::Emphasis emphasis : {rcgen::Emphasis::kAny, rcgen::Emphasis::kForks}) {
+    const rc::Gen<Scenario> gen =
+        rcgen::scenario(emphasis, cpu_engine_traits_with_operations(), nullptr, reuse);
+    for (uint64_t seed = 1; seed <= 3000; ++seed) {
+      const Scenario s = gen(rc::Random(seed), int(seed % 101)).value();
+      ASSERT_EQ(s.validate(), "") << "seed " << seed << "\n" << s.to_text();
+    }
+  }
+}
+
 // limits.query_width_is_d_model (llama.cpp's gpt2): every drawn gpt2 model
 // has n_heads*head_dim == d_model, and refuses() names one that does not.
 TEST(Generators, QueryWidthIsDModelWhereTheEngineSaysSo) {

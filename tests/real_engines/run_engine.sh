@@ -6,6 +6,10 @@
 #   run_engine.sh ADAPTER PACKAGE replay KVCHECK EXPORT CASE_FILE
 #   run_engine.sh ADAPTER PACKAGE check KVCHECK EXPORT "ADAPTER OPTIONS"
 #                 (kvcheck check-adapter on the adapter with those options)
+#   run_engine.sh ADAPTER PACKAGE reference KVCHECK EXPORT CASE_FILE
+#                 (a P10 case with the sides swapped: the in-tree cpu engine
+#                 under test, the adapter in the case's mode its reference;
+#                 must pass)
 # ADAPTER is the adapter's folder (adapters/llama.cpp), PACKAGE the npm
 # package its node_modules must hold (node-llama-cpp). EXPORT is only probed
 # here (does it write ONNX?): the adapter converts with the kvcheck-export
@@ -51,19 +55,24 @@ case $mode in
     # llama.cpp: ten scenarios per generated model: loads were most of a case
     # (docs/PERFORMANCE.md); more models than a new one per case drew in a
     # minute.
-    per_model=
-    if [ "$engine" = llama.cpp ]; then per_model="--scenarios-per-model 10"; fi
-    # shellcheck disable=SC2086  # per_model: none or two words
+    # And P10 against the in-tree cpu engine (B + B_ref, each side's own
+    # arithmetic; docs/LLAMA_CPP.md, "P10 against the in-tree engine").
+    llama_options=
+    if [ "$engine" = llama.cpp ]; then llama_options="--scenarios-per-model 10 --reference cpu"; fi
+    # shellcheck disable=SC2086  # llama_options: none or four words
     exec "$kvcheck" campaign --backend "exec:node $adapter/engine.mjs" \
-      --time "$arg" --turn-cases 3 $per_model --no-kill-matrix --failures "${TMPDIR:-/tmp}/kvcheck-$engine-ci-failures"
+      --time "$arg" --turn-cases 3 $llama_options --no-kill-matrix --failures "${TMPDIR:-/tmp}/kvcheck-$engine-ci-failures"
     ;;
   check)
     exec "$kvcheck" check-adapter --backend "exec:node $adapter/engine.mjs $arg"
     ;;
-  replay)
+  replay | reference)
     # The adapter options the case was found with, from its "backend" line.
     options=$(sed -n 's/^backend exec:node [^ ]*engine\.mjs\( .*\)\{0,1\}$/\1/p' "$arg" | head -n 1 |
       sed 's/ --export [^ ]*//')
+    if [ "$mode" = reference ]; then
+      exec "$kvcheck" replay "$arg" --backend cpu --reference "exec:node $adapter/engine.mjs$options"
+    fi
     "$kvcheck" replay "$arg" --backend "exec:node $adapter/engine.mjs$options"
     status=$?
     case $arg in

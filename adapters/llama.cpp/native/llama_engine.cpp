@@ -20,21 +20,32 @@ uint32_t cells_per_sequence(const Config& config, const EngineOptions& options) 
   return uint32_t(std::max(options.capacity, config.max_pos));
 }
 
+// The SequenceTable's options: with llama_refuses, a capacity llama.cpp
+// reaches first, so that the table never refuses for capacity.
+EngineOptions table_options(EngineOptions options, const LlamaOptions& llama) {
+  if (llama.llama_refuses) options.capacity += 256;
+  return options;
+}
+
 llama_context* make_context(llama_model* model, const Config& config, const EngineOptions& options,
-                            bool unified) {
+                            const LlamaOptions& llama) {
   llama_context_params p = llama_context_default_params();
   const uint32_t rows = uint32_t(options.max_rows);
   p.n_seq_max = rows + 1;  // and the spare (LlamaEngine::apply_pending_updates)
   p.n_ctx = (rows + 1) * cells_per_sequence(config, options);
+  if (llama.llama_refuses) {  // and the filler; llama.cpp would round n_ctx up to
+    p.n_seq_max = rows + 2;   // 256 but cap n_batch at the n_ctx asked for
+    p.n_ctx = (rows * uint32_t(options.capacity) + 1 + 255) / 256 * 256;
+  }
   // One llama_batch holds any step (capacity tokens per sequence); llama.cpp
   // splits it into micro-batches of n_ubatch, the same split for the same
   // step, so results stay deterministic.
-  p.n_batch = std::max<uint32_t>(512, rows * uint32_t(options.capacity));
+  p.n_batch = std::max<uint32_t>({512, rows * uint32_t(options.capacity), p.n_ctx});
   p.n_ubatch = 512;
   p.n_threads = p.n_threads_batch = 1;
   p.flash_attn_type = LLAMA_FLASH_ATTN_TYPE_DISABLED;
   p.type_k = p.type_v = GGML_TYPE_F32;
-  p.kv_unified = unified;
+  p.kv_unified = llama.unified || llama.llama_refuses;
   p.no_perf = true;
   llama_context* ctx = llama_init_from_model(model, p);
   if (ctx == nullptr) throw std::runtime_error("llama_init_from_model failed");
@@ -48,16 +59,55 @@ LlamaEngine::LlamaEngine(llama_model* model, const Config& config, const EngineO
     : config_(config),
       options_(options),
       llama_(llama),
-      table_(config, options),
-      ctx_(make_context(model, config, options, llama.unified)),
+      table_(config, table_options(options, llama)),
+      ctx_(make_context(model, config, options, llama)),
       owner_(size_t(options.max_rows), -1) {}
 
 LlamaEngine::~LlamaEngine() {
   llama_free(ctx_);
 }
 
+void LlamaEngine::leave_free(int free) {
+  int held = 0;
+  for (const SequenceId o : owner_) held += o == -1 ? 0 : table_.lookup(o, "step").length;
+  const int target = int(llama_n_ctx(ctx_)) - held - free;  // > 0: n_ctx > rows * capacity
+  const llama_seq_id filler = llama_seq_id(options_.max_rows + 1);
+  if (target < filler_) llama_memory_seq_rm(llama_get_memory(ctx_), filler, target, -1);
+  if (target > filler_) {
+    llama_batch b = llama_batch_init(target - filler_, 0, 1);
+    for (int i = filler_; i < target; ++i) {
+      const int k = i - filler_;
+      b.token[k] = 0, b.pos[k] = i, b.n_seq_id[k] = 1, b.seq_id[k][0] = filler;
+      b.logits[k] = i + 1 == target;
+    }
+    b.n_tokens = target - filler_;
+    const int32_t rc = llama_decode(ctx_, b);
+    llama_batch_free(b);
+    if (rc != 0)
+      throw std::runtime_error("llama_decode of the filler returned " + std::to_string(rc));
+  }
+  filler_ = target;
+}
+
+void LlamaEngine::leave_room_for(std::span<const BatchEntry> batch) {
+  const auto held = [&](const BatchEntry& e) { return table_.lookup(e.sequence, "step").length; };
+  if (batch.size() == 1) return leave_free(options_.capacity - held(batch[0]));
+  int tokens = 0;
+  for (const BatchEntry& e : batch) {
+    if (held(e) + int(e.tokens.size()) > options_.capacity)
+      throw EngineError(EngineError::Kind::kCapacity,
+                        "sequence " + std::to_string(e.sequence) + " has " +
+                            std::to_string(held(e)) + " of " + std::to_string(options_.capacity) +
+                            " cells, the step adds " + std::to_string(e.tokens.size()));
+    tokens += int(e.tokens.size());
+  }
+  leave_free(tokens);
+}
+
 std::string LlamaEngine::name() const {
-  return std::string("llama.cpp-native-unified-") + (llama_.unified ? "on" : "off");
+  return std::string("llama.cpp-native-unified-") +
+         (llama_.unified || llama_.llama_refuses ? "on" : "off") +
+         (llama_.llama_refuses ? "-capacity-by-llama" : "");
 }
 
 int LlamaEngine::seq(SequenceId id) const {
@@ -78,6 +128,7 @@ void LlamaEngine::step(std::span<const BatchEntry> batch, std::vector<float>& lo
   const std::vector<TokenPlan> plan = table_.make_plan(batch);
   logits.clear();
   if (plan.empty()) return;  // an empty batch, as the in-tree engines: nothing to decode
+  if (llama_.llama_refuses) leave_room_for(batch);
   llama_batch b = llama_batch_init(int32_t(plan.size()), 0, 1);
   size_t t = 0;
   for (const BatchEntry& e : batch) {
@@ -94,6 +145,10 @@ void LlamaEngine::step(std::span<const BatchEntry> batch, std::vector<float>& lo
   b.n_tokens = int32_t(t);
   const int32_t rc = llama_decode(ctx_, b);
   llama_batch_free(b);
+  // llama.h: 1 "could not find a KV slot for the batch"; only the filler
+  // makes it one of kvcheck's refusals (LlamaOptions::llama_refuses).
+  if (rc == 1 && llama_.llama_refuses)
+    throw EngineError(EngineError::Kind::kCapacity, "llama_decode returned 1 (no KV slot)");
   if (rc != 0) throw std::runtime_error("llama_decode returned " + std::to_string(rc));
   const size_t V = size_t(config_.vocab);
   logits.resize(t * V);  // [N][V]
@@ -120,6 +175,7 @@ void LlamaEngine::finish(SequenceId id) {
   if (llama_.finish_by_keep && std::count_if(owner_.begin(), owner_.end(), live) == 1) {
     const auto survivor = std::find_if(owner_.begin(), owner_.end(), live) - owner_.begin();
     llama_memory_seq_keep(llama_get_memory(ctx_), llama_seq_id(survivor));
+    filler_ = 0;  // one stream (llama_refuses): the filler's cells went too
     return;
   }
   llama_memory_seq_rm(llama_get_memory(ctx_), s, -1, -1);  // a whole sequence never fails
@@ -130,6 +186,7 @@ void LlamaEngine::reset() {
   table_.reset([](int) {});
   llama_memory_clear(llama_get_memory(ctx_), true);
   std::fill(owner_.begin(), owner_.end(), SequenceId(-1));
+  filler_ = 0;
 }
 
 std::vector<int> LlamaEngine::slot_positions(SequenceId id, int from, int to) const {

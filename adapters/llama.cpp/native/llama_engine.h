@@ -23,10 +23,22 @@ struct LlamaOptions {
   // sequence survives it, else seq_rm: how seq_keep is reached with the
   // protocol's operations (docs/LLAMA_CPP.md, "Native driver")
   bool finish_by_keep = false;
+  // --capacity-by llama: llama.cpp refuses a step past capacity itself. One
+  // unified stream of n_ctx cells (rows x capacity + 1, rounded up to 256);
+  // before a step of one sequence a filler sequence takes every cell but
+  // the `capacity - held` the sequence may still fill, so llama_decode
+  // finds no slot (return 1) exactly where kvcheck's capacity ends; that
+  // return is the `capacity` refusal. A step of several sequences is
+  // refused by kvcheck's rule first (llama.cpp counts the cells of all of
+  // them together), then given room for all its tokens. No fork (in a
+  // unified stream a copy shares its parent's cells, which the count would
+  // miss), no snapshot (its spare decode needs a cell).
+  bool llama_refuses = false;
 };
 
 // Every refusal is decided by the shared SequenceTable (engine/sequence_table.h)
-// before llama.cpp sees the call, so a refused call changes nothing; the
+// before llama.cpp sees the call, so a refused call changes nothing (but
+// with llama_refuses llama_decode refuses a step past capacity); the
 // table also holds each sequence's cells (positions, slot order), which the
 // llama.cpp calls below are derived from.
 //   step      one llama_batch of every entry, at each sequence's next position
@@ -74,6 +86,10 @@ class LlamaEngine final : public Engine {
   // (docs/findings/llama_cpp_state_after_fork_stale.md): one token decoded
   // in the spare sequence, then removed, runs those updates.
   void apply_pending_updates() const;
+  // --capacity-by llama (LlamaOptions): the filler sized so that `free`
+  // cells are left, and the room a step gets (or its refusal).
+  void leave_free(int free);
+  void leave_room_for(std::span<const BatchEntry> batch);
 
   Config config_;
   EngineOptions options_;
@@ -83,6 +99,7 @@ class LlamaEngine final : public Engine {
   std::vector<SequenceId> owner_;  // [llama seq id] the kvcheck sequence holding it, or -1
   // llama seq id max_rows: the spare of apply_pending_updates
   mutable bool pending_ = false;  // a call since the last llama_decode may have queued updates
+  int filler_ = 0;                // --capacity-by llama: the filler's cells, positions 0..filler_-1
 };
 
 }  // namespace kvcheck::llama_native

@@ -11,6 +11,10 @@
 //                      other properties there
 //   --finish-by rm|keep  finish through llama_memory_seq_rm (default), or
 //                      llama_memory_seq_keep(survivor) where one sequence survives
+//   --capacity-by table|llama  who refuses a step past capacity: the
+//                      SequenceTable (default) or llama.cpp's llama_decode
+//                      (a unified cache with a filler sequence, no fork,
+//                      no snapshot: LlamaOptions::llama_refuses)
 // f32 K/V, flash attention off, llama family, one thread. Exit 2 on bad options.
 #include <unistd.h>
 #include <cstdio>
@@ -45,9 +49,12 @@ struct LlamaModel : ServedModel {
 // The traits of the Node adapter's f32 mode with flash attention off
 // (adapters/llama.cpp/traits.mjs, measured there; docs/LLAMA_CPP.md,
 // "Traits").
-EngineTraits llama_traits(bool unified, bool erase_shift) {
+EngineTraits llama_traits(const LlamaOptions& options) {
+  const bool unified = options.unified || options.llama_refuses;
+  const bool erase_shift = options.erase_shift;
   EngineTraits t;
-  t.identity.name = std::string("llama.cpp-native-unified-") + (unified ? "on" : "off");
+  t.identity.name = std::string("llama.cpp-native-unified-") + (unified ? "on" : "off") +
+                    (options.llama_refuses ? "-capacity-by-llama" : "");
   t.identity.version = "llama.cpp v0.5.0 (node-llama-cpp 3.22.1's bundle)";
   OperationTraits& o = t.operations;
   o.multi_sequence_step = o.finish = o.reset = o.capacity_refusal = true;
@@ -64,13 +71,14 @@ EngineTraits llama_traits(bool unified, bool erase_shift) {
   i.sharing = i.rollback = Invariance::kBounded;
   i.determinism = Invariance::kBitwise;
   t.arithmetic.rope_angles_in_float = true;  // ggml-cpu rope_f32: theta *= theta_scale
+  if (options.llama_refuses) o.fork = o.cache_snapshot = false;  // LlamaOptions::llama_refuses
   return t;
 }
 
 class LlamaMaker : public EngineMaker {
  public:
   explicit LlamaMaker(LlamaOptions options) : options_(options) {}
-  EngineTraits traits() override { return llama_traits(options_.unified, options_.erase_shift); }
+  EngineTraits traits() override { return llama_traits(options_); }
 
   std::shared_ptr<ServedModel> load(const std::string& folder) override {
     auto loaded = std::make_shared<LlamaModel>();
@@ -115,10 +123,13 @@ int main(int argc, char** argv) {
     } else if (std::strcmp(argv[i], "--finish-by") == 0 && i + 1 < argc &&
                (std::strcmp(argv[i + 1], "rm") == 0 || std::strcmp(argv[i + 1], "keep") == 0)) {
       options.finish_by_keep = std::strcmp(argv[++i], "keep") == 0;
+    } else if (std::strcmp(argv[i], "--capacity-by") == 0 && i + 1 < argc &&
+               (std::strcmp(argv[i + 1], "table") == 0 || std::strcmp(argv[i + 1], "llama") == 0)) {
+      options.llama_refuses = std::strcmp(argv[++i], "llama") == 0;
     } else {
       std::fprintf(stderr,
                    "kvcheck-llama-native: unknown argument \"%s\" (known: --unified on|off, "
-                   "--erase-shift on|off, --finish-by rm|keep)\n",
+                   "--erase-shift on|off, --finish-by rm|keep, --capacity-by table|llama)\n",
                    argv[i]);
       return 2;
     }

@@ -8,40 +8,45 @@
 //  2. keep: with separate streams (kv_unified false) llama_memory_seq_keep(s)
 //     clears only s's own stream; another sequence keeps its cells ("Removes
 //     all tokens that do not belong to the specified sequence" does not hold).
-// Prints what each shows in both modes; exit 0 when both still show.
-//   kvcheck-export --family llama --out m.gguf
-//   kvcheck-llama-repro m.gguf
+// Each runs in both modes and prints what it shows.
 #include <cstdio>
 
-#include "ggml-backend.h"
-#include "llama.h"
+#include "repro.h"
 
-namespace {
+namespace kvcheck_repro {
 
-int decode_one(llama_context* ctx, llama_pos pos, llama_seq_id seq) {
-  llama_batch b = llama_batch_init(1, 0, 1);
-  b.token[0] = 1, b.pos[0] = pos, b.n_seq_id[0] = 1, b.seq_id[0][0] = seq, b.logits[0] = 1;
-  b.n_tokens = 1;
+llama_context* context_of(llama_model* model, int n_seq, bool unified) {
+  llama_context_params p = llama_context_default_params();
+  p.n_ctx = 256 * uint32_t(n_seq), p.n_seq_max = uint32_t(n_seq), p.kv_unified = unified;
+  p.n_threads = p.n_threads_batch = 1;
+  return llama_init_from_model(model, p);
+}
+
+int decode(llama_context* ctx, const std::vector<llama_token>& tokens, llama_pos first,
+           llama_seq_id seq) {
+  const int32_t n = int32_t(tokens.size());
+  llama_batch b = llama_batch_init(n, 0, 1);
+  for (int32_t i = 0; i < n; ++i) {
+    b.token[i] = tokens[size_t(i)], b.pos[i] = first + i, b.n_seq_id[i] = 1;
+    b.seq_id[i][0] = seq, b.logits[i] = i + 1 == n;
+  }
+  b.n_tokens = n;
   const int rc = llama_decode(ctx, b);
   llama_batch_free(b);
   return rc;
 }
 
-llama_context* two_sequences(llama_model* model, bool unified) {
-  llama_context_params p = llama_context_default_params();
-  p.n_ctx = 512, p.n_seq_max = 2, p.kv_unified = unified, p.n_threads = p.n_threads_batch = 1;
-  return llama_init_from_model(model, p);
-}
+namespace {
 
 // 1: seq 1's largest position after its parent's shift (0 expected).
 int shared_shift(llama_model* model, bool unified) {
-  llama_context* ctx = two_sequences(model, unified);
+  llama_context* ctx = context_of(model, 2, unified);
   llama_memory_t mem = llama_get_memory(ctx);
-  decode_one(ctx, 0, 0);                   // seq 0 holds position 0
+  decode(ctx, {1}, 0, 0);                  // seq 0 holds position 0
   llama_memory_seq_cp(mem, 0, 1, -1, -1);  // seq 1: a copy of seq 0
   llama_memory_seq_add(mem, 0, 0, 1, 1);   // seq 0's position 0 -> 1
   const int max1 = llama_memory_seq_pos_max(mem, 1);
-  const int rc = decode_one(ctx, 1, 1);  // seq 1's next position
+  const int rc = decode(ctx, {1}, 1, 1);  // seq 1's next position
   std::printf(
       "shared shift, kv_unified %d: seq 1 holds up to %d (expected 0); "
       "llama_decode of seq 1 at position 1: %d\n",
@@ -52,10 +57,10 @@ int shared_shift(llama_model* model, bool unified) {
 
 // 2: seq 0's largest position after seq_keep(1) (-1 expected: removed).
 int keep(llama_model* model, bool unified) {
-  llama_context* ctx = two_sequences(model, unified);
+  llama_context* ctx = context_of(model, 2, unified);
   llama_memory_t mem = llama_get_memory(ctx);
-  decode_one(ctx, 0, 0);  // seq 0 holds position 0
-  decode_one(ctx, 0, 1);  // seq 1 holds position 0
+  decode(ctx, {1}, 0, 0);  // seq 0 holds position 0
+  decode(ctx, {1}, 0, 1);  // seq 1 holds position 0
   llama_memory_seq_keep(mem, 1);
   const int max0 = llama_memory_seq_pos_max(mem, 0);
   std::printf(
@@ -68,23 +73,12 @@ int keep(llama_model* model, bool unified) {
 
 }  // namespace
 
-int main(int argc, char** argv) {
-  if (argc != 2) {
-    std::fprintf(stderr, "usage: %s MODEL.gguf\n", argv[0]);
-    return 2;
-  }
-  llama_log_set([](ggml_log_level, const char*, void*) {}, nullptr);
-  ggml_backend_load_all_from_path(KVCHECK_LLAMA_LIB_DIR);
-  llama_backend_init();
-  llama_model_params mp = llama_model_default_params();
-  mp.n_gpu_layers = 0;
-  llama_model* model = llama_model_load_from_file(argv[1], mp);
-  if (model == nullptr) {
-    std::fprintf(stderr, "cannot load %s\n", argv[1]);
-    return 2;
-  }
-  const bool shift_shown = shared_shift(model, false) == 0 && shared_shift(model, true) == 1;
-  const bool keep_shown = keep(model, false) == 0 && keep(model, true) == -1;
-  llama_model_free(model);
-  return shift_shown && keep_shown ? 0 : 1;
+bool shared_shift_shows(llama_model* model) {
+  return shared_shift(model, false) == 0 && shared_shift(model, true) == 1;
 }
+
+bool keep_shows(llama_model* model) {
+  return keep(model, false) == 0 && keep(model, true) == -1;
+}
+
+}  // namespace kvcheck_repro

@@ -304,7 +304,9 @@ TEST(ReducedPrecisionAttention, KAndVEachGetTheirOwnStorageBound) {
   const size_t layer0 = f32.k.size() / size_t(config.n_layers);
   for (size_t i = 0; i < own.v.size(); ++i) {
     ASSERT_GE(own.v[i], 0x1p-8 * std::abs(exact.v[i])) << i;
-    if (i < layer0) ASSERT_EQ(own.k[i], f32.k[i]) << i;
+    if (i < layer0) {
+      ASSERT_EQ(own.k[i], f32.k[i]) << i;
+    }
   }
   EXPECT_GT(own.logits[0], f32.logits[0]);  // the bf16 V reaches the logits
   ArithmeticTraits v_f16;

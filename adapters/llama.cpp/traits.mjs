@@ -90,9 +90,9 @@ function rotationLimit(k, v) {
     return quantized && !(disabled !== 0 && !Number.isNaN(disabled)) ? 63 : 65536;
 }
 
-// Real models' head sizes, which ggml's kernels handle in whole SIMD
-// vectors and (f16, flash attention) in its tiled path, drawn in half the
-// generated scenarios (limits.head_dims) where the mode's limits allow them.
+// Real models' head sizes (issue 33: without --model the generator drew
+// head_dim 2..32 only), drawn in half the generated models
+// (limits.head_dims) where the mode's limits allow them.
 const kHeadDims = [64, 80, 96, 128];
 
 // options: {kvK, kvV (the K and V cache types), flashAttention, declare,

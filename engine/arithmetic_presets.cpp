@@ -33,6 +33,15 @@ std::vector<ArithmeticPreset> make_presets() {
   q8.online_softmax = true;               // V dequantized to f32: VKQ32
   q8.kv_quantizer = KvQuantizer::kGgml;
   out.push_back({"ggml-flash-q8_0", "llama.cpp, q8_0 K/V, flash attention on", q8});
+  ArithmeticTraits flash_bf16 = ggml_base();
+  flash_bf16.queries_rounded_to_kv_dtype = true;  // q to bf16, K's vec_dot_type
+  flash_bf16.online_softmax = true;               // V widened to f32: VKQ32
+  out.push_back({"ggml-flash-bf16", "llama.cpp, bf16 K/V, flash attention on", flash_bf16});
+  // K in the cache's type, V in q8_0 (--kv-k f16 --kv-v q8_0): V's own type.
+  ArithmeticTraits v_q8 = q8;
+  v_q8.v_dtype = KvDtype::kQ8_0;
+  out.push_back(
+      {"ggml-flash-v-q8_0", "llama.cpp, flash attention on, V q8_0 and K the cache's type", v_q8});
   ArithmeticTraits bf16;
   bf16.activations = Precision::kBF16;
   bf16.weights = Precision::kBF16;

@@ -28,7 +28,8 @@ float widen(const std::vector<uint8_t>& bytes, const std::vector<float>& scales,
     case KvDtype::kQ8_0:
       return static_cast<float>(static_cast<int8_t>(bytes[index])) *
              scales[row * q8_blocks(dim) + d / kQ8Block];
-    case KvDtype::kQ4_0:  // snapshots of q4_0 arrive widened to f32 (kv_dtype.h)
+    case KvDtype::kQ4_0:  // snapshots of q4_0, q5_0 arrive widened to f32 (kv_dtype.h)
+    case KvDtype::kQ5_0:
       break;
   }
   return 0.0f;

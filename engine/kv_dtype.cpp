@@ -18,12 +18,14 @@ const char* kv_dtype_name(KvDtype t) {
       return "q8_0";
     case KvDtype::kQ4_0:
       return "q4_0";
+    case KvDtype::kQ5_0:
+      return "q5_0";
   }
   return "?";
 }
 
 const char* kv_dtype_names() {
-  return "f32, bf16, f16, q8_0 or q4_0";
+  return "f32, bf16, f16, q8_0, q4_0 or q5_0";
 }
 
 Result<KvDtype> parse_kv_dtype(const std::string& name) {
@@ -32,6 +34,7 @@ Result<KvDtype> parse_kv_dtype(const std::string& name) {
   if (name == "f16") return KvDtype::kF16;
   if (name == "q8_0") return KvDtype::kQ8_0;
   if (name == "q4_0") return KvDtype::kQ4_0;
+  if (name == "q5_0") return KvDtype::kQ5_0;
   return Result<KvDtype>::failure(std::string("kv_dtype: expected ") + kv_dtype_names() +
                                   ", got \"" + name + "\"");
 }
@@ -118,6 +121,7 @@ float kv_load(const uint8_t* row, KvDtype t, size_t dim, size_t d) {
       return static_cast<float>(code) * scale;
     }
     case KvDtype::kQ4_0:  // never stored in process (kv_dtype.h)
+    case KvDtype::kQ5_0:
       break;
   }
   return std::numeric_limits<float>::quiet_NaN();
@@ -154,6 +158,7 @@ void kv_store_row(const float* src, KvDtype t, size_t dim, uint8_t* row, const f
       return;
     }
     case KvDtype::kQ4_0:  // never stored in process (kv_dtype.h)
+    case KvDtype::kQ5_0:
       return;
   }
 }
@@ -175,6 +180,7 @@ void kv_poison_row(uint8_t* row, KvDtype t, size_t dim) {
       std::memset(row + 4 * q8_blocks(dim), 0, kv_row_bytes(t, dim) - 4 * q8_blocks(dim));
       return;
     case KvDtype::kQ4_0:  // never stored in process (kv_dtype.h)
+    case KvDtype::kQ5_0:
       return;
   }
 }

@@ -93,6 +93,9 @@ std::string EngineTraits::validate() const {
     return range_error("head_dim", l.min_head_dim, l.max_head_dim);
   if (l.head_dim_multiple < 1)
     return "limits.head_dim_multiple: " + std::to_string(l.head_dim_multiple) + " < 1";
+  for (const int d : l.head_dims) {
+    if (d < 1) return "limits.head_dims: " + std::to_string(d) + " < 1";
+  }
   if (l.min_vocab < 1) return "limits.min_vocab: " + std::to_string(l.min_vocab) + " < 1";
   if (l.min_vocab > l.max_vocab) return range_error("vocab", l.min_vocab, l.max_vocab);
   if (l.max_layers < 1) return "limits.max_layers: " + std::to_string(l.max_layers) + " < 1";

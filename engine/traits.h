@@ -10,6 +10,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <string_view>
 #include <vector>
@@ -60,6 +61,11 @@ struct ShapeLimits {
   std::vector<Family> families = {Family::kGpt2, Family::kLlama};
   std::vector<KvDtype> kv_dtypes = {KvDtype::kF32, KvDtype::kBF16, KvDtype::kF16};
   int min_head_dim = 1, max_head_dim = 1 << 16, head_dim_multiple = 1;
+  // Head sizes the engine asks the generator to draw (real models' 64, 80,
+  // 96, 128, where an engine's kernels may take other paths than at the
+  // generator's small heads): half of the generated scenarios take one of
+  // those inside the limits above. Empty: the small heads only.
+  std::vector<int> head_dims;
   int min_vocab = 1, max_vocab = 1 << 20;
   int max_layers = 1 << 10;
   int min_d_model = 1, max_d_model = 1 << 16, d_model_multiple = 1;
@@ -134,6 +140,10 @@ struct ArithmeticTraits {
   // every key and every rescale (ggml's CPU kernel: f16 where V is f16).
   Precision value_accumulation = Precision::kF32;
   KvQuantizer kv_quantizer = KvQuantizer::kKvcheck;
+  // V stored in a type of its own (llama.cpp's type_v, which may differ from
+  // type_k): the scenario's kv_dtype is then K's type only, and the bound
+  // stores, reads and checks V in this one. Unset: V is stored as K.
+  std::optional<KvDtype> v_dtype;
 
   bool operator==(const ArithmeticTraits&) const = default;
 };

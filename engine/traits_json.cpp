@@ -110,6 +110,29 @@ Result<Precision> parse_precision(const std::string& path, const json& v) {
   return Result<Precision>::failure(expected(path, "\"f32\", \"f16\" or \"bf16\"", v));
 }
 
+// A list of positive integers of the limits (head_dims).
+Field int_list_field(const char* key, std::vector<int> ShapeLimits::*member) {
+  return {
+      key,
+      [member](const EngineTraits& t) {
+        json out = json::array();
+        for (int item : t.limits.*member) out.push_back(item);
+        return out;
+      },
+      [key, member](const json& v, EngineTraits& t) -> std::string {
+        const std::string path = std::string("limits.") + key;
+        if (!v.is_array()) return expected(path, "an array of positive integers", v);
+        std::vector<int> items;
+        for (const json& item : v) {
+          if (!item.is_number_integer() || item.get<int64_t>() < 1 || item.get<int64_t>() > INT_MAX)
+            return expected(path, "an array of positive integers", v);
+          items.push_back(static_cast<int>(item.get<int64_t>()));
+        }
+        t.limits.*member = std::move(items);
+        return "";
+      }};
+}
+
 template <class T, class Parse, class Name>
 Field list_field(const char* key, std::vector<T> ShapeLimits::*member, Parse parse, Name name) {
   return {key,
@@ -168,6 +191,7 @@ const std::vector<Section>& sections() {
                   int_field("min_head_dim", &ShapeLimits::min_head_dim),
                   int_field("max_head_dim", &ShapeLimits::max_head_dim),
                   int_field("head_dim_multiple", &ShapeLimits::head_dim_multiple),
+                  int_list_field("head_dims", &ShapeLimits::head_dims),
                   int_field("min_vocab", &ShapeLimits::min_vocab),
                   int_field("max_vocab", &ShapeLimits::max_vocab),
                   int_field("max_layers", &ShapeLimits::max_layers),
@@ -182,7 +206,8 @@ const std::vector<Section>& sections() {
                              parse_family, family_name),
                   list_field("d_ff_is_4x_d_model", &ShapeLimits::d_ff_is_4x_d_model, parse_family,
                              family_name),
-                  limit_flag("mha_only", &ShapeLimits::mha_only), positions_field()}});
+                  limit_flag("mha_only", &ShapeLimits::mha_only),
+                  positions_field()}});
     s.push_back({"invariance",
                  {invariance_field("chunking", &InvarianceTraits::chunking),
                   invariance_field("batch", &InvarianceTraits::batch),
@@ -215,6 +240,23 @@ const std::vector<Section>& sections() {
           }
           return expected("arithmetic.kv_quantizer", "\"kvcheck\" or \"ggml\"", v);
         }};
+    // V's own type: a kv_dtype name, or null (absent) for V stored as K.
+    const Field v_dtype{"v_dtype",
+                        [](const EngineTraits& t) {
+                          const std::optional<KvDtype>& v = t.arithmetic.v_dtype;
+                          return v ? json(kv_dtype_name(*v)) : json(nullptr);
+                        },
+                        [](const json& v, EngineTraits& t) -> std::string {
+                          if (v.is_null()) return t.arithmetic.v_dtype.reset(), "";
+                          const std::string what =
+                              std::string("null or one of ") + kv_dtype_names();
+                          if (!v.is_string())
+                            return expected("arithmetic.v_dtype", what.c_str(), v);
+                          auto parsed = parse_kv_dtype(v.get<std::string>());
+                          if (!parsed.ok()) return "traits.arithmetic.v_dtype: " + parsed.error();
+                          t.arithmetic.v_dtype = parsed.value();
+                          return "";
+                        }};
     s.push_back(
         {"arithmetic",
          {precision("accumulation", &ArithmeticTraits::accumulation),
@@ -226,7 +268,8 @@ const std::vector<Section>& sections() {
           flag("probabilities_rounded_to_kv_dtype",
                &ArithmeticTraits::probabilities_rounded_to_kv_dtype),
           flag("online_softmax", &ArithmeticTraits::online_softmax),
-          precision("value_accumulation", &ArithmeticTraits::value_accumulation), quantizer}});
+          precision("value_accumulation", &ArithmeticTraits::value_accumulation), quantizer,
+          v_dtype}});
     return s;
   }();
   return kSections;
@@ -267,7 +310,10 @@ json traits_to_json(const EngineTraits& traits) {
   out["identity"] = {{"name", traits.identity.name}, {"version", traits.identity.version}};
   for (const Section& section : sections()) {
     json s = json::object();
-    for (const Field& f : section.fields) s[f.key] = f.write(traits);
+    for (const Field& f : section.fields) {
+      json value = f.write(traits);
+      if (!value.is_null()) s[f.key] = std::move(value);  // null: unset, left out
+    }
     out[section.key] = std::move(s);
   }
   return out;

@@ -78,10 +78,10 @@ struct ErrorBounds {
   // rounding at its worst case (it dominates in bf16/f16).
   std::vector<double> k;  // [L][T][KVH][D] bound on |cached K - exact K|
   std::vector<double> v;  // [L][T][KVH][D] bound on |cached V - exact V|
-  // q8_0 only (empty otherwise): the bound of the computed K/V before
-  // storage, which P6 completes with the engine's stored scale
-  // (q8_element_bound); k and v above use the largest scale a correct
-  // engine can store instead.
+  // q8_0 only (each empty where K's, V's type is not q8_0): the bound of
+  // the computed K/V before storage, which P6 completes with the engine's
+  // stored scale (q8_element_bound); k and v above use the largest scale a
+  // correct engine can store instead.
   std::vector<double> k_computed;                 // [L][T][KVH][D]
   std::vector<double> v_computed;                 // [L][T][KVH][D]
   KvQuantizer quantizer = KvQuantizer::kKvcheck;  // whose q8_0 the element bounds model

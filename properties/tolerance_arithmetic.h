@@ -38,22 +38,25 @@ struct ArithmeticModel {
   Rounding output;    // every kernel's output rounded to the activation type
   double weight = 0;  // relative rounding of every weight (0: f32 weights)
   bool rope_angles_in_float = false;
-  // Storage of K/V in the cache, and the rounding of q before QK^T (the
-  // type attention reads K in: the cache's, narrowed by kv_read).
-  KvStorageError storage;
+  // Storage of K and of V in the cache (each its own type: ArithmeticTraits::
+  // v_dtype), and the rounding of q before QK^T (the type attention reads K
+  // in: K's, narrowed by kv_read).
+  KvStorageError storage_k, storage_v;
   bool round_queries = false;
   KvStorageError query;  // relative/absolute, or per_scale of a q8_0 block of q
-  Rounding kv_read;      // K/V rounded as attention reads them
+  Rounding kv_read_k;    // K rounded as attention reads it
+  Rounding kv_read_v;    // V rounded as attention reads it
   Rounding probabilities;
   // Probabilities quantized in blocks (V's type quantized, ggml's mul_mat):
   // per_scale codes of a scale at most max_j p_j / levels.
   KvStorageError probability_blocks;
   bool online_softmax = false;
   Rounding value_accumulation;
-  KvDtype kv_dtype = KvDtype::kF32;
+  KvDtype k_dtype = KvDtype::kF32, v_dtype = KvDtype::kF32;
 };
 
-// The model of `a` for a cache of `kv_dtype`.
+// The model of `a` for a cache of `kv_dtype` (K's type; V's too unless `a`
+// declares v_dtype).
 ArithmeticModel arithmetic_model(const ArithmeticTraits& a, KvDtype kv_dtype);
 
 }  // namespace kvcheck::tolerance

@@ -46,7 +46,7 @@ void weight_var(const double* qh, const double* vqh, const double* k, const doub
     double abs_dot = 0, var = 0;
     for (int d = 0; d < D; ++d) {
       abs_dot += std::abs(qh[d] * kj[d]);
-      var += kj[d] * kj[d] * vqh[d] + qh[d] * qh[d] * read_var(kj[d], vkj[d], m.kv_read);
+      var += kj[d] * kj[d] * vqh[d] + qh[d] * qh[d] * read_var(kj[d], vkj[d], m.kv_read_k);
     }
     const double shifted = scores[sz(j)] - max_score;
     var_sigma[sz(j)] =
@@ -129,7 +129,7 @@ void attend_var(const double* q_t, const double* var_q_t, const double* k, const
       const double* vvj = var_v + at;
       for (int d = 0; d < D; ++d) {
         s.o_var[sz(d)] +=
-            pj * pj * (read_var(vj[d], vvj[d], m.kv_read) + sigma * sq(vj[d] - o[d])) +
+            pj * pj * (read_var(vj[d], vvj[d], m.kv_read_v) + sigma * sq(vj[d] - o[d])) +
             rp * vj[d] * vj[d];
         s.o_magnitude[sz(d)] += pj * std::abs(vj[d]);
         s.o_spread[sz(d)] += pj * std::abs(vj[d] - o[d]);

@@ -74,7 +74,8 @@ class Pass {
     for (int d = 0; d < c_.head_dim; ++d) var[d] += sq(m_.output.of(head[d]));
   }
 
-  bool quantized() const { return m_.storage.per_scale > 0; }
+  bool k_quantized() const { return m_.storage_k.per_scale > 0; }
+  bool v_quantized() const { return m_.storage_v.per_scale > 0; }
 
   const Config& c_;
   const Weights& w_;
@@ -163,15 +164,15 @@ void Pass::layer(int l) {
   mlp_var(gpt2, w, E, c_.d_ff, c_.norm_eps, x_.data(), var_x_.data(), mlp_, m_);
 }
 
-// What P6 compares (store_var), then the fed position joins the layer's cells.
+// What P6 compares (store_var: K and V each in its own type), then the fed
+// position joins the layer's cells.
 void Pass::store_and_append(CellLayer& cells) {
-  const bool quantized = this->quantized();
   kb_.resize(sz(KV_)), vb_.resize(sz(KV_));
-  kc_.resize(quantized ? sz(KV_) : 0), vc_.resize(kc_.size());
-  store_var(k_.data(), var_k_.data(), kb_.data(), quantized ? kc_.data() : nullptr, c_.n_kv_heads,
-            c_.head_dim, m_.storage);
-  store_var(v_.data(), var_v_.data(), vb_.data(), quantized ? vc_.data() : nullptr, c_.n_kv_heads,
-            c_.head_dim, m_.storage);
+  kc_.resize(k_quantized() ? sz(KV_) : 0), vc_.resize(v_quantized() ? sz(KV_) : 0);
+  store_var(k_.data(), var_k_.data(), kb_.data(), k_quantized() ? kc_.data() : nullptr,
+            c_.n_kv_heads, c_.head_dim, m_.storage_k);
+  store_var(v_.data(), var_v_.data(), vb_.data(), v_quantized() ? vc_.data() : nullptr,
+            c_.n_kv_heads, c_.head_dim, m_.storage_v);
   const auto append = [](std::vector<double>& to, const std::vector<double>& from) {
     to.insert(to.end(), from.begin(), from.end());
   };
@@ -184,7 +185,7 @@ void Pass::keep(const std::vector<bool>& kept) {
   for (CellLayer& c : cells_) {
     for (std::vector<double>* a :
          {&c.k, &c.var_k, &c.v, &c.var_v, &c.k_bound, &c.v_bound, &c.k_comp, &c.v_comp}) {
-      if (a->empty()) continue;  // k_comp and v_comp outside q8_0
+      if (a->empty()) continue;  // k_comp, v_comp of a type that is not quantized
       size_t to = 0;
       for (size_t i = 0; i < kept.size(); ++i) {
         if (!kept[i]) continue;
@@ -203,7 +204,7 @@ void Pass::keep(const std::vector<bool>& kept) {
 }
 
 void Pass::shift(int p0, int p1, int delta) {
-  const bool quantized = this->quantized();
+  const bool quantized = k_quantized();
   const int KVH = c_.n_kv_heads, D = c_.head_dim;
   // A shift's angles are delta * frequency: an engine with float angles errs
   // in them by the same rule as in a fed key's.
@@ -216,7 +217,7 @@ void Pass::shift(int p0, int p1, int delta) {
       double* var = layer.var_k.data() + c * sz(KV_);
       for (int g = 0; g < KVH; ++g) rope(value + g * D, var + g * D);
       store_var(value, var, layer.k_bound.data() + c * sz(KV_),
-                quantized ? layer.k_comp.data() + c * sz(KV_) : nullptr, KVH, D, m_.storage);
+                quantized ? layer.k_comp.data() + c * sz(KV_) : nullptr, KVH, D, m_.storage_k);
     }
   }
 }
@@ -245,7 +246,6 @@ ErrorBounds derive_error_bounds(const Config& config, const Weights& weights,
                                 std::span<const int32_t> tokens, KvDtype kv_dtype,
                                 const ArithmeticTraits& arithmetic, oracle::Output* value_track) {
   const int T = static_cast<int>(tokens.size());
-  const bool quantized = kv_dtype == KvDtype::kQ8_0;
   Pass pass(config, weights, kv_dtype, arithmetic, /*windows=*/true);
   // Token t is fed at position t: the cells are the positions, in order.
   for (int32_t token : tokens) pass.feed(token);
@@ -255,10 +255,11 @@ ErrorBounds derive_error_bounds(const Config& config, const Weights& weights,
   out.logits = std::move(pass.logit_bounds);  // [T][V]
   out.k = pass.gather(&CellLayer::k_bound);   // [L][T][KVH][D]
   out.v = pass.gather(&CellLayer::v_bound);   // [L][T][KVH][D]
-  if (quantized) {
+  // q8_0's pre-storage bounds, of K and V each where its type is q8_0.
+  if (kv_dtype == KvDtype::kQ8_0)
     out.k_computed = pass.gather(&CellLayer::k_comp);  // [L][T][KVH][D]
+  if (arithmetic.v_dtype.value_or(kv_dtype) == KvDtype::kQ8_0)
     out.v_computed = pass.gather(&CellLayer::v_comp);  // [L][T][KVH][D]
-  }
   if (value_track != nullptr) {
     value_track->n_tokens = T;
     value_track->logits = std::move(pass.logit_values);  // [T][V]
@@ -294,10 +295,10 @@ HistoryBounds derive_history_bounds(const Config& config, const Weights& weights
   out.logits = std::move(pass.logit_bounds);  // [feeds][V]
   out.k = pass.gather(&CellLayer::k_bound);   // [L][C][KVH][D]
   out.v = pass.gather(&CellLayer::v_bound);   // [L][C][KVH][D]
-  if (kv_dtype == KvDtype::kQ8_0) {
+  if (kv_dtype == KvDtype::kQ8_0)
     out.k_computed = pass.gather(&CellLayer::k_comp);  // [L][C][KVH][D]
+  if (arithmetic.v_dtype.value_or(kv_dtype) == KvDtype::kQ8_0)
     out.v_computed = pass.gather(&CellLayer::v_comp);  // [L][C][KVH][D]
-  }
   return out;
 }
 

@@ -37,6 +37,12 @@ KvStorageError kv_storage_error(KvDtype dtype, KvQuantizer quantizer) {
       // plus 8 codes times the f16 scale's rounding (docs/TOLERANCE.md,
       // "ggml's q4_0"); the scale's magnitude is amax / 8.
       return {0.0, 8 * 0x1p-25, 1 + 0x1p-16 + 8 * 0x1p-11, 8};
+    case KvDtype::kQ5_0:
+      // ggml's only, q4_0's rule with 5 bits: d = (the signed largest
+      // element) / -16, codes min(31, floor(x / d + 16.5)): a whole code at
+      // the clamp, plus 16 codes times the f16 scale's rounding
+      // (docs/TOLERANCE.md, "ggml's q5_0"); the scale's magnitude is amax / 16.
+      return {0.0, 16 * 0x1p-25, 1 + 0x1p-16 + 16 * 0x1p-11, 16};
   }
   return {};
 }

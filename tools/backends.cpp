@@ -111,7 +111,7 @@ std::string traits_summary(const EngineTraits& t, const std::string& indent) {
       << (a.kv_quantizer != KvQuantizer::kKvcheck
               ? std::string(", ") + kv_quantizer_name(a.kv_quantizer) + " quantizer"
               : "")
-      << "\n";
+      << (a.v_dtype ? std::string(", V stored in ") + kv_dtype_name(*a.v_dtype) : "") << "\n";
   return out.str();
 }
 

@@ -82,6 +82,7 @@ constexpr CoverageClass kCoverageClasses[] = {
     {"prompt logits on a hit", &rcgen::Coverage::prompt_logits},
     {"offload", &rcgen::Coverage::offload},
     {"offload, then a step", &rcgen::Coverage::offload_then_step},
+    {"head_dim >= 64", &rcgen::Coverage::wide_head},
 };
 static_assert(std::size(kCoverageClasses) <= 64, "the coverage mask is 64 bits");
 

@@ -5,8 +5,10 @@
 //   kvcheck campaign --backend exec:'node adapters/llama.cpp/engine.mjs --kv f16 --flash-attn on'
 //
 // Options (part of the backend string, so a case file names the mode):
-//   --kv f32|f16|q8_0|q4_0 K and V cache type (default f32); q8_0 and q4_0 need
-//                          --flash-attn on
+//   --kv f32|f16|bf16|q8_0|q4_0|q5_0  K and V cache type (default f32); a
+//                          quantized V (q8_0, q4_0, q5_0) needs --flash-attn on
+//   --kv-k TYPE, --kv-v TYPE  K's and V's cache type each (default: --kv's),
+//                          llama.cpp's type_k and type_v
 //   --flash-attn on|off    llama.cpp's flash attention (default off)
 //   --export PATH          kvcheck-export binary (default: $KVCHECK_EXPORT, which
 //                          kvcheck sets to the kvcheck-export beside itself)
@@ -72,10 +74,10 @@ import {getLlama, LlamaLogLevel} from "node-llama-cpp";
 import {checkStepEntries, EngineError, findExport, Ids, serve} from "../node-protocol/protocol.mjs";
 
 import {contextShape, ModelStore} from "./model_store.mjs";
-import {cacheRotations, parseSequenceState, snapshotLayer} from "./state_file.mjs";
+import {cacheRotations, kQuantized, parseSequenceState, snapshotLayer} from "./state_file.mjs";
 import {traitsFor} from "./traits.mjs";
 
-const kKvTypes = {f32: "F32", f16: "F16", q8_0: "Q8_0", q4_0: "Q4_0"};
+const kKvTypes = {f32: "F32", f16: "F16", bf16: "BF16", q8_0: "Q8_0", q4_0: "Q4_0", q5_0: "Q5_0"};
 
 function usage(message) {
     process.stderr.write(`engine.mjs: ${message}\n`);
@@ -88,6 +90,8 @@ function parseOptions() {
         ({values} = parseArgs({
             options: {
                 "kv": {type: "string", default: "f32"},
+                "kv-k": {type: "string"},
+                "kv-v": {type: "string"},
                 "flash-attn": {type: "string", default: "off"},
                 "export": {type: "string"},
                 "gpt2": {type: "boolean", default: false},
@@ -101,19 +105,24 @@ function parseOptions() {
     } catch (error) {
         usage(error.message);
     }
-    if (kKvTypes[values.kv] == null) usage(`--kv: expected f32, f16, q8_0 or q4_0, got "${values.kv}"`);
+    const names = Object.keys(kKvTypes).join(", ");
+    for (const option of ["kv", "kv-k", "kv-v"]) {
+        if (values[option] != null && kKvTypes[values[option]] == null)
+            usage(`--${option}: expected one of ${names}, got "${values[option]}"`);
+    }
+    const kvK = values["kv-k"] ?? values.kv, kvV = values["kv-v"] ?? values.kv;
     const flash = values["flash-attn"];
     if (flash !== "on" && flash !== "off") usage(`--flash-attn: expected on or off, got "${flash}"`);
     // llama.cpp refuses a quantized V cache without flash attention.
-    if ((values.kv === "q8_0" || values.kv === "q4_0") && flash !== "on")
-        usage(`--kv ${values.kv} needs --flash-attn on (llama.cpp refuses a quantized V cache without it)`);
+    if (kQuantized.has(kvV) && flash !== "on")
+        usage(`V cache type ${kvV} needs --flash-attn on (llama.cpp refuses a quantized V cache without it)`);
     const eraseShift = values["erase-shift"];
     if (eraseShift !== "on" && eraseShift !== "off") usage(`--erase-shift: expected on or off, got "${eraseShift}"`);
     if (values.declare !== "measured" && values.declare !== "bitwise")
         usage(`--declare: expected measured or bitwise, got "${values.declare}"`);
     if (values.arithmetic !== "measured" && values.arithmetic !== "f32")
         usage(`--arithmetic: expected measured or f32, got "${values.arithmetic}"`);
-    return {kv: values.kv, flashAttention: flash === "on", exportPath: values.export, gpt2: values.gpt2,
+    return {kvK, kvV, flashAttention: flash === "on", exportPath: values.export, gpt2: values.gpt2,
             declare: values.declare, arithmetic: values.arithmetic, rawK: values["raw-k"],
             stateAsSaved: values["state-as-saved"], eraseShift: eraseShift === "on"};
 }
@@ -199,12 +208,12 @@ function inSlotOrder(byPosition, cells, width) {
 
 class Engine {
     // parked: {key, context, spare} from ModelStore.context (spare null: a new context).
-    constructor(parked, model, capacity, maxRows, {kv, rawK, stateAsSaved}) {
+    constructor(parked, model, capacity, maxRows, {kvK, kvV, rawK, stateAsSaved}) {
         const {context} = parked;
         this.parked = parked;
         this.context = context;      // LlamaContext: contextShape's sequences of max(capacity, max_pos) + 1 cells
         this.model = model;          // {model, vocab, shape, maxPos}
-        this.kv = kv;                // "f32" | "f16" | "q8_0" | "q4_0": the cache's ggml type
+        this.types = {k: kvK, v: kvV};  // "f32" | "f16" | "bf16" | "q8_0" | "q4_0": K's, V's ggml type
         this.rawK = rawK;            // --raw-k (measurement only): K as llama.cpp stores it
         this.stateAsSaved = stateAsSaved;  // --state-as-saved: no update before a snapshot
         // One cell, for applyPendingUpdates; created first, so a new and a
@@ -427,7 +436,8 @@ class Engine {
             const bytes = fs.readFileSync(file);
             fs.rmSync(file, {force: true});
             const state = parseSequenceState(bytes, {layers: shape.layers, width: shape.kvHeads * shape.headDim,
-                                                     type: this.kv, seqId: sequence._sequenceId});
+                                                     kType: this.types.k, vType: this.types.v,
+                                                     seqId: sequence._sequenceId});
             const cells = this.cells.get(id);
             if (state.positions.length !== cells.length)
                 throw new Error(`cache: llama.cpp's state holds ${state.positions.length} cells, the adapter ${cells.length}`);
@@ -436,7 +446,7 @@ class Engine {
         }
         // llama.cpp reads LLAMA_ATTN_ROT_DISABLE from this process's
         // environment when it creates the cache, as cacheRotations does here.
-        const rotations = cacheRotations(this.kv, shape.headDim, process.env.LLAMA_ATTN_ROT_DISABLE);
+        const rotations = cacheRotations(this.types, shape.headDim, process.env.LLAMA_ATTN_ROT_DISABLE);
         if (this.rawK) rotations.k = 0;
         const byPosition = snapshotLayer(memo.state, layer, {kvHeads: shape.kvHeads, headDim: shape.headDim,
                                                             permuted: shape.permutedK && !this.rawK, rotations});
@@ -565,9 +575,9 @@ class Server {
         const {capacity, max_rows: maxRows} = request;
         if (!Number.isInteger(capacity) || capacity < 1) throw new EngineError("input", `capacity ${capacity}`);
         if (!Number.isInteger(maxRows) || maxRows < 1) throw new EngineError("input", `max_rows ${maxRows}`);
-        if (request.kv_dtype !== this.options.kv)
-            throw new EngineError("input", `kv_dtype ${request.kv_dtype}: this adapter runs --kv ${this.options.kv}`);
-        const type = kKvTypes[this.options.kv];
+        // kv_dtype is K's type (V's is the traits' arithmetic.v_dtype).
+        if (request.kv_dtype !== this.options.kvK)
+            throw new EngineError("input", `kv_dtype ${request.kv_dtype}: this adapter runs K in ${this.options.kvK}`);
         // node-llama-cpp keeps one cell free and refuses a position past
         // contextSize - 1; after an erase, positions run ahead of the cells
         // (up to max_pos), so the context covers both. The adapter refuses a
@@ -580,7 +590,8 @@ class Server {
             const context = await model.model.createContext({
                 ...shape, threads: 1, flashAttention: this.options.flashAttention,
                 ignoreMemorySafetyChecks: model.loaded.small,
-                experimentalKvCacheKeyType: type, experimentalKvCacheValueType: type
+                experimentalKvCacheKeyType: kKvTypes[this.options.kvK],
+                experimentalKvCacheValueType: kKvTypes[this.options.kvV]
             });
             if (process.env.KVCHECK_LLAMA_COUNT_DECODES) countDecodes(context);
             return context;

@@ -19,7 +19,7 @@
 // model implies, and a file that differs anywhere is an error that names the
 // field, never a snapshot of misread bytes.
 
-export const kGgmlTypes = {0: "f32", 1: "f16", 2: "q4_0", 8: "q8_0"};  // ggml_type ids read here
+export const kGgmlTypes = {0: "f32", 1: "f16", 2: "q4_0", 6: "q5_0", 8: "q8_0", 30: "bf16"};  // ggml_type ids read here
 const kMagic = 0x67677371;
 const kVersion = 3;
 const kQ8Block = 32;  // elements per q8_0 block: an f16 scale, then 32 int8 codes
@@ -27,7 +27,11 @@ const kQ8Block = 32;  // elements per q8_0 block: an f16 scale, then 32 int8 cod
 // nibble, element 16 + i its high one, each read as (nibble - 8) * scale
 // (ggml's block_q4_0, dequantize_row_q4_0).
 const kQ4Bytes = 2 + kQ8Block / 2;
-const kQuantized = new Set(["q8_0", "q4_0"]);
+// A q5_0 block: an f16 scale, a u32 of fifth bits (bit j: element j's),
+// then q4_0's 16 bytes of nibbles; each read as (code - 16) * scale
+// (ggml's block_q5_0, dequantize_row_q5_0).
+const kQ5Bytes = 2 + 4 + kQ8Block / 2;
+export const kQuantized = new Set(["q8_0", "q4_0", "q5_0"]);
 
 export class StateFileError extends Error {}
 
@@ -38,9 +42,9 @@ function fail(message) {
 // Bytes of one row of `width` elements (ggml_row_size).
 function rowBytes(type, width) {
     if (type === "f32") return 4 * width;
-    if (type === "f16") return 2 * width;
+    if (type === "f16" || type === "bf16") return 2 * width;
     if (width % kQ8Block !== 0) fail(`a ${type} row of ${width} elements (not whole blocks of ${kQ8Block})`);
-    return (width / kQ8Block) * (type === "q4_0" ? kQ4Bytes : 2 + kQ8Block);
+    return (width / kQ8Block) * (type === "q4_0" ? kQ4Bytes : type === "q5_0" ? kQ5Bytes : 2 + kQ8Block);
 }
 
 // IEEE binary16 bits to a number (exact: every f16 is a float).
@@ -52,6 +56,13 @@ export function halfToFloat(bits) {
     return sign * (1024 + fraction) * 2 ** (exponent - 25);
 }
 
+// bfloat16 bits to a number: the upper 16 bits of an f32 (exact).
+export function bf16ToFloat(bits) {
+    const view = new DataView(new ArrayBuffer(4));
+    view.setUint32(0, bits << 16 >>> 0, false);
+    return view.getFloat32(0, false);
+}
+
 // One stored row of `width` elements at bytes[offset..] widened to f32 into
 // out[at..]. q8_0: code * scale, the product llama.cpp's dequantize_row_q8_0
 // computes in float (Math.fround of an exact double product).
@@ -61,6 +72,21 @@ function decodeRow(type, bytes, offset, width, out, at) {
         for (let i = 0; i < width; ++i) out[at + i] = view.getFloat32(offset + 4 * i, true);
     } else if (type === "f16") {
         for (let i = 0; i < width; ++i) out[at + i] = halfToFloat(view.getUint16(offset + 2 * i, true));
+    } else if (type === "bf16") {  // the upper half of an f32 (ggml_bf16_to_fp32): exact
+        for (let i = 0; i < width; ++i) out[at + i] = bf16ToFloat(view.getUint16(offset + 2 * i, true));
+    } else if (type === "q5_0") {
+        for (let b = 0; b < width / kQ8Block; ++b) {
+            const block = offset + b * kQ5Bytes;
+            const scale = halfToFloat(view.getUint16(block, true));
+            const high = view.getUint32(block + 2, true);
+            for (let i = 0; i < kQ8Block / 2; ++i) {
+                const byte = view.getUint8(block + 6 + i);
+                const low = (byte & 0x0f) | (((high >>> i) & 1) << 4);
+                const up = (byte >> 4) | (((high >>> (i + 16)) & 1) << 4);
+                out[at + b * kQ8Block + i] = Math.fround((low - 16) * scale);
+                out[at + b * kQ8Block + kQ8Block / 2 + i] = Math.fround((up - 16) * scale);
+            }
+        }
     } else if (type === "q4_0") {
         for (let b = 0; b < width / kQ8Block; ++b) {
             const block = offset + b * kQ4Bytes;
@@ -147,7 +173,7 @@ function readStream(r, cells, expect, stream) {
     const layers = [];
     for (let l = 0; l < nLayer; ++l) {
         const type = ggmlType(r.i32(`layer ${l}'s K type`), `layer ${l}'s K`);
-        if (type !== expect.type) fail(`layer ${l}'s K is ${type}, the cache was created ${expect.type}`);
+        if (type !== expect.kType) fail(`layer ${l}'s K is ${type}, the cache was created ${expect.kType}`);
         const bytes = r.u64(`layer ${l}'s K row size`);
         if (bytes !== BigInt(rowBytes(type, expect.width)))
             fail(`layer ${l}'s K rows are ${bytes} bytes, ${expect.width} ${type} elements take ${rowBytes(type, expect.width)}`);
@@ -158,7 +184,7 @@ function readStream(r, cells, expect, stream) {
     }
     for (let l = 0; l < nLayer; ++l) {
         const type = ggmlType(r.i32(`layer ${l}'s V type`), `layer ${l}'s V`);
-        if (type !== expect.type) fail(`layer ${l}'s V is ${type}, the cache was created ${expect.type}`);
+        if (type !== expect.vType) fail(`layer ${l}'s V is ${type}, the cache was created ${expect.vType}`);
         const v = new Float32Array(cells * expect.width);  // [cell][KVH*D], file order
         if (vTrans === 0) {
             const bytes = r.u64(`layer ${l}'s V row size`);
@@ -186,12 +212,14 @@ function readStream(r, cells, expect, stream) {
     return {positions, layers, vTrans};
 }
 
-// expect: {layers, width (KVH*D), type ("f32" | "f16" | "q8_0" | "q4_0"), seqId (optional)}.
+// expect: {layers, width (KVH*D), type ("f32" | "f16" | "bf16" | "q8_0" | "q4_0"): K's and V's,
+// or kType and vType where they differ, seqId (optional)}.
 // Returns {tokens: Int32Array, positions: Int32Array [cells] (file order),
 // layers: [{k, v}]: Float32Array [cells][width] in file order, vTrans: 0 or 1
 // (V stored transposed: llama.cpp's attn_v_trans = !flash_attn; absent
 // without cells)}.
-export function parseSequenceState(bytes, expect) {
+export function parseSequenceState(bytes, given) {
+    const expect = {...given, kType: given.kType ?? given.type, vType: given.vType ?? given.type};
     const r = new Reader(bytes);
     const magic = r.u32("the magic");
     if (magic !== kMagic) fail(`magic 0x${magic.toString(16)}, expected 0x${kMagic.toString(16)} ('ggsq')`);
@@ -233,18 +261,19 @@ export function unpermuteHeads(row, kvHeads, headDim) {
 // The sizes of the Hadamard rotations llama.cpp applies to a quantized K and
 // V cache (src/llama-kv-cache.cpp, the constructor and build_input_k_rot /
 // build_input_v_rot): K by the largest power of two (at least 64) that
-// divides head_dim, V by 64, each only when its type is quantized, head_dim
+// divides head_dim, V by 64, each only when its own type is quantized
+// (`type`: K's and V's, or {k, v} where they differ), head_dim
 // is a multiple of 64 and LLAMA_ATTN_ROT_DISABLE (read with atoi) is unset
 // or 0. 0: not rotated. The graph (src/llama-graph.cpp, build_attn) rotates
 // each run of n stored elements by H_n before the store (K after RoPE, in
 // the GGUF's adjacent-pair order) and rotates the attention output back.
 export function cacheRotations(type, headDim, rotDisable) {
+    const {k: kType, v: vType} = typeof type === "string" ? {k: type, v: type} : type;
     const disabled = Number.parseInt(rotDisable ?? "0", 10);
-    if (!kQuantized.has(type) || headDim % 64 !== 0 || (Number.isFinite(disabled) && disabled !== 0))
-        return {k: 0, v: 0};
+    if (headDim % 64 !== 0 || (Number.isFinite(disabled) && disabled !== 0)) return {k: 0, v: 0};
     let k = 64;
     while (headDim % (2 * k) === 0) k *= 2;
-    return {k, v: 64};
+    return {k: kQuantized.has(kType) ? k : 0, v: kQuantized.has(vType) ? 64 : 0};
 }
 
 // Undoes llama.cpp's rotation of each run of n elements of `row` by the

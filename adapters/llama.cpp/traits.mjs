@@ -2,6 +2,8 @@
 // Every entry is a measurement recorded in docs/LLAMA_CPP.md ("Traits"), not
 // an assumption; `--declare bitwise` (measurement only) claims every
 // invariance bitwise so that kvcheck's properties show which ones break.
+import {kQuantized} from "./state_file.mjs";
+
 export const kVersion = "node-llama-cpp 3.22.1";
 
 // Invariances measured per mode (docs/LLAMA_CPP.md, "Traits"): key "kv/fa".
@@ -24,9 +26,11 @@ const kMeasured = {
     "q8_0/on": {...kShapeDependent, determinism: "bitwise"},
     // Not measured with --declare bitwise: the shape dependence is ggml's
     // matmul choice, not the cache type's, so q8_0's row is taken; P8 checks
-    // determinism bitwise.
+    // determinism bitwise. The same for bf16 and for different K and V
+    // types (kUnmeasured).
     "q4_0/on": {...kShapeDependent, determinism: "bitwise"}
 };
+const kUnmeasured = {...kShapeDependent, determinism: "bitwise"};
 
 // The arithmetic the tolerance must model (docs/TOLERANCE.md, "Reduced-
 // precision arithmetic"; the same rows as kvcheck's named presets,
@@ -44,39 +48,65 @@ const kMeasured = {
 // - flash attention with q8_0 K/V ("ggml-flash-q8_0"): q quantized to q8_0
 //   blocks, K/V by ggml's quantizer (f16 scale, codes from the unrounded
 //   one), V dequantized to f32 and summed in f32 (VKQ32), online softmax.
-//   q4_0 K/V the same fields: q is quantized to q8_0 (q4_0's vec_dot_type)
-//   and q4_0 storage is ggml's (docs/TOLERANCE.md, "ggml's q4_0").
+//   q4_0 and q5_0 K/V the same fields: q is quantized to q8_0 (their
+//   vec_dot_type) and their storage is ggml's (docs/TOLERANCE.md, "ggml's
+//   q4_0", "ggml's q5_0").
+// - bf16 K/V: q rounded to bf16 (bf16's vec_dot_type); without flash
+//   attention the probabilities to bf16 too ("ggml-f16"'s fields), with it
+//   V widened to f32 and summed in f32 (VKQ32: only an f16 V has the f16
+//   sum), no cast ("ggml-flash-bf16").
+// - Different K and V types (--kv-k, --kv-v): each field follows its own
+//   operand: q rounded to K's vec_dot_type, the probabilities to V's, an f32
+//   K or V cast to f16 on its own under flash attention (kv_read applies to
+//   the f32 one), the f16 running sum where V is f16 (or cast to it), and
+//   arithmetic.v_dtype names V's type (the scenario's kv_dtype is K's).
 const kF32 = {accumulation: "f32", activations: "f32", weights: "f32", rope_angles_in_float: true,
               queries_rounded_to_kv_dtype: false, kv_read: "f32",
               probabilities_rounded_to_kv_dtype: false, online_softmax: false,
               value_accumulation: "f32", kv_quantizer: "kvcheck"};
-function arithmetic(kv, flashAttention) {
+function arithmetic(k, v, flashAttention) {
+    const own = {...(k !== v ? {v_dtype: v} : {}),
+                 ...(kQuantized.has(k) || kQuantized.has(v) ? {kv_quantizer: "ggml"} : {})};
     if (!flashAttention)
-        return kv === "f32" ? kF32 : {...kF32, queries_rounded_to_kv_dtype: true, probabilities_rounded_to_kv_dtype: true};
-    if (kv === "q8_0" || kv === "q4_0")  // q4_0: q quantized to q8_0 (its vec_dot_type)
-        return {...kF32, queries_rounded_to_kv_dtype: true, online_softmax: true, kv_quantizer: "ggml"};
-    return {...kF32, queries_rounded_to_kv_dtype: true, kv_read: "f16", online_softmax: true, value_accumulation: "f16"};
+        return k === "f32" && v === "f32" ? kF32
+            : {...kF32, queries_rounded_to_kv_dtype: true, probabilities_rounded_to_kv_dtype: true, ...own};
+    const castToF16 = (t) => t === "f32" || t === "f16";  // an f32 K or V is cast; f16 is f16
+    return {...kF32, queries_rounded_to_kv_dtype: true, online_softmax: true,
+            kv_read: castToF16(k) || castToF16(v) ? "f16" : "f32",
+            value_accumulation: castToF16(v) ? "f16" : "f32", ...own};
 }
 
-// llama.cpp stores a quantized K/V Hadamard-rotated where head_dim is a
-// multiple of 64 (attn_rot_k / attn_rot_v, src/llama-kv-cache.cpp) unless
-// LLAMA_ATTN_ROT_DISABLE is a nonzero number. The derived q8_0 bound does
-// not model the rotation (it spreads each run's quantization error over the
-// run), so such heads are declared outside the limits: not applicable,
-// never a false failure (docs/LLAMA_CPP.md, "K/V snapshot (P6)").
-function rotationLimit(kv) {
+// llama.cpp stores a quantized K or V Hadamard-rotated where head_dim is a
+// multiple of 64 (attn_rot_k / attn_rot_v, src/llama-kv-cache.cpp: each for
+// its own type, any quantized one) unless LLAMA_ATTN_ROT_DISABLE is a
+// nonzero number. The derived bounds do not model the rotation (it spreads
+// each run's quantization error over the run), so such heads are declared
+// outside the limits: not applicable, never a false failure
+// (docs/LLAMA_CPP.md, "K/V snapshot (P6)"). The limit is a maximum, so a
+// quantized mode also leaves out 96, which is not rotated.
+function rotationLimit(k, v) {
     const disabled = Number.parseInt(process.env.LLAMA_ATTN_ROT_DISABLE ?? "0", 10);
-    const quantized = kv === "q8_0" || kv === "q4_0";
+    const quantized = kQuantized.has(k) || kQuantized.has(v);
     return quantized && !(disabled !== 0 && !Number.isNaN(disabled)) ? 63 : 65536;
 }
 
+// Real models' head sizes (issue 33: without --model the generator drew
+// head_dim 2..32 only), drawn in half the generated models
+// (limits.head_dims) where the mode's limits allow them.
+const kHeadDims = [64, 80, 96, 128];
+
+// options: {kvK, kvV (the K and V cache types), flashAttention, declare,
+// arithmetic, gpt2, eraseShift} (engine.mjs parseOptions).
 export function traitsFor(options) {
-    const mode = `${options.kv}/${options.flashAttention ? "on" : "off"}`;
+    const {kvK: k, kvV: v} = options;
+    const fa = options.flashAttention ? "on" : "off";
+    const measured = (k === v ? kMeasured[`${k}/${fa}`] : null) ?? kUnmeasured;
     const invariance = options.declare === "bitwise"
-        ? Object.fromEntries(Object.keys(kMeasured[mode]).map((key) => [key, "bitwise"]))
-        : kMeasured[mode];
+        ? Object.fromEntries(Object.keys(measured).map((key) => [key, "bitwise"]))
+        : measured;
+    const types = k === v ? `kv-${k}` : `k-${k}-v-${v}`;
     return {
-        identity: {name: `llama.cpp-kv-${options.kv}-fa-${options.flashAttention ? "on" : "off"}`, version: kVersion},
+        identity: {name: `llama.cpp-${types}-fa-${fa}`, version: kVersion},
         // erase and shift: llama_memory_seq_rm / llama_memory_seq_add (engine.mjs).
         // kvcheck draws them for the llama family only (RoPE: gpt2's learned
         // positions have nothing a shift could correct), so --gpt2 declaring
@@ -90,17 +120,19 @@ export function traitsFor(options) {
                      erase: options.eraseShift, shift: options.eraseShift},
         limits: {
             families: options.gpt2 ? ["gpt2", "llama"] : ["llama"],
-            // The cache's storage type: P6 compares the stored K/V within its
-            // storage bound (docs/TOLERANCE.md, "The KV dtype").
-            kv_dtypes: [options.kv],
-            // a q8_0 row is whole blocks of 32 values (llama.cpp refuses others)
-            head_dim_multiple: options.kv === "q8_0" || options.kv === "q4_0" ? 32 : 1,
+            // The cache's storage type (K's; V's is arithmetic.v_dtype where
+            // it differs): P6 compares the stored K/V within its storage
+            // bound (docs/TOLERANCE.md, "The KV dtype").
+            kv_dtypes: [k],
+            // a q8_0 / q4_0 / q5_0 row is whole blocks of 32 values (llama.cpp refuses others)
+            head_dim_multiple: kQuantized.has(k) || kQuantized.has(v) ? 32 : 1,
+            head_dims: kHeadDims,
             // Shapes llama.cpp cannot take, never drawn (docs/LLAMA_CPP.md,
             // "Shapes"): a head of 1 aborts ggml (GGML_ASSERT(ggml_can_mul_mat)
             // in gpt2's graph; llama needs an even head for RoPE anyway), and
             // the gpt2 architecture derives its head size from d_model.
             min_head_dim: 2,
-            max_head_dim: rotationLimit(options.kv),
+            max_head_dim: rotationLimit(k, v),
             query_width_is_d_model: ["gpt2"],
             max_rows: 64
         },
@@ -108,6 +140,6 @@ export function traitsFor(options) {
         // --arithmetic f32 (measurement only) claims f32 arithmetic in any mode,
         // so that P1 shows how far a mode's results are from the f32 bound.
         arithmetic: options.arithmetic === "f32"
-            ? arithmetic("f32", false) : arithmetic(options.kv, options.flashAttention)
+            ? arithmetic("f32", "f32", false) : arithmetic(k, v, options.flashAttention)
     };
 }

@@ -34,6 +34,7 @@ __device__ __forceinline__ float load_kv(const void* base, KvDtype dtype, size_t
       return __half2float(static_cast<const __half*>(base)[index]);
     case KvDtype::kQ8_0:  // refused by make_cuda_engine (not in its traits)
     case KvDtype::kQ4_0:
+    case KvDtype::kQ5_0:
       break;
   }
   return 0.0f;
@@ -53,6 +54,7 @@ __device__ __forceinline__ void store_kv(void* base, KvDtype dtype, size_t index
       return;
     case KvDtype::kQ8_0:  // refused by make_cuda_engine (not in its traits)
     case KvDtype::kQ4_0:
+    case KvDtype::kQ5_0:
       return;
   }
 }

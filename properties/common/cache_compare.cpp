@@ -18,14 +18,17 @@ ElementCheck check_element(const CacheSnapshot& snap, const SequenceReference& r
   ElementCheck c;
   c.cached = kind == 0 ? snap.k_at(pos, g, d) : snap.v_at(pos, g, d);
   c.exact = exact[base + size_t(d)];
-  const bool scaled = snap.dtype == KvDtype::kQ8_0 && !snap.k_scales.empty();
+  const std::vector<double>& computed =
+      kind == 0 ? reference.bounds.k_computed : reference.bounds.v_computed;
+  // A stored scale is checked where the bound models this one's q8_0 (a V
+  // declared in a type of its own has no pre-storage bound: its bound is
+  // its own type's).
+  const bool scaled = snap.dtype == KvDtype::kQ8_0 && !snap.k_scales.empty() && !computed.empty();
   if (!scaled) {
     c.bound = (kind == 0 ? reference.bounds.k : reference.bounds.v)[base + size_t(d)];
     c.ratio = std::abs(c.cached - c.exact) / c.bound;
     return c;
   }
-  const std::vector<double>& computed =
-      kind == 0 ? reference.bounds.k_computed : reference.bounds.v_computed;
   const int block = d / int(kQ8Block), first = block * int(kQ8Block);
   const int end = std::min(snap.head_dim, first + int(kQ8Block));
   c.scale = kind == 0 ? snap.k_scale(pos, g, block) : snap.v_scale(pos, g, block);

@@ -30,6 +30,7 @@ Coverage& Coverage::operator|=(const Coverage& o) {
                       &Coverage::rollback,
                       &Coverage::cow_write,
                       &Coverage::q8_multi_block,
+                      &Coverage::wide_head,
                       &Coverage::prefix_cache,
                       &Coverage::flush,
                       &Coverage::small_pool,
@@ -83,6 +84,7 @@ void model_tags(const Scenario& s, Coverage& cov) {
   cov.f16 = s.kv_dtype == KvDtype::kF16;
   cov.q8_0 = s.kv_dtype == KvDtype::kQ8_0;
   cov.q8_multi_block = s.kv_dtype == KvDtype::kQ8_0 && c.head_dim > int(kQ8Block);
+  cov.wide_head = c.head_dim >= 64;
   cov.paged = s.block_size > 0;
   cov.window = c.sliding_window > 0;
   cov.prefix_cache = s.prefix_cache;

@@ -80,6 +80,22 @@ int fit_dimension(int value, int lo, int hi, int multiple) {
   return v;
 }
 
+// The head size an engine asks for (limits.head_dims) that a model takes,
+// or 0: odd weight seeds take one of those inside the limits, by the seed
+// rather than a gene of their own, so that an engine that asks for none
+// draws what it drew before, shrinking the seed (toward 0) leaves the small
+// heads, and the scenarios that share a model's genes (ModelReuse) share
+// its head size too. (A multiple of 2 as well: RoPE pairs, as fit_dimension.)
+int asked_head_dim(const ShapeLimits& limits, uint64_t weight_seed) {
+  std::vector<int> inside;
+  const int step = std::lcm(2, limits.head_dim_multiple);
+  for (const int d : limits.head_dims) {
+    if (d >= limits.min_head_dim && d <= limits.max_head_dim && d % step == 0) inside.push_back(d);
+  }
+  if (inside.empty() || weight_seed % 2 == 0) return 0;
+  return inside[size_t(weight_seed / 2 % inside.size())];
+}
+
 // The model genes, moved into what the engine declares it accepts.
 void fit_model(Config& c, KvDtype& kv_dtype, const ShapeLimits& limits) {
   if (!accepts_family(limits, c.family)) c.family = limits.families.front();
@@ -141,6 +157,7 @@ void decode_model(const ScenarioGenes& genes, const EngineTraits& traits,
   // A third of the q8_0 scenarios, chosen by the token seed rather than a
   // gene of its own, so the other genes keep drawing what they drew before.
   if (s.kv_dtype == KvDtype::kQ8_0 && genes.token_seed % 3 == 0) c.head_dim += int(kQ8Block);
+  if (const int asked = asked_head_dim(traits.limits, m.weight_seed); asked > 0) c.head_dim = asked;
   fit_model(c, s.kv_dtype, traits.limits);
   c.qkv_bias = c.family == Family::kGpt2 && m.qkv_bias;
   s.weight_seed = m.weight_seed;

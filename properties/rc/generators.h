@@ -203,6 +203,7 @@ struct Coverage {
   bool at_capacity = false;     // a sequence fills the capacity exactly
   bool reduced_dtype = false;   // bf16, f16 or q8_0 KV
   bool q8_multi_block = false;  // q8_0 with head_dim > 32: several scales per head
+  bool wide_head = false;       // head_dim >= 64 (real models' heads: limits.head_dims)
   bool paged = false;           // block_size > 0
   bool fork = false, fork_mid_block = false, fork_at_boundary = false;
   bool truncate = false, truncate_to_zero = false, truncate_across_blocks = false;

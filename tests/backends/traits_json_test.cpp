@@ -24,7 +24,9 @@ TEST(TraitsJson, RoundTripKeepsEveryField) {
   t.limits.d_ff_is_4x_d_model = {Family::kGpt2};
   t.invariance.batch = Invariance::kBounded;
   t.invariance.determinism = Invariance::kBounded;
+  t.limits.head_dims = {64, 80, 96, 128};
   t.arithmetic.rope_angles_in_float = true;
+  t.arithmetic.v_dtype = KvDtype::kF16;
   const nlohmann::json json = traits_to_json(t);
   const Result<EngineTraits> back = traits_from_json(json);
   ASSERT_TRUE(back.ok()) << back.error();
@@ -36,6 +38,10 @@ TEST(TraitsJson, RoundTripKeepsEveryField) {
   EXPECT_EQ(json["limits"]["d_ff_is_4x_d_model"], nlohmann::json({"gpt2"}));
   EXPECT_EQ(json["limits"]["positions"], nlohmann::json({"rope"}));  // from the families
   EXPECT_FALSE(back.value().operations.reset);
+  EXPECT_EQ(json["limits"]["head_dims"], nlohmann::json({64, 80, 96, 128}));
+  EXPECT_EQ(back.value().limits.head_dims, (std::vector<int>{64, 80, 96, 128}));
+  EXPECT_EQ(json["arithmetic"]["v_dtype"], "f16");
+  EXPECT_EQ(back.value().arithmetic.v_dtype, KvDtype::kF16);
 
   const Result<EngineTraits> cpu = traits_from_json(traits_to_json(cpu_engine_traits()));
   ASSERT_TRUE(cpu.ok()) << cpu.error();
@@ -94,7 +100,27 @@ INSTANTIATE_TEST_SUITE_P(
         Malformed{R"({"identity": {"name": "x"}, "limits": {"families": ["llama"],
                       "positions": ["learned"]}})",
                   "traits.limits.families: empty (the engine accepts no model)"},
+        Malformed{R"({"identity": {"name": "x"}, "limits": {"head_dims": [64, 0]}})",
+                  "traits.limits.head_dims: expected an array of positive integers, got [64,0]"},
+        Malformed{R"({"identity": {"name": "x"}, "limits": {"head_dims": 64}})",
+                  "traits.limits.head_dims: expected an array of positive integers, got 64"},
+        Malformed{R"({"identity": {"name": "x"}, "arithmetic": {"v_dtype": 16}})",
+                  "traits.arithmetic.v_dtype: expected null or one of f32, bf16, f16, q8_0, "
+                  "q4_0 or q5_0, got 16"},
         Malformed{R"([1, 2])", "traits: expected a JSON object, got [1,2]"}));
+
+// V stored as K unless declared: no key written, and null reads as unset.
+TEST(TraitsJson, VDtypeIsOptional) {
+  EXPECT_FALSE(traits_to_json(EngineTraits::strict())["arithmetic"].contains("v_dtype"));
+  const Result<EngineTraits> t =
+      traits_from_json_text(R"({"identity": {"name": "x"}, "arithmetic": {"v_dtype": null}})");
+  ASSERT_TRUE(t.ok()) << t.error();
+  EXPECT_FALSE(t.value().arithmetic.v_dtype.has_value());
+  const Result<EngineTraits> bad =
+      traits_from_json_text(R"({"identity": {"name": "x"}, "arithmetic": {"v_dtype": "q9"}})");
+  ASSERT_FALSE(bad.ok());
+  EXPECT_EQ(bad.error().rfind("traits.arithmetic.v_dtype: ", 0), 0u) << bad.error();
+}
 
 // "positions" names the families by their positions and narrows them.
 TEST(TraitsJson, PositionsNarrowTheFamilies) {

@@ -16,6 +16,7 @@
 #include <algorithm>
 #include <cmath>
 #include <string>
+#include <tuple>
 #include <vector>
 
 #include "engine/arithmetic_presets.h"
@@ -23,6 +24,7 @@
 #include "model/rng.h"
 #include "properties/tolerance.h"
 #include "properties/tolerance_kernels.h"
+#include "tests/properties/test_scenarios.h"
 
 namespace kvcheck::test {
 namespace {
@@ -31,6 +33,10 @@ using tolerance::ArithmeticModel;
 
 float f16(double x) {
   return f16_to_float(float_to_f16(float(x)));
+}
+
+float bf16(double x) {
+  return bf16_to_float(float_to_bf16(float(x)));
 }
 
 // ggml's q8_0 of one block: d = amax / 127 in float, an f16 scale stored,
@@ -45,12 +51,13 @@ void ggml_q8_block(const float* x, int n, float* out, float* stored_scale = null
   if (stored_scale != nullptr) *stored_scale = s;
 }
 
-// A stored row of D: f16, or ggml's q8_0 in blocks of 32.
-std::vector<float> store(const std::vector<double>& x, bool q8) {
+// A stored row of D: f16, bf16, or ggml's q8_0 in blocks of 32.
+enum class Stored { kF16, kBF16, kQ8 };
+std::vector<float> store(const std::vector<double>& x, Stored type) {
   std::vector<float> out(x.size());
   std::vector<float> in(x.begin(), x.end());
-  if (!q8) {
-    for (size_t i = 0; i < x.size(); ++i) out[i] = f16(x[i]);
+  if (type != Stored::kQ8) {
+    for (size_t i = 0; i < x.size(); ++i) out[i] = type == Stored::kF16 ? f16(x[i]) : bf16(x[i]);
     return out;
   }
   for (size_t b = 0; b < x.size(); b += 32) {
@@ -102,12 +109,12 @@ std::vector<double> ggml_flash(const Trial& t, const std::vector<float>& q,
   return out;
 }
 
-// ggml's attention without flash attention over an f16 cache: f16 q dot
-// f16 K in f32, soft_max in f32 (its sum in double), the probabilities
-// converted to f16 for the product with V, summed in f32.
+// ggml's attention without flash attention over an f16 (bf16) cache: q in
+// K's type dot K in f32, soft_max in f32 (its sum in double), the
+// probabilities converted to V's type for the product with V, summed in f32.
 std::vector<double> ggml_plain(const Trial& t, const std::vector<float>& q,
                                const std::vector<float>& k, const std::vector<float>& v,
-                               bool q8_probabilities = false) {
+                               Stored p_type = Stored::kF16) {
   const float scale = 1.0f / std::sqrt(float(t.D));
   std::vector<float> s(size_t(t.n));
   for (int j = 0; j < t.n; ++j) s[size_t(j)] = dot(q.data(), &k[size_t(j * t.D)], t.D) * scale;
@@ -117,12 +124,12 @@ std::vector<double> ggml_plain(const Trial& t, const std::vector<float>& q,
   const float inv = float(1.0 / sum);
   std::vector<float> p(size_t(t.n));  // converted to V's vec_dot_type
   for (int j = 0; j < t.n; ++j) p[size_t(j)] = s[size_t(j)] * inv;
-  if (q8_probabilities) {
+  if (p_type == Stored::kQ8) {
     for (int b = 0; b < t.n; b += 32) {
       ggml_q8_block(&p[size_t(b)], std::min(32, t.n - b), &p[size_t(b)]);
     }
   } else {
-    for (float& x : p) x = f16(x);
+    for (float& x : p) x = p_type == Stored::kF16 ? f16(x) : bf16(x);
   }
   std::vector<double> out(size_t(t.D));
   for (int d = 0; d < t.D; ++d) {
@@ -147,14 +154,15 @@ Trial draw(SplitMix64& rng) {
 }
 
 // The worst |simulated - exact| / (kConfidence sqrt(var)) of one trial
-// under `arithmetic`, the exact inputs rounded as the cache stores them.
+// under `arithmetic`, the exact inputs rounded as the cache stores them
+// (K in `dtype`, V in its own type where `arithmetic` declares one).
 double worst_ratio(const Trial& t, const ArithmeticTraits& arithmetic, KvDtype dtype,
                    const std::vector<double>& simulated) {
   const ArithmeticModel m = tolerance::arithmetic_model(arithmetic, dtype);
   std::vector<double> k = t.k, v = t.v, q = t.q;
   std::vector<double> var_k(k.size()), var_v(v.size()), var_q(q.size());
-  tolerance::store_var(k.data(), var_k.data(), nullptr, nullptr, t.n, t.D, m.storage);
-  tolerance::store_var(v.data(), var_v.data(), nullptr, nullptr, t.n, t.D, m.storage);
+  tolerance::store_var(k.data(), var_k.data(), nullptr, nullptr, t.n, t.D, m.storage_k);
+  tolerance::store_var(v.data(), var_v.data(), nullptr, nullptr, t.n, t.D, m.storage_v);
   if (m.round_queries) {
     tolerance::store_var(q.data(), var_q.data(), nullptr, nullptr, 1, t.D, m.query);
   }
@@ -181,6 +189,7 @@ Outcome run(const ArithmeticTraits& arithmetic, KvDtype dtype, int trials, Simul
   SplitMix64 rng(20261203);
   ArithmeticTraits f32_storage;
   f32_storage.kv_quantizer = arithmetic.kv_quantizer;
+  f32_storage.v_dtype = arithmetic.v_dtype;
   Outcome out;
   for (int i = 0; i < trials; ++i) {
     const Trial t = draw(rng);
@@ -198,7 +207,8 @@ Outcome run(const char* preset, KvDtype dtype, int trials, Simulate simulate) {
 
 TEST(ReducedPrecisionAttention, FlashAttentionWithAnF16SumIsWithinItsBound) {
   const Outcome o = run("ggml-flash-f16", KvDtype::kF16, 400, [](const Trial& t) {
-    return ggml_flash(t, store(t.q, false), store(t.k, false), store(t.v, false), true);
+    return ggml_flash(t, store(t.q, Stored::kF16), store(t.k, Stored::kF16),
+                      store(t.v, Stored::kF16), true);
   });
   EXPECT_LE(o.derived, 1.0);
   EXPECT_GT(o.f32_model, 1.0) << "the f16 sum's terms are not needed on these trials";
@@ -208,7 +218,8 @@ TEST(ReducedPrecisionAttention, FlashAttentionWithAnF16SumIsWithinItsBound) {
 
 TEST(ReducedPrecisionAttention, F16CacheWithoutFlashAttentionIsWithinItsBound) {
   const Outcome o = run("ggml-f16", KvDtype::kF16, 400, [](const Trial& t) {
-    return ggml_plain(t, store(t.q, false), store(t.k, false), store(t.v, false));
+    return ggml_plain(t, store(t.q, Stored::kF16), store(t.k, Stored::kF16),
+                      store(t.v, Stored::kF16));
   });
   EXPECT_LE(o.derived, 1.0);
   std::printf("f16 plain: worst %.3f of the derived bound, %.3f of the f32 model's\n", o.derived,
@@ -217,11 +228,92 @@ TEST(ReducedPrecisionAttention, F16CacheWithoutFlashAttentionIsWithinItsBound) {
 
 TEST(ReducedPrecisionAttention, GgmlQ8_0FlashAttentionIsWithinItsBound) {
   const Outcome o = run("ggml-flash-q8_0", KvDtype::kQ8_0, 400, [](const Trial& t) {
-    return ggml_flash(t, store(t.q, true), store(t.k, true), store(t.v, true), false);
+    return ggml_flash(t, store(t.q, Stored::kQ8), store(t.k, Stored::kQ8), store(t.v, Stored::kQ8),
+                      false);
   });
   EXPECT_LE(o.derived, 1.0);
   std::printf("flash q8_0: worst %.3f of the derived bound, %.3f of the f32 model's\n", o.derived,
               o.f32_model);
+}
+
+// llama.cpp's bf16 cache: with flash attention q is rounded to bf16 (K's
+// vec_dot_type) and a bf16 V is widened to f32 and summed in f32 (VKQ32:
+// only an f16 V has the f16 sum); without it, q and the probabilities are
+// rounded to bf16 for mul_mat ("ggml-f16"'s fields, the cache's type).
+TEST(ReducedPrecisionAttention, Bf16CacheIsWithinItsBoundWithAndWithoutFlashAttention) {
+  const Outcome flash = run("ggml-flash-bf16", KvDtype::kBF16, 400, [](const Trial& t) {
+    return ggml_flash(t, store(t.q, Stored::kBF16), store(t.k, Stored::kBF16),
+                      store(t.v, Stored::kBF16), false);
+  });
+  const Outcome plain = run("ggml-f16", KvDtype::kBF16, 400, [](const Trial& t) {
+    return ggml_plain(t, store(t.q, Stored::kBF16), store(t.k, Stored::kBF16),
+                      store(t.v, Stored::kBF16), Stored::kBF16);
+  });
+  EXPECT_LE(flash.derived, 1.0);
+  EXPECT_LE(plain.derived, 1.0);
+  std::printf("bf16 flash: worst %.3f of the derived bound, %.3f of the f32 model's\n",
+              flash.derived, flash.f32_model);
+  std::printf("bf16 plain: worst %.3f of the derived bound, %.3f of the f32 model's\n",
+              plain.derived, plain.f32_model);
+}
+
+// Different K and V types (llama.cpp's type_k and type_v): the scenario's
+// kv_dtype is K's, arithmetic.v_dtype V's. K q8_0 with an f16 V (q
+// quantized to q8_0, the f16 running sum of an f16 V), and K f16 with a
+// q8_0 V (q rounded to f16, V widened and summed in f32), both under flash
+// attention. Each must hold, and the second must fail when V is taken to
+// be stored as K (the model before K and V had types of their own).
+TEST(ReducedPrecisionAttention, DifferentKAndVTypesAreEachWithinTheirOwnBound) {
+  ArithmeticTraits k_q8 = *find_arithmetic_preset("ggml-flash-q8_0");
+  k_q8.v_dtype = KvDtype::kF16;
+  k_q8.value_accumulation = Precision::kF16;
+  const Outcome q8_f16 = run(k_q8, KvDtype::kQ8_0, 400, [](const Trial& t) {
+    return ggml_flash(t, store(t.q, Stored::kQ8), store(t.k, Stored::kQ8), store(t.v, Stored::kF16),
+                      true);
+  });
+  const ArithmeticTraits v_q8 = *find_arithmetic_preset("ggml-flash-v-q8_0");
+  const auto f16_q8 = [](const Trial& t) {
+    return ggml_flash(t, store(t.q, Stored::kF16), store(t.k, Stored::kF16),
+                      store(t.v, Stored::kQ8), false);
+  };
+  const Outcome f16_q8_own = run(v_q8, KvDtype::kF16, 400, f16_q8);
+  ArithmeticTraits v_as_k = v_q8;
+  v_as_k.v_dtype.reset();
+  const Outcome f16_q8_as_k = run(v_as_k, KvDtype::kF16, 400, f16_q8);
+  EXPECT_LE(q8_f16.derived, 1.0);
+  EXPECT_LE(f16_q8_own.derived, 1.0);
+  EXPECT_GT(f16_q8_as_k.derived, 1.0) << "V stored as K's type covers a q8_0 V";
+  std::printf("K q8_0, V f16: worst %.3f; K f16, V q8_0: %.3f (V taken as f16: %.3f)\n",
+              q8_f16.derived, f16_q8_own.derived, f16_q8_as_k.derived);
+}
+
+// P6's bounds: K in the cache's type, V in its own. With an f32 K and a
+// bf16 V, layer 0's K bound is the f32 one bit for bit and every V bound
+// holds bf16's storage rounding; a q8_0 K with an f16 V has q8_0's
+// pre-storage bound for K only (P6 checks K's stored scales, not V's).
+TEST(ReducedPrecisionAttention, KAndVEachGetTheirOwnStorageBound) {
+  const Config config = small_config(Family::kLlama, 2, 4, 2);
+  const Weights weights = init_weights(config, 5);
+  const std::vector<int32_t> tokens = token_table(9, {12}, config.vocab)[0];
+  ArithmeticTraits v_bf16;
+  v_bf16.v_dtype = KvDtype::kBF16;
+  oracle::Output exact;
+  const ErrorBounds f32 = derive_error_bounds(config, weights, tokens, KvDtype::kF32);
+  const ErrorBounds own =
+      derive_error_bounds(config, weights, tokens, KvDtype::kF32, v_bf16, &exact);
+  const size_t layer0 = f32.k.size() / size_t(config.n_layers);
+  for (size_t i = 0; i < own.v.size(); ++i) {
+    ASSERT_GE(own.v[i], 0x1p-8 * std::abs(exact.v[i])) << i;
+    if (i < layer0) {
+      ASSERT_EQ(own.k[i], f32.k[i]) << i;
+    }
+  }
+  EXPECT_GT(own.logits[0], f32.logits[0]);  // the bf16 V reaches the logits
+  ArithmeticTraits v_f16;
+  v_f16.v_dtype = KvDtype::kF16;
+  const ErrorBounds q8 = derive_error_bounds(config, weights, tokens, KvDtype::kQ8_0, v_f16);
+  EXPECT_EQ(q8.k_computed.size(), q8.k.size());
+  EXPECT_TRUE(q8.v_computed.empty());
 }
 
 // ggml's mul_mat of a q8_0 V quantizes the probabilities to q8_0 blocks
@@ -232,7 +324,8 @@ TEST(ReducedPrecisionAttention, ProbabilitiesQuantizedForAQ8_0VAreWithinTheirBou
   ArithmeticTraits a = *find_arithmetic_preset("ggml-f16");
   a.kv_quantizer = KvQuantizer::kGgml;
   const Outcome o = run(a, KvDtype::kQ8_0, 400, [](const Trial& t) {
-    return ggml_plain(t, store(t.q, true), store(t.k, true), store(t.v, true), true);
+    return ggml_plain(t, store(t.q, Stored::kQ8), store(t.k, Stored::kQ8), store(t.v, Stored::kQ8),
+                      Stored::kQ8);
   });
   EXPECT_LE(o.derived, 1.0);
   std::printf("q8_0 plain, p quantized: worst %.3f of the derived bound, %.3f of the f32 model's\n",
@@ -269,40 +362,58 @@ TEST(ReducedPrecisionAttention, GgmlQ8_0ElementsAreWithinTheirStorageBound) {
               worst_ggml, worst_kvcheck);
 }
 
-// ggml's q4_0 of one block (quantize_row_q4_0_ref): d = (the signed
-// largest element) / -8, codes min(15, (int8)(x / d + 8.5)), read as
-// (code - 8) * fp16(d). Within d (1 + 2^-16 + 8 2^-11) + 8 2^-25: half a
-// code, but a whole one where the clamp at 15 acts (an element of the other
-// sign near amax), which the test must reach.
-TEST(ReducedPrecisionAttention, GgmlQ4_0ElementsAreWithinTheirStorageBound) {
-  SplitMix64 rng(11);
+// ggml's q4_0 and q5_0 of random blocks (quantize_row_q4_0_ref,
+// quantize_row_q5_0_ref): with L = 8 (q4_0) or 16 (q5_0) levels, d = (the
+// signed largest element) / -L, codes min(2L - 1, (int8)(x / d + L + 0.5)),
+// read as (code - L) * fp16(d). Half of the blocks hold the largest element
+// and one of the other sign at `other` of it, so the clamp at 2L - 1 acts.
+// The worst error / bound of all elements and of the clamped ones.
+struct SignedBlocks {
   double worst = 0, worst_clamped = 0;
+};
+SignedBlocks ggml_signed_blocks(KvDtype dtype, uint64_t seed, double other) {
+  const KvStorageError e = kv_storage_error(dtype, KvQuantizer::kGgml);
+  const float levels = float(e.levels);
+  SplitMix64 rng(seed);
+  SignedBlocks out;
   for (int trial = 0; trial < 20000; ++trial) {
     const double magnitude = std::ldexp(1.0, int(rng.in_range(-22, 4)));
     float x[32];
-    for (float& e : x) e = float(magnitude * rng.symmetric_unit());
-    if (trial % 2 == 0) {  // the largest element, and one of the other sign at 0.97 of it
+    for (float& v : x) v = float(magnitude * rng.symmetric_unit());
+    if (trial % 2 == 0) {
       x[0] = float(magnitude);
-      x[int(rng.in_range(1, 31))] = float(-0.97 * magnitude);
+      x[int(rng.in_range(1, 31))] = float(-other * magnitude);
     }
     float amax = 0, max = 0;
-    for (float e : x) {
-      if (amax < std::fabs(e)) amax = std::fabs(e), max = e;
+    for (float v : x) {
+      if (amax < std::fabs(v)) amax = std::fabs(v), max = v;
     }
-    const float d = max / -8, id = d != 0 ? 1.0f / d : 0.0f, s = f16(d);
-    const KvStorageError q4 = kv_storage_error(KvDtype::kQ4_0, KvQuantizer::kGgml);
-    const double bound = q4.per_scale * amax / q4.levels * (1 + kUnitRoundoff) + q4.absolute;
-    for (float e : x) {
-      const int code = std::min(15, int(static_cast<int8_t>(e * id + 8.5f)));
-      const double err = std::abs(double((code - 8) * s) - e);
-      worst = std::max(worst, err / bound);
-      if (code == 15) worst_clamped = std::max(worst_clamped, err / bound);
+    const float d = max / -levels, id = d != 0 ? 1.0f / d : 0.0f, s = f16(d);
+    const double bound = e.per_scale * amax / e.levels * (1 + kUnitRoundoff) + e.absolute;
+    const int top = 2 * int(levels) - 1;
+    const float offset = levels + 0.5f;  // 8.5f, 16.5f: one rounding, as ggml's
+    for (float v : x) {
+      const int code = std::min(top, int(static_cast<int8_t>(v * id + offset)));
+      const double err = std::abs(double((float(code) - levels) * s) - v);
+      out.worst = std::max(out.worst, err / bound);
+      if (code == top) out.worst_clamped = std::max(out.worst_clamped, err / bound);
     }
   }
-  EXPECT_LE(worst, 1.0);
-  EXPECT_GT(worst_clamped, 0.5) << "the clamp's whole code was never reached";
-  std::printf("ggml q4_0 elements: worst %.4f of the bound (clamped codes %.4f)\n", worst,
-              worst_clamped);
+  return out;
+}
+
+// q4_0 within d (1 + 2^-16 + 8 2^-11) + 8 2^-25, q5_0 within d (1 + 2^-16
+// + 16 2^-11) + 16 2^-25: half a code, but a whole one where the clamp acts
+// (an element of the other sign near amax), which the test must reach.
+TEST(ReducedPrecisionAttention, GgmlQ4_0AndQ5_0ElementsAreWithinTheirStorageBound) {
+  for (const auto& [dtype, seed, other] :
+       {std::tuple{KvDtype::kQ4_0, 11, 0.97}, std::tuple{KvDtype::kQ5_0, 13, 0.99}}) {
+    const SignedBlocks r = ggml_signed_blocks(dtype, uint64_t(seed), other);
+    EXPECT_LE(r.worst, 1.0) << kv_dtype_name(dtype);
+    EXPECT_GT(r.worst_clamped, 0.5) << kv_dtype_name(dtype) << ": the clamp was never reached";
+    std::printf("ggml %s elements: worst %.4f of the bound (clamped codes %.4f)\n",
+                kv_dtype_name(dtype), r.worst, r.worst_clamped);
+  }
 }
 
 }  // namespace

@@ -107,6 +107,10 @@ check("cacheRotations: llama.cpp's attn_rot_k / attn_rot_v sizes", () => {
     assert.deepEqual(cacheRotations("q8_0", 64, "1"), {k: 0, v: 0});
     assert.deepEqual(cacheRotations("f16", 64, undefined), {k: 0, v: 0});
     assert.deepEqual(cacheRotations("f32", 128, undefined), {k: 0, v: 0});
+    // Each of K and V by its own type (attn_rot_k, attn_rot_v).
+    assert.deepEqual(cacheRotations({k: "q8_0", v: "f16"}, 128, undefined), {k: 128, v: 0});
+    assert.deepEqual(cacheRotations({k: "f16", v: "q4_0"}, 64, undefined), {k: 0, v: 64});
+    assert.deepEqual(cacheRotations({k: "bf16", v: "bf16"}, 64, undefined), {k: 0, v: 0});
 });
 
 check("unrotateRuns: H_n is ggml_gen_hadamard's, its own inverse, per run", () => {
@@ -210,6 +214,45 @@ check("built q4_0: nibble minus 8 times the f16 scale", () => {
     const bytes = build({cells: [0], layers: [{kType: 2, k: [row], v: [row]}]});
     const state = parseSequenceState(bytes, {layers: 1, width: 32, type: "q4_0"});
     assert.deepEqual(Array.from(state.layers[0].k), codes.map((q) => (q - 8) * 0.5));
+});
+
+// ggml's block_q5_0: an f16 scale, a u32 whose bit j is element j's fifth
+// bit, then q4_0's nibbles; each read as (code - 16) * scale.
+check("built q5_0: five-bit code minus 16 times the f16 scale", () => {
+    const codes = Array.from({length: 32}, (_, i) => (i * 7) % 32);
+    const row = Buffer.alloc(22);
+    row.writeUInt16LE(0x3800, 0);  // 0.5
+    let high = 0;
+    for (let i = 0; i < 32; ++i) high |= ((codes[i] >> 4) & 1) << i;
+    row.writeUInt32LE(high >>> 0, 2);
+    for (let i = 0; i < 16; ++i) row[6 + i] = (codes[i] & 0x0f) | ((codes[16 + i] & 0x0f) << 4);
+    const bytes = build({cells: [0], layers: [{kType: 6, k: [row], v: [row]}]});
+    const state = parseSequenceState(bytes, {layers: 1, width: 32, type: "q5_0"});
+    assert.deepEqual(Array.from(state.layers[0].k), codes.map((q) => (q - 16) * 0.5));
+});
+
+// bf16 (ggml type 30): the upper 16 bits of an f32.
+check("built bf16: the upper half of an f32", () => {
+    const row = Buffer.alloc(4);
+    row.writeUInt16LE(0x3fc0, 0);  // 1.5
+    row.writeUInt16LE(0xc080, 2);  // -4
+    const bytes = build({cells: [0], layers: [{kType: 30, k: [row], v: [row]}]});
+    const state = parseSequenceState(bytes, {layers: 1, width: 2, type: "bf16"});
+    assert.deepEqual(Array.from(state.layers[0].k), [1.5, -4]);
+    assert.deepEqual(Array.from(state.layers[0].v), [1.5, -4]);
+});
+
+// Different K and V types (llama.cpp's type_k, type_v): each read in its own.
+check("built K q8_0 with V f16", () => {
+    const codes = Array.from({length: 32}, (_, i) => i - 16);
+    const v = Buffer.alloc(64);
+    for (let i = 0; i < 32; ++i) v.writeUInt16LE(0x3c00, 2 * i);  // 1
+    const bytes = build({cells: [0], layers: [{kType: 8, vType: 1, k: [q8Row(0x3800, codes)], v: [v]}]});
+    const state = parseSequenceState(bytes, {layers: 1, width: 32, kType: "q8_0", vType: "f16"});
+    assert.deepEqual(Array.from(state.layers[0].k), codes.map((q) => q * 0.5));
+    assert.deepEqual(Array.from(state.layers[0].v), Array(32).fill(1));
+    assert.throws(() => parseSequenceState(bytes, {layers: 1, width: 32, type: "q8_0"}),
+                  /layer 0's V is f16, the cache was created q8_0/);
 });
 
 check("an empty sequence", () => {

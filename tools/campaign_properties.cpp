@@ -82,6 +82,8 @@ constexpr CoverageClass kCoverageClasses[] = {
     {"prompt logits on a hit", &rcgen::Coverage::prompt_logits},
     {"offload", &rcgen::Coverage::offload},
     {"offload, then a step", &rcgen::Coverage::offload_then_step},
+    {"restore", &rcgen::Coverage::restore},
+    {"restore, then a step", &rcgen::Coverage::restore_then_step},
 };
 static_assert(std::size(kCoverageClasses) <= 64, "the coverage mask is 64 bits");
 

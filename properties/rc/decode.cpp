@@ -261,6 +261,9 @@ int emphasis_factor(Emphasis emphasis, Call::Kind kind) {
   if (emphasis == Emphasis::kTruncations) {
     return kind == Call::Kind::kTruncate || kind == Call::Kind::kVerify ? 8 : 1;
   }
+  if (emphasis == Emphasis::kSaveRestore) {
+    return kind == Call::Kind::kSave || kind == Call::Kind::kRestore ? 8 : 1;
+  }
   return 1;
 }
 
@@ -412,7 +415,7 @@ class ScheduleBuilder {
       if (!call) continue;
       if (call->kind == Call::Kind::kFork) {
         fork(*call, op);
-      } else if (chosen.precondition(model_, *call).empty()) {
+      } else if (operation(call->kind).precondition(model_, *call).empty()) {
         append(std::move(*call));
       }
     }

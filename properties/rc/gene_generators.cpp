@@ -181,7 +181,9 @@ rc::Gen<OpGenes> op_genes(Emphasis emphasis) {
 }
 
 rc::Gen<int> block_size_gene(Emphasis emphasis) {
-  if (emphasis == Emphasis::kContextShift) return rc::gen::just(0);
+  if (emphasis == Emphasis::kContextShift || emphasis == Emphasis::kSaveRestore) {
+    return rc::gen::just(0);
+  }
   if (emphasis == Emphasis::kPrefixCache) return between(1, 32);
   // Offload moves blocks: always paged, small blocks (several per sequence) often.
   if (emphasis == Emphasis::kOffload) {
@@ -198,7 +200,9 @@ rc::Gen<int> block_size_gene(Emphasis emphasis) {
 }
 
 rc::Gen<int> window_gene(Emphasis emphasis) {
-  if (emphasis == Emphasis::kContextShift) return rc::gen::just(0);
+  if (emphasis == Emphasis::kContextShift || emphasis == Emphasis::kSaveRestore) {
+    return rc::gen::just(0);
+  }
   // No window (the shrink target) a third of the time; else W small against
   // the prompts (rings that wrap, chunks across the edge) or as long.
   return weighted_gen<int>({{1, rc::gen::just(0)},
@@ -221,7 +225,8 @@ rc::Gen<int> cell_operations_gene(Emphasis emphasis) {
 
 rc::Gen<std::vector<OpGenes>> ops_gene(Emphasis emphasis) {
   const bool focused = emphasis == Emphasis::kContextShift || emphasis == Emphasis::kForks ||
-                       emphasis == Emphasis::kTruncations || emphasis == Emphasis::kOffload;
+                       emphasis == Emphasis::kTruncations || emphasis == Emphasis::kOffload ||
+                       emphasis == Emphasis::kSaveRestore;
   return vector_of<OpGenes>(focused ? weighted_choice<int>({{2, 1}, {2, 2}, {1, 4}})
                                     : weighted_choice<int>({{1, 0}, {2, 1}, {2, 2}, {2, 4}}),
                             focused ? 1 : 0, op_genes(emphasis));

@@ -11,6 +11,10 @@
 //                      other properties there
 //   --finish-by rm|keep  finish through llama_memory_seq_rm (default), or
 //                      llama_memory_seq_keep(survivor) where one sequence survives
+//   --save-restore on|off  declare save and restore (default off):
+//                      llama_state_seq_get_data / set_data into the same seq
+//                      id, as a user calls them (docs/LLAMA_CPP.md, "Save and
+//                      restore")
 // f32 K/V, flash attention off, llama family, one thread. Exit 2 on bad options.
 #include <unistd.h>
 #include <cstdio>
@@ -45,14 +49,16 @@ struct LlamaModel : ServedModel {
 // The traits of the Node adapter's f32 mode with flash attention off
 // (adapters/llama.cpp/traits.mjs, measured there; docs/LLAMA_CPP.md,
 // "Traits").
-EngineTraits llama_traits(bool unified, bool erase_shift) {
+EngineTraits llama_traits(const LlamaOptions& options) {
+  const bool unified = options.unified;
   EngineTraits t;
   t.identity.name = std::string("llama.cpp-native-unified-") + (unified ? "on" : "off");
   t.identity.version = "llama.cpp v0.5.0 (node-llama-cpp 3.22.1's bundle)";
   OperationTraits& o = t.operations;
   o.multi_sequence_step = o.finish = o.reset = o.capacity_refusal = true;
   o.fork = o.truncate = true;
-  o.erase = o.shift = erase_shift;
+  o.erase = o.shift = options.erase_shift;
+  o.save_restore = options.save_restore;
   o.cache_snapshot = true;  // llama_state_seq_get_data (llama_state.h)
   o.fault_switches = false;
   t.limits.families = {Family::kLlama};
@@ -70,7 +76,7 @@ EngineTraits llama_traits(bool unified, bool erase_shift) {
 class LlamaMaker : public EngineMaker {
  public:
   explicit LlamaMaker(LlamaOptions options) : options_(options) {}
-  EngineTraits traits() override { return llama_traits(options_.unified, options_.erase_shift); }
+  EngineTraits traits() override { return llama_traits(options_); }
 
   std::shared_ptr<ServedModel> load(const std::string& folder) override {
     auto loaded = std::make_shared<LlamaModel>();
@@ -112,13 +118,15 @@ int main(int argc, char** argv) {
       options.unified = std::strcmp(argv[++i], "on") == 0;
     } else if (std::strcmp(argv[i], "--erase-shift") == 0 && on_off) {
       options.erase_shift = std::strcmp(argv[++i], "on") == 0;
+    } else if (std::strcmp(argv[i], "--save-restore") == 0 && on_off) {
+      options.save_restore = std::strcmp(argv[++i], "on") == 0;
     } else if (std::strcmp(argv[i], "--finish-by") == 0 && i + 1 < argc &&
                (std::strcmp(argv[i + 1], "rm") == 0 || std::strcmp(argv[i + 1], "keep") == 0)) {
       options.finish_by_keep = std::strcmp(argv[++i], "keep") == 0;
     } else {
       std::fprintf(stderr,
                    "kvcheck-llama-native: unknown argument \"%s\" (known: --unified on|off, "
-                   "--erase-shift on|off, --finish-by rm|keep)\n",
+                   "--erase-shift on|off, --save-restore on|off, --finish-by rm|keep)\n",
                    argv[i]);
       return 2;
     }

@@ -258,7 +258,9 @@ int emphasis_factor(Emphasis emphasis, Call::Kind kind) {
   // An aborted prefill's whole blocks stay cached: a later prompt that hits
   // them is where SGLang #38319 read freed pages.
   if (emphasis == Emphasis::kPrefixCache) return kind == Call::Kind::kAbort ? 6 : 1;
+  // A restore is a rollback to its save: P12 checks it too.
   if (emphasis == Emphasis::kTruncations) {
+    if (kind == Call::Kind::kSave || kind == Call::Kind::kRestore) return 4;
     return kind == Call::Kind::kTruncate || kind == Call::Kind::kVerify ? 8 : 1;
   }
   if (emphasis == Emphasis::kSaveRestore) {

@@ -171,10 +171,13 @@ rc::Gen<OpGenes> op_genes(Emphasis emphasis) {
       rc::gen::set(&OperationGenes::c, rc::gen::resize(100, between(0, 2 * kMaxPrompt))),
       rc::gen::set(&OperationGenes::variant, rc::gen::resize(100, between(0, 11))));
   return rc::gen::build<OpGenes>(
+      // Saves and restores a step apart: a restore must follow a change.
       rc::gen::set(&OpGenes::steps_after,
                    shift ? between(0, 2)
-                         : weighted_gen<int>(
-                               {{4, rc::gen::just(0)}, {2, between(1, 3)}, {1, between(0, 12)}})),
+                   : emphasis == Emphasis::kSaveRestore
+                       ? between(1, 2)
+                       : weighted_gen<int>(
+                             {{4, rc::gen::just(0)}, {2, between(1, 3)}, {1, between(0, 12)}})),
       rc::gen::set(&OpGenes::which, rc::gen::resize(100, between(0, 1 << 16))),
       rc::gen::set(&OpGenes::genes, genes), rc::gen::set(&OpGenes::child_tokens, between(0, 8)),
       rc::gen::set(&OpGenes::child_finishes, rarely_true(2, 1)));

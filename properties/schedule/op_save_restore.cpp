@@ -67,10 +67,13 @@ std::optional<Call> save_draw(const DrawContext& context, const OperationGenes&)
   return Call::save(context.sequence);
 }
 
-// A restore of a sequence never saved saves it instead, so that one
-// operation gene after another gives save ... restore with steps between.
+// A restore that changes the sequence: one never saved, or whose cells are
+// still the saved ones, is saved instead, so that one operation gene after
+// another gives save, a change, restore (a restore right after its save
+// would check nothing new).
 std::optional<Call> restore_draw(const DrawContext& context, const OperationGenes&) {
-  if (!context.model.at(context.sequence).saved) return Call::save(context.sequence);
+  const SequenceModel& seq = context.model.at(context.sequence);
+  if (!seq.saved || *seq.saved == seq.cells) return Call::save(context.sequence);
   return Call::restore(context.sequence);
 }
 
@@ -134,7 +137,7 @@ extern const Operation kSaveOperation{.kind = Call::Kind::kSave,
 extern const Operation kRestoreOperation{.kind = Call::Kind::kRestore,
                                          .keyword = "restore",
                                          .syntax = op_save_restore::kRestoreSyntax,
-                                         .weight = 2,
+                                         .weight = 3,
                                          .precondition = op_save_restore::restore_precondition,
                                          .apply = op_save_restore::restore_apply,
                                          .plan = op_save_restore::restore_plan,

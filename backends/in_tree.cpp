@@ -73,6 +73,9 @@ EngineTraits cpu_engine_traits_with_operations(KernelPath kernels) {
   // A hit's prompt rows computed cold when asked (EngineOptions::prompt_logits).
   t.operations.prompt_logits = true;
   t.operations.offload = true;
+  // Sequence state save and restore (contiguous storage; docs/OPERATIONS.md,
+  // "Save and restore").
+  t.operations.save_restore = true;
   return t;
 }
 
@@ -121,9 +124,12 @@ Backend cpu_backend(const BackendSpec& spec, KernelPath kernels) {
   b.forkable = true;
   b.traits = cpu_engine_traits_with_operations(kernels);
   b.forces_pool = pool > 0;
-  // cpu?paged=B makes every scenario paged, where erase and shift are
-  // refused: they are then not applicable instead of failures.
-  if (paged > 0) b.traits.operations.erase = b.traits.operations.shift = false;
+  // cpu?paged=B makes every scenario paged, where erase, shift, save and
+  // restore are refused: they are then not applicable instead of failures.
+  if (paged > 0) {
+    b.traits.operations.erase = b.traits.operations.shift = false;
+    b.traits.operations.save_restore = false;
+  }
   b.make_factory = [kernels, paged, pool, prefix](FaultSet faults) {
     return cpu_engine_factory(faults, kernels, paged, pool, prefix);
   };

@@ -357,6 +357,11 @@ void check_declared_operations(const std::string& path, const kvcheck_plugin_v1&
                                                   std::to_string(t.struct_size) + ")"
                                             : std::string()));
   }
+  if (ops.save_restore) {
+    throw InputError("--backend plugin:" + path +
+                     ": traits.operations.save_restore is true, but the C plugin ABI does not "
+                     "carry save and restore (docs/ENGINES.md); use the exec protocol");
+  }
 }
 
 // The tensors as the ABI passes them, pointing into `weights`. P1 makes a

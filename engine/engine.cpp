@@ -74,6 +74,16 @@ void Engine::offload(SequenceId) {
                                                       " (traits.operations.offload is false)");
 }
 
+void Engine::save_state(SequenceId) {
+  throw EngineError(EngineError::Kind::kBadBatch, "save: not supported by " + name() +
+                                                      " (traits.operations.save_restore is false)");
+}
+
+void Engine::restore_state(SequenceId) {
+  throw EngineError(EngineError::Kind::kBadBatch, "restore: not supported by " + name() +
+                                                      " (traits.operations.save_restore is false)");
+}
+
 void Engine::erase(SequenceId, int, int) {
   throw EngineError(EngineError::Kind::kBadBatch,
                     "erase: not supported by " + name() + " (traits.operations.erase is false)");

@@ -206,6 +206,16 @@ class Engine {
   // kCapacity, changing nothing, when the host tier cannot take them.
   virtual void offload(SequenceId sequence);
 
+  // Sequence state (operations.save_restore; docs/OPERATIONS.md, "Save and
+  // restore"; llama.cpp's llama_state_seq_get_data / set_data). save_state
+  // keeps a copy of the sequence's state (cells, positions, K/V), replacing
+  // the one it kept before; restore_state returns the sequence to exactly
+  // that state, and later steps continue from it. A finish, abort or reset
+  // drops the copy. restore_state throws kBadBatch, changing nothing, for a
+  // sequence never saved.
+  virtual void save_state(SequenceId sequence);
+  virtual void restore_state(SequenceId sequence);
+
   virtual int length(SequenceId sequence) const = 0;
 
   virtual CacheSnapshot cache(SequenceId sequence, int layer) const = 0;

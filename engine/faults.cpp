@@ -103,6 +103,11 @@ constexpr std::array<FaultInfo, kFaultCount> kFaults = {{
      "a block brought back from the host tier is not returned to the host free list: the host "
      "tier's counters drift (TensorRT-LLM PR #12834)",
      "offload"},
+    {"restore_keeps_tail",
+     "a restore writes the saved cells but does not clear the ones the sequence held past them: "
+     "they stay visible, with their positions (llama.cpp #4005: set_state_data of a shorter "
+     "state left the cache's other cells in place and the logits after it were bogus)",
+     "save_restore"},
 }};
 
 }  // namespace

@@ -67,6 +67,8 @@ enum class Fault : uint8_t {
   // A second memory tier (offload).
   kOffloadBeforeWrite,  // the host copy misses the sequence's last step's writes
   kOffloadCountsDrift,  // a reload leaves the host block off the host free list
+  // Sequence state save and restore.
+  kRestoreKeepsTail,  // a restore keeps the cells held past the saved ones
   kCount
 };
 

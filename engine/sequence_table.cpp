@@ -194,6 +194,7 @@ void BasicSequenceTable<kFaults>::finish(SequenceId id, const CopyRow& copy,
                                          const ClearRow& clear) {
   const SequenceState s = lookup(id, "finish");
   sequences_.erase(id);
+  saved_.erase(id);
   const int freed = s.row;
   row_owner_[size_t(freed)] = kNoSequence;
   // Compaction: every running sequence above the freed row moves down one,
@@ -219,6 +220,7 @@ void BasicSequenceTable<kFaults>::finish(SequenceId id, const CopyRow& copy,
 template <bool kFaults>
 void BasicSequenceTable<kFaults>::reset(const ClearRow& clear) {
   sequences_.clear();
+  saved_.clear();
   std::fill(row_owner_.begin(), row_owner_.end(), kNoSequence);
   for (int r = 0; r < max_rows_; ++r) {
     if (!has(Fault::kResetKeepsKv)) {
@@ -272,6 +274,7 @@ uint64_t BasicSequenceTable<kFaults>::metadata_bytes() const {
 #include "engine/sequence_table_offload-inl.h"
 #include "engine/sequence_table_pool-inl.h"
 #include "engine/sequence_table_prepare-inl.h"
+#include "engine/sequence_table_state-inl.h"
 
 namespace kvcheck {
 

@@ -153,6 +153,17 @@ class BasicSequenceTable {
   void erase(SequenceId id, int p0, int p1, const MoveSlots& move, const PoisonSlots& poison);
   void shift(SequenceId id, int p0, int p1, int delta, const RotateSlot& rotate);
 
+  // Sequence state (contiguous storage; kBadBatch when paged). save keeps
+  // the sequence's bookkeeping and the bytes `read` returns for its slots
+  // (the engine's K/V of every layer), replacing an earlier save. restore
+  // returns the sequence to it: `write` puts the bytes back at its first
+  // slot and the slots it held past them are poisoned; kBadBatch, changing
+  // nothing, for a sequence never saved. finish and reset drop the save.
+  using ReadSlots = std::function<std::vector<uint8_t>(int row, int first_slot, int end_slot)>;
+  using WriteSlots = std::function<void(int row, int first_slot, std::span<const uint8_t> bytes)>;
+  void save(SequenceId id, const ReadSlots& read);
+  void restore(SequenceId id, const WriteSlots& write, const PoisonSlots& poison);
+
   // Paged: before a step's writes, gives every fed sequence blocks of its
   // own for the slots it will write (copy on write of a shared or
   // registered block, new blocks from the free list, then evicted cached
@@ -231,6 +242,12 @@ class BasicSequenceTable {
   std::vector<int> row_fill_;          // [row] slots holding data
   std::vector<int> row_position_;      // [row] position counter of the row's last sequence
   SequenceId next_id_ = 0;
+  // Sequence state: the last save of each sequence (contiguous storage).
+  struct SavedState {
+    SequenceState state;         // its bookkeeping at the save
+    std::vector<uint8_t> bytes;  // [layer][K, V][kv_head][slot][kv_row_bytes] its slots
+  };
+  std::map<SequenceId, SavedState> saved_;
 
   // Paged pool (empty when contiguous).
   int block_size_ = 0, pool_blocks_ = 0;

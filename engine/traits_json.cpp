@@ -184,7 +184,8 @@ const std::vector<Section>& sections() {
                   bool_field("cache_keys", &OperationTraits::cache_keys),
                   bool_field("offload", &OperationTraits::offload),
                   bool_field("erase", &OperationTraits::erase),
-                  bool_field("shift", &OperationTraits::shift)}});
+                  bool_field("shift", &OperationTraits::shift),
+                  bool_field("save_restore", &OperationTraits::save_restore)}});
     s.push_back({"limits",
                  {list_field("families", &ShapeLimits::families, parse_family, family_name),
                   list_field("kv_dtypes", &ShapeLimits::kv_dtypes, parse_kv_dtype, kv_dtype_name),

@@ -275,13 +275,18 @@ constexpr std::array kFuzzOps = {
            [](const ExampleDraws& d, Random&) { return Call::abort(d.sequence); }},
     FuzzOp{Call::Kind::kOffload, code_finish,
            [](const ExampleDraws& d, Random&) { return Call::offload(d.sequence); }},
+    FuzzOp{Call::Kind::kSave, code_finish,
+           [](const ExampleDraws& d, Random&) { return Call::save(d.sequence); }},
+    FuzzOp{Call::Kind::kRestore, code_finish,
+           [](const ExampleDraws& d, Random&) { return Call::restore(d.sequence); }},
 };
 constexpr int kOpLast = static_cast<int>(kFuzzOps.size()) - 1;
 
 // The opcodes in the order the mutator draws which call to insert: the
 // order it has always used, so that its edits (pinned by
 // schedule_program_test's digest) stay the same. New operations go at the end.
-constexpr std::array<int, kFuzzOps.size()> kInsertOrder = {0, 1, 2, 4, 5, 6, 7, 8, 3, 9, 10, 11};
+constexpr std::array<int, kFuzzOps.size()> kInsertOrder = {0, 1, 2, 4,  5,  6,  7,
+                                                           8, 3, 9, 10, 11, 12, 13};
 
 int opcode(Call::Kind kind) {
   for (size_t op = 0; op < kFuzzOps.size(); ++op) {

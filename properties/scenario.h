@@ -39,10 +39,13 @@ struct Call {
     kShift,
     kVerify,
     kAbort,
-    kOffload
+    kOffload,
+    kSave,
+    kRestore
   };
   Kind kind = Kind::kStep;
-  int sequence = 0;               // kStart, kFinish, kTruncate, kAbort, kOffload; kFork: the child
+  int sequence =
+      0;  // kStart, kFinish, kTruncate, kAbort, kOffload, kSave, kRestore; kFork: the child
   std::vector<ChunkSpec> chunks;  // kStep: the batch, in order
   int parent = 0;                 // kFork: the sequence forked from
   int count = 0;                  // kFork: parent tokens the child starts with;
@@ -64,6 +67,8 @@ struct Call {
   }
   static Call abort(int s) { return {Kind::kAbort, s, {}}; }      // Engine::abort
   static Call offload(int s) { return {Kind::kOffload, s, {}}; }  // Engine::offload
+  static Call save(int s) { return {Kind::kSave, s, {}}; }        // Engine::save_state
+  static Call restore(int s) { return {Kind::kRestore, s, {}}; }  // Engine::restore_state
   static Call verify(int s, int drafts, int accepted) {
     return {Kind::kVerify, s, {}, 0, drafts, 0, 0, 0, accepted};
   }

@@ -83,6 +83,8 @@ constexpr CoverageClass kCoverageClasses[] = {
     {"offload", &rcgen::Coverage::offload},
     {"offload, then a step", &rcgen::Coverage::offload_then_step},
     {"head_dim >= 64", &rcgen::Coverage::wide_head},
+    {"restore", &rcgen::Coverage::restore},
+    {"restore, then a step", &rcgen::Coverage::restore_then_step},
 };
 static_assert(std::size(kCoverageClasses) <= 64, "the coverage mask is 64 bits");
 

@@ -74,6 +74,12 @@ class Server {
     if (op == "offload") {
       return e.engine->offload(e.sequence(id(request, "sequence"))), json::object();
     }
+    if (op == "save") {
+      return e.engine->save_state(e.sequence(id(request, "sequence"))), json::object();
+    }
+    if (op == "restore") {
+      return e.engine->restore_state(e.sequence(id(request, "sequence"))), json::object();
+    }
     if (op == "storage_check") return {{"problem", e.engine->unheld_storage_check()}};
     if (op == "length") return {{"length", e.engine->length(e.sequence(id(request, "sequence")))}};
     if (op == "cache") return cache(e, request, payloads);

@@ -28,6 +28,11 @@
 //                          other properties (a q8_0 K shift crashes llama.cpp at
 //                          head sizes not a multiple of 64: docs/findings/
 //                          llama_cpp_quantized_k_shift_crash.md)
+//   --save-restore on|off  declare save and restore (default off): save writes
+//                          the sequence's state as a user does (saveStateToFile,
+//                          no decode first), restore loads it into the same
+//                          sequence (loadStateFromFile); docs/LLAMA_CPP.md,
+//                          "Save and restore"
 //   --gpt2                 also accept the gpt2 family (its GELU runs through an
 //                          f16 table: docs/LLAMA_CPP.md; off by default)
 //
@@ -61,6 +66,14 @@
 //            the adapter's slot order with each cell's position; a q8_0
 //            K/V that llama.cpp stored Hadamard-rotated (head_dim a multiple
 //            of 64) rotated back (state_file.mjs, cacheRotations)
+//   save     sequence.saveStateToFile (llama_state_seq_save_file) into the
+//            scratch folder, as a user calls it: no decode first, so a pending
+//            copy or shift is not applied (docs/findings/
+//            llama_cpp_state_after_fork_stale.md); the adapter keeps the file
+//            and the cells
+//   restore  sequence.loadStateFromFile (llama_state_seq_load_file into the
+//            same sequence: llama.cpp clears its cells first); the adapter's
+//            cells and node-llama-cpp's bookkeeping return to the saved ones
 // Refusals (capacity, rows, unknown sequence, bad batch, bad token) are
 // checked before llama.cpp sees the step, so a refused step changes nothing.
 // Exit codes: 0 on end of input or "bye", 2 bad options.
@@ -96,6 +109,7 @@ function parseOptions() {
                 "export": {type: "string"},
                 "gpt2": {type: "boolean", default: false},
                 "erase-shift": {type: "string", default: "on"},
+                "save-restore": {type: "string", default: "off"},
                 "declare": {type: "string", default: "measured"},
                 "arithmetic": {type: "string", default: "measured"},
                 "raw-k": {type: "boolean", default: false},
@@ -118,13 +132,16 @@ function parseOptions() {
         usage(`V cache type ${kvV} needs --flash-attn on (llama.cpp refuses a quantized V cache without it)`);
     const eraseShift = values["erase-shift"];
     if (eraseShift !== "on" && eraseShift !== "off") usage(`--erase-shift: expected on or off, got "${eraseShift}"`);
+    const saveRestore = values["save-restore"];
+    if (saveRestore !== "on" && saveRestore !== "off") usage(`--save-restore: expected on or off, got "${saveRestore}"`);
     if (values.declare !== "measured" && values.declare !== "bitwise")
         usage(`--declare: expected measured or bitwise, got "${values.declare}"`);
     if (values.arithmetic !== "measured" && values.arithmetic !== "f32")
         usage(`--arithmetic: expected measured or f32, got "${values.arithmetic}"`);
     return {kvK, kvV, flashAttention: flash === "on", exportPath: values.export, gpt2: values.gpt2,
             declare: values.declare, arithmetic: values.arithmetic, rawK: values["raw-k"],
-            stateAsSaved: values["state-as-saved"], eraseShift: eraseShift === "on"};
+            stateAsSaved: values["state-as-saved"], eraseShift: eraseShift === "on",
+            saveRestore: saveRestore === "on"};
 }
 
 // kvcheck-export: --export, else $KVCHECK_EXPORT (node-protocol's findExport).
@@ -233,6 +250,7 @@ class Engine {
         // cells goes through this adapter), so refusals are decided here,
         // before llama.cpp sees anything.
         this.cells = new Map();
+        this.saved = new Map();  // protocol id -> {file, cells}: its last save
     }
 
     // The addon object (node-llama-cpp's private `context._ctx`, 3.22.1):
@@ -417,6 +435,30 @@ class Engine {
         syncBookkeeping(sequence, cells);
     }
 
+    // Sequence state (docs/LLAMA_CPP.md, "Save and restore"): one file per
+    // sequence, replaced by its next save.
+    async save(id, scratch) {
+        const sequence = this.sequence(id);
+        const file = path.join(scratch, `saved-${sequence._sequenceId}-${id}.bin`);
+        await sequence.saveStateToFile(file);
+        this.saved.set(id, {file, cells: this.cells.get(id).map((cell) => ({...cell}))});
+    }
+
+    async restore(id) {
+        const sequence = this.sequence(id);
+        const saved = this.saved.get(id);
+        if (saved == null) throw new EngineError("bad_batch", `restore: sequence ${id} was never saved`);
+        await sequence.loadStateFromFile(saved.file, {acceptRisk: true});
+        this.cells.set(id, saved.cells.map((cell) => ({...cell})));
+        syncBookkeeping(sequence, this.cells.get(id));
+    }
+
+    forget(id) {
+        const saved = this.saved.get(id);
+        this.saved.delete(id);
+        if (saved) fs.rmSync(saved.file, {force: true});
+    }
+
     // The stored K/V of one layer (docs/LLAMA_CPP.md, "K/V snapshot (P6)").
     // One state file per sequence and generation (any call but cache and
     // length starts a new one) serves every layer's request.
@@ -469,11 +511,13 @@ class Engine {
         const sequence = this.sequence(id);
         this.sequences.delete(id);
         this.cells.delete(id);
+        this.forget(id);
         await sequence.dispose();
     }
 
     async reset() {
         const all = [...this.sequences.values()];
+        for (const id of [...this.saved.keys()]) this.forget(id);
         this.sequences.clear();
         this.cells.clear();
         for (const sequence of all) await sequence.dispose();
@@ -523,11 +567,11 @@ function countDecodes(context) {
 }
 
 // Diagnosis only: with KVCHECK_LLAMA_TRACE=FILE, every erase, shift, truncate,
-// fork and create request is appended to FILE as one JSON line with the
+// fork, save, restore and create request is appended to FILE as one JSON line with the
 // reply's error kind ("ok" if none; a create: "new" or "parked", whether its
 // context was made or reused), so that a campaign's use of them can be
 // counted (kvcheck's coverage line does not list them).
-const kTraced = new Set(["erase", "shift", "truncate", "fork", "create"]);
+const kTraced = new Set(["erase", "shift", "truncate", "fork", "create", "save", "restore"]);
 function trace(request, reply, server) {
     const file = process.env.KVCHECK_LLAMA_TRACE;
     if (!file || !kTraced.has(request?.op)) return;
@@ -644,6 +688,12 @@ class Server {
                 return [{}, []];
             case "shift":
                 this.engine(r).shift(r.sequence, r.p0, r.p1, r.delta);
+                return [{}, []];
+            case "save":
+                await this.engine(r).save(r.sequence, this.scratch);
+                return [{}, []];
+            case "restore":
+                await this.engine(r).restore(r.sequence);
                 return [{}, []];
             case "finish":
                 await this.engine(r).finish(r.sequence);

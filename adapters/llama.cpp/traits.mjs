@@ -117,7 +117,11 @@ export function traitsFor(options) {
         // llama_cpp_quantized_k_shift_crash.md. --erase-shift off leaves them out.
         operations: {multi_sequence_step: true, finish: true, reset: true, cache_snapshot: true,
                      capacity_refusal: true, fault_switches: false, fork: true, truncate: true,
-                     erase: options.eraseShift, shift: options.eraseShift},
+                     erase: options.eraseShift, shift: options.eraseShift,
+                     // sequence.saveStateToFile / loadStateFromFile (engine.mjs),
+                     // declared with --save-restore on (docs/LLAMA_CPP.md,
+                     // "Save and restore").
+                     save_restore: options.saveRestore === true},
         limits: {
             families: options.gpt2 ? ["gpt2", "llama"] : ["llama"],
             // The cache's storage type (K's; V's is arithmetic.v_dtype where

@@ -32,6 +32,10 @@ server side, standard library only. An engine is any object with
                                                      positions [p0, p1), leaving a gap)
     shift(sequence, p0, p1, delta)                   optional ("shift": add delta to the positions
                                                      of the cells in [p0, p1), re-rotating keys)
+    save_state(sequence)                             optional ("save_restore": keep a copy of
+                                                     the sequence's state, replacing the last)
+    restore_state(sequence)                          optional ("save_restore": the sequence
+                                                     returns to its last saved state)
     length(sequence) -> int
     cache(sequence, layer) -> (k, v)                 each [length][KVH][D] float32
                         or (k, v, positions)         positions: each slot's absolute position
@@ -315,6 +319,9 @@ class _Server:
             return {}, []
         if op == "offload":
             self._optional(engine, "offload")(self._sequence(r, r["sequence"]))
+            return {}, []
+        if op == "save" or op == "restore":
+            self._optional(engine, op + "_state")(self._sequence(r, r["sequence"]))
             return {}, []
         if op == "erase":
             self._optional(engine, "erase")(self._sequence(r, r["sequence"]), r["p0"], r["p1"])

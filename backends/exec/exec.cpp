@@ -132,6 +132,14 @@ class ExecEngine final : public Engine, private Pipeline {
     call({{"op", "offload"}, {"engine", id_}, {"sequence", sequence}});
   }
 
+  void save_state(SequenceId sequence) override {
+    call({{"op", "save"}, {"engine", id_}, {"sequence", sequence}});
+  }
+
+  void restore_state(SequenceId sequence) override {
+    call({{"op", "restore"}, {"engine", id_}, {"sequence", sequence}});
+  }
+
   // Protocol 2: a finish of a live sequence and a reset cannot be refused, so
   // they go out without waiting; a finish of anything else waits for its
   // refusal.
@@ -480,7 +488,8 @@ std::chrono::microseconds exec_spin(const std::string& text, const std::string& 
 namespace {
 
 // A child that declares fork, truncate, pool_report, storage_check, erase,
-// shift, offload or prefix_cache (probed with flush) must
+// shift, offload, save_restore (probed with save) or prefix_cache (probed
+// with flush) must
 // answer them: checked once, at resolve, so that a contradiction exits 2 with
 // the child's refusal (as a plugin's declared but NULL function does) instead
 // of failing every case that draws the operation. The probe creates an
@@ -496,7 +505,7 @@ void probe_declared_operations(const std::string& spec, const std::shared_ptr<Se
                                const EngineTraits& traits) {
   const OperationTraits& ops = traits.operations;
   if (!ops.fork && !ops.truncate && !ops.pool_report && !ops.storage_check && !ops.erase &&
-      !ops.shift && !ops.prefix_cache && !ops.offload) {
+      !ops.shift && !ops.prefix_cache && !ops.offload && !ops.save_restore) {
     return;
   }
   constexpr SequenceId kNeverStarted = 987654321;
@@ -515,7 +524,7 @@ void probe_declared_operations(const std::string& spec, const std::shared_ptr<Se
       return;  // not about the operations: the properties will see it
     }
     for (const std::string op : {"fork", "truncate", "pool_report", "storage_check", "erase",
-                                 "shift", "flush", "offload"}) {
+                                 "shift", "flush", "offload", "save"}) {
       try {
         if (op == "fork" && ops.fork) engine->fork(kNeverStarted, 0);
         if (op == "truncate" && ops.truncate) engine->truncate(kNeverStarted, 0);
@@ -525,8 +534,11 @@ void probe_declared_operations(const std::string& spec, const std::shared_ptr<Se
         if (op == "storage_check" && ops.storage_check) engine->unheld_storage_check();
         if (op == "flush" && ops.prefix_cache) engine->flush_prefix_cache();
         if (op == "offload" && ops.offload) engine->offload(kNeverStarted);
+        if (op == "save" && ops.save_restore) engine->save_state(kNeverStarted);
       } catch (const NotOffered& e) {
-        const std::string trait = op == "flush" ? "prefix_cache" : op;
+        const std::string trait = op == "flush"  ? "prefix_cache"
+                                  : op == "save" ? "save_restore"
+                                                 : op;
         throw InputError("--backend " + spec + ": traits.operations." + trait +
                          " is true, but the child refused " + (op == "pool_report" ? "pool" : op) +
                          ": " + e.what());

@@ -167,6 +167,24 @@ class CpuEngine final : public Engine {
                  [this](int row, int slot, int d) { rotate_stored(row, slot, d); });
   }
 
+  // The saved state is a copy of the sequence's slots' bytes, kept by the
+  // table outside the storage (sequence_table_state-inl.h).
+  void save_state(SequenceId id) override {
+    refuse_with_window("save");
+    table_.save(id,
+                [this](int row, int first, int end) { return cache_.read_slots(row, first, end); });
+  }
+
+  void restore_state(SequenceId id) override {
+    refuse_with_window("restore");
+    table_.restore(
+        id,
+        [this](int row, int first, std::span<const uint8_t> bytes) {
+          cache_.write_slots(row, first, bytes);
+        },
+        poison_slots());
+  }
+
   PoolReport pool() const override { return table_.pool_report(); }
 
   std::string unheld_storage_check() const override {

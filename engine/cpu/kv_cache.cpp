@@ -90,6 +90,33 @@ void KvCache::move_slots(int row, int from, int to, int n) {
   }
 }
 
+std::vector<uint8_t> KvCache::read_slots(int row, int first, int end) const {
+  std::vector<uint8_t> out;  // [layer][K, V][kv_head][slot][slot_bytes_]
+  if (end <= first) return out;
+  const size_t bytes = size_t(end - first) * slot_bytes_;
+  for (int l = 0; l < n_layers_; ++l) {
+    for (const std::vector<uint8_t>* kv : {&k_, &v_}) {
+      for (int g = 0; g < n_kv_heads_; ++g) {
+        const uint8_t* at = kv->data() + offset(l, row, g, first);
+        out.insert(out.end(), at, at + bytes);
+      }
+    }
+  }
+  return out;
+}
+
+void KvCache::write_slots(int row, int first, std::span<const uint8_t> bytes) {
+  const size_t per_head = bytes.size() / (size_t(n_layers_) * 2 * size_t(n_kv_heads_));
+  const uint8_t* from = bytes.data();
+  for (int l = 0; l < n_layers_; ++l) {
+    for (std::vector<uint8_t>* kv : {&k_, &v_}) {
+      for (int g = 0; g < n_kv_heads_; ++g, from += per_head) {
+        if (per_head > 0) std::memcpy(kv->data() + offset(l, row, g, first), from, per_head);
+      }
+    }
+  }
+}
+
 void KvCache::copy_row(int from, int to) {
   if (from == to) return;
   for (int l = 0; l < n_layers_; ++l) {

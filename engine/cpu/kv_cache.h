@@ -57,6 +57,11 @@ class KvCache {
   // Within one row, every layer and head: slots [from, from + n) move to
   // [to, to + n) (overlap allowed; clipped to the capacity).
   void move_slots(int row, int from, int to, int n);
+  // Slots [first, end) of a row, every layer and head, as bytes
+  // ([layer][K, V][kv_head][slot][kv_row_bytes]): a saved sequence state.
+  // write_slots puts what read_slots returned back at slot `first`.
+  std::vector<uint8_t> read_slots(int row, int first, int end) const;
+  void write_slots(int row, int first, std::span<const uint8_t> bytes);
   // True when the element at (layer, row, kv_head, slot, d) of K or V is the
   // poison (NaN) a clear writes.
   bool poisoned(bool key, int layer, int row, int kv_head, int slot, int d) const;

@@ -58,6 +58,8 @@ Coverage& Coverage::operator|=(const Coverage& o) {
                       &Coverage::prompt_logits,
                       &Coverage::offload,
                       &Coverage::offload_then_step,
+                      &Coverage::restore,
+                      &Coverage::restore_then_step,
                       &Coverage::prefill,
                       &Coverage::decode,
                       &Coverage::start,
@@ -106,7 +108,9 @@ class CoverageWalk {
         shares_partial_block_(s.sequences.size()),
         pending_erase_(s.sequences.size()),
         pending_shift_(s.sequences.size()),
-        on_host_(s.sequences.size()) {}
+        on_host_(s.sequences.size()),
+        restored_(s.sequences.size()),
+        fed_at_save_(s.sequences.size()) {}
 
   void walk() {
     for (const Call& call : s_.calls) {
@@ -119,6 +123,9 @@ class CoverageWalk {
       if (call.kind == Call::Kind::kErase) erase(call);
       if (call.kind == Call::Kind::kShift) shift(call);
       if (call.kind == Call::Kind::kOffload) offload(call);
+      if (call.kind == Call::Kind::kSave)
+        fed_at_save_[size_t(call.sequence)] = model_.at(call.sequence).fed;
+      if (call.kind == Call::Kind::kRestore) restore(call);
       cov_.flush |= call.kind == Call::Kind::kFlush;
       cov_.finish |= call.kind == Call::Kind::kFinish;
       cov_.reset |= call.kind == Call::Kind::kReset;
@@ -166,6 +173,8 @@ class CoverageWalk {
       pending_erase_[i] = pending_shift_[i] = false;
       cov_.offload_then_step |= bool(on_host_[i]);
       on_host_[i] = false;  // the step brings its blocks back
+      cov_.restore_then_step |= bool(restored_[i]);
+      restored_[i] = false;
       if (chunk.length == 1) {
         one_token_chunk_[i] = true;
         decode_token |= seq.held() > 0;
@@ -210,6 +219,16 @@ class CoverageWalk {
     const size_t i = size_t(call.sequence);
     cov_.offload |= model_.at(call.sequence).held() > 0 && !on_host_[i];
     on_host_[i] = model_.at(call.sequence).held() > 0;
+  }
+
+  // A restore that changes something: the sequence was fed since its save,
+  // or its cells differ from the saved ones.
+  void restore(const Call& call) {
+    const SequenceModel& seq = model_.at(call.sequence);
+    const bool changes =
+        seq.saved && (*seq.saved != seq.cells || seq.fed != fed_at_save_[size_t(call.sequence)]);
+    cov_.restore |= changes;
+    restored_[size_t(call.sequence)] = changes;
   }
 
   void abort(const Call& call) {
@@ -276,6 +295,8 @@ class CoverageWalk {
   std::vector<char> pending_erase_;  // [sequence] erased in the middle, not fed or shifted since
   std::vector<char> pending_shift_;  // [sequence] shifted in the middle, not fed since
   std::vector<char> on_host_;        // [sequence] an offload moved its blocks, no step since
+  std::vector<char> restored_;       // [sequence] a restore changed its cells, no step since
+  std::vector<int> fed_at_save_;     // [sequence] stream tokens fed at its last save
   bool finished_since_reset_ = false;
 };
 

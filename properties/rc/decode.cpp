@@ -275,8 +275,13 @@ int emphasis_factor(Emphasis emphasis, Call::Kind kind) {
   // An aborted prefill's whole blocks stay cached: a later prompt that hits
   // them is where SGLang #38319 read freed pages.
   if (emphasis == Emphasis::kPrefixCache) return kind == Call::Kind::kAbort ? 6 : 1;
+  // A restore is a rollback to its save: P12 checks it too.
   if (emphasis == Emphasis::kTruncations) {
+    if (kind == Call::Kind::kSave || kind == Call::Kind::kRestore) return 4;
     return kind == Call::Kind::kTruncate || kind == Call::Kind::kVerify ? 8 : 1;
+  }
+  if (emphasis == Emphasis::kSaveRestore) {
+    return kind == Call::Kind::kSave || kind == Call::Kind::kRestore ? 8 : 1;
   }
   return 1;
 }
@@ -429,7 +434,7 @@ class ScheduleBuilder {
       if (!call) continue;
       if (call->kind == Call::Kind::kFork) {
         fork(*call, op);
-      } else if (chosen.precondition(model_, *call).empty()) {
+      } else if (operation(call->kind).precondition(model_, *call).empty()) {
         append(std::move(*call));
       }
     }

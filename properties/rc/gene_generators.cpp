@@ -171,17 +171,22 @@ rc::Gen<OpGenes> op_genes(Emphasis emphasis) {
       rc::gen::set(&OperationGenes::c, rc::gen::resize(100, between(0, 2 * kMaxPrompt))),
       rc::gen::set(&OperationGenes::variant, rc::gen::resize(100, between(0, 11))));
   return rc::gen::build<OpGenes>(
+      // Saves and restores a step apart: a restore must follow a change.
       rc::gen::set(&OpGenes::steps_after,
                    shift ? between(0, 2)
-                         : weighted_gen<int>(
-                               {{4, rc::gen::just(0)}, {2, between(1, 3)}, {1, between(0, 12)}})),
+                   : emphasis == Emphasis::kSaveRestore
+                       ? between(1, 2)
+                       : weighted_gen<int>(
+                             {{4, rc::gen::just(0)}, {2, between(1, 3)}, {1, between(0, 12)}})),
       rc::gen::set(&OpGenes::which, rc::gen::resize(100, between(0, 1 << 16))),
       rc::gen::set(&OpGenes::genes, genes), rc::gen::set(&OpGenes::child_tokens, between(0, 8)),
       rc::gen::set(&OpGenes::child_finishes, rarely_true(2, 1)));
 }
 
 rc::Gen<int> block_size_gene(Emphasis emphasis) {
-  if (emphasis == Emphasis::kContextShift) return rc::gen::just(0);
+  if (emphasis == Emphasis::kContextShift || emphasis == Emphasis::kSaveRestore) {
+    return rc::gen::just(0);
+  }
   if (emphasis == Emphasis::kPrefixCache) return between(1, 32);
   // Offload moves blocks: always paged, small blocks (several per sequence) often.
   if (emphasis == Emphasis::kOffload) {
@@ -198,7 +203,9 @@ rc::Gen<int> block_size_gene(Emphasis emphasis) {
 }
 
 rc::Gen<int> window_gene(Emphasis emphasis) {
-  if (emphasis == Emphasis::kContextShift) return rc::gen::just(0);
+  if (emphasis == Emphasis::kContextShift || emphasis == Emphasis::kSaveRestore) {
+    return rc::gen::just(0);
+  }
   // No window (the shrink target) a third of the time; else W small against
   // the prompts (rings that wrap, chunks across the edge) or as long.
   return weighted_gen<int>({{1, rc::gen::just(0)},
@@ -221,7 +228,8 @@ rc::Gen<int> cell_operations_gene(Emphasis emphasis) {
 
 rc::Gen<std::vector<OpGenes>> ops_gene(Emphasis emphasis) {
   const bool focused = emphasis == Emphasis::kContextShift || emphasis == Emphasis::kForks ||
-                       emphasis == Emphasis::kTruncations || emphasis == Emphasis::kOffload;
+                       emphasis == Emphasis::kTruncations || emphasis == Emphasis::kOffload ||
+                       emphasis == Emphasis::kSaveRestore;
   return vector_of<OpGenes>(focused ? weighted_choice<int>({{2, 1}, {2, 2}, {1, 4}})
                                     : weighted_choice<int>({{1, 0}, {2, 1}, {2, 2}, {2, 4}}),
                             focused ? 1 : 0, op_genes(emphasis));

@@ -54,6 +54,9 @@ enum class Emphasis : uint8_t {
   kPrefixCache,       // paged storage with a prefix cache and shared prompts (P15)
   kSeveralSequences,  // two sequences or more (P5 needs one to finish while another runs)
   kOffload,           // paged storage and offloads on most cases (the host tier's faults)
+  // Contiguous storage without a window, saves and restores on most cases
+  // (the restore fault's kill row; docs/OPERATIONS.md, "Save and restore").
+  kSaveRestore,
 };
 
 struct ModelGenes {
@@ -237,6 +240,9 @@ struct Coverage {
   // Offload: one that moves blocks to the host tier, and a later step of an
   // offloaded sequence (its blocks come back first).
   bool offload = false, offload_then_step = false;
+  // Save and restore: a restore that changes the sequence's cells (it was
+  // fed, truncated or shifted since its save), and a later step of it.
+  bool restore = false, restore_then_step = false;
   bool prefill = false;  // a chunk of two tokens or more
   bool decode = false;   // a one-token chunk of a sequence that holds tokens
   bool start = false;

@@ -67,6 +67,9 @@ const std::vector<CatalogueEntry>& fault_catalogue() {
       // drifting counters show only in P13, after that step.
       {Fault::kOffloadBeforeWrite, {P::kOracle, P::kCacheState}, 8, 6},
       {Fault::kOffloadCountsDrift, {P::kPool}, 0, 8},
+      // Save and restore: P6 sees the kept cell at the restore (7); the
+      // logits need one more token (9).
+      {Fault::kRestoreKeepsTail, {P::kOracle, P::kRollback, P::kCacheState}, 9, 7},
   };
   return entries;
 }
@@ -90,6 +93,7 @@ Emphasis emphasis_for_fault(Fault fault) {
   }
   if (needs == "paged") return Emphasis::kForks;
   if (needs == "truncate") return Emphasis::kTruncations;
+  if (needs == "save_restore") return Emphasis::kSaveRestore;
   if (needs == "offload") return Emphasis::kOffload;
   return Emphasis::kAny;
 }

@@ -79,7 +79,8 @@ void normalize(Scenario& s) {
   }
   // Forks and truncations clamped to what the sequence holds by then, so a
   // shorter step keeps them valid; a truncation of nothing goes.
-  std::vector<int> held(s.sequences.size(), 0);  // [sequence] content length
+  std::vector<int> held(s.sequences.size(), 0);   // [sequence] content length
+  std::vector<int> saved(s.sequences.size(), 0);  // [sequence] content length at its save
   const auto valid = [&](int q) { return q >= 0 && size_t(q) < held.size(); };
   for (Call& call : s.calls) {
     if (call.kind == Call::Kind::kStep) {
@@ -96,6 +97,10 @@ void normalize(Scenario& s) {
       call.count = std::clamp(call.count, 1, std::max(1, held[size_t(call.sequence)]));
       call.accepted = std::clamp(call.accepted, 0, call.count);
       held[size_t(call.sequence)] -= call.count - call.accepted;
+    } else if (call.kind == Call::Kind::kSave && valid(call.sequence)) {
+      saved[size_t(call.sequence)] = held[size_t(call.sequence)];
+    } else if (call.kind == Call::Kind::kRestore && valid(call.sequence)) {
+      held[size_t(call.sequence)] = saved[size_t(call.sequence)];
     }
   }
   std::erase_if(s.calls,

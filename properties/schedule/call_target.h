@@ -7,6 +7,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <span>
 #include <vector>
 
@@ -17,11 +18,12 @@ namespace kvcheck {
 
 // The runner's record of one scenario sequence.
 struct RunnerSequence {
-  SequenceId id = -1;          // the engine's id for it
-  bool running = false;        // started or forked into, not finished or reset
-  int fed = 0;                 // stream tokens fed
-  int held = 0;                // content length
-  std::vector<int32_t> cells;  // [cell] the position it holds (erase needs it)
+  SequenceId id = -1;                               // the engine's id for it
+  bool running = false;                             // started or forked into, not finished or reset
+  int fed = 0;                                      // stream tokens fed
+  int held = 0;                                     // content length
+  std::vector<int32_t> cells;                       // [cell] the position it holds (erase needs it)
+  std::optional<std::vector<int32_t>> saved_cells;  // [cell] at its last save (restore)
 };
 
 class CallTarget {

@@ -110,7 +110,7 @@ void run(CallTarget& target, const Call& call, int call_index) {
 extern const Operation kVerifyOperation{.kind = Call::Kind::kVerify,
                                         .keyword = "verify",
                                         .syntax = op_verify::kSyntax,
-                                        .weight = 5,
+                                        .weight = 7,
                                         .precondition = op_verify::precondition,
                                         .apply = op_verify::apply,
                                         .plan = op_verify::plan,

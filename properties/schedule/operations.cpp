@@ -11,14 +11,15 @@ namespace kvcheck {
 
 extern const Operation kStartOperation, kStepOperation, kFinishOperation, kResetOperation,
     kForkOperation, kTruncateOperation, kFlushOperation, kEraseOperation, kShiftOperation,
-    kVerifyOperation, kAbortOperation, kOffloadOperation;
+    kVerifyOperation, kAbortOperation, kOffloadOperation, kSaveOperation, kRestoreOperation;
 
 namespace {
 
-const std::array<const Operation*, 12> kTable = {
+const std::array<const Operation*, 14> kTable = {
     &kStartOperation, &kStepOperation,     &kFinishOperation, &kResetOperation,
     &kForkOperation,  &kTruncateOperation, &kFlushOperation,  &kEraseOperation,
-    &kShiftOperation, &kVerifyOperation,   &kAbortOperation,  &kOffloadOperation};
+    &kShiftOperation, &kVerifyOperation,   &kAbortOperation,  &kOffloadOperation,
+    &kSaveOperation,  &kRestoreOperation};
 
 std::vector<Operation> table_in_kind_order() {
   std::vector<Operation> out;

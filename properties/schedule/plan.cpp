@@ -8,7 +8,8 @@
 
 namespace kvcheck {
 
-PlanBuilder::PlanBuilder(const Scenario& s) : scenario(s), running(s.sequences.size(), false) {
+PlanBuilder::PlanBuilder(const Scenario& s)
+    : scenario(s), running(s.sequences.size(), false), saved(s.sequences.size()) {
   const size_t n = s.sequences.size();
   plan.fed.assign(n, 0);
   plan.chunks.assign(n, {});

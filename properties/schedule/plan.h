@@ -5,6 +5,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <utility>
 #include <vector>
 
@@ -55,6 +56,16 @@ struct SchedulePlan {
   int segment_at(int sequence, int call) const;
 };
 
+// What a save keeps of one sequence's plan, which its restore brings back
+// (docs/OPERATIONS.md, "Save and restore").
+struct SavedPlan {
+  std::vector<int32_t> content;        // [position]
+  std::vector<int> content_stream;     // [position] stream index, -1 inherited
+  std::vector<int32_t> cells;          // [cell] position it holds
+  std::vector<oracle::Event> history;  // every feed and operation up to the save
+  std::vector<int> content_chunks;     // [chunk] how its content was fed
+};
+
 // The plan being built, call by call: each operation's `plan` changes it as
 // its call does (operation.h). The segment helpers keep the one rule every
 // operation shares: a segment's reference is its content (plain) or, once
@@ -64,7 +75,8 @@ struct PlanBuilder {
 
   const Scenario& scenario;
   SchedulePlan plan;
-  std::vector<bool> running;  // [sequence]
+  std::vector<bool> running;                    // [sequence]
+  std::vector<std::optional<SavedPlan>> saved;  // [sequence] its last save, if any
 
   // A segment of `s` opened by call `call`, its reference the content.
   void open(size_t s, int call);

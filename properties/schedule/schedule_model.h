@@ -8,6 +8,7 @@
 #pragma once
 
 #include <cstdint>
+#include <optional>
 #include <string>
 #include <vector>
 
@@ -21,6 +22,9 @@ struct SequenceModel {
   int fed = 0;                 // tokens of its feed stream fed so far
   std::vector<int32_t> cells;  // [cell] the position it holds, in slot order
   int draft = 0;               // tokens its last step fed: what a verify may roll back
+  // Its cells at its last save (docs/OPERATIONS.md, "Save and restore"),
+  // which a restore brings back; none before its first save.
+  std::optional<std::vector<int32_t>> saved;
 
   bool running() const { return state == State::kRunning; }
   int held() const { return static_cast<int>(cells.size()); }

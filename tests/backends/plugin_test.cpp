@@ -49,11 +49,13 @@ std::vector<Scenario> hand_made_scenarios() {
 
 // The in-tree engine as the ABI carries it: the core calls and the
 // operations of docs/OPERATIONS.md (no storage map, no fault switches, no
-// prompt logits on a hit: no create argument asks for them).
+// prompt logits on a hit: no create argument asks for them; no save and
+// restore: the ABI does not carry them).
 EngineTraits plugin_traits() {
   EngineTraits t = cpu_engine_traits_with_operations();
   t.operations.storage_map = false;
   t.operations.prompt_logits = false;
+  t.operations.save_restore = false;
   return t;
 }
 

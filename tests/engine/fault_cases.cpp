@@ -24,6 +24,12 @@ Op abort(int s) {
 Op offload(int s) {
   return {Op::kOffload, {}, s};
 }
+Op save(int s) {
+  return {Op::kSave, {}, s};
+}
+Op restore(int s) {
+  return {Op::kRestore, {}, s};
+}
 Op reset() {
   return {Op::kReset};
 }
@@ -46,8 +52,10 @@ Op shift(int sequence, int delta) {
 
 bool MinimalCase::cpu_only() const {
   return kv_dtype == KvDtype::kQ8_0 || sliding_window > 0 || prompt_logits ||
-         std::any_of(ops.begin(), ops.end(),
-                     [](const Op& op) { return op.kind == Op::kShift || op.kind == Op::kOffload; });
+         std::any_of(ops.begin(), ops.end(), [](const Op& op) {
+           return op.kind == Op::kShift || op.kind == Op::kOffload || op.kind == Op::kSave ||
+                  op.kind == Op::kRestore;
+         });
 }
 
 Outcome run_minimal_case(const MinimalCase& m, FaultSet faults, const MakeEngine& make_engine) {
@@ -112,6 +120,12 @@ Outcome run_minimal_case(const MinimalCase& m, FaultSet faults, const MakeEngine
           break;
         case Op::kOffload:
           engine->offload(ids[size_t(op.sequence)]);
+          break;
+        case Op::kSave:
+          engine->save_state(ids[size_t(op.sequence)]);
+          break;
+        case Op::kRestore:
+          engine->restore_state(ids[size_t(op.sequence)]);
           break;
         case Op::kReset:
           engine->reset();
@@ -461,6 +475,16 @@ const std::vector<MinimalCase>& minimal_cases() {
        4,
        {start(), step({{0, 1}}), offload(0), step({{0, 1}}), observe()},
        1},
+      // A state saved empty, restored after one token (llama.cpp #4005):
+      // the faulty restore keeps that token, and the next one goes at
+      // position 1 and attends to it.
+      {Fault::kRestoreKeepsTail,
+       F::kGpt2,
+       1,
+       1,
+       1,
+       4,
+       {start(), save(0), step({{0, 1}}), restore(0), step({{0, 1}})}},
   };
   return cases;
 }

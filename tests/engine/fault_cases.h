@@ -34,10 +34,12 @@ struct Op {
     kTryStep,
     kShift,
     kAbort,
-    kOffload
+    kOffload,
+    kSave,
+    kRestore
   } kind;
   std::vector<std::pair<int, int>> entries = {};  // kStep: (sequence index, tokens)
-  int sequence = 0;  // kFinish, kAbort, kOffload, kFork (parent), kTruncate
+  int sequence = 0;  // kFinish, kAbort, kOffload, kFork (parent), kTruncate, kSave, kRestore
   int count = 0;     // kFork, kTruncate; kShift: delta; kStart: cache key (0: none)
 };
 
@@ -53,6 +55,8 @@ Op shift(int sequence, int delta);
 Op abort(int sequence);
 Op start_keyed(int cache_key);
 Op offload(int sequence);
+Op save(int sequence);
+Op restore(int sequence);
 
 struct MinimalCase {
   Fault fault;
@@ -69,7 +73,7 @@ struct MinimalCase {
   bool prompt_logits = false;                      // EngineOptions::prompt_logits
 
   // Uses what only the CPU engine offers (docs/OPERATIONS.md): q8_0 K/V,
-  // sliding windows; erase and shift; a host tier (offload).
+  // sliding windows; erase and shift; a host tier (offload); save and restore.
   bool cpu_only() const;
 };
 

@@ -55,7 +55,8 @@ TEST(Scenario, SizeMatchesTheFaultCatalogue) {
                                          {Fault::kPrefixIgnoresKey, 9},
                                          {Fault::kHitPromptLogitsStale, 11},
                                          {Fault::kOffloadBeforeWrite, 8},
-                                         {Fault::kOffloadCountsDrift, 8}};
+                                         {Fault::kOffloadCountsDrift, 8},
+                                         {Fault::kRestoreKeepsTail, 9}};
   for (const auto& [fault, size] : sizes) {
     EXPECT_EQ(minimal_fault_scenario(fault).size(), size) << fault_name(fault);
   }

@@ -80,6 +80,38 @@ Scenario context_shift_scenario() {
   return s;
 }
 
+Scenario save_restore_scenario() {
+  Scenario s;
+  s.config = small_config(Family::kLlama, 2, 4, 2);
+  s.weight_seed = 19;
+  s.capacity = 12;
+  s.max_rows = 3;
+  s.sequences = token_table(29, {9, 6, 3}, s.config.vocab);
+  const int max_pos = s.config.max_pos;
+  s.calls = {S(0),
+             P({{0, 4}}),
+             Call::save(0),
+             P({{0, 2}}),
+             Call::truncate(0, 3),
+             P({{0, 1}}),
+             Call::restore(0),
+             P({{0, 1}}),
+             S(1),
+             Call::save(1),
+             P({{1, 3}}),
+             Call::erase(1, 0, 1),
+             Call::shift(1, 1, max_pos, -1),
+             Call::save(1),
+             P({{1, 2}}),
+             Call::restore(1),
+             P({{1, 1}}),
+             Call::fork(2, 0, 5),
+             P({{2, 2}, {0, 1}}),
+             Call::restore(0),
+             P({{2, 1}})};
+  return s;
+}
+
 Scenario operations_scenario(Family family, int block_size, KvDtype dtype) {
   Scenario s;
   s.config = small_config(family, 2, 2, 2);
@@ -284,6 +316,11 @@ Scenario minimal_fault_scenario(Fault fault) {
       // counts_drift leaves the host block off the host free list.
       s.block_size = 1;
       s.calls = {S(0), P({{0, 1}}), Call::offload(0), P({{0, 1}})};
+      break;
+    case Fault::kRestoreKeepsTail:
+      // llama.cpp #4005: a state saved before anything was fed, restored
+      // after one token; the restore must leave the sequence empty.
+      s.calls = {S(0), Call::save(0), P({{0, 1}}), Call::restore(0), P({{0, 1}})};
       break;
     case Fault::kCount:
       break;

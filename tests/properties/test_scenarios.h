@@ -70,6 +70,12 @@ Scenario window_scenario(Family family, int window, int pattern, KvDtype dtype);
 // its cells are shifted up by 4 before one more decode.
 Scenario context_shift_scenario();
 
+// Save and restore (docs/OPERATIONS.md, "Save and restore"; llama): s0 is
+// saved at 4 tokens, fed, truncated and fed again, restored and decoded;
+// s1 is saved empty, then again after a context shift, fed and restored;
+// s2 forks s0 and is fed while s0 is restored under it.
+Scenario save_restore_scenario();
+
 // The smallest scenario of docs/FAULTS.md for a fault.
 Scenario minimal_fault_scenario(Fault fault);
 

@@ -1,6 +1,6 @@
 """adapters/python/kvcheck_adapter.py's dispatch of the optional operations
-(pool, storage_check, the prefix cache, the paged create keys, erase, shift, offload
-and a snapshot's positions) on a stand-in
+(pool, storage_check, the prefix cache, the paged create keys, erase, shift, offload,
+save, restore and a snapshot's positions) on a stand-in
 engine: the replies must have the protocol's form (docs/ENGINE_PROTOCOL.md),
 with kvcheck's version-2 ids, and an engine without a method must answer
 "unsupported". The torch engine covers the core calls end to end.
@@ -51,6 +51,12 @@ class PagedEngine:
 
     def offload(self, sequence):
         self.moved = ("offload", sequence)
+
+    def save_state(self, sequence):
+        self.moved = ("save", sequence)
+
+    def restore_state(self, sequence):
+        self.moved = ("restore", sequence)
 
     def cache(self, sequence, layer):
         """Two slots holding positions 3 and 4 (a ring or shifted cells)."""
@@ -168,6 +174,10 @@ def main():
     expect("shift reaches the engine's id", server.engines[5].moved, ("shift", 100, 3, 64, -2))
     expect("offload", server.handle({"op": "offload", "engine": 5, "sequence": 41})[0], {})
     expect("offload reaches the engine's id", server.engines[5].moved, ("offload", 101))
+    expect("save", server.handle({"op": "save", "engine": 5, "sequence": 40})[0], {})
+    expect("save reaches the engine's id", server.engines[5].moved, ("save", 100))
+    expect("restore", server.handle({"op": "restore", "engine": 5, "sequence": 41})[0], {})
+    expect("restore reaches the engine's id", server.engines[5].moved, ("restore", 101))
     reply, payloads = server.handle({"op": "cache", "engine": 5, "sequence": 40, "layer": 0})
     expect("cache positions", (reply.get("positions"), reply["length"]), ([3, 4], 2))
     expect("cache payloads", [len(p) for p in payloads], [8, 8])
@@ -183,7 +193,7 @@ def main():
     expect("no reused without the method", "reused" in reply, False)
     reply, _ = server.handle({"op": "cache", "engine": 6, "sequence": 50, "layer": 0})
     expect("cache without positions", (reply.get("positions"), reply["length"]), (None, 1))
-    for op in ("pool", "storage_check", "flush", "erase", "shift", "offload"):
+    for op in ("pool", "storage_check", "flush", "erase", "shift", "offload", "save", "restore"):
         try:
             server.handle({"op": op, "engine": 6, "sequence": 50, "p0": 0, "p1": 1,
                            "delta": 1})

@@ -242,6 +242,31 @@ void LlamaEngine::shift(SequenceId id, int p0, int p1, int delta) {
   if (delta != 0 && p1 > p0) llama_memory_seq_add(llama_get_memory(ctx_), seq(id), p0, p1, delta);
 }
 
+// The state as llama.cpp writes it for the sequence now: a user's save.
+void LlamaEngine::save_state(SequenceId id) {
+  table_.save(id, [this, id](int, int, int) {
+    const llama_seq_id s = llama_seq_id(seq(id));
+    std::vector<uint8_t> bytes(llama_state_seq_get_size(ctx_, s));
+    bytes.resize(llama_state_seq_get_data(ctx_, bytes.data(), bytes.size(), s));
+    return bytes;
+  });
+}
+
+// llama.cpp clears the destination sequence's cells, then writes the saved
+// ones (llama_kv_cache::state_read); the table's cells follow.
+void LlamaEngine::restore_state(SequenceId id) {
+  table_.lookup(id, "restore");
+  pending_ = true;
+  table_.restore(
+      id,
+      [this, id](int, int, std::span<const uint8_t> bytes) {
+        const llama_seq_id s = llama_seq_id(seq(id));
+        if (llama_state_seq_set_data(ctx_, bytes.data(), bytes.size(), s) != bytes.size())
+          throw std::runtime_error("llama_state_seq_set_data(" + std::to_string(s) + ") failed");
+      },
+      [](int, int, int) {});
+}
+
 int LlamaEngine::length(SequenceId id) const {
   return table_.lookup(id, "length").length;
 }

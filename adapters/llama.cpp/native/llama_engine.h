@@ -17,8 +17,9 @@ struct llama_context;
 namespace kvcheck::llama_native {
 
 struct LlamaOptions {
-  bool unified = false;     // llama_context_params::kv_unified: one KV stream for every sequence
-  bool erase_shift = true;  // declare erase and shift (off: traits leave them out)
+  bool unified = false;       // llama_context_params::kv_unified: one KV stream for every sequence
+  bool erase_shift = true;    // declare erase and shift (off: traits leave them out)
+  bool save_restore = false;  // declare save and restore (llama_state_seq_get/set_data)
   // finish through llama_memory_seq_keep(survivor) where exactly one
   // sequence survives it, else seq_rm: how seq_keep is reached with the
   // protocol's operations (docs/LLAMA_CPP.md, "Native driver")
@@ -51,6 +52,10 @@ struct LlamaOptions {
 //   erase     seq_rm(seq, p0, p1); shift: seq_add(seq, p0, p1, delta)
 //   cache     llama_state_seq_get_data, read by llama_state.h (f32), K
 //             un-permuted to kvcheck's layout, in the table's slot order
+//   save      llama_state_seq_get_data of the sequence, as a user calls it
+//             (no decode first: pending copies and shifts stay pending), the
+//             bytes kept by the table with the cells; restore:
+//             llama_state_seq_set_data into the same seq id
 class LlamaEngine final : public Engine {
  public:
   LlamaEngine(llama_model* model, const Config& config, const EngineOptions& options,
@@ -71,6 +76,8 @@ class LlamaEngine final : public Engine {
   void truncate(SequenceId sequence, int n) override;
   void erase(SequenceId sequence, int p0, int p1) override;
   void shift(SequenceId sequence, int p0, int p1, int delta) override;
+  void save_state(SequenceId sequence) override;
+  void restore_state(SequenceId sequence) override;
   int length(SequenceId sequence) const override;
   CacheSnapshot cache(SequenceId sequence, int layer) const override;
   MemoryReport memory() const override { return {}; }

@@ -14,7 +14,11 @@
 //   --capacity-by table|llama  who refuses a step past capacity: the
 //                      SequenceTable (default) or llama.cpp's llama_decode
 //                      (a unified cache with a filler sequence, no fork,
-//                      no snapshot: LlamaOptions::llama_refuses)
+//                      no snapshot, no save: LlamaOptions::llama_refuses)
+//   --save-restore on|off  declare save and restore (default off):
+//                      llama_state_seq_get_data / set_data into the same seq
+//                      id, as a user calls them (docs/LLAMA_CPP.md, "Save and
+//                      restore")
 // f32 K/V, flash attention off, llama family, one thread. Exit 2 on bad options.
 #include <unistd.h>
 #include <cstdio>
@@ -51,7 +55,6 @@ struct LlamaModel : ServedModel {
 // "Traits").
 EngineTraits llama_traits(const LlamaOptions& options) {
   const bool unified = options.unified || options.llama_refuses;
-  const bool erase_shift = options.erase_shift;
   EngineTraits t;
   t.identity.name = std::string("llama.cpp-native-unified-") + (unified ? "on" : "off") +
                     (options.llama_refuses ? "-capacity-by-llama" : "");
@@ -59,7 +62,8 @@ EngineTraits llama_traits(const LlamaOptions& options) {
   OperationTraits& o = t.operations;
   o.multi_sequence_step = o.finish = o.reset = o.capacity_refusal = true;
   o.fork = o.truncate = true;
-  o.erase = o.shift = erase_shift;
+  o.erase = o.shift = options.erase_shift;
+  o.save_restore = options.save_restore;
   o.cache_snapshot = true;  // llama_state_seq_get_data (llama_state.h)
   o.fault_switches = false;
   t.limits.families = {Family::kLlama};
@@ -71,7 +75,9 @@ EngineTraits llama_traits(const LlamaOptions& options) {
   i.sharing = i.rollback = Invariance::kBounded;
   i.determinism = Invariance::kBitwise;
   t.arithmetic.rope_angles_in_float = true;  // ggml-cpu rope_f32: theta *= theta_scale
-  if (options.llama_refuses) o.fork = o.cache_snapshot = false;  // LlamaOptions::llama_refuses
+  if (options.llama_refuses) {               // LlamaOptions::llama_refuses
+    o.fork = o.cache_snapshot = o.save_restore = false;
+  }
   return t;
 }
 
@@ -120,6 +126,8 @@ int main(int argc, char** argv) {
       options.unified = std::strcmp(argv[++i], "on") == 0;
     } else if (std::strcmp(argv[i], "--erase-shift") == 0 && on_off) {
       options.erase_shift = std::strcmp(argv[++i], "on") == 0;
+    } else if (std::strcmp(argv[i], "--save-restore") == 0 && on_off) {
+      options.save_restore = std::strcmp(argv[++i], "on") == 0;
     } else if (std::strcmp(argv[i], "--finish-by") == 0 && i + 1 < argc &&
                (std::strcmp(argv[i + 1], "rm") == 0 || std::strcmp(argv[i + 1], "keep") == 0)) {
       options.finish_by_keep = std::strcmp(argv[++i], "keep") == 0;
@@ -129,7 +137,8 @@ int main(int argc, char** argv) {
     } else {
       std::fprintf(stderr,
                    "kvcheck-llama-native: unknown argument \"%s\" (known: --unified on|off, "
-                   "--erase-shift on|off, --finish-by rm|keep, --capacity-by table|llama)\n",
+                   "--erase-shift on|off, --save-restore on|off, --finish-by rm|keep, "
+                   "--capacity-by table|llama)\n",
                    argv[i]);
       return 2;
     }

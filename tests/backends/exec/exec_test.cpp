@@ -720,6 +720,35 @@ TEST(ExecServe, OffloadGivesTheInTreeVerdicts) {
   test::expect_offload_through(backend_registry().resolve(kServe).under_test());
 }
 
+// kvcheck-serve carries save and restore: a schedule that saves, changes
+// and restores sequences (after a context shift, under a fork) gives every
+// property the in-tree verdict through the protocol, and a restore of a
+// sequence never saved comes back as the engine's refusal.
+TEST(ExecServe, SaveAndRestoreGiveTheInTreeVerdicts) {
+  const EngineUnderTest serve = backend_registry().resolve(kServe).under_test();
+  ASSERT_TRUE(serve.traits.operations.save_restore);
+  const EngineUnderTest in_tree = backend_registry().resolve("cpu").under_test();
+  const Scenario s = test::save_restore_scenario();
+  for (int p = 0; p < kPropertyCount; ++p) {
+    const Verdict a = check_property(Property(p), s, serve);
+    const Verdict b = check_property(Property(p), s, in_tree);
+    EXPECT_EQ(a.applicable, b.applicable) << property_name(Property(p));
+    EXPECT_TRUE(a.passed) << property_name(Property(p)) << ": " << a.summary;
+    EXPECT_EQ(a.summary, b.summary) << property_name(Property(p));
+  }
+  EngineOptions options;
+  options.capacity = 4;
+  auto engine = serve.factory(s.config, init_weights(s.config, 1), options);
+  const SequenceId id = engine->start();
+  try {
+    engine->restore_state(id);
+    ADD_FAILURE() << "a restore without a save was accepted";
+  } catch (const EngineError& e) {
+    EXPECT_EQ(e.kind(), EngineError::Kind::kBadBatch);
+    EXPECT_NE(std::string(e.what()).find("never saved"), std::string::npos) << e.what();
+  }
+}
+
 TEST(ExecServe, OperationFaultsAreCaughtThroughExec) {
   test::expect_operation_faults_caught(
       [](const std::string& fault) {

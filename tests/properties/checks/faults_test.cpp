@@ -100,6 +100,12 @@ const std::vector<FaultCase>& fault_cases() {
       {Fault::kOffloadBeforeWrite, {{P::kOracle, 3, 0, 1}, {P::kCacheState, 2, 0, 0, 0, 0, 0, 0}}},
       // The reload leaves the host block off its free list.
       {Fault::kOffloadCountsDrift, {{P::kPool, 3, -1, -1}}},
+      // s0 saved empty, fed one token, restored: the faulty restore keeps
+      // that token's cell. P6 sees it at the restore; the next token, at
+      // position 1 instead of 0, differs from the oracle (P1) and from a
+      // replay that never fed the first (P12).
+      {Fault::kRestoreKeepsTail,
+       {{P::kOracle, 4, 0, 0}, {P::kRollback, 4, 0, 0}, {P::kCacheState, 3, 0, 0, 0}}},
   };
   return cases;
 }
@@ -176,11 +182,12 @@ TEST(Faults, EveryFaultIsKilledOnTheRichScenario) {
         const Scenario& scenario = fault_needs(fault) == "sliding_window" ? windowed : plain;
         if (fault == Fault::kRopeReapplied && family == Family::kGpt2) continue;
         // The rich scenario has no fork, truncation, paged storage, prefix
-        // cache, abort, erase, shift or offload.
+        // cache, abort, erase, shift, offload, save or restore.
         if (fault_needs(fault) == "truncate" || fault_needs(fault) == "paged" ||
             fault_needs(fault) == "prefix_cache" || fault_needs(fault) == "abort" ||
             fault_needs(fault) == "cache_keys" || fault_needs(fault) == "prompt_logits" ||
-            fault_needs(fault) == "shift" || fault_needs(fault) == "offload") {
+            fault_needs(fault) == "shift" || fault_needs(fault) == "offload" ||
+            fault_needs(fault) == "save_restore") {
           continue;
         }
         // The scale faults live in q8_0 storage only.

@@ -165,7 +165,7 @@ std::vector<Malformed> malformed_cases() {
        "sliding_window, sliding_window_pattern, block_size, pool_blocks, prefix_cache, "
        "prompt_logits), "
        "sequence, cache_key, start, step, finish, reset, fork, truncate, flush, erase, shift, "
-       "verify, abort, offload, "
+       "verify, abort, offload, save, restore, "
        "verdict, where, summary, prelude (docs/CASE_FORMAT.md)"},
       {"negative window", with_line("backend", "sliding_window -2"),
        "line 7: sliding_window: expected an integer in [0, 2147483647], got \"-2\""},
@@ -199,7 +199,7 @@ std::vector<Malformed> malformed_cases() {
        "window_per_chunk, ring_index_unwrapped, shift_keeps_k, shift_rotates_v, shift_wrong_sign, "
        "truncate_late, truncate_all_noop, truncate_keeps_last, abort_frees_cached, "
        "prefix_ignores_key, hit_prompt_logits_stale, offload_before_write, "
-       "offload_counts_drift"},
+       "offload_counts_drift, restore_keeps_tail"},
       {"trailing comma in faults", with_line("fault", "fault kv_swapped,"),
        "line 6: fault: expected a fault name after the last comma"},
       {"empty backend", with_line("backend", "backend  "),

@@ -66,6 +66,7 @@ inline const std::vector<FaultTarget>& fault_targets() {
         P::kOracle,      // hit_prompt_logits_stale
         P::kCacheState,  // offload_before_write
         P::kPool,        // offload_counts_drift
+        P::kCacheState,  // restore_keeps_tail
     };
     static_assert(std::size(property_of) == size_t(kFaultCount));
     std::vector<FaultTarget> out;

@@ -2,7 +2,7 @@
 # The ctests of an engine served by a Node adapter (labels llama.cpp,
 # onnxruntime): a campaign against the adapter that must pass, and the replay
 # of one corpus case file.
-#   run_engine.sh ADAPTER PACKAGE campaign KVCHECK EXPORT SECONDS
+#   run_engine.sh ADAPTER PACKAGE campaign KVCHECK EXPORT CASES
 #   run_engine.sh ADAPTER PACKAGE replay KVCHECK EXPORT CASE_FILE
 #   run_engine.sh ADAPTER PACKAGE check KVCHECK EXPORT "ADAPTER OPTIONS"
 #                 (kvcheck check-adapter on the adapter with those options)
@@ -60,8 +60,12 @@ case $mode in
     llama_options=
     if [ "$engine" = llama.cpp ]; then llama_options="--scenarios-per-model 10 --reference cpu"; fi
     # shellcheck disable=SC2086  # llama_options: none or four words
+    # A budget in cases on a fixed seed, so the test checks the same cases
+    # on a fast machine and a slow one; --time only bounds a hung run (a cut
+    # run exits 4, incomplete, and fails the test).
     exec "$kvcheck" campaign --backend "exec:node $adapter/engine.mjs" \
-      --time "$arg" --turn-cases 3 $llama_options --no-kill-matrix --failures "${TMPDIR:-/tmp}/kvcheck-$engine-ci-failures"
+      --cases "$arg" --seed 1 --time 540 --turn-cases 3 $llama_options --no-kill-matrix \
+      --failures "${TMPDIR:-/tmp}/kvcheck-$engine-ci-failures"
     ;;
   check)
     exec "$kvcheck" check-adapter --backend "exec:node $adapter/engine.mjs $arg"

@@ -12,6 +12,7 @@
 
 #include "backends/exec/exec_child.h"
 #include "backends/exec/exec_models.h"
+#include "backends/exec/exec_probe.h"
 #include "backends/exec/exec_session.h"
 #include "backends/exec/exec_wire.h"
 #include "engine/pipeline.h"
@@ -487,70 +488,6 @@ std::chrono::microseconds exec_spin(const std::string& text, const std::string& 
 
 namespace {
 
-// A child that declares fork, truncate, pool_report, storage_check, erase,
-// shift, offload, save_restore (probed with save) or prefix_cache (probed
-// with flush) must
-// answer them: checked once, at resolve, so that a contradiction exits 2 with
-// the child's refusal (as a plugin's declared but NULL function does) instead
-// of failing every case that draws the operation. The probe creates an
-// engine on a tiny model the traits accept, asks it to fork and truncate a
-// sequence it never started, and for its pool and storage check (which a
-// contiguous engine answers too): a child that offers the operation answers
-// or refuses with unknown_sequence (any kind but the two below), one that
-// lacks it refuses with unsupported or input. It starts nothing and feeds no
-// step, so it costs no forward pass and leaves alone the starts and steps a
-// test child counts. Any other failure here is left to the properties, which
-// report it with a case file.
-void probe_declared_operations(const std::string& spec, const std::shared_ptr<Session>& session,
-                               const EngineTraits& traits) {
-  const OperationTraits& ops = traits.operations;
-  if (!ops.fork && !ops.truncate && !ops.pool_report && !ops.storage_check && !ops.erase &&
-      !ops.shift && !ops.prefix_cache && !ops.offload && !ops.save_restore) {
-    return;
-  }
-  constexpr SequenceId kNeverStarted = 987654321;
-  EngineOptions options;
-  options.capacity = 4;
-  options.max_rows = 2;
-  options.kv_dtype = traits.limits.kv_dtypes.empty() ? KvDtype::kF32 : traits.limits.kv_dtypes[0];
-  for (const Config& config : {llama_tiny(), gpt2_tiny()}) {
-    if (!traits.refuses(config, options.kv_dtype, options.capacity, options.max_rows).empty())
-      continue;
-    std::unique_ptr<ExecEngine> engine;
-    try {
-      engine =
-          std::make_unique<ExecEngine>(session, config, init_weights(config, 1), options, "probe");
-    } catch (const std::exception&) {
-      return;  // not about the operations: the properties will see it
-    }
-    for (const std::string op : {"fork", "truncate", "pool_report", "storage_check", "erase",
-                                 "shift", "flush", "offload", "save"}) {
-      try {
-        if (op == "fork" && ops.fork) engine->fork(kNeverStarted, 0);
-        if (op == "truncate" && ops.truncate) engine->truncate(kNeverStarted, 0);
-        if (op == "erase" && ops.erase) engine->erase(kNeverStarted, 0, 0);
-        if (op == "shift" && ops.shift) engine->shift(kNeverStarted, 0, 0, 0);
-        if (op == "pool_report" && ops.pool_report) engine->pool();
-        if (op == "storage_check" && ops.storage_check) engine->unheld_storage_check();
-        if (op == "flush" && ops.prefix_cache) engine->flush_prefix_cache();
-        if (op == "offload" && ops.offload) engine->offload(kNeverStarted);
-        if (op == "save" && ops.save_restore) engine->save_state(kNeverStarted);
-      } catch (const NotOffered& e) {
-        const std::string trait = op == "flush"  ? "prefix_cache"
-                                  : op == "save" ? "save_restore"
-                                                 : op;
-        throw InputError("--backend " + spec + ": traits.operations." + trait +
-                         " is true, but the child refused " + (op == "pool_report" ? "pool" : op) +
-                         ": " + e.what());
-      } catch (const std::exception&) {
-        // The refusal a child that offers it owes, or a dead child (the
-        // properties report that).
-      }
-    }
-    return;
-  }
-}
-
 Backend exec_backend(const BackendSpec& spec) {
   reject_unknown_options(spec, {"timeout", "spin"});
   const std::string command = spec.name.substr(std::strlen("exec:"));
@@ -575,7 +512,11 @@ Backend exec_backend(const BackendSpec& spec) {
                      ": traits.operations.storage_map is true, but the protocol has no storage "
                      "introspection message");
   }
-  probe_declared_operations(spec.name, session, traits.value());
+  probe_declared_operations(spec.name, traits.value(),
+                            [&](const Config& config, const EngineOptions& options) {
+                              return std::make_unique<ExecEngine>(
+                                  session, config, init_weights(config, 1), options, "probe");
+                            });
   Backend b;
   b.traits = traits.value();
   const std::string name = b.traits.identity.name;

@@ -94,7 +94,7 @@ def crash(kvcheck, work, plugin, serve):
     expect_failed_with_reports(p, paths, failures, "freed_block", "")
     for how, needle, extra in (("segv", "crashed", []), ("abort", "crashed", []),
                                ("hang", "a hang", ["--case-timeout", "0.5",
-                                                   "--shrink-steps", "10"])):
+                                                   "--shrink-steps", "3"])):
         backend = "plugin:%s?crash=%s" % (plugin, how)
         p, paths, failures = run_campaign(kvcheck, work, "plugin_" + how, [
             "--backend", backend, "--property", "oracle", "--time", "60", "--seed", "1"] + extra)
@@ -106,7 +106,7 @@ def crash(kvcheck, work, plugin, serve):
                                 ("hang", "", "?timeout=1")):
         p, paths, failures = run_campaign(kvcheck, work, "exec_" + how, [
             "--backend", "exec:%s %s -- %s%s" % (proxy, how, serve, option), "--property",
-            "oracle", "--time", "60", "--seed", "1", "--shrink-steps", "10"])
+            "oracle", "--time", "60", "--seed", "1", "--shrink-steps", "3"])
         expect_failed_with_reports(p, paths, failures, "exec_" + how, needle)
 
 

@@ -144,7 +144,8 @@ def main():
     with open(os.path.join(workdir, "fault.html"), encoding="utf-8") as f:
         check("row 0: s0+s1" in f.read(), "fault: no timeline frame shows row 0 held by s0 and s1")
     check_campaign("clean", binary, workdir,
-                   ["--cases", "10", "--time", "60", "--kill-per-property", "--kill-cases", "30"])
+                   ["--cases", "10", "--time", "60", "--kill-per-property", "--kill-cases", "10",
+                    "--backend", "cpu"])
     # Too few kill cases: faults survive, and the page says so at the top.
     _, _, weak = check_campaign("weak", binary, workdir,
                                 ["--cases", "200", "--time", "60", "--kill-cases", "2",

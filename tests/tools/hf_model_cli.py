@@ -47,7 +47,8 @@ if os.path.exists(os.path.join(checkpoints, "TORCH_MISSING")):
 if os.path.isdir(work):
     shutil.rmtree(work)
 os.makedirs(work)
-quick = ["--backend", "cpu", "--time", "4", "--no-kill-matrix", "--seed", "1"]
+# A budget of cases (--time only bounds a hung run): the same cases everywhere.
+quick = ["--backend", "cpu", "--cases", "200", "--time", "120", "--no-kill-matrix", "--seed", "1"]
 
 for name, family in (("gpt2", "gpt2, 2 layers"), ("llama", "llama, 2 layers, d_model 32, 8 heads "
                                                             "over 2 kv heads, head_dim 6")):

@@ -50,8 +50,8 @@ def fault(kvcheck, work, serve, kind):
     failures = os.path.join(work, "failures")
     backend = "exec:%s %s/tests/tools/faulty_proxy.py --fault %s --at 5 --once %s -- %s%s" % (
         sys.executable, ROOT, kind, once, serve, "?timeout=2" if kind == "hang" else "")
-    code, out = run([kvcheck, "campaign", "--backend", backend, "--time", "8", "--seed", "1",
-                     "--failures", failures])
+    code, out = run([kvcheck, "campaign", "--backend", backend, "--cases", "20", "--time", "120",
+                     "--seed", "1", "--failures", failures])
     if code != 1:
         fail("campaign exit %d, expected 1" % code, out)
     if PROXY_CAUSES[kind] not in out:

@@ -14,6 +14,7 @@
 #include <sstream>
 
 #include "engine/cuda/device.h"
+#include "engine/cuda/device_weights.h"
 #include "engine/cuda/kernels.h"
 #include "engine/sequence_table.h"
 
@@ -24,51 +25,6 @@ using cuda::DeviceBuffer;
 using cuda::KvCacheView;
 using cuda::TokenSlot;
 
-// Device pointers of one layer's weights inside the engine's weight buffer.
-struct DeviceLayer {
-  const float* attn_norm = nullptr;       // [E]
-  const float* attn_norm_bias = nullptr;  // [E] or null (llama)
-  const float* wqkv = nullptr;            // [H*D + 2*KVH*D][E]: q rows, k rows, v rows
-  const float* bqkv = nullptr;            // [H*D + 2*KVH*D] or null
-  const float* wo = nullptr;              // [E][H*D]
-  const float* bo = nullptr;              // [E] or null
-  const float* mlp_norm = nullptr;        // [E]
-  const float* mlp_norm_bias = nullptr;   // [E] or null
-  const float* w_up = nullptr;            // [F][E]
-  const float* b_up = nullptr;            // [F] or null
-  const float* w_gate = nullptr;          // [F][E] llama only
-  const float* w_down = nullptr;          // [E][F]
-  const float* b_down = nullptr;          // [E] or null
-};
-
-// Collects host tensors into one staging vector, each at a 64-float (256 B)
-// boundary, then uploads them with one copy.
-class WeightStager {
- public:
-  // Returns the tensor's offset in floats, or -1 for an empty tensor.
-  long add(const std::vector<float>& tensor) {
-    if (tensor.empty()) return -1;
-    const size_t at = (staging_.size() + 63) / 64 * 64;
-    staging_.resize(at + tensor.size(), 0.0f);
-    std::copy(tensor.begin(), tensor.end(), staging_.begin() + long(at));
-    return long(at);
-  }
-  // Q, K and V fused, like the CPU's packed wqkv.
-  long add_concat(const std::vector<float>& a, const std::vector<float>& b,
-                  const std::vector<float>& c) {
-    std::vector<float> joined;
-    joined.reserve(a.size() + b.size() + c.size());
-    joined.insert(joined.end(), a.begin(), a.end());
-    joined.insert(joined.end(), b.begin(), b.end());
-    joined.insert(joined.end(), c.begin(), c.end());
-    return add(joined);
-  }
-  const std::vector<float>& staging() const { return staging_; }
-
- private:
-  std::vector<float> staging_;
-};
-
 class CudaEngine final : public Engine {
  public:
   CudaEngine(const Config& config, const Weights& weights, const EngineOptions& options)
@@ -78,7 +34,8 @@ class CudaEngine final : public Engine {
         // Paged: one unit per pool block plus the poison and sink blocks.
         units_(table_.paged() ? table_.pool_blocks() + 2 : options.max_rows),
         unit_slots_(table_.paged() ? options.block_size : options.capacity) {
-    upload_weights(weights);
+    upload_weights(config, weights, weights_);
+    allocate_matmul_scratch();
     const size_t elem = size_t(kv_dtype_bytes(options.kv_dtype));
     kv_block_bytes_ = size_t(config.n_layers) * size_t(units_) * size_t(unit_slots_) *
                       size_t(config.n_kv_heads) * size_t(config.head_dim) * elem;
@@ -180,15 +137,15 @@ class CudaEngine final : public Engine {
     }
 
     const int N = static_cast<int>(n), E = config_.d_model, V = config_.vocab;
-    cuda::launch_embed(tokens_.as<int32_t>(), slots_.as<TokenSlot>(), tok_embedding_,
-                       config_.family == Family::kGpt2 ? pos_embedding_ : nullptr, N, E,
+    cuda::launch_embed(tokens_.as<int32_t>(), slots_.as<TokenSlot>(), weights_.tok_embedding,
+                       config_.family == Family::kGpt2 ? weights_.pos_embedding : nullptr, N, E,
                        x_.as<float>(), kStream);
     for (int layer = 0; layer < L; ++layer) {
       run_layer(layer, computed, std::span<const TokenSlot>(slots).subspan(size_t(layer) * n, n),
                 slots_.as<TokenSlot>() + size_t(layer) * n, stride);
     }
-    norm(final_norm_, final_norm_bias_, N);
-    matmul(h_.as<float>(), N, lm_head_, nullptr, E, V, logits_.as<float>());
+    norm(weights_.final_norm, weights_.final_norm_bias, N);
+    matmul(h_.as<float>(), N, weights_.lm_head, nullptr, E, V, logits_.as<float>());
     // Synchronizing copy: any kernel error of the step surfaces here.
     KVCHECK_CUDA_CHECK(cudaMemcpy(logits.data(), logits_.get(), n * size_t(V) * sizeof(float),
                                   cudaMemcpyDeviceToHost));
@@ -290,7 +247,7 @@ class CudaEngine final : public Engine {
   MemoryReport memory() const override {
     MemoryReport m;
     m.kv_bytes = k_cache_.bytes() + v_cache_.bytes();
-    m.weight_bytes = weights_.bytes();
+    m.weight_bytes = weights_.buffer.bytes();
     m.scratch_bytes = x_.bytes() + h_.bytes() + qkv_.bytes() + att_.bytes() + mlp_.bytes() +
                       gate_.bytes() + logits_.bytes() + tokens_.bytes() + slots_.bytes() +
                       tables_.bytes() + matmul_partial_.bytes() + attention_partial_.bytes() +
@@ -351,14 +308,15 @@ class CudaEngine final : public Engine {
   // Slots of a unit in layers 0..layers-1 (all when -1) marked unwritten:
   // NaN when poisoning is compiled in, else left as they are.
   SequenceTable::PoisonSlots poison_slots(int layers = -1) {
-    return [this, layers](int unit, int first, int end) {
 #ifdef KVCHECK_POISON
+    return [this, layers](int unit, int first, int end) {
       cuda::poison_unit_slots(cache_view(), layers < 0 ? config_.n_layers : layers, unit, first,
                               end, kStream);
-#else
-      (void)unit, (void)first, (void)end;
-#endif
     };
+#else
+    (void)layers;
+    return [](int, int, int) {};
+#endif
   }
 
   static std::vector<uint8_t> download(const DeviceBuffer& buffer) {
@@ -368,53 +326,8 @@ class CudaEngine final : public Engine {
     return bytes;
   }
 
-  void upload_weights(const Weights& w) {
-    WeightStager stager;
-    const long tok = stager.add(w.tok_embedding);
-    const long pos = stager.add(w.pos_embedding);
-    const long fnorm = stager.add(w.final_norm);
-    const long fnorm_bias = stager.add(w.final_norm_bias);
-    const long lm = stager.add(w.lm_head);
-    struct LayerOffsets {
-      long attn_norm, attn_norm_bias, wqkv, bqkv, wo, bo, mlp_norm, mlp_norm_bias, w_up, b_up,
-          w_gate, w_down, b_down;
-    };
-    std::vector<LayerOffsets> offsets;
-    for (const LayerWeights& lw : w.layers) {
-      LayerOffsets o;
-      o.attn_norm = stager.add(lw.attn_norm);
-      o.attn_norm_bias = stager.add(lw.attn_norm_bias);
-      o.wqkv = stager.add_concat(lw.wq, lw.wk, lw.wv);
-      o.bqkv = config_.qkv_bias ? stager.add_concat(lw.bq, lw.bk, lw.bv) : -1;
-      o.wo = stager.add(lw.wo);
-      o.bo = stager.add(lw.bo);
-      o.mlp_norm = stager.add(lw.mlp_norm);
-      o.mlp_norm_bias = stager.add(lw.mlp_norm_bias);
-      o.w_up = stager.add(lw.w_up);
-      o.b_up = stager.add(lw.b_up);
-      o.w_gate = stager.add(lw.w_gate);
-      o.w_down = stager.add(lw.w_down);
-      o.b_down = stager.add(lw.b_down);
-      offsets.push_back(o);
-    }
-    const std::vector<float>& staging = stager.staging();
-    weights_.allocate(staging.size() * sizeof(float), "weights");
-    KVCHECK_CUDA_CHECK(cudaMemcpy(weights_.get(), staging.data(), staging.size() * sizeof(float),
-                                  cudaMemcpyHostToDevice));
-    const auto at = [&](long offset) -> const float* {
-      return offset < 0 ? nullptr : weights_.as<float>() + offset;
-    };
-    tok_embedding_ = at(tok), pos_embedding_ = at(pos), final_norm_ = at(fnorm);
-    final_norm_bias_ = at(fnorm_bias), lm_head_ = at(lm);
-    for (const LayerOffsets& o : offsets) {
-      DeviceLayer& l = layers_.emplace_back();
-      l.attn_norm = at(o.attn_norm), l.attn_norm_bias = at(o.attn_norm_bias);
-      l.wqkv = at(o.wqkv), l.bqkv = at(o.bqkv), l.wo = at(o.wo), l.bo = at(o.bo);
-      l.mlp_norm = at(o.mlp_norm), l.mlp_norm_bias = at(o.mlp_norm_bias);
-      l.w_up = at(o.w_up), l.b_up = at(o.b_up), l.w_gate = at(o.w_gate);
-      l.w_down = at(o.w_down), l.b_down = at(o.b_down);
-    }
-    // The matmul scratch for the largest (segments x outputs) of the model.
+  // The matmul scratch for the largest (segments x outputs) of the model.
+  void allocate_matmul_scratch() {
     const int E = config_.d_model, F = config_.d_ff, Q = config_.q_width();
     const int QKV = Q + 2 * config_.kv_width();
     matmul_partial_floats_ = 0;
@@ -476,7 +389,7 @@ class CudaEngine final : public Engine {
 
   void run_layer(int layer, std::span<const BatchEntry> batch, std::span<const TokenSlot> slots,
                  const TokenSlot* device_slots, int table_stride) {
-    const DeviceLayer& w = layers_[size_t(layer)];
+    const cuda::DeviceLayer& w = weights_.layers[size_t(layer)];
     const int n = static_cast<int>(slots.size());
     const int E = config_.d_model, F = config_.d_ff, Q = config_.q_width(),
               QKV = Q + 2 * config_.kv_width();
@@ -565,15 +478,9 @@ class CudaEngine final : public Engine {
   int units_;       // storage units: rows, or pool blocks + the poison and sink blocks
   int unit_slots_;  // slots per unit: capacity, or the block size
 
-  // Device memory. Weights: one buffer, every tensor at a 256-byte boundary.
-  DeviceBuffer weights_;
-  const float* tok_embedding_ = nullptr;    // [V][E]
-  const float* pos_embedding_ = nullptr;    // [max_pos][E] gpt2 only
-  const float* final_norm_ = nullptr;       // [E]
-  const float* final_norm_bias_ = nullptr;  // [E] gpt2 only
-  const float* lm_head_ = nullptr;          // [V][E]
-  std::vector<DeviceLayer> layers_;         // [L]
-  DeviceBuffer inv_freq_;                   // [D/2] double theta^(-2i/D), llama only
+  // Device memory.
+  cuda::DeviceWeights weights_;
+  DeviceBuffer inv_freq_;  // [D/2] double theta^(-2i/D), llama only
   size_t kv_block_bytes_ = 0;
   DeviceBuffer k_cache_;  // [layer][unit][kv_head][slot][dim] of kv_dtype
   DeviceBuffer v_cache_;  // [layer][unit][kv_head][slot][dim] of kv_dtype

@@ -268,6 +268,63 @@ void add_shard_options(CLI::App* cmd, ShardOptions& shard) {
       "SLURM_ARRAY_TASK_COUNT); `kvcheck merge` adds their reports up");
 }
 
+// What a run checks and how much of it: the seed and the budgets.
+void add_budget_options(CLI::App* cmd, CampaignOptions& o) {
+  cmd->add_option_function<uint64_t>(
+         "--seed", [&o](uint64_t s) { o.seed = s, o.seed_given = true; },
+         "campaign seed (default: random, printed)")
+      ->check(seed_number());
+  cmd->add_option("--cases", o.cases,
+                  "at most this many cases per property and backend (0: until the time is up); "
+                  "a budget the time cuts makes the run incomplete (exit 4)")
+      ->check(whole_number(0, std::numeric_limits<int>::max()));
+  cmd->add_option("--turn-cases", o.turn_cases,
+                  "cases per property and backend before the next one's turn (a slow engine, "
+                  "such as llama.cpp at ~1 case/s, needs few so every property gets time)")
+      ->check(CLI::Range(1, 1000000))
+      ->capture_default_str();
+  cmd->add_option("--scenarios-per-model", o.scenarios_per_model,
+                  "scenarios drawn on one generated model before a new one (a backend whose "
+                  "model loads dominate a case, such as llama.cpp; docs/PERFORMANCE.md)")
+      ->check(CLI::Range(1, 1000))
+      ->capture_default_str();
+  cmd->add_option("--time", o.seconds,
+                  "time budget in seconds for the whole run, kill matrix included")
+      ->check(CLI::Range(1.0, 1e7))
+      ->capture_default_str();
+}
+
+// Where a run writes what it found.
+void add_report_options(CLI::App* cmd, CampaignOptions& o) {
+  cmd->add_option("--json", o.json_path, "also write the summary as JSON to FILE")
+      ->check(report_file());
+  cmd->add_option("--junit", o.junit_path,
+                  "also write the results as JUnit XML to FILE (one suite per backend, one case "
+                  "per property; the kill matrix as a suite per backend)")
+      ->check(report_file());
+  cmd->add_option("--html", o.html_path,
+                  "also write a self-contained HTML report to FILE (docs/REPORTS.md)")
+      ->check(report_file());
+  cmd->add_option("--failures", o.failures_dir, "folder for case files of failures")
+      ->capture_default_str();
+}
+
+// The fault kill matrix that runs before the properties.
+void add_kill_matrix_options(CLI::App* cmd, CampaignOptions& o) {
+  cmd->add_option("--kill-cases", o.kill_cases, "cases per fault in the kill matrix")
+      ->check(CLI::Range(1, 1000000))
+      ->capture_default_str();
+  cmd->add_option("--kill-seed", o.kill_seed,
+                  "the kill matrix's own seed (fixed, so a build kills the same faults in the "
+                  "same cases on every machine; another one tries other cases)")
+      ->check(seed_number())
+      ->capture_default_str();
+  cmd->add_flag("!--no-kill-matrix", o.kill_matrix, "skip the fault kill matrix");
+  cmd->add_flag("--kill-per-property", o.kill_per_property,
+                "kill matrix per property (which faults each one catches on its own), "
+                "not only the 'any' column; much slower");
+}
+
 }  // namespace
 
 Action add_campaign(CLI::App& app) {
@@ -277,28 +334,7 @@ Action add_campaign(CLI::App& app) {
       "time budget (the main job). Exit 0 passed, 1 failed, 2 bad input, 4 incomplete, "
       "130/143 interrupted (docs/REPORTS.md)");
   auto o = std::make_shared<CampaignOptions>();
-  cmd->add_option_function<uint64_t>(
-         "--seed", [o](uint64_t s) { o->seed = s, o->seed_given = true; },
-         "campaign seed (default: random, printed)")
-      ->check(seed_number());
-  cmd->add_option("--cases", o->cases,
-                  "at most this many cases per property and backend (0: until the time is up); "
-                  "a budget the time cuts makes the run incomplete (exit 4)")
-      ->check(whole_number(0, std::numeric_limits<int>::max()));
-  cmd->add_option("--turn-cases", o->turn_cases,
-                  "cases per property and backend before the next one's turn (a slow engine, "
-                  "such as llama.cpp at ~1 case/s, needs few so every property gets time)")
-      ->check(CLI::Range(1, 1000000))
-      ->capture_default_str();
-  cmd->add_option("--scenarios-per-model", o->scenarios_per_model,
-                  "scenarios drawn on one generated model before a new one (a backend whose "
-                  "model loads dominate a case, such as llama.cpp; docs/PERFORMANCE.md)")
-      ->check(CLI::Range(1, 1000))
-      ->capture_default_str();
-  cmd->add_option("--time", o->seconds,
-                  "time budget in seconds for the whole run, kill matrix included")
-      ->check(CLI::Range(1.0, 1e7))
-      ->capture_default_str();
+  add_budget_options(cmd, *o);
   cmd->add_option("--property", o->properties, "property name(s) (default: all)")->delimiter(',');
   cmd->add_option(
       "--backend", o->backends,
@@ -315,29 +351,8 @@ Action add_campaign(CLI::App& app) {
                   "a Hugging Face checkpoint folder (config.json + model.safetensors, GPT-2 or "
                   "Llama): check the cache on these weights; generators then vary schedules and "
                   "tokens, not the config (docs/MODELS.md)");
-  cmd->add_option("--json", o->json_path, "also write the summary as JSON to FILE")
-      ->check(report_file());
-  cmd->add_option("--junit", o->junit_path,
-                  "also write the results as JUnit XML to FILE (one suite per backend, one case "
-                  "per property; the kill matrix as a suite per backend)")
-      ->check(report_file());
-  cmd->add_option("--html", o->html_path,
-                  "also write a self-contained HTML report to FILE (docs/REPORTS.md)")
-      ->check(report_file());
-  cmd->add_option("--failures", o->failures_dir, "folder for case files of failures")
-      ->capture_default_str();
-  cmd->add_option("--kill-cases", o->kill_cases, "cases per fault in the kill matrix")
-      ->check(CLI::Range(1, 1000000))
-      ->capture_default_str();
-  cmd->add_option("--kill-seed", o->kill_seed,
-                  "the kill matrix's own seed (fixed, so a build kills the same faults in the "
-                  "same cases on every machine; another one tries other cases)")
-      ->check(seed_number())
-      ->capture_default_str();
-  cmd->add_flag("!--no-kill-matrix", o->kill_matrix, "skip the fault kill matrix");
-  cmd->add_flag("--kill-per-property", o->kill_per_property,
-                "kill matrix per property (which faults each one catches on its own), "
-                "not only the 'any' column; much slower");
+  add_report_options(cmd, *o);
+  add_kill_matrix_options(cmd, *o);
   cmd->add_option("--shrink-steps", o->shrink_steps,
                   "shrink candidates run per failure (a budget in steps, so a failure shrinks to "
                   "the same case on every machine)")

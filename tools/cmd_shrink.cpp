@@ -78,6 +78,46 @@ Verdict confirmed_verdict(const CaseFile& input, const CaseEngine& engine,
   return fresh;
 }
 
+// The input case with the shrunk scenario, the engine it failed on and its
+// verdict, noting where it came from.
+CaseFile shrunk_case(const CaseFile& input, const CaseEngine& engine, const ShrinkResult& result,
+                     const Verdict& verdict, const std::string& input_path) {
+  CaseFile output = input;
+  output.scenario = result.scenario;
+  output.faults = engine.faults;
+  output.backend = engine.backend.spec;
+  output.engine =
+      engine.backend.traits.identity.name + " " + engine.backend.traits.identity.version;
+  output.has_verdict = true;
+  output.verdict = record_verdict(verdict);
+  output.notes.push_back(one_line("shrunk by kvcheck shrink from " +
+                                  std::filesystem::path(input_path).filename().string() +
+                                  " (size " + std::to_string(result.size_before) + " -> " +
+                                  std::to_string(result.size_after) + ")"));
+  return output;
+}
+
+// kvcheck shrink --json: what was shrunk, how far, and by which limit.
+void write_shrink_json(const ShrinkCommandOptions& o, const std::string& written, Property property,
+                       const CaseEngine& engine, const ShrinkResult& result, double seconds,
+                       const Verdict& verdict) {
+  write_text_file("--json", o.json_path,
+                  nlohmann::json{{"input", o.path},
+                                 {"output", written},
+                                 {"property", property_name(property)},
+                                 {"faults", engine.faults.to_string()},
+                                 {"size_before", result.size_before},
+                                 {"size_after", result.size_after},
+                                 {"evaluations", result.evaluations},
+                                 {"accepted", result.accepted},
+                                 {"fixed_point", result.fixed_point},
+                                 {"stopped_by_time", result.stopped_by_time},
+                                 {"seconds", seconds},
+                                 {"summary", verdict.summary}}
+                          .dump(2) +
+                      "\n");
+}
+
 int run_shrink(const ShrinkCommandOptions& o) {
   const Result<CaseFile> parsed = read_case_file(o.path);
   if (!parsed) throw InputError(parsed.error());
@@ -116,19 +156,7 @@ int run_shrink(const ShrinkCommandOptions& o) {
       std::chrono::duration<double>(std::chrono::steady_clock::now() - start).count();
   const Verdict verdict = confirmed_verdict(input, engine, *result);
 
-  CaseFile output = input;
-  output.scenario = result->scenario;
-  output.faults = engine.faults;
-  output.backend = engine.backend.spec;
-  output.engine =
-      engine.backend.traits.identity.name + " " + engine.backend.traits.identity.version;
-  output.has_verdict = true;
-  output.verdict = record_verdict(verdict);
-  output.notes.push_back(one_line("shrunk by kvcheck shrink from " +
-                                  std::filesystem::path(o.path).filename().string() + " (size " +
-                                  std::to_string(result->size_before) + " -> " +
-                                  std::to_string(result->size_after) + ")"));
-
+  const CaseFile output = shrunk_case(input, engine, *result, verdict, o.path);
   const std::filesystem::path input_path(o.path);
   std::string stem = input_path.filename().string();
   if (input_path.extension() == ".case") stem = input_path.stem().string();
@@ -145,21 +173,7 @@ int run_shrink(const ShrinkCommandOptions& o) {
   std::printf("wrote %s\nreplay: kvcheck replay%s %s\n", written.value().c_str(),
               case_command_options(output).c_str(), written.value().c_str());
   if (!o.json_path.empty()) {
-    write_text_file("--json", o.json_path,
-                    nlohmann::json{{"input", o.path},
-                                   {"output", written.value()},
-                                   {"property", property_name(property)},
-                                   {"faults", engine.faults.to_string()},
-                                   {"size_before", result->size_before},
-                                   {"size_after", result->size_after},
-                                   {"evaluations", result->evaluations},
-                                   {"accepted", result->accepted},
-                                   {"fixed_point", result->fixed_point},
-                                   {"stopped_by_time", result->stopped_by_time},
-                                   {"seconds", seconds},
-                                   {"summary", verdict.summary}}
-                            .dump(2) +
-                        "\n");
+    write_shrink_json(o, written.value(), property, engine, *result, seconds, verdict);
   }
   return 0;
 }

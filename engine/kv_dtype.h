@@ -14,6 +14,7 @@
 #include <cstring>
 #include <string>
 
+#include "model/half_float.h"  // float_to_f16 and friends, used with these dtypes
 #include "model/status.h"
 
 namespace kvcheck {
@@ -79,11 +80,6 @@ inline double kv_dtype_unit_roundoff(KvDtype t) {
   }
   return 0.0;
 }
-
-uint16_t float_to_bf16(float f);
-float bf16_to_float(uint16_t h);
-uint16_t float_to_f16(float f);
-float f16_to_float(uint16_t h);
 
 // The bit pattern a poisoned (never written) slot holds: a quiet NaN.
 uint16_t poison_bits16(KvDtype t);

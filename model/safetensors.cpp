@@ -1,3 +1,7 @@
+// The safetensors reader: any bytes in, weights or one clear message out
+// (the loader is fuzzed, docs/FUZZING.md). The header is read by a streaming
+// SAX pass for speed, with the DOM parser deciding whenever it gives up; the
+// writer is safetensors_write.cpp.
 #include "model/safetensors.h"
 
 #include <algorithm>
@@ -14,10 +18,9 @@
 
 #include <nlohmann/json.hpp>
 
-#include "model/atomic_file.h"
 #include "model/config_json.h"
 #include "model/file_bytes.h"
-#include "model/le_bytes.h"
+#include "model/half_float.h"
 #include "model/tensor_layout.h"
 
 namespace kvcheck {
@@ -29,8 +32,6 @@ using nlohmann::json;
 // The reference implementation's limit: no real header comes near it, and it
 // bounds what a hostile length field can make us parse.
 constexpr uint64_t kMaxHeaderBytes = 100'000'000;
-constexpr std::string_view kMetadataKey = "__metadata__";
-constexpr std::string_view kConfigKey = "kvcheck.config";
 
 // ---------------------------------------------------------------------------
 // Dtypes and little-endian element codecs.
@@ -73,29 +74,6 @@ uint16_t read_u16le(const uint8_t* p) {
   return static_cast<uint16_t>(p[0] | p[1] << 8);
 }
 
-// IEEE binary16 to binary32. Every half is exactly a float, so this is a bit
-// rearrangement: rebias normal exponents, scale subnormals, keep NaN payloads.
-float half_to_float(uint16_t half) {
-  const uint32_t sign = uint32_t{half & 0x8000u} << 16;
-  const uint32_t exponent = (half >> 10) & 0x1Fu;
-  const uint32_t mantissa = half & 0x3FFu;
-  uint32_t magnitude = 0;
-  if (exponent == 0) {
-    // mantissa * 2^-24: an integer below 2^10 times a power of two, exact.
-    magnitude = std::bit_cast<uint32_t>(static_cast<float>(mantissa) * 0x1p-24f);
-  } else if (exponent == 0x1F) {
-    magnitude = 0x7F800000u | mantissa << 13;
-  } else {
-    magnitude = (exponent + (127 - 15)) << 23 | mantissa << 13;
-  }
-  return std::bit_cast<float>(sign | magnitude);
-}
-
-// bfloat16 is the top half of a binary32.
-float bfloat16_to_float(uint16_t bits) {
-  return std::bit_cast<float>(uint32_t{bits} << 16);
-}
-
 // `bytes` holds exactly out.size() elements of `dtype`.
 void decode(Dtype dtype, std::span<const uint8_t> bytes, std::vector<float>& out) {
   const uint8_t* p = bytes.data();
@@ -104,10 +82,10 @@ void decode(Dtype dtype, std::span<const uint8_t> bytes, std::vector<float>& out
       for (size_t k = 0; k < out.size(); ++k) out[k] = std::bit_cast<float>(read_u32le(p + 4 * k));
       break;
     case Dtype::kF16:
-      for (size_t k = 0; k < out.size(); ++k) out[k] = half_to_float(read_u16le(p + 2 * k));
+      for (size_t k = 0; k < out.size(); ++k) out[k] = f16_to_float(read_u16le(p + 2 * k));
       break;
     case Dtype::kBF16:
-      for (size_t k = 0; k < out.size(); ++k) out[k] = bfloat16_to_float(read_u16le(p + 2 * k));
+      for (size_t k = 0; k < out.size(); ++k) out[k] = bf16_to_float(read_u16le(p + 2 * k));
       break;
     case Dtype::kOther:
       break;  // callers refuse these before decoding
@@ -331,7 +309,7 @@ Result<FileHeader> parse_header_dom(std::span<const uint8_t> bytes) {
   FileHeader parsed;
   parsed.data = bytes.subspan(8 + header_bytes);
   for (const auto& [name, entry] : header.items()) {
-    if (name == kMetadataKey) {
+    if (name == kSafetensorsMetadataKey) {
       if (!entry.is_object()) {
         return R::failure("__metadata__: expected an object of strings, got " +
                           json_for_message(entry));
@@ -375,7 +353,7 @@ class StreamingHeaderReader : public nlohmann::json_sax<json> {
   bool key(string_t& key) override {
     if (depth_ == 1) {
       name_ = key;
-      in_metadata_ = key == kMetadataKey;
+      in_metadata_ = key == kSafetensorsMetadataKey;
       if (in_metadata_) return !std::exchange(metadata_seen_, true);
       fields_ = 0;
       shape_.clear();
@@ -472,7 +450,7 @@ Result<FileHeader> parse_header(std::span<const uint8_t> bytes) {
 }
 
 Result<Config> config_from_metadata(const FileHeader& header) {
-  const auto it = header.metadata.find(std::string(kConfigKey));
+  const auto it = header.metadata.find(std::string(kSafetensorsConfigKey));
   if (it == header.metadata.end()) {
     return Result<Config>::failure(
         "__metadata__ has no \"kvcheck.config\": the model config must be stored with the weights "
@@ -607,84 +585,12 @@ Result<Weights> load_safetensors(std::span<const uint8_t> bytes, const Config& e
   return weights_from_hf_tensors(header.value().tensors, config.value());
 }
 
-namespace {
-
-// The header as the JSON library writes a DOM (keys sorted, no spaces; a test
-// holds the two equal), written directly: building and dumping the DOM was
-// a third of saving a small model, and an exec engine gets one per case.
-// The data lies in layout order, the entries are listed by name.
-std::string header_json(const Config& config, const std::vector<LayoutTensor>& layout) {
-  std::vector<uint64_t> offsets(layout.size() + 1, 0);  // [tensor + 1] data begins
-  for (size_t t = 0; t < layout.size(); ++t)
-    offsets[t + 1] = offsets[t] + static_cast<uint64_t>(layout[t].elements()) * 4;
-  std::vector<std::pair<std::string_view, size_t>> by_name;  // [entries] key, layout index
-  by_name.emplace_back(kMetadataKey, layout.size());
-  for (size_t t = 0; t < layout.size(); ++t) by_name.emplace_back(layout[t].name, t);
-  std::sort(by_name.begin(), by_name.end());
-  std::string text = "{";
-  for (const auto& [name, t] : by_name) {
-    if (text.size() > 1) text += ',';
-    text += json(name).dump() + ":";
-    if (t == layout.size()) {
-      text += "{\"format\":\"pt\",\"" + std::string(kConfigKey) +
-              "\":" + json(config_to_json(config).dump()).dump() + "}";
-      continue;
-    }
-    text += "{\"data_offsets\":[" + std::to_string(offsets[t]) + "," +
-            std::to_string(offsets[t + 1]) + "],\"dtype\":\"F32\",\"shape\":[";
-    for (size_t d = 0; d < layout[t].shape.size(); ++d)
-      text += (d ? "," : "") + std::to_string(layout[t].shape[d]);
-    text += "]}";
-  }
-  return text + "}";
-}
-
-}  // namespace
-
-std::vector<uint8_t> save_safetensors(const Config& config, const Weights& weights) {
-  if (std::string error = config.validate(); !error.empty()) {
-    throw InputError("save_safetensors: config: " + error);
-  }
-  if (std::string error = check_shapes(config, weights); !error.empty()) {
-    throw InputError("save_safetensors: " + error);
-  }
-  const std::vector<TensorView> canonical = tensor_views(config, weights);
-  Result<std::vector<LayoutTensor>> layout =
-      file_layout(FileFormat::kHuggingFace, config, canonical);
-  if (!layout.ok()) throw std::logic_error(layout.error());
-
-  std::string header_text = header_json(config, layout.value());
-  // Spaces (valid JSON whitespace) pad the header so the data section starts
-  // 8-byte aligned, as the reference writer does, for readers that map it.
-  header_text.append((8 - header_text.size() % 8) % 8, ' ');
-
-  std::vector<uint8_t> out;  // [8 + header + data] the whole file
-  uint64_t data_bytes = 0;
-  for (const LayoutTensor& hf : layout.value()) data_bytes += uint64_t(hf.elements()) * 4;
-  out.reserve(8 + header_text.size() + data_bytes);
-  const uint64_t header_bytes = header_text.size();
-  append_le(out, header_bytes, 8);
-  out.insert(out.end(), header_text.begin(), header_text.end());
-  std::vector<float> values;  // [hf.elements()] one HF tensor in file layout
-  for (const LayoutTensor& hf : layout.value()) {
-    values.resize(static_cast<size_t>(hf.elements()));
-    pack(hf, canonical, values);
-    append_f32le(out, values);
-  }
-  return out;
-}
-
 Result<ModelFile> load_safetensors_file(const std::string& path) {
   Result<std::vector<uint8_t>> bytes = read_file_bytes(path);
   if (!bytes.ok()) return Result<ModelFile>::failure(bytes.error());
   Result<ModelFile> model = load_safetensors(bytes.value());
   if (!model.ok()) return Result<ModelFile>::failure(path + ": " + model.error());
   return model;
-}
-
-std::string save_safetensors_file(const std::string& path, const Config& config,
-                                  const Weights& weights) {
-  return write_file_atomically_from(path, [&] { return save_safetensors(config, weights); });
 }
 
 }  // namespace kvcheck

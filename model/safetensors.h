@@ -10,6 +10,7 @@
 #include <map>
 #include <span>
 #include <string>
+#include <string_view>
 #include <vector>
 
 #include "model/config.h"
@@ -17,6 +18,12 @@
 #include "model/weights.h"
 
 namespace kvcheck {
+
+// The header's metadata entry, and the key in it under which kvcheck stores
+// its Config as JSON (docs/WEIGHTS.md); read and written by the two halves of
+// the codec (safetensors.cpp, safetensors_write.cpp).
+inline constexpr std::string_view kSafetensorsMetadataKey = "__metadata__";
+inline constexpr std::string_view kSafetensorsConfigKey = "kvcheck.config";
 
 // One tensor of a safetensors file as its header describes it, checked
 // against the file: its byte range lies inside the data section and holds

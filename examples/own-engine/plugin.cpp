@@ -145,7 +145,9 @@ const kvcheck_plugin_v1 kTable = {KVCHECK_PLUGIN_ABI_VERSION,
                                   nullptr,   // cache_positions: slot i holds position i
                                   nullptr,   // abort: its finish
                                   nullptr,   // start_keyed: no cache keys
-                                  nullptr};  // offload: no host tier
+                                  nullptr,   // offload: no host tier
+                                  nullptr,   // save: no save and restore
+                                  nullptr};  // restore
 
 }  // namespace
 

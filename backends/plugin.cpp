@@ -224,6 +224,18 @@ class PluginEngine final : public Engine {
     check("offload", table().offload(handle_, sequence, &e), e);
   }
 
+  void save_state(SequenceId sequence) override {
+    if (table().save == nullptr) return Engine::save_state(sequence);
+    kvcheck_error e{};
+    check("save", table().save(handle_, sequence, &e), e);
+  }
+
+  void restore_state(SequenceId sequence) override {
+    if (table().restore == nullptr) return Engine::restore_state(sequence);
+    kvcheck_error e{};
+    check("restore", table().restore(handle_, sequence, &e), e);
+  }
+
   void flush_prefix_cache() override {
     if (table().flush_prefix_cache == nullptr) return Engine::flush_prefix_cache();
     kvcheck_error e{};
@@ -284,9 +296,9 @@ std::shared_ptr<const Library> open_library(const std::string& path) {
   const kvcheck_plugin_v1* t = entry();
   if (t == nullptr)
     throw InputError("--backend plugin:" + path + ": " KVCHECK_PLUGIN_ENTRY "() returned NULL");
-  if (t->abi_version != 1 && t->abi_version != KVCHECK_PLUGIN_ABI_VERSION) {
+  if (t->abi_version < 1 || t->abi_version > KVCHECK_PLUGIN_ABI_VERSION) {
     throw InputError("--backend plugin:" + path + ": ABI version " +
-                     std::to_string(t->abi_version) + ", this kvcheck speaks versions 1 and " +
+                     std::to_string(t->abi_version) + ", this kvcheck speaks versions 1 to " +
                      std::to_string(KVCHECK_PLUGIN_ABI_VERSION));
   }
   if (t->struct_size < KVCHECK_PLUGIN_CORE_SIZE) {
@@ -294,10 +306,15 @@ std::shared_ptr<const Library> open_library(const std::string& path) {
                      std::to_string(t->struct_size) + " is smaller than version 1's " +
                      std::to_string(KVCHECK_PLUGIN_CORE_SIZE));
   }
-  // A version-1 table ends at start_keyed whatever its struct_size says:
-  // what lies past it is never read.
-  const size_t known = t->abi_version == 1 ? KVCHECK_PLUGIN_V1_SIZE : sizeof(kvcheck_plugin_v1);
-  std::memcpy(&library->table, t, std::min<size_t>(t->struct_size, known));
+  // A table of an older version ends at that version's last function
+  // (version 1 at start_keyed, version 2 at offload) whatever its
+  // struct_size says: what lies past it is never read.
+  const size_t known = t->abi_version == 1   ? KVCHECK_PLUGIN_V1_SIZE
+                       : t->abi_version == 2 ? KVCHECK_PLUGIN_V2_SIZE
+                                             : sizeof(kvcheck_plugin_v1);
+  const size_t taken = std::min<size_t>(t->struct_size, known);
+  std::memcpy(&library->table, t, taken);
+  library->table.struct_size = uint32_t(taken);  // the bytes read, as the checks below name them
   t = &library->table;
   const std::pair<const char*, bool> required[] = {{"traits_json", t->traits_json != nullptr},
                                                    {"create", t->create != nullptr},
@@ -348,7 +365,9 @@ void check_declared_operations(const std::string& path, const kvcheck_plugin_v1&
       {"cache_keys", ops.cache_keys && t.start_keyed == nullptr,
        end_of(offsetof(kvcheck_plugin_v1, start_keyed))},
       {"offload", ops.offload && t.offload == nullptr,
-       end_of(offsetof(kvcheck_plugin_v1, offload))}};
+       end_of(offsetof(kvcheck_plugin_v1, offload))},
+      {"save_restore", ops.save_restore && (t.save == nullptr || t.restore == nullptr),
+       end_of(offsetof(kvcheck_plugin_v1, restore)), " save or restore"}};
   for (const Declared& d : declared) {
     if (!d.contradiction) continue;
     throw InputError("--backend plugin:" + path + ": traits.operations." + d.name +
@@ -356,11 +375,6 @@ void check_declared_operations(const std::string& path, const kvcheck_plugin_v1&
                      (t.struct_size < d.end ? " (or past the table's struct_size " +
                                                   std::to_string(t.struct_size) + ")"
                                             : std::string()));
-  }
-  if (ops.save_restore) {
-    throw InputError("--backend plugin:" + path +
-                     ": traits.operations.save_restore is true, but the C plugin ABI does not "
-                     "carry save and restore (docs/ENGINES.md); use the exec protocol");
   }
 }
 

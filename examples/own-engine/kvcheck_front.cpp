@@ -94,6 +94,12 @@ class OwnEngine final : public kvcheck::Engine {
     translated([&] { core_.finish(s); });
   }
   void reset() override { core_.reset(); }
+  void save_state(kvcheck::SequenceId s) override {
+    translated([&] { core_.save(s); });
+  }
+  void restore_state(kvcheck::SequenceId s) override {
+    translated([&] { core_.restore(s); });
+  }
   int length(kvcheck::SequenceId s) const override {
     return translated([&] { return core_.length(s); });
   }

@@ -151,10 +151,26 @@ void Engine::step(const std::vector<Chunk>& batch, float* logits) {
 void Engine::finish(int64_t sequence) {
   lookup(sequence, "finish");
   sequences_.erase(sequence);
+  saved_.erase(sequence);
 }
 
 void Engine::reset() {
   sequences_.clear();
+  saved_.clear();
+}
+
+void Engine::save(int64_t sequence) {
+  saved_[sequence] = lookup(sequence, "save");
+}
+
+void Engine::restore(int64_t sequence) {
+  lookup(sequence, "restore");
+  const auto it = saved_.find(sequence);
+  if (it == saved_.end()) {
+    throw Error(ErrorCode::kBadBatch,
+                "restore: sequence " + std::to_string(sequence) + " was never saved");
+  }
+  sequences_.at(sequence) = it->second;
 }
 
 int Engine::length(int64_t sequence) const {

@@ -68,6 +68,11 @@ class Engine {
   void step(const std::vector<Chunk>& batch, float* logits);
   void finish(int64_t sequence);
   void reset();
+  // Keeps a copy of the sequence's cache, replacing the one kept before;
+  // restore returns the sequence to it (Error(kBadBatch) for a sequence
+  // never saved). A finish or reset drops the copy.
+  void save(int64_t sequence);
+  void restore(int64_t sequence);
   int length(int64_t sequence) const;
   // One layer's cache of a sequence, [length][n_kv_heads][head_dim] each.
   const std::vector<float>& keys(int64_t sequence, int layer) const;
@@ -104,6 +109,7 @@ class Engine {
   std::vector<float> final_norm_;  // [E]
   std::vector<float> lm_head_;     // [V][E]
   std::map<int64_t, Sequence> sequences_;
+  std::map<int64_t, Sequence> saved_;  // each sequence's last save
   int64_t next_id_ = 0;
 };
 

@@ -11,7 +11,8 @@ namespace own {
 inline constexpr const char* kTraitsJson = R"({
   "identity": {"name": "own-engine", "version": "1"},
   "operations": {"multi_sequence_step": true, "finish": true, "reset": true,
-                 "cache_snapshot": true, "capacity_refusal": true, "fault_switches": false},
+                 "cache_snapshot": true, "capacity_refusal": true, "save_restore": true,
+                 "fault_switches": false},
   "limits": {"families": ["llama"], "kv_dtypes": ["f32"], "min_head_dim": 2,
              "head_dim_multiple": 2, "max_capacity": 65536, "max_rows": 256},
   "invariance": {"chunking": "bitwise", "batch": "bitwise", "reset": "bitwise",

@@ -123,6 +123,14 @@ int32_t cache(kvcheck_engine* engine, int64_t sequence, int32_t layer, float* k,
   });
 }
 
+int32_t save(kvcheck_engine* engine, int64_t sequence, kvcheck_error* error) {
+  return guarded(error, [&] { engine->core.save(sequence); });
+}
+
+int32_t restore(kvcheck_engine* engine, int64_t sequence, kvcheck_error* error) {
+  return guarded(error, [&] { engine->core.restore(sequence); });
+}
+
 const kvcheck_plugin_v1 kTable = {KVCHECK_PLUGIN_ABI_VERSION,
                                   sizeof(kvcheck_plugin_v1),
                                   traits_json,
@@ -134,18 +142,20 @@ const kvcheck_plugin_v1 kTable = {KVCHECK_PLUGIN_ABI_VERSION,
                                   reset,
                                   length,
                                   cache,
-                                  nullptr,   // fork: not offered (traits: false)
-                                  nullptr,   // truncate
-                                  nullptr,   // pool_json
-                                  nullptr,   // storage_check
-                                  nullptr,   // reused: no prefix cache
-                                  nullptr,   // flush_prefix_cache
-                                  nullptr,   // erase
-                                  nullptr,   // shift
-                                  nullptr,   // cache_positions: slot i holds position i
-                                  nullptr,   // abort: its finish
-                                  nullptr,   // start_keyed: no cache keys
-                                  nullptr};  // offload: no host tier
+                                  nullptr,  // fork: not offered (traits: false)
+                                  nullptr,  // truncate
+                                  nullptr,  // pool_json
+                                  nullptr,  // storage_check
+                                  nullptr,  // reused: no prefix cache
+                                  nullptr,  // flush_prefix_cache
+                                  nullptr,  // erase
+                                  nullptr,  // shift
+                                  nullptr,  // cache_positions: slot i holds position i
+                                  nullptr,  // abort: its finish
+                                  nullptr,  // start_keyed: no cache keys
+                                  nullptr,  // offload: no host tier
+                                  save,     // ABI version 3
+                                  restore};
 
 }  // namespace
 

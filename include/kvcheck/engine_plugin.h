@@ -1,4 +1,4 @@
-/* kvcheck engine plugin ABI, version 2 (docs/ENGINES.md).
+/* kvcheck engine plugin ABI, version 3 (docs/ENGINES.md).
  *
  * Plain C, so that an engine in any language with a C FFI can be loaded with
  * `--backend plugin:PATH.so[?key=value&...]`. The shared object exports one
@@ -26,10 +26,11 @@
 extern "C" {
 #endif
 
-/* Version 2 appends `offload` and kvcheck_create_args's `host_blocks`.
- * kvcheck loads tables of version 1 (whose table ends at start_keyed; it
- * never reads past that) and of version 2. */
-#define KVCHECK_PLUGIN_ABI_VERSION 2u
+/* Version 2 appends `offload` and kvcheck_create_args's `host_blocks`;
+ * version 3 appends `save` and `restore`. kvcheck loads tables of every
+ * version: one of version 1 ends at start_keyed and one of version 2 at
+ * offload (it never reads past that, whatever struct_size says). */
+#define KVCHECK_PLUGIN_ABI_VERSION 3u
 
 enum kvcheck_error_code {
   KVCHECK_OK = 0,
@@ -213,10 +214,26 @@ typedef struct kvcheck_plugin_v1 {
    * that feeds it brings them back first. KVCHECK_ERR_CAPACITY, changing
    * nothing, when the host tier (or, on the way back, the pool) is full. */
   int32_t (*offload)(kvcheck_engine* engine, int64_t sequence, kvcheck_error* error);
+
+  /* ---- appended in version 3: save and restore (docs/OPERATIONS.md, "Save
+   * and restore"; llama.cpp's llama_state_seq_get_data / set_data). Read
+   * only when struct_size covers them and abi_version is 3 or more; both
+   * NULL unless the traits declare "save_restore". */
+
+  /* Keeps a copy of the sequence's state (its cells, their positions and
+   * K/V), replacing the copy kept before. A finish, abort or reset of the
+   * sequence drops it. */
+  int32_t (*save)(kvcheck_engine* engine, int64_t sequence, kvcheck_error* error);
+  /* Returns the sequence to exactly the state of its last save; later steps
+   * continue from it (the next position is the largest restored + 1).
+   * KVCHECK_ERR_BAD_BATCH, changing nothing, for a sequence never saved. */
+  int32_t (*restore)(kvcheck_engine* engine, int64_t sequence, kvcheck_error* error);
 } kvcheck_plugin_v1;
 
-/* struct_size of a version-1 table with every function of that version. */
+/* struct_size of a version-1 (version-2) table with every function of that
+ * version. */
 #define KVCHECK_PLUGIN_V1_SIZE offsetof(kvcheck_plugin_v1, offload)
+#define KVCHECK_PLUGIN_V2_SIZE offsetof(kvcheck_plugin_v1, save)
 
 /* struct_size of a table that ends at `cache` (the first version of this
  * header); kvcheck accepts it and any longer one. */

@@ -1,9 +1,13 @@
 // One plugin per way of getting the ABI wrong, chosen by a compile
 // definition (tests/backends/CMakeLists.txt builds each as its own module).
 // The loader must refuse every one with a message naming the problem,
-// before it calls create. OLD_TABLE is the one right way among them: a
-// version-1 table of the first header's size that declares no fork, which
-// must load with fork absent although a fork function lies past its end.
+// before it calls create. OLD_TABLE and V2_TABLE are the right ways among
+// them: a version-1 table of the first header's size that declares no fork,
+// which must load with fork absent although a fork function lies past its
+// end; a version-2 table, which must load without save and restore although
+// their functions lie past its end. BAD_V2_SAVE_RESTORE is a version-2 table
+// of the whole size that declares save_restore: version 2 has no such
+// functions, so what lies past offload is never read and the loader refuses.
 #include <cstddef>
 #include <cstdint>
 
@@ -33,6 +37,9 @@ int32_t length(kvcheck_engine*, int64_t, int32_t*, kvcheck_error*) {
                                kvcheck_error*) {
   return KVCHECK_ERR_INTERNAL;
 }
+[[maybe_unused]] int32_t save_or_restore(kvcheck_engine*, int64_t, kvcheck_error*) {
+  return KVCHECK_ERR_INTERNAL;
+}
 
 const char* traits_json(const char*, kvcheck_error*) {
 #if defined(BAD_TRAITS_INVALID)
@@ -47,6 +54,9 @@ const char* traits_json(const char*, kvcheck_error*) {
   // fork is declared but the table has no fork function (NULL below).
   return R"({"identity": {"name": "bad"}, "operations": {"finish": false, "reset": false,
              "cache_snapshot": false, "fork": true}})";
+#elif defined(BAD_V2_SAVE_RESTORE)
+  return R"({"identity": {"name": "bad"}, "operations": {"finish": false, "reset": false,
+             "cache_snapshot": false, "save_restore": true}})";
 #elif defined(BAD_WINDOW_NO_POSITIONS)
   // A sliding window with snapshots, but no cache_positions (NULL below):
   // a ring's snapshot could not say which positions its slots hold.
@@ -63,6 +73,8 @@ constexpr uint32_t kAbi =
     KVCHECK_PLUGIN_ABI_VERSION + 1;
 #elif defined(OLD_TABLE)
     1;  // a version-1 plugin: still loads
+#elif defined(V2_TABLE) || defined(BAD_V2_SAVE_RESTORE)
+    2;                       // a version-2 plugin: loads, without save and restore
 #else
     KVCHECK_PLUGIN_ABI_VERSION;
 #endif
@@ -73,18 +85,26 @@ constexpr uint32_t kSize =
     // A table of the first header's size: its fork below lies past struct_size
     // and must not be read.
     KVCHECK_PLUGIN_CORE_SIZE;
+#elif defined(V2_TABLE)
+    KVCHECK_PLUGIN_V2_SIZE;  // the version-2 header's sizeof
 #else
     sizeof(kvcheck_plugin_v1);
 #endif
 
-const kvcheck_plugin_v1 kTable = {kAbi,    kSize,  traits_json, create, destroy, start,
+const kvcheck_plugin_v1 kTable = {kAbi,
+                                  kSize,
+                                  traits_json,
+                                  create,
+                                  destroy,
+                                  start,
 #ifdef BAD_NULL_STEP
                                   nullptr,
 #else
                                   step,
 #endif
                                   nullptr,  // finish
-                                  nullptr, length,
+                                  nullptr,
+                                  length,
 #ifdef BAD_WINDOW_NO_POSITIONS
                                   cache,
 #else
@@ -95,17 +115,24 @@ const kvcheck_plugin_v1 kTable = {kAbi,    kSize,  traits_json, create, destroy,
 #else
                                   nullptr,
 #endif
-                                  nullptr,   // truncate
-                                  nullptr,   // pool_json
-                                  nullptr,   // storage_check
-                                  nullptr,   // reused
-                                  nullptr,   // flush_prefix_cache
-                                  nullptr,   // erase
-                                  nullptr,   // shift
-                                  nullptr,   // cache_positions
-                                  nullptr,   // abort
-                                  nullptr,   // start_keyed: no cache keys
-                                  nullptr};  // offload: no host tier
+                                  nullptr,  // truncate
+                                  nullptr,  // pool_json
+                                  nullptr,  // storage_check
+                                  nullptr,  // reused
+                                  nullptr,  // flush_prefix_cache
+                                  nullptr,  // erase
+                                  nullptr,  // shift
+                                  nullptr,  // cache_positions
+                                  nullptr,  // abort
+                                  nullptr,  // start_keyed: no cache keys
+                                  nullptr,  // offload: no host tier
+#if defined(V2_TABLE) || defined(BAD_V2_SAVE_RESTORE)
+                                  save_or_restore,  // past a version-2 table: never read
+                                  save_or_restore};
+#else
+                                  nullptr,   // save
+                                  nullptr};  // restore
+#endif
 
 }  // namespace
 

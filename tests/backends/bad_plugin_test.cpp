@@ -33,7 +33,7 @@ TEST_P(BadPlugins, AreRefusedWithAMessageNamingTheProblem) {
 INSTANTIATE_TEST_SUITE_P(
     Loader, BadPlugins,
     testing::Values(
-        BadPlugin{"abi_version", ": ABI version 3, this kvcheck speaks versions 1 and 2"},
+        BadPlugin{"abi_version", ": ABI version 4, this kvcheck speaks versions 1 to 3"},
         BadPlugin{"struct_size", ": struct_size 56 is smaller than version 1's 80"},
         BadPlugin{"null_step", ": required function step is NULL"},
         BadPlugin{"missing_symbol", ": missing symbol kvcheck_plugin_entry_v1"},
@@ -47,7 +47,10 @@ INSTANTIATE_TEST_SUITE_P(
                   "is NULL"},
         BadPlugin{"short_table_fork",
                   ": traits.operations.fork is true but its function is NULL (or past the "
-                  "table's struct_size 80)"}),
+                  "table's struct_size 80)"},
+        BadPlugin{"v2_save_restore",
+                  ": traits.operations.save_restore is true but its function save or restore "
+                  "is NULL (or past the table's struct_size 176)"}),
     [](const testing::TestParamInfo<BadPlugin>& info) { return std::string(info.param.kind); });
 
 // A table of the first header's size (no fork, no truncate) still loads;
@@ -56,6 +59,14 @@ TEST(BadPlugins, AnOldTableLoadsWithoutTheAppendedOperations) {
   const Backend b = backend_registry().resolve(std::string("plugin:") + KVCHECK_OLD_TABLE_PLUGIN);
   EXPECT_FALSE(b.traits.operations.fork);
   EXPECT_FALSE(b.traits.operations.truncate);
+}
+
+// A table of the version-2 header (before save and restore) still loads,
+// without them, although save and restore functions lie past its end.
+TEST(BadPlugins, AVersion2TableLoadsWithoutSaveAndRestore) {
+  const Backend b = backend_registry().resolve(std::string("plugin:") + KVCHECK_V2_TABLE_PLUGIN);
+  EXPECT_FALSE(b.traits.operations.save_restore);
+  EXPECT_EQ(b.traits.identity.name, "bad");
 }
 
 TEST(BadPlugins, AMissingFileSaysItCannotLoad) {

@@ -137,7 +137,6 @@ const char* traits_json(const char* options, kvcheck_error* error) {
     t.operations.fault_switches = false;
     t.operations.storage_map = false;
     t.operations.prompt_logits = false;  // no create argument asks for it
-    t.operations.save_restore = false;   // the ABI does not carry save and restore
     return traits_to_json(t).dump();
   }();
   return json.c_str();
@@ -280,6 +279,14 @@ int32_t offload(kvcheck_engine* engine, int64_t sequence, kvcheck_error* error) 
   return guarded(error, [&] { engine->engine->offload(sequence); });
 }
 
+int32_t save(kvcheck_engine* engine, int64_t sequence, kvcheck_error* error) {
+  return guarded(error, [&] { engine->engine->save_state(sequence); });
+}
+
+int32_t restore(kvcheck_engine* engine, int64_t sequence, kvcheck_error* error) {
+  return guarded(error, [&] { engine->engine->restore_state(sequence); });
+}
+
 int32_t abort_sequence(kvcheck_engine* engine, int64_t sequence, kvcheck_error* error) {
   return guarded(error, [&] { engine->engine->abort(sequence); });
 }
@@ -387,7 +394,9 @@ const kvcheck_plugin_v1 kTable = {KVCHECK_PLUGIN_ABI_VERSION,
                                   cache_positions,
                                   abort_sequence,
                                   start_keyed,
-                                  offload};
+                                  offload,
+                                  save,
+                                  restore};
 
 }  // namespace
 

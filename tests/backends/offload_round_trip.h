@@ -13,6 +13,7 @@
 #include "model/weights.h"
 #include "properties/property.h"
 #include "properties/scenario.h"
+#include "tests/backends/in_tree_verdicts.h"
 
 namespace kvcheck::test {
 
@@ -36,14 +37,7 @@ inline void expect_offload_through(const EngineUnderTest& through) {
   ASSERT_TRUE(through.traits.operations.offload);
   const Scenario s = offload_scenario();
   ASSERT_EQ("", s.validate());
-  const EngineUnderTest in_tree = backend_registry().resolve("cpu").under_test();
-  for (int p = 0; p < kPropertyCount; ++p) {
-    const Verdict a = check_property(Property(p), s, through);
-    const Verdict b = check_property(Property(p), s, in_tree);
-    EXPECT_EQ(a.applicable, b.applicable) << property_name(Property(p));
-    EXPECT_TRUE(a.passed) << property_name(Property(p)) << ": " << a.summary;
-    EXPECT_EQ(a.summary, b.summary) << property_name(Property(p));
-  }
+  expect_in_tree_verdicts_through(s, through);
   // The pool reply carries the host tier: the offloaded sequence's blocks
   // are counted there.
   EngineOptions options = s.engine_options();

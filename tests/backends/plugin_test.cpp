@@ -18,6 +18,7 @@
 #include "properties/runner.h"
 #include "tests/backends/offload_round_trip.h"
 #include "tests/backends/operation_faults.h"
+#include "tests/backends/save_restore_round_trip.h"
 #include "tests/properties/test_scenarios.h"
 
 namespace kvcheck {
@@ -49,13 +50,11 @@ std::vector<Scenario> hand_made_scenarios() {
 
 // The in-tree engine as the ABI carries it: the core calls and the
 // operations of docs/OPERATIONS.md (no storage map, no fault switches, no
-// prompt logits on a hit: no create argument asks for them; no save and
-// restore: the ABI does not carry them).
+// prompt logits on a hit: no create argument asks for them).
 EngineTraits plugin_traits() {
   EngineTraits t = cpu_engine_traits_with_operations();
   t.operations.storage_map = false;
   t.operations.prompt_logits = false;
-  t.operations.save_restore = false;
   return t;
 }
 
@@ -115,6 +114,18 @@ TEST(CpuPlugin, EveryPropertyGivesTheInTreeVerdict) {
 // The ABI's appended offload and host_blocks (version 2).
 TEST(CpuPlugin, OffloadGivesTheInTreeVerdicts) {
   test::expect_offload_through(backend_registry().resolve(kCpuPlugin).under_test());
+}
+
+// The ABI's appended save and restore (version 3). Their fault,
+// restore_keeps_tail, reaches the plugin as every operation fault does
+// (fault=, OperationFaultsAreCaughtThroughTheAbi); here P6 names it.
+TEST(CpuPlugin, SaveAndRestoreGiveTheInTreeVerdicts) {
+  test::expect_save_restore_through(backend_registry().resolve(kCpuPlugin).under_test());
+  const EngineUnderTest faulty =
+      backend_registry().resolve(kCpuPlugin + "?fault=restore_keeps_tail").under_test();
+  const Verdict v = check_property(Property::kCacheState,
+                                   test::minimal_fault_scenario(Fault::kRestoreKeepsTail), faulty);
+  EXPECT_TRUE(v.applicable && !v.passed) << v.summary;
 }
 
 TEST(CpuPlugin, OperationFaultsAreCaughtThroughTheAbi) {

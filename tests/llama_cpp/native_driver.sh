@@ -48,12 +48,19 @@ finding corpus/llama.cpp/native/keep_leaves_other_streams.reset.fails.case \
   "--unified off --finish-by keep --erase-shift off" "--unified on --finish-by keep --erase-shift off"
 
 # llama.cpp's own capacity refusal with another sequence alive (P9: the
-# other continues as if the refused steps had never been sent).
+# other continues as if the refused steps had never been sent). Both
+# refusals must be llama_decode's (KVCHECK_LLAMA_TRACE lists them), the
+# step of two sequences too.
 holds=corpus/llama.cpp/native/llama_refusal_companion.capacity.holds.case
-if "$kvcheck" replay --backend "exec:$driver --capacity-by llama" "$holds" >"$scratch/out" 2>&1; then
-  echo "ok: $holds holds with --capacity-by llama"
+if KVCHECK_LLAMA_TRACE="$scratch/trace" "$kvcheck" replay \
+     --backend "exec:$driver --capacity-by llama" "$holds" >"$scratch/out" 2>&1 &&
+   [ "$(grep -c '"result":"capacity"' "$scratch/trace")" -eq 2 ] &&
+   grep -q '"entries":2,' "$scratch/trace"; then
+  echo "ok: $holds holds with --capacity-by llama, both refusals llama_decode's"
 else
-  cat "$scratch/out"; echo "FAILED: $holds with --capacity-by llama"; fail=1
+  cat "$scratch/out" "$scratch/trace"
+  echo "FAILED: $holds with --capacity-by llama (2 refusals by llama_decode, one of 2 entries)"
+  fail=1
 fi
 
 # kvcheck-llama-repro: the two findings above and the stale state after a

@@ -86,7 +86,9 @@ const kvcheck_plugin_v1 kTable = {KVCHECK_PLUGIN_ABI_VERSION,
                                   nullptr,   // cache_positions
                                   nullptr,   // abort
                                   nullptr,   // start_keyed: no cache keys
-                                  nullptr};  // offload: no host tier
+                                  nullptr,   // offload: no host tier
+                                  nullptr,   // save: no save and restore
+                                  nullptr};  // restore
 
 }  // namespace
 

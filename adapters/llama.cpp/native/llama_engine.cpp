@@ -3,6 +3,8 @@
 #include "llama_engine.h"
 
 #include <algorithm>
+#include <cstdio>
+#include <cstdlib>
 #include <cstring>
 #include <stdexcept>
 #include <string>
@@ -52,6 +54,19 @@ llama_context* make_context(llama_model* model, const Config& config, const Engi
   return ctx;
 }
 
+// Diagnosis only: with KVCHECK_LLAMA_TRACE=FILE (as the Node adapter's
+// trace), each step llama_decode refused is appended as one JSON line, so
+// that a campaign's refusals by llama.cpp can be counted.
+void trace_refusal(size_t entries, size_t tokens) {
+  const char* file = std::getenv("KVCHECK_LLAMA_TRACE");
+  if (file == nullptr || *file == 0) return;
+  if (std::FILE* f = std::fopen(file, "a")) {
+    std::fprintf(f, "{\"op\":\"step\",\"entries\":%zu,\"tokens\":%zu,\"result\":\"capacity\"}\n",
+                 entries, tokens);
+    std::fclose(f);
+  }
+}
+
 }  // namespace
 
 LlamaEngine::LlamaEngine(llama_model* model, const Config& config, const EngineOptions& options,
@@ -90,18 +105,15 @@ void LlamaEngine::leave_free(int free) {
 }
 
 void LlamaEngine::leave_room_for(std::span<const BatchEntry> batch) {
-  const auto held = [&](const BatchEntry& e) { return table_.lookup(e.sequence, "step").length; };
-  if (batch.size() == 1) return leave_free(options_.capacity - held(batch[0]));
-  int tokens = 0;
+  // Each entry may fill the cells its sequence has left; llama.cpp counts
+  // the stream's free cells, so it finds fewer than the step's tokens
+  // exactly when some entry passes its sequence's capacity.
+  int free = 0;
   for (const BatchEntry& e : batch) {
-    if (held(e) + int(e.tokens.size()) > options_.capacity)
-      throw EngineError(EngineError::Kind::kCapacity,
-                        "sequence " + std::to_string(e.sequence) + " has " +
-                            std::to_string(held(e)) + " of " + std::to_string(options_.capacity) +
-                            " cells, the step adds " + std::to_string(e.tokens.size()));
-    tokens += int(e.tokens.size());
+    const int room = options_.capacity - table_.lookup(e.sequence, "step").length;
+    free += std::min(int(e.tokens.size()), room);
   }
-  leave_free(tokens);
+  leave_free(free);
 }
 
 std::string LlamaEngine::name() const {
@@ -147,8 +159,10 @@ void LlamaEngine::step(std::span<const BatchEntry> batch, std::vector<float>& lo
   llama_batch_free(b);
   // llama.h: 1 "could not find a KV slot for the batch"; only the filler
   // makes it one of kvcheck's refusals (LlamaOptions::llama_refuses).
-  if (rc == 1 && llama_.llama_refuses)
+  if (rc == 1 && llama_.llama_refuses) {
+    trace_refusal(batch.size(), t);
     throw EngineError(EngineError::Kind::kCapacity, "llama_decode returned 1 (no KV slot)");
+  }
   if (rc != 0) throw std::runtime_error("llama_decode returned " + std::to_string(rc));
   const size_t V = size_t(config_.vocab);
   logits.resize(t * V);  // [N][V]

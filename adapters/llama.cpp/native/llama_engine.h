@@ -26,12 +26,11 @@ struct LlamaOptions {
   bool finish_by_keep = false;
   // --capacity-by llama: llama.cpp refuses a step past capacity itself. One
   // unified stream of n_ctx cells (rows x capacity + 1, rounded up to 256);
-  // before a step of one sequence a filler sequence takes every cell but
-  // the `capacity - held` the sequence may still fill, so llama_decode
-  // finds no slot (return 1) exactly where kvcheck's capacity ends; that
-  // return is the `capacity` refusal. A step of several sequences is
-  // refused by kvcheck's rule first (llama.cpp counts the cells of all of
-  // them together), then given room for all its tokens. No fork (in a
+  // before a step a filler sequence takes every cell but, summed over the
+  // step's entries, min(tokens, capacity - held) (the cells each entry may
+  // still fill), so llama_decode finds no slot (return 1) exactly where
+  // some entry passes kvcheck's capacity, for a step of one sequence or of
+  // several; that return is the `capacity` refusal. No fork (in a
   // unified stream a copy shares its parent's cells, which the count would
   // miss), no snapshot (its spare decode needs a cell).
   bool llama_refuses = false;

@@ -24,6 +24,7 @@
 #include "properties/scenario.h"
 #include "tests/backends/offload_round_trip.h"
 #include "tests/backends/operation_faults.h"
+#include "tests/backends/save_restore_round_trip.h"
 #include "tests/properties/test_scenarios.h"
 
 namespace kvcheck {
@@ -725,28 +726,7 @@ TEST(ExecServe, OffloadGivesTheInTreeVerdicts) {
 // property the in-tree verdict through the protocol, and a restore of a
 // sequence never saved comes back as the engine's refusal.
 TEST(ExecServe, SaveAndRestoreGiveTheInTreeVerdicts) {
-  const EngineUnderTest serve = backend_registry().resolve(kServe).under_test();
-  ASSERT_TRUE(serve.traits.operations.save_restore);
-  const EngineUnderTest in_tree = backend_registry().resolve("cpu").under_test();
-  const Scenario s = test::save_restore_scenario();
-  for (int p = 0; p < kPropertyCount; ++p) {
-    const Verdict a = check_property(Property(p), s, serve);
-    const Verdict b = check_property(Property(p), s, in_tree);
-    EXPECT_EQ(a.applicable, b.applicable) << property_name(Property(p));
-    EXPECT_TRUE(a.passed) << property_name(Property(p)) << ": " << a.summary;
-    EXPECT_EQ(a.summary, b.summary) << property_name(Property(p));
-  }
-  EngineOptions options;
-  options.capacity = 4;
-  auto engine = serve.factory(s.config, init_weights(s.config, 1), options);
-  const SequenceId id = engine->start();
-  try {
-    engine->restore_state(id);
-    ADD_FAILURE() << "a restore without a save was accepted";
-  } catch (const EngineError& e) {
-    EXPECT_EQ(e.kind(), EngineError::Kind::kBadBatch);
-    EXPECT_NE(std::string(e.what()).find("never saved"), std::string::npos) << e.what();
-  }
+  test::expect_save_restore_through(backend_registry().resolve(kServe).under_test());
 }
 
 TEST(ExecServe, OperationFaultsAreCaughtThroughExec) {

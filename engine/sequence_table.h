@@ -282,6 +282,28 @@ class BasicSequenceTable {
   std::vector<int> host_blocks_of(std::span<const BatchEntry> batch) const;
   void bring_back(std::span<const BatchEntry> batch, const PoisonSlots& poison,
                   const CopySlots& copy);
+  // prepare_step's parts (sequence_table_prepare-inl.h).
+  struct StepHits {
+    std::vector<std::vector<int>> blocks;  // [entry][logical block] the cached blocks taken
+    std::vector<int> matched;              // [entry] tokens reused, k
+    std::vector<bool> partial;             // [entry] k ends inside the last hit block
+    std::vector<bool> extra;               // [entry] the fault's extra block
+    std::vector<bool> in_hit;              // [pool block] some entry's hit takes it
+  };
+  StepHits find_prefix_hits(std::span<const BatchEntry> batch) const;
+  // The shared block the sequence's next write lands in (copied first), or -1.
+  int cow_block(const SequenceState& s) const;
+  // New blocks for `more` slots after the sequence's length, `held` in hand.
+  int blocks_needed(const SequenceState& s, int more, size_t held) const;
+  // Blocks the step needs (reloads from the host tier included), and the
+  // cached blocks that may be evicted for them.
+  std::pair<size_t, size_t> step_demand(std::span<const BatchEntry> batch, const StepHits& hits,
+                                        size_t reloads) const;
+  [[noreturn]] void refuse_step(std::span<const BatchEntry> batch, size_t needed, size_t evictable,
+                                size_t reloads, const PoisonSlots& poison);
+  void take_hits(std::span<const BatchEntry> batch, const StepHits& hits, std::vector<int>& reused);
+  void allocate_step_blocks(std::span<const BatchEntry> batch, const StepHits& hits,
+                            const CopySlots& copy, const PoisonSlots& poison);
   // A free block, else the least recently used cached one (evicted:
   // unregistered with every block chained after it, poisoned).
   int allocate_block(const PoisonSlots& poison);

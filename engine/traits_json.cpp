@@ -161,118 +161,130 @@ struct Section {
   std::vector<Field> fields;
 };
 
-const std::vector<Section>& sections() {
-  static const std::vector<Section> kSections = [] {
-    std::vector<Section> s;
-    s.push_back({"operations",
-                 {bool_field("multi_sequence_step", &OperationTraits::multi_sequence_step),
-                  bool_field("finish", &OperationTraits::finish),
-                  bool_field("reset", &OperationTraits::reset),
-                  bool_field("cache_snapshot", &OperationTraits::cache_snapshot),
-                  bool_field("capacity_refusal", &OperationTraits::capacity_refusal),
-                  bool_field("fault_switches", &OperationTraits::fault_switches),
-                  bool_field("storage_map", &OperationTraits::storage_map),
-                  bool_field("fork", &OperationTraits::fork),
-                  bool_field("truncate", &OperationTraits::truncate),
-                  bool_field("paged", &OperationTraits::paged),
-                  bool_field("pool_report", &OperationTraits::pool_report),
-                  bool_field("storage_check", &OperationTraits::storage_check),
-                  bool_field("prefix_cache", &OperationTraits::prefix_cache),
-                  bool_field("prompt_logits", &OperationTraits::prompt_logits),
-                  bool_field("sliding_window", &OperationTraits::sliding_window),
-                  bool_field("abort", &OperationTraits::abort),
-                  bool_field("cache_keys", &OperationTraits::cache_keys),
-                  bool_field("offload", &OperationTraits::offload),
-                  bool_field("erase", &OperationTraits::erase),
-                  bool_field("shift", &OperationTraits::shift),
-                  bool_field("save_restore", &OperationTraits::save_restore)}});
-    s.push_back({"limits",
-                 {list_field("families", &ShapeLimits::families, parse_family, family_name),
-                  list_field("kv_dtypes", &ShapeLimits::kv_dtypes, parse_kv_dtype, kv_dtype_name),
-                  int_field("min_head_dim", &ShapeLimits::min_head_dim),
-                  int_field("max_head_dim", &ShapeLimits::max_head_dim),
-                  int_field("head_dim_multiple", &ShapeLimits::head_dim_multiple),
-                  int_list_field("head_dims", &ShapeLimits::head_dims),
-                  int_field("min_vocab", &ShapeLimits::min_vocab),
-                  int_field("max_vocab", &ShapeLimits::max_vocab),
-                  int_field("max_layers", &ShapeLimits::max_layers),
-                  int_field("min_d_model", &ShapeLimits::min_d_model),
-                  int_field("max_d_model", &ShapeLimits::max_d_model),
-                  int_field("d_model_multiple", &ShapeLimits::d_model_multiple),
-                  int_field("max_capacity", &ShapeLimits::max_capacity),
-                  limit_flag("capacity_shared", &ShapeLimits::capacity_shared),
-                  int_field("max_rows", &ShapeLimits::max_rows),
-                  int_field("max_step_tokens", &ShapeLimits::max_step_tokens),
-                  list_field("query_width_is_d_model", &ShapeLimits::query_width_is_d_model,
-                             parse_family, family_name),
-                  list_field("d_ff_is_4x_d_model", &ShapeLimits::d_ff_is_4x_d_model, parse_family,
-                             family_name),
-                  limit_flag("mha_only", &ShapeLimits::mha_only),
-                  positions_field()}});
-    s.push_back({"invariance",
-                 {invariance_field("chunking", &InvarianceTraits::chunking),
-                  invariance_field("batch", &InvarianceTraits::batch),
-                  invariance_field("reset", &InvarianceTraits::reset),
-                  invariance_field("compaction", &InvarianceTraits::compaction),
-                  invariance_field("gqa_twin", &InvarianceTraits::gqa_twin),
-                  invariance_field("determinism", &InvarianceTraits::determinism),
-                  invariance_field("sharing", &InvarianceTraits::sharing),
-                  invariance_field("rollback", &InvarianceTraits::rollback)}});
-    auto precision = [](const char* key, Precision ArithmeticTraits::*member) {
-      return Field{
-          key,
-          [member](const EngineTraits& t) { return json(precision_name(t.arithmetic.*member)); },
-          [key, member](const json& v, EngineTraits& t) -> std::string {
-            auto p = parse_precision(std::string("arithmetic.") + key, v);
-            if (!p.ok()) return p.error();
-            t.arithmetic.*member = p.value();
-            return "";
-          }};
-    };
-    auto flag = [](const char* key, bool ArithmeticTraits::*member) {
-      return flag_field("arithmetic", key, &EngineTraits::arithmetic, member);
-    };
-    const Field quantizer{
-        "kv_quantizer",
-        [](const EngineTraits& t) { return json(kv_quantizer_name(t.arithmetic.kv_quantizer)); },
-        [](const json& v, EngineTraits& t) -> std::string {
-          for (KvQuantizer q : {KvQuantizer::kKvcheck, KvQuantizer::kGgml}) {
-            if (v == kv_quantizer_name(q)) return t.arithmetic.kv_quantizer = q, "";
-          }
-          return expected("arithmetic.kv_quantizer", "\"kvcheck\" or \"ggml\"", v);
+// The operations an engine offers (docs/OPERATIONS.md).
+Section operations_section() {
+  return {"operations",
+          {bool_field("multi_sequence_step", &OperationTraits::multi_sequence_step),
+           bool_field("finish", &OperationTraits::finish),
+           bool_field("reset", &OperationTraits::reset),
+           bool_field("cache_snapshot", &OperationTraits::cache_snapshot),
+           bool_field("capacity_refusal", &OperationTraits::capacity_refusal),
+           bool_field("fault_switches", &OperationTraits::fault_switches),
+           bool_field("storage_map", &OperationTraits::storage_map),
+           bool_field("fork", &OperationTraits::fork),
+           bool_field("truncate", &OperationTraits::truncate),
+           bool_field("paged", &OperationTraits::paged),
+           bool_field("pool_report", &OperationTraits::pool_report),
+           bool_field("storage_check", &OperationTraits::storage_check),
+           bool_field("prefix_cache", &OperationTraits::prefix_cache),
+           bool_field("prompt_logits", &OperationTraits::prompt_logits),
+           bool_field("sliding_window", &OperationTraits::sliding_window),
+           bool_field("abort", &OperationTraits::abort),
+           bool_field("cache_keys", &OperationTraits::cache_keys),
+           bool_field("offload", &OperationTraits::offload),
+           bool_field("erase", &OperationTraits::erase),
+           bool_field("shift", &OperationTraits::shift),
+           bool_field("save_restore", &OperationTraits::save_restore)}};
+}
+
+// The shapes an engine takes; the generators draw inside them.
+Section limits_section() {
+  return {"limits",
+          {list_field("families", &ShapeLimits::families, parse_family, family_name),
+           list_field("kv_dtypes", &ShapeLimits::kv_dtypes, parse_kv_dtype, kv_dtype_name),
+           int_field("min_head_dim", &ShapeLimits::min_head_dim),
+           int_field("max_head_dim", &ShapeLimits::max_head_dim),
+           int_field("head_dim_multiple", &ShapeLimits::head_dim_multiple),
+           int_list_field("head_dims", &ShapeLimits::head_dims),
+           int_field("min_vocab", &ShapeLimits::min_vocab),
+           int_field("max_vocab", &ShapeLimits::max_vocab),
+           int_field("max_layers", &ShapeLimits::max_layers),
+           int_field("min_d_model", &ShapeLimits::min_d_model),
+           int_field("max_d_model", &ShapeLimits::max_d_model),
+           int_field("d_model_multiple", &ShapeLimits::d_model_multiple),
+           int_field("max_capacity", &ShapeLimits::max_capacity),
+           limit_flag("capacity_shared", &ShapeLimits::capacity_shared),
+           int_field("max_rows", &ShapeLimits::max_rows),
+           int_field("max_step_tokens", &ShapeLimits::max_step_tokens),
+           list_field("query_width_is_d_model", &ShapeLimits::query_width_is_d_model, parse_family,
+                      family_name),
+           list_field("d_ff_is_4x_d_model", &ShapeLimits::d_ff_is_4x_d_model, parse_family,
+                      family_name),
+           limit_flag("mha_only", &ShapeLimits::mha_only),
+           positions_field()}};
+}
+
+// What an engine promises about its own results: which self-comparisons
+// are bitwise and which bounded (docs/ENGINES.md, "invariance").
+Section invariance_section() {
+  return {"invariance",
+          {invariance_field("chunking", &InvarianceTraits::chunking),
+           invariance_field("batch", &InvarianceTraits::batch),
+           invariance_field("reset", &InvarianceTraits::reset),
+           invariance_field("compaction", &InvarianceTraits::compaction),
+           invariance_field("gqa_twin", &InvarianceTraits::gqa_twin),
+           invariance_field("determinism", &InvarianceTraits::determinism),
+           invariance_field("sharing", &InvarianceTraits::sharing),
+           invariance_field("rollback", &InvarianceTraits::rollback)}};
+}
+
+// How an engine computes, from which the tolerance is derived
+// (docs/TOLERANCE.md).
+Section arithmetic_section() {
+  auto precision = [](const char* key, Precision ArithmeticTraits::*member) {
+    return Field{
+        key, [member](const EngineTraits& t) { return json(precision_name(t.arithmetic.*member)); },
+        [key, member](const json& v, EngineTraits& t) -> std::string {
+          auto p = parse_precision(std::string("arithmetic.") + key, v);
+          if (!p.ok()) return p.error();
+          t.arithmetic.*member = p.value();
+          return "";
         }};
-    // V's own type: a kv_dtype name, or null (absent) for V stored as K.
-    const Field v_dtype{"v_dtype",
-                        [](const EngineTraits& t) {
-                          const std::optional<KvDtype>& v = t.arithmetic.v_dtype;
-                          return v ? json(kv_dtype_name(*v)) : json(nullptr);
-                        },
-                        [](const json& v, EngineTraits& t) -> std::string {
-                          if (v.is_null()) return t.arithmetic.v_dtype.reset(), "";
-                          const std::string what =
-                              std::string("null or one of ") + kv_dtype_names();
-                          if (!v.is_string())
-                            return expected("arithmetic.v_dtype", what.c_str(), v);
-                          auto parsed = parse_kv_dtype(v.get<std::string>());
-                          if (!parsed.ok()) return "traits.arithmetic.v_dtype: " + parsed.error();
-                          t.arithmetic.v_dtype = parsed.value();
-                          return "";
-                        }};
-    s.push_back(
-        {"arithmetic",
-         {precision("accumulation", &ArithmeticTraits::accumulation),
-          precision("activations", &ArithmeticTraits::activations),
-          precision("weights", &ArithmeticTraits::weights),
-          flag("rope_angles_in_float", &ArithmeticTraits::rope_angles_in_float),
-          flag("queries_rounded_to_kv_dtype", &ArithmeticTraits::queries_rounded_to_kv_dtype),
-          precision("kv_read", &ArithmeticTraits::kv_read),
-          flag("probabilities_rounded_to_kv_dtype",
-               &ArithmeticTraits::probabilities_rounded_to_kv_dtype),
-          flag("online_softmax", &ArithmeticTraits::online_softmax),
-          precision("value_accumulation", &ArithmeticTraits::value_accumulation), quantizer,
-          v_dtype}});
-    return s;
-  }();
+  };
+  auto flag = [](const char* key, bool ArithmeticTraits::*member) {
+    return flag_field("arithmetic", key, &EngineTraits::arithmetic, member);
+  };
+  const Field quantizer{
+      "kv_quantizer",
+      [](const EngineTraits& t) { return json(kv_quantizer_name(t.arithmetic.kv_quantizer)); },
+      [](const json& v, EngineTraits& t) -> std::string {
+        for (KvQuantizer q : {KvQuantizer::kKvcheck, KvQuantizer::kGgml}) {
+          if (v == kv_quantizer_name(q)) return t.arithmetic.kv_quantizer = q, "";
+        }
+        return expected("arithmetic.kv_quantizer", "\"kvcheck\" or \"ggml\"", v);
+      }};
+  // V's own type: a kv_dtype name, or null (absent) for V stored as K.
+  const Field v_dtype{"v_dtype",
+                      [](const EngineTraits& t) {
+                        const std::optional<KvDtype>& v = t.arithmetic.v_dtype;
+                        return v ? json(kv_dtype_name(*v)) : json(nullptr);
+                      },
+                      [](const json& v, EngineTraits& t) -> std::string {
+                        if (v.is_null()) return t.arithmetic.v_dtype.reset(), "";
+                        const std::string what = std::string("null or one of ") + kv_dtype_names();
+                        if (!v.is_string()) return expected("arithmetic.v_dtype", what.c_str(), v);
+                        auto parsed = parse_kv_dtype(v.get<std::string>());
+                        if (!parsed.ok()) return "traits.arithmetic.v_dtype: " + parsed.error();
+                        t.arithmetic.v_dtype = parsed.value();
+                        return "";
+                      }};
+  return {
+      "arithmetic",
+      {precision("accumulation", &ArithmeticTraits::accumulation),
+       precision("activations", &ArithmeticTraits::activations),
+       precision("weights", &ArithmeticTraits::weights),
+       flag("rope_angles_in_float", &ArithmeticTraits::rope_angles_in_float),
+       flag("queries_rounded_to_kv_dtype", &ArithmeticTraits::queries_rounded_to_kv_dtype),
+       precision("kv_read", &ArithmeticTraits::kv_read),
+       flag("probabilities_rounded_to_kv_dtype",
+            &ArithmeticTraits::probabilities_rounded_to_kv_dtype),
+       flag("online_softmax", &ArithmeticTraits::online_softmax),
+       precision("value_accumulation", &ArithmeticTraits::value_accumulation), quantizer, v_dtype}};
+}
+
+const std::vector<Section>& sections() {
+  static const std::vector<Section> kSections = {operations_section(), limits_section(),
+                                                 invariance_section(), arithmetic_section()};
   return kSections;
 }
 

@@ -61,13 +61,14 @@ void drop_sequence(Scenario& s, int k) {
 }
 
 // Tokens nothing feeds and sequences nothing starts only perturb the derived
-// seeds (scenario_digest); they are dropped from every candidate.
+// seeds (scenario_digest); they are dropped from every candidate. Each call's
+// counts are clamped to what its sequences hold by then (its operation's
+// `normalize`), so a shorter step keeps them valid.
 void normalize(Scenario& s) {
   std::vector<int> fed(s.sequences.size(), 0);
   std::vector<bool> started(s.sequences.size(), false);
   for (const Call& call : s.calls) {
-    const bool starts = call.kind == Call::Kind::kStart || call.kind == Call::Kind::kFork;
-    if (starts && size_t(call.sequence) < started.size()) {
+    if (operation(call.kind).starts && size_t(call.sequence) < started.size()) {
       started[size_t(call.sequence)] = true;
     }
     for (const ChunkSpec& chunk : call.chunks) {
@@ -77,34 +78,14 @@ void normalize(Scenario& s) {
   for (size_t q = 0; q < s.sequences.size(); ++q) {
     if (s.sequences[q].size() > size_t(fed[q])) s.sequences[q].resize(size_t(fed[q]));
   }
-  // Forks and truncations clamped to what the sequence holds by then, so a
-  // shorter step keeps them valid; a truncation of nothing goes.
-  std::vector<int> held(s.sequences.size(), 0);   // [sequence] content length
-  std::vector<int> saved(s.sequences.size(), 0);  // [sequence] content length at its save
-  const auto valid = [&](int q) { return q >= 0 && size_t(q) < held.size(); };
+  ContentLengths lengths{std::vector<int>(s.sequences.size(), 0),
+                         std::vector<int>(s.sequences.size(), 0)};
+  std::vector<Call> kept;  // [call] those that still do something
   for (Call& call : s.calls) {
-    if (call.kind == Call::Kind::kStep) {
-      for (const ChunkSpec& chunk : call.chunks) {
-        if (valid(chunk.sequence)) held[size_t(chunk.sequence)] += chunk.length;
-      }
-    } else if (call.kind == Call::Kind::kFork && valid(call.parent) && valid(call.sequence)) {
-      call.count = std::clamp(call.count, 0, held[size_t(call.parent)]);
-      held[size_t(call.sequence)] = call.count;
-    } else if (call.kind == Call::Kind::kTruncate && valid(call.sequence)) {
-      call.count = std::clamp(call.count, 0, held[size_t(call.sequence)]);
-      held[size_t(call.sequence)] -= call.count;
-    } else if (call.kind == Call::Kind::kVerify && valid(call.sequence)) {
-      call.count = std::clamp(call.count, 1, std::max(1, held[size_t(call.sequence)]));
-      call.accepted = std::clamp(call.accepted, 0, call.count);
-      held[size_t(call.sequence)] -= call.count - call.accepted;
-    } else if (call.kind == Call::Kind::kSave && valid(call.sequence)) {
-      saved[size_t(call.sequence)] = held[size_t(call.sequence)];
-    } else if (call.kind == Call::Kind::kRestore && valid(call.sequence)) {
-      held[size_t(call.sequence)] = saved[size_t(call.sequence)];
-    }
+    const auto clamp = operation(call.kind).normalize;
+    if (!clamp || clamp(call, lengths)) kept.push_back(std::move(call));
   }
-  std::erase_if(s.calls,
-                [](const Call& c) { return c.kind == Call::Kind::kTruncate && c.count == 0; });
+  s.calls = std::move(kept);
   for (int k = static_cast<int>(s.sequences.size()) - 1; k >= 0; --k) {
     if (!started[size_t(k)]) drop_sequence(s, k);
   }

@@ -116,6 +116,15 @@ void run(CallTarget& target, const Call& call, int) {
   child.cells.assign(parent.cells.begin(), parent.cells.begin() + call.count);
 }
 
+// A fork of more than the parent holds takes what it holds.
+bool normalize(Call& call, ContentLengths& lengths) {
+  if (lengths.valid(call.parent) && lengths.valid(call.sequence)) {
+    call.count = std::clamp(call.count, 0, lengths.held[size_t(call.parent)]);
+    lengths.held[size_t(call.sequence)] = call.count;
+  }
+  return true;
+}
+
 }  // namespace op_fork
 
 extern const Operation kForkOperation{.kind = Call::Kind::kFork,
@@ -129,6 +138,8 @@ extern const Operation kForkOperation{.kind = Call::Kind::kFork,
                                       .needs = op_fork::needs,
                                       .draw = op_fork::draw,
                                       .simpler = op_fork::simpler,
+                                      .normalize = op_fork::normalize,
+                                      .starts = true,
                                       .releases = true};
 
 }  // namespace kvcheck

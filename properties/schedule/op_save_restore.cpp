@@ -119,6 +119,21 @@ void restore_run(CallTarget& target, const Call& call, int) {
   seq.held = static_cast<int>(seq.cells.size());
 }
 
+// A save records the length; a restore returns to it.
+bool normalize_save(Call& call, ContentLengths& lengths) {
+  if (lengths.valid(call.sequence)) {
+    lengths.saved[size_t(call.sequence)] = lengths.held[size_t(call.sequence)];
+  }
+  return true;
+}
+
+bool normalize_restore(Call& call, ContentLengths& lengths) {
+  if (lengths.valid(call.sequence)) {
+    lengths.held[size_t(call.sequence)] = lengths.saved[size_t(call.sequence)];
+  }
+  return true;
+}
+
 }  // namespace op_save_restore
 
 extern const Operation kSaveOperation{.kind = Call::Kind::kSave,
@@ -131,7 +146,8 @@ extern const Operation kSaveOperation{.kind = Call::Kind::kSave,
                                       .run = op_save_restore::save_run,
                                       .needs = op_save_restore::needs,
                                       .scope = op_save_restore::scope,
-                                      .draw = op_save_restore::save_draw};
+                                      .draw = op_save_restore::save_draw,
+                                      .normalize = op_save_restore::normalize_save};
 
 // A restore frees the cells the sequence held past the saved ones (P14).
 extern const Operation kRestoreOperation{.kind = Call::Kind::kRestore,
@@ -145,6 +161,7 @@ extern const Operation kRestoreOperation{.kind = Call::Kind::kRestore,
                                          .needs = op_save_restore::needs,
                                          .scope = op_save_restore::scope,
                                          .draw = op_save_restore::restore_draw,
+                                         .normalize = op_save_restore::normalize_restore,
                                          .releases = true};
 
 }  // namespace kvcheck

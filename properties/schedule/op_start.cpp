@@ -59,6 +59,7 @@ extern const Operation kStartOperation{.kind = Call::Kind::kStart,
                                        .apply = op_start::apply,
                                        .plan = op_start::plan,
                                        .run = op_start::run,
-                                       .needs = op_start::needs};
+                                       .needs = op_start::needs,
+                                       .starts = true};
 
 }  // namespace kvcheck

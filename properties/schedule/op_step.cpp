@@ -118,6 +118,14 @@ void run(CallTarget& target, const Call& call, int call_index) {
   target.feed(call, call_index);
 }
 
+// Its chunks add to their sequences' lengths.
+bool normalize(Call& call, ContentLengths& lengths) {
+  for (const ChunkSpec& chunk : call.chunks) {
+    if (lengths.valid(chunk.sequence)) lengths.held[size_t(chunk.sequence)] += chunk.length;
+  }
+  return true;
+}
+
 }  // namespace op_step
 
 extern const Operation kStepOperation{.kind = Call::Kind::kStep,
@@ -127,6 +135,7 @@ extern const Operation kStepOperation{.kind = Call::Kind::kStep,
                                       .apply = op_step::apply,
                                       .plan = op_step::plan,
                                       .run = op_step::run,
-                                      .needs = op_step::needs};
+                                      .needs = op_step::needs,
+                                      .normalize = op_step::normalize};
 
 }  // namespace kvcheck

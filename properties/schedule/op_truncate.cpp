@@ -98,6 +98,15 @@ void run(CallTarget& target, const Call& call, int) {
   seq.cells.resize(size_t(seq.held));
 }
 
+// A truncation of more than is held takes what is held; one of nothing goes.
+bool normalize(Call& call, ContentLengths& lengths) {
+  if (lengths.valid(call.sequence)) {
+    call.count = std::clamp(call.count, 0, lengths.held[size_t(call.sequence)]);
+    lengths.held[size_t(call.sequence)] -= call.count;
+  }
+  return call.count != 0;
+}
+
 }  // namespace op_truncate
 
 extern const Operation kTruncateOperation{.kind = Call::Kind::kTruncate,
@@ -111,6 +120,7 @@ extern const Operation kTruncateOperation{.kind = Call::Kind::kTruncate,
                                           .needs = op_truncate::needs,
                                           .draw = op_truncate::draw,
                                           .simpler = op_truncate::simpler,
+                                          .normalize = op_truncate::normalize,
                                           .releases = true};
 
 }  // namespace kvcheck

@@ -105,6 +105,17 @@ void run(CallTarget& target, const Call& call, int call_index) {
       .run(target, Call::truncate(call.sequence, rejected(call)), call_index);
 }
 
+// A draft of at least one token and at most what is held; the accepted
+// ones at most the draft.
+bool normalize(Call& call, ContentLengths& lengths) {
+  if (lengths.valid(call.sequence)) {
+    call.count = std::clamp(call.count, 1, std::max(1, lengths.held[size_t(call.sequence)]));
+    call.accepted = std::clamp(call.accepted, 0, call.count);
+    lengths.held[size_t(call.sequence)] -= call.count - call.accepted;
+  }
+  return true;
+}
+
 }  // namespace op_verify
 
 extern const Operation kVerifyOperation{.kind = Call::Kind::kVerify,
@@ -118,6 +129,7 @@ extern const Operation kVerifyOperation{.kind = Call::Kind::kVerify,
                                         .needs = op_verify::needs,
                                         .draw = op_verify::draw,
                                         .simpler = op_verify::simpler,
+                                        .normalize = op_verify::normalize,
                                         .releases = true};
 
 }  // namespace kvcheck

@@ -58,6 +58,15 @@ struct Argument {
   int hi = std::numeric_limits<int>::max();
 };
 
+// What the shrinker's normalization knows of each sequence while it walks a
+// candidate, which may not validate: content lengths by then, and each one's
+// at its last save.
+struct ContentLengths {
+  std::vector<int> held;   // [sequence] content length by then
+  std::vector<int> saved;  // [sequence] content length at its last save
+  bool valid(int q) const { return q >= 0 && size_t(q) < held.size(); }
+};
+
 struct Operation {
   Call::Kind kind = Call::Kind::kStep;
   std::string_view keyword = {};  // the case file's and the trace's name
@@ -93,6 +102,13 @@ struct Operation {
   // those that still validate): smaller counts, narrower ranges, smaller
   // deltas. Null: the call has nothing to simplify but its removal.
   std::vector<Call> (*simpler)(const Call& call) = nullptr;
+  // The shrinker's normalization: clamps the call's counts to what its
+  // sequences hold by then (so a shorter step keeps it valid), updates
+  // `lengths`, and says whether the call still does anything. Null: it
+  // changes no content length and stays.
+  bool (*normalize)(Call& call, ContentLengths& lengths) = nullptr;
+  // It starts the sequence it names (a start; a fork's child).
+  bool starts = false;
   // It can free storage (a row, a block, a tail of slots), which must be
   // poisoned again (P14 applies to scenarios that hold one).
   bool releases = false;

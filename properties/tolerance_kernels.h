@@ -72,6 +72,27 @@ void rope_var(double* head, double* var, const RopeAngles& angles, int dim,
 void store_var(const double* value, double* var, double* bound, double* computed, int KVH, int D,
                const KvStorageError& storage);
 
+// One quantization block of exact values and their computed errors: the
+// smallest and largest value, the largest magnitude, and the largest
+// kConfidence-sigma error.   value, var: [n].
+struct BlockRange {
+  double min, max, amax, computed_max;
+};
+BlockRange block_range(const double* value, const double* var, int n);
+
+// ggml's vec_dot of a K block with a stored minimum (q5_1: k~ = c d + m)
+// and q in q8_1 blocks (q~ = c' d', and s' = fp16(d' sum c') stored):
+// d d' sum(c c') + m s'. Against the dequantized dot sum k~ q~ (the
+// per-element models of K and q) it differs by m (s' - fp16(d') sum c'),
+// at most `sum`; the minimum's f16 rounding, one error shared by the
+// block's elements, moves the dot by at most `min` (docs/TOLERANCE.md,
+// "ggml's q5_1").   q, var_q, k, var_k: [n] exact values, variances.
+struct BlockSumError {
+  double sum = 0, min = 0;
+};
+BlockSumError q8_1_block_sum_error(const double* q, const double* var_q, const double* k,
+                                   const double* var_k, int n);
+
 // Scratch of attend_var, sized once per pass.
 struct AttendScratch {
   std::vector<double> scores, p, var_sigma;  // [keys] one query head

@@ -106,7 +106,7 @@ INSTANTIATE_TEST_SUITE_P(
                   "traits.limits.head_dims: expected an array of positive integers, got 64"},
         Malformed{R"({"identity": {"name": "x"}, "arithmetic": {"v_dtype": 16}})",
                   "traits.arithmetic.v_dtype: expected null or one of f32, bf16, f16, q8_0, "
-                  "q4_0 or q5_0, got 16"},
+                  "q4_0, q5_0 or q5_1, got 16"},
         Malformed{R"([1, 2])", "traits: expected a JSON object, got [1,2]"}));
 
 // V stored as K unless declared: no key written, and null reads as unset.

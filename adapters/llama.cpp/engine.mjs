@@ -5,8 +5,8 @@
 //   kvcheck campaign --backend exec:'node adapters/llama.cpp/engine.mjs --kv f16 --flash-attn on'
 //
 // Options (part of the backend string, so a case file names the mode):
-//   --kv f32|f16|bf16|q8_0|q4_0|q5_0  K and V cache type (default f32); a
-//                          quantized V (q8_0, q4_0, q5_0) needs --flash-attn on
+//   --kv f32|f16|bf16|q8_0|q4_0|q5_0|q5_1  K and V cache type (default f32);
+//                          a quantized V (q8_0, q4_0, q5_0, q5_1) needs --flash-attn on
 //   --kv-k TYPE, --kv-v TYPE  K's and V's cache type each (default: --kv's),
 //                          llama.cpp's type_k and type_v
 //   --flash-attn on|off    llama.cpp's flash attention (default off)
@@ -90,7 +90,8 @@ import {contextShape, ModelStore} from "./model_store.mjs";
 import {cacheRotations, kQuantized, parseSequenceState, snapshotLayer} from "./state_file.mjs";
 import {traitsFor} from "./traits.mjs";
 
-const kKvTypes = {f32: "F32", f16: "F16", bf16: "BF16", q8_0: "Q8_0", q4_0: "Q4_0", q5_0: "Q5_0"};
+const kKvTypes = {f32: "F32", f16: "F16", bf16: "BF16", q8_0: "Q8_0", q4_0: "Q4_0", q5_0: "Q5_0",
+                  q5_1: "Q5_1"};
 
 function usage(message) {
     process.stderr.write(`engine.mjs: ${message}\n`);

@@ -50,7 +50,9 @@ const kUnmeasured = {...kShapeDependent, determinism: "bitwise"};
 //   one), V dequantized to f32 and summed in f32 (VKQ32), online softmax.
 //   q4_0 and q5_0 K/V the same fields: q is quantized to q8_0 (their
 //   vec_dot_type) and their storage is ggml's (docs/TOLERANCE.md, "ggml's
-//   q4_0", "ggml's q5_0").
+//   q4_0", "ggml's q5_0"). q5_1 too: its vec_dot_type q8_1 is q8_0's codes
+//   and scale plus a stored block sum, whose term the tolerance adds for a
+//   K type with a minimum ("ggml's q5_1").
 // - bf16 K/V: q rounded to bf16 (bf16's vec_dot_type); without flash
 //   attention the probabilities to bf16 too ("ggml-f16"'s fields), with it
 //   V widened to f32 and summed in f32 (VKQ32: only an f16 V has the f16
@@ -128,7 +130,7 @@ export function traitsFor(options) {
             // it differs): P6 compares the stored K/V within its storage
             // bound (docs/TOLERANCE.md, "The KV dtype").
             kv_dtypes: [k],
-            // a q8_0 / q4_0 / q5_0 row is whole blocks of 32 values (llama.cpp refuses others)
+            // a q8_0 / q4_0 / q5_0 / q5_1 row is whole blocks of 32 values (llama.cpp refuses others)
             head_dim_multiple: kQuantized.has(k) || kQuantized.has(v) ? 32 : 1,
             head_dims: kHeadDims,
             // Shapes llama.cpp cannot take, never drawn (docs/LLAMA_CPP.md,

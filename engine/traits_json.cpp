@@ -270,7 +270,7 @@ const std::vector<Section>& sections() {
                &ArithmeticTraits::probabilities_rounded_to_kv_dtype),
           flag("online_softmax", &ArithmeticTraits::online_softmax),
           precision("value_accumulation", &ArithmeticTraits::value_accumulation), quantizer,
-          v_dtype}});
+          flag("k_blocks_in_pair_order", &ArithmeticTraits::k_blocks_in_pair_order), v_dtype}});
     return s;
   }();
   return kSections;

@@ -47,6 +47,9 @@ struct ArithmeticModel {
   // q quantized to q8_1 blocks against a K with a stored minimum (q5_1):
   // the stored block sum's and the shared minimum's terms of each score.
   bool query_block_sums = false;
+  // K's and q's quantization blocks in adjacent-pair order (a llama model
+  // whose engine declares k_blocks_in_pair_order: the pass sets it).
+  bool k_pair_order = false;
   Rounding kv_read_k;  // K rounded as attention reads it
   Rounding kv_read_v;  // V rounded as attention reads it
   Rounding probabilities;

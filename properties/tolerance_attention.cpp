@@ -31,16 +31,16 @@ double read_var(double value, double var, Rounding read) {
 // gets their sum), and whose block sum and shared minimum add one bounded
 // error per block (q8_1_block_sum_error), in `var` scaled by scale^2.
 void block_sum_terms(const double* qh, const double* vqh, const double* kj, const double* vkj,
-                     int D, double& abs_dot, double& var) {
+                     int D, bool pair_order, double& abs_dot, double& var) {
   abs_dot = 0, var = 0;
   for (int first = 0; first < D; first += int(kQ8Block)) {
     const int n = std::min(D - first, int(kQ8Block));
-    const double k_min = block_range(kj + first, vkj + first, n).min;
-    for (int d = first; d < first + n; ++d) {
-      abs_dot += (std::abs(kj[d] - k_min) + std::abs(k_min)) * std::abs(qh[d]);
+    const BlockGather q(qh, vqh, first, n, D, pair_order), k(kj, vkj, first, n, D, pair_order);
+    const double k_min = block_range(k.value, k.var, n).min;
+    for (int i = 0; i < n; ++i) {
+      abs_dot += (std::abs(k.value[i] - k_min) + std::abs(k_min)) * std::abs(q.value[i]);
     }
-    const BlockSumError e =
-        q8_1_block_sum_error(qh + first, vqh + first, kj + first, vkj + first, n);
+    const BlockSumError e = q8_1_block_sum_error(q.value, q.var, k.value, k.var, n);
     var += sq(e.sum + e.min);
   }
 }
@@ -64,7 +64,8 @@ void weight_var(const double* qh, const double* vqh, const double* k, const doub
     const double* kj = k + kv_at;
     const double* vkj = var_k + kv_at;
     double abs_dot = 0, var = 0, block_var = 0;
-    if (m.query_block_sums) block_sum_terms(qh, vqh, kj, vkj, D, abs_dot, block_var);
+    if (m.query_block_sums)
+      block_sum_terms(qh, vqh, kj, vkj, D, m.k_pair_order, abs_dot, block_var);
     for (int d = 0; d < D; ++d) {
       if (!m.query_block_sums) abs_dot += std::abs(qh[d] * kj[d]);
       var += kj[d] * kj[d] * vqh[d] + qh[d] * qh[d] * read_var(kj[d], vkj[d], m.kv_read_k);

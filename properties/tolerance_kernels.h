@@ -69,8 +69,34 @@ void rope_var(double* head, double* var, const RopeAngles& angles, int dim,
 // the rounding of q to K's type (bound null). computed (quantized only,
 // else null): the bound before storage.
 //   value, var, bound, computed: [KVH][D].
+// pair_order: a quantized type's blocks of 32 are taken in adjacent-pair
+// order (block_element).
 void store_var(const double* value, double* var, double* bound, double* computed, int KVH, int D,
-               const KvStorageError& storage);
+               const KvStorageError& storage, bool pair_order = false);
+
+// The element of a head of D (even) at stored position j: j itself, or in
+// adjacent-pair order j / 2 for even j and D / 2 + j / 2 for odd j
+// (ArithmeticTraits::k_blocks_in_pair_order).
+inline int block_element(int j, int D, bool pair_order) {
+  if (!pair_order) return j;
+  return j % 2 == 0 ? j / 2 : D / 2 + j / 2;
+}
+
+// One block of a head (stored positions first .. first + n - 1) gathered:
+// its elements' indices into the head and their values and variances.
+struct BlockGather {
+  int n = 0;
+  int index[32];
+  double value[32], var[32];
+  BlockGather(const double* head_value, const double* head_var, int first, int n_, int D,
+              bool pair_order)
+      : n(n_) {
+    for (int i = 0; i < n; ++i) {
+      index[i] = block_element(first + i, D, pair_order);
+      value[i] = head_value[index[i]], var[i] = head_var[index[i]];
+    }
+  }
+};
 
 // One quantization block of exact values and their computed errors: the
 // smallest and largest value, the largest magnitude, and the largest

@@ -140,25 +140,27 @@ double block_storage(const KvStorageError& storage, const BlockRange& r) {
 // reads the stored value, whose storage rounding enters its variance as one
 // more bounded term.
 void store_var(const double* value, double* var, double* bound, double* computed, int KVH, int D,
-               const KvStorageError& storage) {
+               const KvStorageError& storage, bool pair_order) {
   const bool quantized = storage.per_scale > 0;
   if (computed != nullptr) {
     for (int i = 0; i < KVH * D; ++i) computed[i] = kConfidence * std::sqrt(var[i]);
   }
+  const auto store = [&](int i, double block) {
+    const double stored = storage.relative * std::abs(value[i]) + storage.absolute + block;
+    if (bound != nullptr)
+      bound[i] = kConfidence * std::sqrt(var[i]) * (1 + storage.relative) + stored;
+    var[i] = var[i] * sq(1 + storage.relative) + stored * stored;
+  };
   for (int g = 0; g < KVH; ++g) {
+    if (!quantized) {
+      for (int i = g * D; i < (g + 1) * D; ++i) store(i, 0.0);
+      continue;
+    }
     for (int first = 0; first < D; first += int(kQ8Block)) {
-      const int end = quantized ? std::min(D, first + int(kQ8Block)) : D;
-      const int at = g * D + first;
-      const double block =
-          quantized ? block_storage(storage, block_range(value + at, var + at, end - first)) : 0.0;
-      for (int i = g * D + first; i < g * D + end; ++i) {
-        const double stored = storage.relative * std::abs(value[i]) + storage.absolute + block;
-        if (bound != nullptr) {
-          bound[i] = kConfidence * std::sqrt(var[i]) * (1 + storage.relative) + stored;
-        }
-        var[i] = var[i] * sq(1 + storage.relative) + stored * stored;
-      }
-      if (!quantized) break;
+      const BlockGather b(value + g * D, var + g * D, first, std::min(D - first, int(kQ8Block)), D,
+                          pair_order);
+      const double block = block_storage(storage, block_range(b.value, b.var, b.n));
+      for (int i = 0; i < b.n; ++i) store(g * D + b.index[i], block);
     }
   }
 }

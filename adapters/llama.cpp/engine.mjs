@@ -33,6 +33,14 @@
 //                          no decode first), restore loads it into the same
 //                          sequence (loadStateFromFile); docs/LLAMA_CPP.md,
 //                          "Save and restore"
+//   --attn-rot on|off      llama.cpp's Hadamard rotation of a quantized K/V at
+//                          head sizes a multiple of 64 (attn_rot_k / attn_rot_v;
+//                          default off: the adapter sets LLAMA_ATTN_ROT_DISABLE=1
+//                          in its own environment, so quantized modes draw heads
+//                          of 64 and 128 under the derived bounds, which do not
+//                          model the rotation; on sets it to 0, llama.cpp's
+//                          default, and those heads stay outside the limits).
+//                          docs/LLAMA_CPP.md, "The Hadamard rotation"
 //   --gpt2                 also accept the gpt2 family (its GELU runs through an
 //                          f16 table: docs/LLAMA_CPP.md; off by default)
 //
@@ -111,6 +119,7 @@ function parseOptions() {
                 "gpt2": {type: "boolean", default: false},
                 "erase-shift": {type: "string", default: "on"},
                 "save-restore": {type: "string", default: "off"},
+                "attn-rot": {type: "string", default: "off"},
                 "declare": {type: "string", default: "measured"},
                 "arithmetic": {type: "string", default: "measured"},
                 "raw-k": {type: "boolean", default: false},
@@ -135,6 +144,8 @@ function parseOptions() {
     if (eraseShift !== "on" && eraseShift !== "off") usage(`--erase-shift: expected on or off, got "${eraseShift}"`);
     const saveRestore = values["save-restore"];
     if (saveRestore !== "on" && saveRestore !== "off") usage(`--save-restore: expected on or off, got "${saveRestore}"`);
+    const attnRot = values["attn-rot"];
+    if (attnRot !== "on" && attnRot !== "off") usage(`--attn-rot: expected on or off, got "${attnRot}"`);
     if (values.declare !== "measured" && values.declare !== "bitwise")
         usage(`--declare: expected measured or bitwise, got "${values.declare}"`);
     if (values.arithmetic !== "measured" && values.arithmetic !== "f32")
@@ -142,7 +153,7 @@ function parseOptions() {
     return {kvK, kvV, flashAttention: flash === "on", exportPath: values.export, gpt2: values.gpt2,
             declare: values.declare, arithmetic: values.arithmetic, rawK: values["raw-k"],
             stateAsSaved: values["state-as-saved"], eraseShift: eraseShift === "on",
-            saveRestore: saveRestore === "on"};
+            saveRestore: saveRestore === "on", attnRot: attnRot === "on"};
 }
 
 // kvcheck-export: --export, else $KVCHECK_EXPORT (node-protocol's findExport).
@@ -735,6 +746,10 @@ async function handleTimed(server, request) {
 
 async function main() {
     const options = parseOptions();
+    // llama.cpp reads LLAMA_ATTN_ROT_DISABLE (atoi) from this process's
+    // environment when it creates a cache, and so do the traits and the
+    // snapshot (cacheRotations): the adapter owns it, whatever was inherited.
+    process.env.LLAMA_ATTN_ROT_DISABLE = options.attnRot ? "0" : "1";
     const exportPath = exporter(options.exportPath);
     // Nothing compiled or downloaded at run time; CPU only. Started here and
     // awaited at the first load, so that hello is answered at once (on a busy

@@ -268,6 +268,13 @@ export function unpermuteHeads(row, kvHeads, headDim) {
     return out;
 }
 
+// Whether LLAMA_ATTN_ROT_DISABLE turns the rotation off, read as llama.cpp
+// reads it (atoi: a nonzero leading number).
+export function rotationDisabled(rotDisable) {
+    const disabled = Number.parseInt(rotDisable ?? "0", 10);
+    return Number.isFinite(disabled) && disabled !== 0;
+}
+
 // The sizes of the Hadamard rotations llama.cpp applies to a quantized K and
 // V cache (src/llama-kv-cache.cpp, the constructor and build_input_k_rot /
 // build_input_v_rot): K by the largest power of two (at least 64) that
@@ -279,8 +286,7 @@ export function unpermuteHeads(row, kvHeads, headDim) {
 // the GGUF's adjacent-pair order) and rotates the attention output back.
 export function cacheRotations(type, headDim, rotDisable) {
     const {k: kType, v: vType} = typeof type === "string" ? {k: type, v: type} : type;
-    const disabled = Number.parseInt(rotDisable ?? "0", 10);
-    if (headDim % 64 !== 0 || (Number.isFinite(disabled) && disabled !== 0)) return {k: 0, v: 0};
+    if (headDim % 64 !== 0 || rotationDisabled(rotDisable)) return {k: 0, v: 0};
     let k = 64;
     while (headDim % (2 * k) === 0) k *= 2;
     return {k: kQuantized.has(kType) ? k : 0, v: kQuantized.has(vType) ? 64 : 0};

@@ -26,6 +26,7 @@ TEST(TraitsJson, RoundTripKeepsEveryField) {
   t.invariance.determinism = Invariance::kBounded;
   t.limits.head_dims = {64, 80, 96, 128};
   t.arithmetic.rope_angles_in_float = true;
+  t.arithmetic.k_blocks_in_pair_order = true;
   t.arithmetic.v_dtype = KvDtype::kF16;
   const nlohmann::json json = traits_to_json(t);
   const Result<EngineTraits> back = traits_from_json(json);

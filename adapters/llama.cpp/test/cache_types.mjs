@@ -120,7 +120,7 @@ try {
     assert.deepEqual(mixed.traits.limits.kv_dtypes, ["q8_0"]);
     assert.equal(mixed.traits.arithmetic.v_dtype, "f16");
     assert.equal(mixed.traits.arithmetic.value_accumulation, "f16", "an f16 V sums in f16 (VKQ16)");
-    assert.equal(mixed.traits.identity.name, "llama.cpp-k-q8_0-v-f16-fa-on");
+    assert.equal(mixed.traits.identity.name, "llama.cpp-k-q8_0-v-f16-fa-on-rot-off");
     expectQuantized(mixed.cache.k, f32.k, "q8_0", "K q8_0");
     expectRounded(mixed.cache.v, f32.v, "f16", "V f16");
     console.log("ok: --kv-k q8_0 --kv-v f16: K within q8_0's storage error, V f16 of the f32 cache's");

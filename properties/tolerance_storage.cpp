@@ -136,9 +136,9 @@ double block_storage(const KvStorageError& storage, const BlockRange& r) {
 // kConfidence deviations of the computed value, then storage's rounding of
 // it at its worst, |x^ (1 + r) - x| <= |x^ - x| (1 + r) + r |x| + a (+ p s
 // for a quantized type: p codes of the block's scale s, at most
-// fl((amax + the block's largest computed bound) / levels), block_storage). Attention
-// reads the stored value, whose storage rounding enters its variance as one
-// more bounded term.
+// fl((amax + the block's largest computed bound) / levels): block_storage).
+// Attention reads the stored value, whose storage rounding enters its
+// variance as one more bounded term.
 void store_var(const double* value, double* var, double* bound, double* computed, int KVH, int D,
                const KvStorageError& storage, bool pair_order) {
   const bool quantized = storage.per_scale > 0;

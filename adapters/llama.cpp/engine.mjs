@@ -26,8 +26,9 @@
 //   --erase-shift on|off   declare erase and shift (default on); off leaves them
 //                          out of the traits, e.g. for a q8_0 campaign on the
 //                          other properties (a q8_0 K shift crashes llama.cpp at
-//                          head sizes not a multiple of 64: docs/findings/
-//                          llama_cpp_quantized_k_shift_crash.md)
+//                          head sizes not a multiple of 64, and at every size
+//                          with the rotation off, --attn-rot's default:
+//                          docs/findings/llama_cpp_quantized_k_shift_crash.md)
 //   --save-restore on|off  declare save and restore (default off): save writes
 //                          the sequence's state as a user does (saveStateToFile,
 //                          no decode first), restore loads it into the same

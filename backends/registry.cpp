@@ -1,5 +1,7 @@
 #include "backends/registry.h"
 
+#include <algorithm>
+
 #include "backends/exec/exec.h"
 #include "backends/in_tree.h"
 #include "backends/plugin.h"
@@ -48,8 +50,8 @@ void reject_unknown_options(const BackendSpec& spec, const std::vector<std::stri
     for (const std::string& k : known) list += (list.empty() ? "" : ", ") + k;
     throw InputError("--backend " + spec.name + ": unknown option \"" + key +
                      "\" (known: " + (list.empty() ? "none" : list) +
-                     "; every backend also takes invariance=bounded, profile=restricted and "
-                     "arithmetic=NAME)");
+                     "; every backend also takes invariance=bounded, profile=restricted, "
+                     "arithmetic=NAME and kv_dtypes=T,...)");
   }
 }
 
@@ -105,6 +107,32 @@ void apply_generic_options(BackendSpec& spec, EngineTraits& traits) {
   }
 }
 
+// kv_dtypes=T,...: only those of the engine's cache types are drawn, so a
+// declared arithmetic can be checked on the types it covers (a q5_1 V's
+// bound does not cover the in-tree bf16 cache: docs/TOLERANCE.md).
+void narrow_kv_dtypes(const BackendSpec& spec, EngineTraits& traits) {
+  auto it = spec.options.find("kv_dtypes");
+  if (it == spec.options.end()) return;
+  std::vector<KvDtype> kept;
+  std::string declared;
+  for (KvDtype t : traits.limits.kv_dtypes)
+    declared += (declared.empty() ? "" : ", ") + std::string(kv_dtype_name(t));
+  for (size_t begin = 0; begin <= it->second.size();) {
+    size_t end = it->second.find(',', begin);
+    if (end == std::string::npos) end = it->second.size();
+    const std::string name = it->second.substr(begin, end - begin);
+    const Result<KvDtype> t = parse_kv_dtype(name);
+    const auto& all = traits.limits.kv_dtypes;
+    if (!t.ok() || std::find(all.begin(), all.end(), t.value()) == all.end()) {
+      throw InputError("--backend " + spec.name + ": kv_dtypes=" + it->second + ": \"" + name +
+                       "\" is not a cache type this engine declares (" + declared + ")");
+    }
+    if (std::find(kept.begin(), kept.end(), t.value()) == kept.end()) kept.push_back(t.value());
+    begin = end + 1;
+  }
+  traits.limits.kv_dtypes = kept;
+}
+
 }  // namespace
 
 void BackendRegistry::add(const std::string& name, const std::string& description, Maker maker) {
@@ -144,14 +172,16 @@ Backend BackendRegistry::resolve(const std::string& text) const {
   engine_spec.options.erase("invariance");
   engine_spec.options.erase("profile");
   engine_spec.options.erase("arithmetic");
+  engine_spec.options.erase("kv_dtypes");
   engine_spec.options_text.clear();
   for (const auto& [key, value] : engine_spec.options) {
     engine_spec.options_text += (engine_spec.options_text.empty() ? "" : "&") + key + "=" + value;
   }
   Backend backend = found->maker(engine_spec);
   apply_generic_options(spec, backend.traits);
+  narrow_kv_dtypes(spec, backend.traits);
   backend.weakened = spec.options.count("invariance") + spec.options.count("profile") +
-                         spec.options.count("arithmetic") >
+                         spec.options.count("arithmetic") + spec.options.count("kv_dtypes") >
                      0;
   if (const std::string error = backend.traits.validate(); !error.empty()) {
     throw InputError("--backend " + text + ": the engine's traits contradict themselves: " + error);

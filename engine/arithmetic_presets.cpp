@@ -42,6 +42,11 @@ std::vector<ArithmeticPreset> make_presets() {
   v_q8.v_dtype = KvDtype::kQ8_0;
   out.push_back(
       {"ggml-flash-v-q8_0", "llama.cpp, flash attention on, V q8_0 and K the cache's type", v_q8});
+  // V in q5_1 (--kv-v q5_1): its minimum and range-sized scale.
+  ArithmeticTraits v_q5_1 = q8;
+  v_q5_1.v_dtype = KvDtype::kQ5_1;
+  out.push_back({"ggml-flash-v-q5_1",
+                 "llama.cpp, flash attention on, V q5_1 and K the cache's type", v_q5_1});
   ArithmeticTraits bf16;
   bf16.activations = Precision::kBF16;
   bf16.weights = Precision::kBF16;

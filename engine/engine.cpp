@@ -28,8 +28,9 @@ float widen(const std::vector<uint8_t>& bytes, const std::vector<float>& scales,
     case KvDtype::kQ8_0:
       return static_cast<float>(static_cast<int8_t>(bytes[index])) *
              scales[row * q8_blocks(dim) + d / kQ8Block];
-    case KvDtype::kQ4_0:  // snapshots of q4_0, q5_0 arrive widened to f32 (kv_dtype.h)
+    case KvDtype::kQ4_0:  // snapshots of q4_0, q5_0, q5_1 arrive widened to f32 (kv_dtype.h)
     case KvDtype::kQ5_0:
+    case KvDtype::kQ5_1:
       break;
   }
   return 0.0f;

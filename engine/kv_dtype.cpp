@@ -22,12 +22,14 @@ const char* kv_dtype_name(KvDtype t) {
       return "q4_0";
     case KvDtype::kQ5_0:
       return "q5_0";
+    case KvDtype::kQ5_1:
+      return "q5_1";
   }
   return "?";
 }
 
 const char* kv_dtype_names() {
-  return "f32, bf16, f16, q8_0, q4_0 or q5_0";
+  return "f32, bf16, f16, q8_0, q4_0, q5_0 or q5_1";
 }
 
 Result<KvDtype> parse_kv_dtype(const std::string& name) {
@@ -37,6 +39,7 @@ Result<KvDtype> parse_kv_dtype(const std::string& name) {
   if (name == "q8_0") return KvDtype::kQ8_0;
   if (name == "q4_0") return KvDtype::kQ4_0;
   if (name == "q5_0") return KvDtype::kQ5_0;
+  if (name == "q5_1") return KvDtype::kQ5_1;
   return Result<KvDtype>::failure(std::string("kv_dtype: expected ") + kv_dtype_names() +
                                   ", got \"" + name + "\"");
 }
@@ -82,6 +85,7 @@ float kv_load(const uint8_t* row, KvDtype t, size_t dim, size_t d) {
     }
     case KvDtype::kQ4_0:  // never stored in process (kv_dtype.h)
     case KvDtype::kQ5_0:
+    case KvDtype::kQ5_1:
       break;
   }
   return std::numeric_limits<float>::quiet_NaN();
@@ -119,6 +123,7 @@ void kv_store_row(const float* src, KvDtype t, size_t dim, uint8_t* row, const f
     }
     case KvDtype::kQ4_0:  // never stored in process (kv_dtype.h)
     case KvDtype::kQ5_0:
+    case KvDtype::kQ5_1:
       return;
   }
 }
@@ -141,6 +146,7 @@ void kv_poison_row(uint8_t* row, KvDtype t, size_t dim) {
       return;
     case KvDtype::kQ4_0:  // never stored in process (kv_dtype.h)
     case KvDtype::kQ5_0:
+    case KvDtype::kQ5_1:
       return;
   }
 }

@@ -4,7 +4,9 @@
 // (docs/TOLERANCE.md, "The KV dtype"); its read is code * scale in float.
 // q4_0 is ggml's 4-bit format (an f16 scale per block of 32, codes 0..15
 // read as (code - 8) * scale), q5_0 its 5-bit one (codes 0..31 read as
-// (code - 16) * scale): cache types that out-of-process engines declare and
+// (code - 16) * scale), q5_1 its 5-bit form with a minimum (an f16 scale
+// and an f16 minimum per block, codes 0..31 read as code * scale + min):
+// cache types that out-of-process engines declare and
 // whose snapshots arrive widened to f32; no in-tree engine stores them (not
 // in their traits), so the row functions below do not.
 #pragma once
@@ -19,17 +21,16 @@
 
 namespace kvcheck {
 
-enum class KvDtype : uint8_t { kF32, kBF16, kF16, kQ8_0, kQ4_0, kQ5_0 };
+enum class KvDtype : uint8_t { kF32, kBF16, kF16, kQ8_0, kQ4_0, kQ5_0, kQ5_1 };
 
 // Bytes of one element's value (for q8_0, its code; the scales come on top:
 // kv_row_bytes).
 inline int kv_dtype_bytes(KvDtype t) {
-  return t == KvDtype::kF32                                                  ? 4
-         : t == KvDtype::kQ8_0 || t == KvDtype::kQ4_0 || t == KvDtype::kQ5_0 ? 1
-                                                                             : 2;
+  if (t == KvDtype::kF32) return 4;
+  return t == KvDtype::kBF16 || t == KvDtype::kF16 ? 2 : 1;
 }
 const char* kv_dtype_name(KvDtype t);
-// The names parse_kv_dtype accepts, for messages: "f32, bf16, ..., q4_0 or q5_0".
+// The names parse_kv_dtype accepts, for messages: "f32, bf16, ..., q5_0 or q5_1".
 const char* kv_dtype_names();
 Result<KvDtype> parse_kv_dtype(const std::string& name);
 
@@ -76,6 +77,7 @@ inline double kv_dtype_unit_roundoff(KvDtype t) {
     case KvDtype::kQ8_0:
     case KvDtype::kQ4_0:
     case KvDtype::kQ5_0:
+    case KvDtype::kQ5_1:
       return 0.0;  // not relative: a fraction of a scale step (docs/TOLERANCE.md)
   }
   return 0.0;

@@ -142,6 +142,12 @@ struct ArithmeticTraits {
   // every key and every rescale (ggml's CPU kernel: f16 where V is f16).
   Precision value_accumulation = Precision::kF32;
   KvQuantizer kv_quantizer = KvQuantizer::kKvcheck;
+  // A quantized K (and q, quantized for it) forms its blocks of 32 in
+  // adjacent-pair order, llama family only: element i < D/2 of a head at
+  // 2i, element D/2 + i at 2i + 1 (llama.cpp's GGUF permutes the q and k
+  // rows so that RoPE rotates adjacent pairs; kvcheck's rotate-half order
+  // puts i and D/2 + i apart). V keeps its order.
+  bool k_blocks_in_pair_order = false;
   // V stored in a type of its own (llama.cpp's type_v, which may differ from
   // type_k): the scenario's kv_dtype is then K's type only, and the bound
   // stores, reads and checks V in this one. Unset: V is stored as K.

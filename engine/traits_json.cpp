@@ -268,18 +268,18 @@ Section arithmetic_section() {
                         t.arithmetic.v_dtype = parsed.value();
                         return "";
                       }};
-  return {
-      "arithmetic",
-      {precision("accumulation", &ArithmeticTraits::accumulation),
-       precision("activations", &ArithmeticTraits::activations),
-       precision("weights", &ArithmeticTraits::weights),
-       flag("rope_angles_in_float", &ArithmeticTraits::rope_angles_in_float),
-       flag("queries_rounded_to_kv_dtype", &ArithmeticTraits::queries_rounded_to_kv_dtype),
-       precision("kv_read", &ArithmeticTraits::kv_read),
-       flag("probabilities_rounded_to_kv_dtype",
-            &ArithmeticTraits::probabilities_rounded_to_kv_dtype),
-       flag("online_softmax", &ArithmeticTraits::online_softmax),
-       precision("value_accumulation", &ArithmeticTraits::value_accumulation), quantizer, v_dtype}};
+  return {"arithmetic",
+          {precision("accumulation", &ArithmeticTraits::accumulation),
+           precision("activations", &ArithmeticTraits::activations),
+           precision("weights", &ArithmeticTraits::weights),
+           flag("rope_angles_in_float", &ArithmeticTraits::rope_angles_in_float),
+           flag("queries_rounded_to_kv_dtype", &ArithmeticTraits::queries_rounded_to_kv_dtype),
+           precision("kv_read", &ArithmeticTraits::kv_read),
+           flag("probabilities_rounded_to_kv_dtype",
+                &ArithmeticTraits::probabilities_rounded_to_kv_dtype),
+           flag("online_softmax", &ArithmeticTraits::online_softmax),
+           precision("value_accumulation", &ArithmeticTraits::value_accumulation), quantizer,
+           flag("k_blocks_in_pair_order", &ArithmeticTraits::k_blocks_in_pair_order), v_dtype}};
 }
 
 const std::vector<Section>& sections() {

@@ -49,12 +49,15 @@ double gamma_n(double n);
 // (spacing 2^-24). kvcheck's q8_0 is off by half a code plus the float
 // division and product: s (1/2 + 2^-16); ggml's q8_0 (an f16 scale, codes
 // from the unrounded one) by d (1/2 + 2^-16 + 127 2^-11) + 127 2^-25, d the
-// unrounded scale (docs/TOLERANCE.md, "ggml's q8_0").
+// unrounded scale (docs/TOLERANCE.md, "ggml's q8_0"). ggml's q5_1 stores
+// an f16 minimum too: + min_relative |min| (2^-11), and its scale is the
+// block's range / levels, not amax / levels ("ggml's q5_1").
 struct KvStorageError {
   double relative = 0;
   double absolute = 0;
   double per_scale = 0;
-  double levels = 0;  // the largest code: the scale is amax / levels
+  double levels = 0;        // the largest code: the scale is amax / levels
+  double min_relative = 0;  // > 0: a stored minimum, the scale (max - min) / levels
 };
 KvStorageError kv_storage_error(KvDtype dtype, KvQuantizer quantizer = KvQuantizer::kKvcheck);
 

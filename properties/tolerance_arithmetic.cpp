@@ -27,7 +27,8 @@ KvStorageError as_storage(Rounding r) {
 // The type attention reads a stored K or V type in: its own, or kv_read
 // where that is narrower. A quantized one meets its operand (q for K, the
 // probabilities for V) quantized to q8_0 by the same quantizer (ggml's
-// vec_dot_type of q8_0, q4_0 and q5_0 alike).
+// vec_dot_type of q8_0, q4_0 and q5_0 alike; q5_1's q8_1 has q8_0's codes
+// and scale, and a block sum: query_block_sums).
 KvStorageError read_type(const ArithmeticTraits& a, KvDtype dtype) {
   const KvStorageError stored = kv_storage_error(dtype, a.kv_quantizer);
   if (stored.per_scale > 0) return kv_storage_error(KvDtype::kQ8_0, a.kv_quantizer);
@@ -64,6 +65,8 @@ ArithmeticModel arithmetic_model(const ArithmeticTraits& a, KvDtype kv_dtype) {
   // q is RoPE's output: rounded to narrower activations already (output).
   m.round_queries = a.queries_rounded_to_kv_dtype;
   m.query = read_type(a, m.k_dtype);
+  // q5_1's vec_dot_type is q8_1: q8_0's codes and scale, plus a stored sum.
+  m.query_block_sums = m.round_queries && m.storage_k.min_relative > 0;
   m.kv_read_k = read_rounding(a, m.storage_k);
   m.kv_read_v = read_rounding(a, m.storage_v);
   // Probabilities rounded to V's type as read (or, with narrower

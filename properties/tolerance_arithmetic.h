@@ -44,8 +44,14 @@ struct ArithmeticModel {
   KvStorageError storage_k, storage_v;
   bool round_queries = false;
   KvStorageError query;  // relative/absolute, or per_scale of a q8_0 block of q
-  Rounding kv_read_k;    // K rounded as attention reads it
-  Rounding kv_read_v;    // V rounded as attention reads it
+  // q quantized to q8_1 blocks against a K with a stored minimum (q5_1):
+  // the stored block sum's and the shared minimum's terms of each score.
+  bool query_block_sums = false;
+  // K's and q's quantization blocks in adjacent-pair order (a llama model
+  // whose engine declares k_blocks_in_pair_order: the pass sets it).
+  bool k_pair_order = false;
+  Rounding kv_read_k;  // K rounded as attention reads it
+  Rounding kv_read_v;  // V rounded as attention reads it
   Rounding probabilities;
   // Probabilities quantized in blocks (V's type quantized, ggml's mul_mat):
   // per_scale codes of a scale at most max_j p_j / levels.

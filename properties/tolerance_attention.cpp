@@ -25,6 +25,26 @@ double read_var(double value, double var, Rounding read) {
   return var * sq(1 + read.relative) + sq(read.of(value));
 }
 
+// A K type with a stored minimum read against q in q8_1 blocks (ggml's
+// q5_1): each block's dot is d d' sum(c c') + m s', whose float roundings
+// are relative to |k - min| |q| and |min| |q| rather than |k q| (abs_dot
+// gets their sum), and whose block sum and shared minimum add one bounded
+// error per block (q8_1_block_sum_error), in `var` scaled by scale^2.
+void block_sum_terms(const double* qh, const double* vqh, const double* kj, const double* vkj,
+                     int D, bool pair_order, double& abs_dot, double& var) {
+  abs_dot = 0, var = 0;
+  for (int first = 0; first < D; first += int(kQ8Block)) {
+    const int n = std::min(D - first, int(kQ8Block));
+    const BlockGather q(qh, vqh, first, n, D, pair_order), k(kj, vkj, first, n, D, pair_order);
+    const double k_min = block_range(k.value, k.var, n).min;
+    for (int i = 0; i < n; ++i) {
+      abs_dot += (std::abs(k.value[i] - k_min) + std::abs(k_min)) * std::abs(q.value[i]);
+    }
+    const BlockSumError e = q8_1_block_sum_error(q.value, q.var, k.value, k.var, n);
+    var += sq(e.sum + e.min);
+  }
+}
+
 // Weight j of one query head is exp(s_j - max) (1 + sigma_j); var_sigma[j]
 // gets sigma_j's variance. Score s_j = scale q.k_j: first-order variance
 // scale^2 sum (k^2 var_q + q^2 var_k) plus the dot product's rounding (D
@@ -43,14 +63,16 @@ void weight_var(const double* qh, const double* vqh, const double* k, const doub
     const size_t kv_at = (sz(j) * sz(KVH) + sz(g)) * sz(D);
     const double* kj = k + kv_at;
     const double* vkj = var_k + kv_at;
-    double abs_dot = 0, var = 0;
+    double abs_dot = 0, var = 0, block_var = 0;
+    if (m.query_block_sums)
+      block_sum_terms(qh, vqh, kj, vkj, D, m.k_pair_order, abs_dot, block_var);
     for (int d = 0; d < D; ++d) {
-      abs_dot += std::abs(qh[d] * kj[d]);
+      if (!m.query_block_sums) abs_dot += std::abs(qh[d] * kj[d]);
       var += kj[d] * kj[d] * vqh[d] + qh[d] * qh[d] * read_var(kj[d], vkj[d], m.kv_read_k);
     }
     const double shifted = scores[sz(j)] - max_score;
-    var_sigma[sz(j)] =
-        scale * scale * var + score_rounding * abs_dot * abs_dot + sq(u * shifted) + exp_var;
+    var_sigma[sz(j)] = scale * scale * (var + block_var) + score_rounding * abs_dot * abs_dot +
+                       sq(u * shifted) + exp_var;
     // Narrower activations round the product q.k and its scaling: an
     // absolute error of a score is a relative one of its weight.
     if (!m.output.none()) var_sigma[sz(j)] += 2 * sq(m.output.of(scores[sz(j)]));

@@ -69,8 +69,55 @@ void rope_var(double* head, double* var, const RopeAngles& angles, int dim,
 // the rounding of q to K's type (bound null). computed (quantized only,
 // else null): the bound before storage.
 //   value, var, bound, computed: [KVH][D].
+// pair_order: a quantized type's blocks of 32 are taken in adjacent-pair
+// order (block_element).
 void store_var(const double* value, double* var, double* bound, double* computed, int KVH, int D,
-               const KvStorageError& storage);
+               const KvStorageError& storage, bool pair_order = false);
+
+// The element of a head of D (even) at stored position j: j itself, or in
+// adjacent-pair order j / 2 for even j and D / 2 + j / 2 for odd j
+// (ArithmeticTraits::k_blocks_in_pair_order).
+inline int block_element(int j, int D, bool pair_order) {
+  if (!pair_order) return j;
+  return j % 2 == 0 ? j / 2 : D / 2 + j / 2;
+}
+
+// One block of a head (stored positions first .. first + n - 1) gathered:
+// its elements' indices into the head and their values and variances.
+struct BlockGather {
+  int n = 0;
+  int index[32];
+  double value[32], var[32];
+  BlockGather(const double* head_value, const double* head_var, int first, int n_, int D,
+              bool pair_order)
+      : n(n_) {
+    for (int i = 0; i < n; ++i) {
+      index[i] = block_element(first + i, D, pair_order);
+      value[i] = head_value[index[i]], var[i] = head_var[index[i]];
+    }
+  }
+};
+
+// One quantization block of exact values and their computed errors: the
+// smallest and largest value, the largest magnitude, and the largest
+// kConfidence-sigma error.   value, var: [n].
+struct BlockRange {
+  double min, max, amax, computed_max;
+};
+BlockRange block_range(const double* value, const double* var, int n);
+
+// ggml's vec_dot of a K block with a stored minimum (q5_1: k~ = c d + m)
+// and q in q8_1 blocks (q~ = c' d', and s' = fp16(d' sum c') stored):
+// d d' sum(c c') + m s'. Against the dequantized dot sum k~ q~ (the
+// per-element models of K and q) it differs by m (s' - fp16(d') sum c'),
+// at most `sum`; the minimum's f16 rounding, one error shared by the
+// block's elements, moves the dot by at most `min` (docs/TOLERANCE.md,
+// "ggml's q5_1").   q, var_q, k, var_k: [n] exact values, variances.
+struct BlockSumError {
+  double sum = 0, min = 0;
+};
+BlockSumError q8_1_block_sum_error(const double* q, const double* var_q, const double* k,
+                                   const double* var_k, int n);
 
 // Scratch of attend_var, sized once per pass.
 struct AttendScratch {

@@ -23,13 +23,23 @@ struct CellLayer {
   std::vector<double> k, var_k, v, var_v, k_bound, v_bound, k_comp, v_comp;  // [C][KVH][D] each
 };
 
+// The arithmetic model of one model's pass: K's blocks in pair order where
+// the engine declares it and the model is a llama (its q/k rows permuted).
+ArithmeticModel model_of(const Config& config, const ArithmeticTraits& arithmetic,
+                         KvDtype kv_dtype) {
+  ArithmeticModel m = arithmetic_model(arithmetic, kv_dtype);
+  m.k_pair_order = arithmetic.k_blocks_in_pair_order && config.family == Family::kLlama &&
+                   config.head_dim % 2 == 0;
+  return m;
+}
+
 class Pass {
  public:
   Pass(const Config& config, const Weights& weights, KvDtype kv_dtype,
        const ArithmeticTraits& arithmetic, bool windows)
       : c_(config),
         w_(weights),
-        m_(arithmetic_model(arithmetic, kv_dtype)),
+        m_(model_of(config, arithmetic, kv_dtype)),
         in_float_(arithmetic.rope_angles_in_float),
         windows_(windows),
         KV_(config.kv_width()),
@@ -145,7 +155,9 @@ void Pass::layer(int l) {
     for (int g = 0; g < KVH; ++g) rope(&k_[sz(g * D)], &var_k_[sz(g * D)]);
   }
   // q rounded to the type attention reads K in (ggml's vec_dot).
-  if (m_.round_queries) store_var(q_.data(), var_q_.data(), nullptr, nullptr, H, D, m_.query);
+  if (m_.round_queries) {
+    store_var(q_.data(), var_q_.data(), nullptr, nullptr, H, D, m_.query, m_.k_pair_order);
+  }
   CellLayer& cells = cells_[sz(l)];
   store_and_append(cells);
   // A windowed layer's query reads the last W cells (docs/OPERATIONS.md).
@@ -170,7 +182,7 @@ void Pass::store_and_append(CellLayer& cells) {
   kb_.resize(sz(KV_)), vb_.resize(sz(KV_));
   kc_.resize(k_quantized() ? sz(KV_) : 0), vc_.resize(v_quantized() ? sz(KV_) : 0);
   store_var(k_.data(), var_k_.data(), kb_.data(), k_quantized() ? kc_.data() : nullptr,
-            c_.n_kv_heads, c_.head_dim, m_.storage_k);
+            c_.n_kv_heads, c_.head_dim, m_.storage_k, m_.k_pair_order);
   store_var(v_.data(), var_v_.data(), vb_.data(), v_quantized() ? vc_.data() : nullptr,
             c_.n_kv_heads, c_.head_dim, m_.storage_v);
   const auto append = [](std::vector<double>& to, const std::vector<double>& from) {
@@ -217,7 +229,8 @@ void Pass::shift(int p0, int p1, int delta) {
       double* var = layer.var_k.data() + c * sz(KV_);
       for (int g = 0; g < KVH; ++g) rope(value + g * D, var + g * D);
       store_var(value, var, layer.k_bound.data() + c * sz(KV_),
-                quantized ? layer.k_comp.data() + c * sz(KV_) : nullptr, KVH, D, m_.storage_k);
+                quantized ? layer.k_comp.data() + c * sz(KV_) : nullptr, KVH, D, m_.storage_k,
+                m_.k_pair_order);
     }
   }
 }

@@ -52,8 +52,8 @@ int run_backends(const BackendsOptions& o) {
       if (e.is_prefix) std::printf("  %sPATH  %s\n", e.name.c_str(), e.description.c_str());
     }
     std::printf(
-        "every backend takes ?invariance=bounded, ?profile=restricted and ?arithmetic=NAME (%s; "
-        "docs/ENGINES.md)\n",
+        "every backend takes ?invariance=bounded, ?profile=restricted, ?arithmetic=NAME (%s) "
+        "and ?kv_dtypes=T,... (docs/ENGINES.md)\n",
         arithmetic_preset_names().c_str());
   }
   return 0;

@@ -5,8 +5,8 @@
 //   kvcheck campaign --backend exec:'node adapters/llama.cpp/engine.mjs --kv f16 --flash-attn on'
 //
 // Options (part of the backend string, so a case file names the mode):
-//   --kv f32|f16|bf16|q8_0|q4_0|q5_0  K and V cache type (default f32); a
-//                          quantized V (q8_0, q4_0, q5_0) needs --flash-attn on
+//   --kv f32|f16|bf16|q8_0|q4_0|q5_0|q5_1  K and V cache type (default f32);
+//                          a quantized V (q8_0, q4_0, q5_0, q5_1) needs --flash-attn on
 //   --kv-k TYPE, --kv-v TYPE  K's and V's cache type each (default: --kv's),
 //                          llama.cpp's type_k and type_v
 //   --flash-attn on|off    llama.cpp's flash attention (default off)
@@ -26,13 +26,22 @@
 //   --erase-shift on|off   declare erase and shift (default on); off leaves them
 //                          out of the traits, e.g. for a q8_0 campaign on the
 //                          other properties (a q8_0 K shift crashes llama.cpp at
-//                          head sizes not a multiple of 64: docs/findings/
-//                          llama_cpp_quantized_k_shift_crash.md)
+//                          head sizes not a multiple of 64, and at every size
+//                          with the rotation off, --attn-rot's default:
+//                          docs/findings/llama_cpp_quantized_k_shift_crash.md)
 //   --save-restore on|off  declare save and restore (default off): save writes
 //                          the sequence's state as a user does (saveStateToFile,
 //                          no decode first), restore loads it into the same
 //                          sequence (loadStateFromFile); docs/LLAMA_CPP.md,
 //                          "Save and restore"
+//   --attn-rot on|off      llama.cpp's Hadamard rotation of a quantized K/V at
+//                          head sizes a multiple of 64 (attn_rot_k / attn_rot_v;
+//                          default off: the adapter sets LLAMA_ATTN_ROT_DISABLE=1
+//                          in its own environment, so quantized modes draw heads
+//                          of 64 and 128 under the derived bounds, which do not
+//                          model the rotation; on sets it to 0, llama.cpp's
+//                          default, and those heads stay outside the limits).
+//                          docs/LLAMA_CPP.md, "The Hadamard rotation"
 //   --gpt2                 also accept the gpt2 family (its GELU runs through an
 //                          f16 table: docs/LLAMA_CPP.md; off by default)
 //
@@ -90,7 +99,8 @@ import {contextShape, ModelStore} from "./model_store.mjs";
 import {cacheRotations, kQuantized, parseSequenceState, snapshotLayer} from "./state_file.mjs";
 import {traitsFor} from "./traits.mjs";
 
-const kKvTypes = {f32: "F32", f16: "F16", bf16: "BF16", q8_0: "Q8_0", q4_0: "Q4_0", q5_0: "Q5_0"};
+const kKvTypes = {f32: "F32", f16: "F16", bf16: "BF16", q8_0: "Q8_0", q4_0: "Q4_0", q5_0: "Q5_0",
+                  q5_1: "Q5_1"};
 
 function usage(message) {
     process.stderr.write(`engine.mjs: ${message}\n`);
@@ -110,6 +120,7 @@ function parseOptions() {
                 "gpt2": {type: "boolean", default: false},
                 "erase-shift": {type: "string", default: "on"},
                 "save-restore": {type: "string", default: "off"},
+                "attn-rot": {type: "string", default: "off"},
                 "declare": {type: "string", default: "measured"},
                 "arithmetic": {type: "string", default: "measured"},
                 "raw-k": {type: "boolean", default: false},
@@ -134,6 +145,8 @@ function parseOptions() {
     if (eraseShift !== "on" && eraseShift !== "off") usage(`--erase-shift: expected on or off, got "${eraseShift}"`);
     const saveRestore = values["save-restore"];
     if (saveRestore !== "on" && saveRestore !== "off") usage(`--save-restore: expected on or off, got "${saveRestore}"`);
+    const attnRot = values["attn-rot"];
+    if (attnRot !== "on" && attnRot !== "off") usage(`--attn-rot: expected on or off, got "${attnRot}"`);
     if (values.declare !== "measured" && values.declare !== "bitwise")
         usage(`--declare: expected measured or bitwise, got "${values.declare}"`);
     if (values.arithmetic !== "measured" && values.arithmetic !== "f32")
@@ -141,7 +154,7 @@ function parseOptions() {
     return {kvK, kvV, flashAttention: flash === "on", exportPath: values.export, gpt2: values.gpt2,
             declare: values.declare, arithmetic: values.arithmetic, rawK: values["raw-k"],
             stateAsSaved: values["state-as-saved"], eraseShift: eraseShift === "on",
-            saveRestore: saveRestore === "on"};
+            saveRestore: saveRestore === "on", attnRot: attnRot === "on"};
 }
 
 // kvcheck-export: --export, else $KVCHECK_EXPORT (node-protocol's findExport).
@@ -734,6 +747,10 @@ async function handleTimed(server, request) {
 
 async function main() {
     const options = parseOptions();
+    // llama.cpp reads LLAMA_ATTN_ROT_DISABLE (atoi) from this process's
+    // environment when it creates a cache, and so do the traits and the
+    // snapshot (cacheRotations): the adapter owns it, whatever was inherited.
+    process.env.LLAMA_ATTN_ROT_DISABLE = options.attnRot ? "0" : "1";
     const exportPath = exporter(options.exportPath);
     // Nothing compiled or downloaded at run time; CPU only. Started here and
     // awaited at the first load, so that hello is answered at once (on a busy

@@ -19,7 +19,7 @@
 // model implies, and a file that differs anywhere is an error that names the
 // field, never a snapshot of misread bytes.
 
-export const kGgmlTypes = {0: "f32", 1: "f16", 2: "q4_0", 6: "q5_0", 8: "q8_0", 30: "bf16"};  // ggml_type ids read here
+export const kGgmlTypes = {0: "f32", 1: "f16", 2: "q4_0", 6: "q5_0", 7: "q5_1", 8: "q8_0", 30: "bf16"};  // ggml_type ids read here
 const kMagic = 0x67677371;
 const kVersion = 3;
 const kQ8Block = 32;  // elements per q8_0 block: an f16 scale, then 32 int8 codes
@@ -31,7 +31,12 @@ const kQ4Bytes = 2 + kQ8Block / 2;
 // then q4_0's 16 bytes of nibbles; each read as (code - 16) * scale
 // (ggml's block_q5_0, dequantize_row_q5_0).
 const kQ5Bytes = 2 + 4 + kQ8Block / 2;
-export const kQuantized = new Set(["q8_0", "q4_0", "q5_0"]);
+// A q5_1 block: an f16 scale, an f16 minimum, then q5_0's fifth bits and
+// nibbles; each code read as code * scale + minimum, rounded to f32
+// (ggml's block_q5_1, dequantize_row_q5_1).
+const kQ5_1Bytes = 2 + 2 + 4 + kQ8Block / 2;
+const kBlockBytes = {q8_0: 2 + kQ8Block, q4_0: kQ4Bytes, q5_0: kQ5Bytes, q5_1: kQ5_1Bytes};
+export const kQuantized = new Set(["q8_0", "q4_0", "q5_0", "q5_1"]);
 
 export class StateFileError extends Error {}
 
@@ -44,7 +49,7 @@ function rowBytes(type, width) {
     if (type === "f32") return 4 * width;
     if (type === "f16" || type === "bf16") return 2 * width;
     if (width % kQ8Block !== 0) fail(`a ${type} row of ${width} elements (not whole blocks of ${kQ8Block})`);
-    return (width / kQ8Block) * (type === "q4_0" ? kQ4Bytes : type === "q5_0" ? kQ5Bytes : 2 + kQ8Block);
+    return (width / kQ8Block) * kBlockBytes[type];
 }
 
 // IEEE binary16 bits to a number (exact: every f16 is a float).
@@ -74,17 +79,22 @@ function decodeRow(type, bytes, offset, width, out, at) {
         for (let i = 0; i < width; ++i) out[at + i] = halfToFloat(view.getUint16(offset + 2 * i, true));
     } else if (type === "bf16") {  // the upper half of an f32 (ggml_bf16_to_fp32): exact
         for (let i = 0; i < width; ++i) out[at + i] = bf16ToFloat(view.getUint16(offset + 2 * i, true));
-    } else if (type === "q5_0") {
+    } else if (type === "q5_0" || type === "q5_1") {
+        // q5_0: (code - 16) * scale; q5_1: code * scale + minimum (the f16
+        // after the scale), then the same fifth bits and nibbles.
+        const withMin = type === "q5_1", bytes = kBlockBytes[type], codes = withMin ? 8 : 6;
         for (let b = 0; b < width / kQ8Block; ++b) {
-            const block = offset + b * kQ5Bytes;
+            const block = offset + b * bytes;
             const scale = halfToFloat(view.getUint16(block, true));
-            const high = view.getUint32(block + 2, true);
+            const min = withMin ? halfToFloat(view.getUint16(block + 2, true)) : 0;
+            const high = view.getUint32(block + codes - 4, true);
+            const read = (code) => Math.fround(withMin ? code * scale + min : (code - 16) * scale);
             for (let i = 0; i < kQ8Block / 2; ++i) {
-                const byte = view.getUint8(block + 6 + i);
+                const byte = view.getUint8(block + codes + i);
                 const low = (byte & 0x0f) | (((high >>> i) & 1) << 4);
                 const up = (byte >> 4) | (((high >>> (i + 16)) & 1) << 4);
-                out[at + b * kQ8Block + i] = Math.fround((low - 16) * scale);
-                out[at + b * kQ8Block + kQ8Block / 2 + i] = Math.fround((up - 16) * scale);
+                out[at + b * kQ8Block + i] = read(low);
+                out[at + b * kQ8Block + kQ8Block / 2 + i] = read(up);
             }
         }
     } else if (type === "q4_0") {
@@ -258,6 +268,13 @@ export function unpermuteHeads(row, kvHeads, headDim) {
     return out;
 }
 
+// Whether LLAMA_ATTN_ROT_DISABLE turns the rotation off, read as llama.cpp
+// reads it (atoi: a nonzero leading number).
+export function rotationDisabled(rotDisable) {
+    const disabled = Number.parseInt(rotDisable ?? "0", 10);
+    return Number.isFinite(disabled) && disabled !== 0;
+}
+
 // The sizes of the Hadamard rotations llama.cpp applies to a quantized K and
 // V cache (src/llama-kv-cache.cpp, the constructor and build_input_k_rot /
 // build_input_v_rot): K by the largest power of two (at least 64) that
@@ -269,8 +286,7 @@ export function unpermuteHeads(row, kvHeads, headDim) {
 // the GGUF's adjacent-pair order) and rotates the attention output back.
 export function cacheRotations(type, headDim, rotDisable) {
     const {k: kType, v: vType} = typeof type === "string" ? {k: type, v: type} : type;
-    const disabled = Number.parseInt(rotDisable ?? "0", 10);
-    if (headDim % 64 !== 0 || (Number.isFinite(disabled) && disabled !== 0)) return {k: 0, v: 0};
+    if (headDim % 64 !== 0 || rotationDisabled(rotDisable)) return {k: 0, v: 0};
     let k = 64;
     while (headDim % (2 * k) === 0) k *= 2;
     return {k: kQuantized.has(kType) ? k : 0, v: kQuantized.has(vType) ? 64 : 0};

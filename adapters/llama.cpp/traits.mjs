@@ -2,7 +2,7 @@
 // Every entry is a measurement recorded in docs/LLAMA_CPP.md ("Traits"), not
 // an assumption; `--declare bitwise` (measurement only) claims every
 // invariance bitwise so that kvcheck's properties show which ones break.
-import {kQuantized} from "./state_file.mjs";
+import {kQuantized, rotationDisabled} from "./state_file.mjs";
 
 export const kVersion = "node-llama-cpp 3.22.1";
 
@@ -50,11 +50,18 @@ const kUnmeasured = {...kShapeDependent, determinism: "bitwise"};
 //   one), V dequantized to f32 and summed in f32 (VKQ32), online softmax.
 //   q4_0 and q5_0 K/V the same fields: q is quantized to q8_0 (their
 //   vec_dot_type) and their storage is ggml's (docs/TOLERANCE.md, "ggml's
-//   q4_0", "ggml's q5_0").
+//   q4_0", "ggml's q5_0"). q5_1 too: its vec_dot_type q8_1 is q8_0's codes
+//   and scale plus a stored block sum, whose term the tolerance adds for a
+//   K type with a minimum ("ggml's q5_1").
 // - bf16 K/V: q rounded to bf16 (bf16's vec_dot_type); without flash
 //   attention the probabilities to bf16 too ("ggml-f16"'s fields), with it
 //   V widened to f32 and summed in f32 (VKQ32: only an f16 V has the f16
 //   sum), no cast ("ggml-flash-bf16").
+// - K and q in the GGUF's adjacent-pair order (kvcheck-export permutes the
+//   llama family's q/k rows, docs/WEIGHTS.md), so a quantized K's blocks of
+//   32 (and q's, quantized for it) hold elements i and D/2 + i together:
+//   k_blocks_in_pair_order, in every mode (it matters where K is quantized
+//   and a head has more than one block: head_dim 64 and up).
 // - Different K and V types (--kv-k, --kv-v): each field follows its own
 //   operand: q rounded to K's vec_dot_type, the probabilities to V's, an f32
 //   K or V cast to f16 on its own under flash attention (kv_read applies to
@@ -63,7 +70,7 @@ const kUnmeasured = {...kShapeDependent, determinism: "bitwise"};
 const kF32 = {accumulation: "f32", activations: "f32", weights: "f32", rope_angles_in_float: true,
               queries_rounded_to_kv_dtype: false, kv_read: "f32",
               probabilities_rounded_to_kv_dtype: false, online_softmax: false,
-              value_accumulation: "f32", kv_quantizer: "kvcheck"};
+              value_accumulation: "f32", kv_quantizer: "kvcheck", k_blocks_in_pair_order: true};
 function arithmetic(k, v, flashAttention) {
     const own = {...(k !== v ? {v_dtype: v} : {}),
                  ...(kQuantized.has(k) || kQuantized.has(v) ? {kv_quantizer: "ggml"} : {})};
@@ -78,16 +85,18 @@ function arithmetic(k, v, flashAttention) {
 
 // llama.cpp stores a quantized K or V Hadamard-rotated where head_dim is a
 // multiple of 64 (attn_rot_k / attn_rot_v, src/llama-kv-cache.cpp: each for
-// its own type, any quantized one) unless LLAMA_ATTN_ROT_DISABLE is a
-// nonzero number. The derived bounds do not model the rotation (it spreads
-// each run's quantization error over the run), so such heads are declared
-// outside the limits: not applicable, never a false failure
-// (docs/LLAMA_CPP.md, "K/V snapshot (P6)"). The limit is a maximum, so a
-// quantized mode also leaves out 96, which is not rotated.
-function rotationLimit(k, v) {
-    const disabled = Number.parseInt(process.env.LLAMA_ATTN_ROT_DISABLE ?? "0", 10);
-    const quantized = kQuantized.has(k) || kQuantized.has(v);
-    return quantized && !(disabled !== 0 && !Number.isNaN(disabled)) ? 63 : 65536;
+// its own type, any quantized one), and rotates q with K and the attention
+// output back with V, unless LLAMA_ATTN_ROT_DISABLE is a nonzero number.
+// The derived bounds do not model the rotation (it spreads each run's
+// quantization error over the run), so the adapter turns it off by default
+// (--attn-rot off sets LLAMA_ATTN_ROT_DISABLE=1: engine.mjs) and a quantized
+// mode draws heads of 64 and 128; with --attn-rot on (llama.cpp's default)
+// such heads are declared outside the limits: not applicable, never a false
+// failure (docs/LLAMA_CPP.md, "The Hadamard rotation"). The limit is a
+// maximum, so that mode also leaves out 96, which is not rotated. Read
+// from the environment llama.cpp reads, which the adapter sets.
+function rotates(k, v) {
+    return (kQuantized.has(k) || kQuantized.has(v)) && !rotationDisabled(process.env.LLAMA_ATTN_ROT_DISABLE);
 }
 
 // Real models' head sizes (issue 33: without --model the generator drew
@@ -105,8 +114,11 @@ export function traitsFor(options) {
         ? Object.fromEntries(Object.keys(measured).map((key) => [key, "bitwise"]))
         : measured;
     const types = k === v ? `kv-${k}` : `k-${k}-v-${v}`;
+    // A quantized mode names whether llama.cpp's rotation is off (the
+    // adapter's default) or on.
+    const rotation = kQuantized.has(k) || kQuantized.has(v) ? `-rot-${rotates(k, v) ? "on" : "off"}` : "";
     return {
-        identity: {name: `llama.cpp-${types}-fa-${fa}`, version: kVersion},
+        identity: {name: `llama.cpp-${types}-fa-${fa}${rotation}`, version: kVersion},
         // erase and shift: llama_memory_seq_rm / llama_memory_seq_add (engine.mjs).
         // kvcheck draws them for the llama family only (RoPE: gpt2's learned
         // positions have nothing a shift could correct), so --gpt2 declaring
@@ -128,7 +140,7 @@ export function traitsFor(options) {
             // it differs): P6 compares the stored K/V within its storage
             // bound (docs/TOLERANCE.md, "The KV dtype").
             kv_dtypes: [k],
-            // a q8_0 / q4_0 / q5_0 row is whole blocks of 32 values (llama.cpp refuses others)
+            // a q8_0 / q4_0 / q5_0 / q5_1 row is whole blocks of 32 values (llama.cpp refuses others)
             head_dim_multiple: kQuantized.has(k) || kQuantized.has(v) ? 32 : 1,
             head_dims: kHeadDims,
             // Shapes llama.cpp cannot take, never drawn (docs/LLAMA_CPP.md,
@@ -136,7 +148,7 @@ export function traitsFor(options) {
             // in gpt2's graph; llama needs an even head for RoPE anyway), and
             // the gpt2 architecture derives its head size from d_model.
             min_head_dim: 2,
-            max_head_dim: rotationLimit(k, v),
+            max_head_dim: rotates(k, v) ? 63 : 65536,
             query_width_is_d_model: ["gpt2"],
             max_rows: 64
         },

@@ -267,6 +267,7 @@ void AttendRows(const float* q, size_t group, Rows k, Rows v, KvDtype dtype, siz
       return AttendTyped<KvDtype::kQ8_0>(q, group, k, v, n_keys, dim, scale, scores, out);
     case KvDtype::kQ4_0:  // not in the CPU engine's traits: never stored (kv_dtype.h)
     case KvDtype::kQ5_0:
+    case KvDtype::kQ5_1:
       return;
   }
 }

@@ -35,6 +35,7 @@ __device__ __forceinline__ float load_kv(const void* base, KvDtype dtype, size_t
     case KvDtype::kQ8_0:  // refused by make_cuda_engine (not in its traits)
     case KvDtype::kQ4_0:
     case KvDtype::kQ5_0:
+    case KvDtype::kQ5_1:
       break;
   }
   return 0.0f;
@@ -55,6 +56,7 @@ __device__ __forceinline__ void store_kv(void* base, KvDtype dtype, size_t index
     case KvDtype::kQ8_0:  // refused by make_cuda_engine (not in its traits)
     case KvDtype::kQ4_0:
     case KvDtype::kQ5_0:
+    case KvDtype::kQ5_1:
       return;
   }
 }

@@ -25,7 +25,8 @@ TEST(Registry, AnUnknownBackendListsTheRegisteredOnes) {
 TEST(Registry, BadOptionsAreInputErrorsNamingThem) {
   EXPECT_EQ(resolve_error("cpu?colour=red"),
             "--backend cpu: unknown option \"colour\" (known: paged, pool, prefix; every backend "
-            "also takes invariance=bounded, profile=restricted and arithmetic=NAME)");
+            "also takes invariance=bounded, profile=restricted, arithmetic=NAME and "
+            "kv_dtypes=T,...)");
   EXPECT_EQ(resolve_error("cpu?arithmetic=f8"),
             "--backend cpu: arithmetic=f8 (known: " + arithmetic_preset_names() + ")");
   EXPECT_EQ(resolve_error("cpu?paged=33"),
@@ -40,6 +41,9 @@ TEST(Registry, BadOptionsAreInputErrorsNamingThem) {
             "--backend cpu: invariance=sometimes (only invariance=bounded weakens a declaration)");
   EXPECT_EQ(resolve_error("cpu?profile=fast"),
             "--backend cpu: profile=fast (the only profile is \"restricted\")");
+  EXPECT_EQ(resolve_error("cpu?kv_dtypes=f16,q5_1"),
+            "--backend cpu: kv_dtypes=f16,q5_1: \"q5_1\" is not a cache type this engine "
+            "declares (f32, bf16, f16, q8_0)");
   EXPECT_EQ(resolve_error("cpu?x"), "--backend cpu?x: option \"x\" is not of the form key=value");
   EXPECT_EQ(resolve_error("?invariance=bounded"),
             "--backend: empty backend name in \"?invariance=bounded\"");
@@ -65,6 +69,12 @@ TEST(Registry, WeakeningsLowerOnlyWhatTheySay) {
   expected.operations.capacity_refusal = false;
   expected.limits.capacity_shared = true;
   EXPECT_EQ(traits_to_json(restricted.traits), traits_to_json(expected));
+
+  const Backend narrowed = backend_registry().resolve("cpu?kv_dtypes=q8_0,f32,f32");
+  EXPECT_TRUE(narrowed.weakened);
+  expected = cpu_engine_traits_with_operations();
+  expected.limits.kv_dtypes = {KvDtype::kQ8_0, KvDtype::kF32};
+  EXPECT_EQ(traits_to_json(narrowed.traits), traits_to_json(expected));
 }
 
 }  // namespace

@@ -26,6 +26,7 @@ TEST(TraitsJson, RoundTripKeepsEveryField) {
   t.invariance.determinism = Invariance::kBounded;
   t.limits.head_dims = {64, 80, 96, 128};
   t.arithmetic.rope_angles_in_float = true;
+  t.arithmetic.k_blocks_in_pair_order = true;
   t.arithmetic.v_dtype = KvDtype::kF16;
   const nlohmann::json json = traits_to_json(t);
   const Result<EngineTraits> back = traits_from_json(json);
@@ -106,7 +107,7 @@ INSTANTIATE_TEST_SUITE_P(
                   "traits.limits.head_dims: expected an array of positive integers, got 64"},
         Malformed{R"({"identity": {"name": "x"}, "arithmetic": {"v_dtype": 16}})",
                   "traits.arithmetic.v_dtype: expected null or one of f32, bf16, f16, q8_0, "
-                  "q4_0 or q5_0, got 16"},
+                  "q4_0, q5_0 or q5_1, got 16"},
         Malformed{R"([1, 2])", "traits: expected a JSON object, got [1,2]"}));
 
 // V stored as K unless declared: no key written, and null reads as unset.

@@ -51,6 +51,50 @@ void ggml_q8_block(const float* x, int n, float* out, float* stored_scale = null
   if (stored_scale != nullptr) *stored_scale = s;
 }
 
+// ggml's q5_1 of one block (quantize_row_q5_1_ref): min and max of the
+// block, d = (max - min) / 31 in float, codes (x - min) * (1 / d) + 0.5
+// truncated, an f16 scale and an f16 minimum stored; read code * scale +
+// minimum in float (dequantize_row_q5_1).
+struct Q5_1Block {
+  int code[32] = {};
+  float scale = 0, min = 0, computed_min = 0;
+  float read(int i) const { return float(code[i]) * scale + min; }
+};
+Q5_1Block ggml_q5_1_block(const float* x, int n) {
+  float min = INFINITY, max = -INFINITY;
+  for (int i = 0; i < n; ++i) min = std::min(min, x[i]), max = std::max(max, x[i]);
+  const float d = (max - min) / 31, id = d != 0 ? 1.0f / d : 0.0f;
+  Q5_1Block b;
+  b.scale = f16(d), b.min = f16(min), b.computed_min = min;
+  for (int i = 0; i < n; ++i) b.code[i] = int(static_cast<uint8_t>((x[i] - min) * id + 0.5f));
+  return b;
+}
+
+// ggml's q8_1 of one block (quantize_row_q8_1_ref): q8_0's codes and f16
+// scale, and the stored sum fp16(d * sum of codes), d the unrounded scale.
+struct Q8_1Block {
+  int code[32] = {};
+  float scale = 0, sum = 0;
+};
+Q8_1Block ggml_q8_1_block(const float* x, int n) {
+  float amax = 0;
+  for (int i = 0; i < n; ++i) amax = std::max(amax, std::fabs(x[i]));
+  const float d = amax / 127, id = d != 0 ? 1.0f / d : 0.0f;
+  Q8_1Block b;
+  int sum = 0;
+  for (int i = 0; i < n; ++i) sum += b.code[i] = int(std::round(x[i] * id));
+  b.scale = f16(d), b.sum = f16(float(sum) * d);
+  return b;
+}
+
+// ggml_vec_dot_q5_1_q8_1 of one block pair, in float as its generic path:
+// (d d') * sum(c c') + m s'.
+float ggml_q5_1_dot(const Q5_1Block& k, const Q8_1Block& q, int n) {
+  int sumi = 0;
+  for (int i = 0; i < n; ++i) sumi += k.code[i] * q.code[i];
+  return (k.scale * q.scale) * float(sumi) + k.min * q.sum;
+}
+
 // A stored row of D: f16, bf16, or ggml's q8_0 in blocks of 32.
 enum class Stored { kF16, kBF16, kQ8 };
 std::vector<float> store(const std::vector<double>& x, Stored type) {
@@ -80,14 +124,16 @@ struct Trial {
 // ggml_compute_forward_flash_attn_ext_f16_one_chunk for one query head:
 // online softmax; V in f16 sums into an f16 accumulator (every update and
 // rescale rounded), a q8_0 V is dequantized and summed in f32.
+// dots (optional, [n]): each key's q.k as K's vec_dot computes it (q5_1).
 std::vector<double> ggml_flash(const Trial& t, const std::vector<float>& q,
                                const std::vector<float>& k, const std::vector<float>& v,
-                               bool f16_sum) {
+                               bool f16_sum, const std::vector<float>* dots = nullptr) {
   const float scale = 1.0f / std::sqrt(float(t.D));
   std::vector<float> acc(size_t(t.D), 0.0f);
   float S = 0, M = -INFINITY;
   for (int j = 0; j < t.n; ++j) {
-    const float s = dot(q.data(), &k[size_t(j * t.D)], t.D) * scale;
+    const float s =
+        (dots != nullptr ? (*dots)[size_t(j)] : dot(q.data(), &k[size_t(j * t.D)], t.D)) * scale;
     float ms = 1, vs = 1;
     if (s > M) {
       const float old = M;
@@ -140,15 +186,19 @@ std::vector<double> ggml_plain(const Trial& t, const std::vector<float>& q,
   return out;
 }
 
-Trial draw(SplitMix64& rng) {
+// key_offset: keys far from 0 too (up to that many times their spread, in
+// half of the trials), where a K type with a stored minimum differs most.
+Trial draw(SplitMix64& rng, int key_offset = 0) {
   Trial t;
   t.D = 32 << rng.in_range(0, 2);
   t.n = int(rng.in_range(1, 300));
   const double k_scale = std::ldexp(1.0, int(rng.in_range(-3, 3)));  // sharp or flat scores
   const double v_offset = rng.in_range(0, 1) ? 0.0 : 5.0;            // values far from 0
+  const double k_offset =
+      key_offset > 0 ? k_scale * double(rng.in_range(-key_offset, key_offset)) : 0;
   t.q.resize(size_t(t.D)), t.k.resize(size_t(t.n * t.D)), t.v.resize(t.k.size());
   for (double& x : t.q) x = rng.symmetric_unit();
-  for (double& x : t.k) x = k_scale * rng.symmetric_unit();
+  for (double& x : t.k) x = k_offset + k_scale * rng.symmetric_unit();
   for (double& x : t.v) x = v_offset + rng.symmetric_unit();
   return t;
 }
@@ -185,14 +235,15 @@ struct Outcome {
 // Runs `trials` random trials of one ggml path and returns the worst ratio
 // under its preset and under the f32 model with the same storage.
 template <class Simulate>
-Outcome run(const ArithmeticTraits& arithmetic, KvDtype dtype, int trials, Simulate simulate) {
+Outcome run(const ArithmeticTraits& arithmetic, KvDtype dtype, int trials, Simulate simulate,
+            int key_offset = 0) {
   SplitMix64 rng(20261203);
   ArithmeticTraits f32_storage;
   f32_storage.kv_quantizer = arithmetic.kv_quantizer;
   f32_storage.v_dtype = arithmetic.v_dtype;
   Outcome out;
   for (int i = 0; i < trials; ++i) {
-    const Trial t = draw(rng);
+    const Trial t = draw(rng, key_offset);
     const std::vector<double> got = simulate(t);
     out.derived = std::max(out.derived, worst_ratio(t, arithmetic, dtype, got));
     out.f32_model = std::max(out.f32_model, worst_ratio(t, f32_storage, dtype, got));
@@ -201,8 +252,8 @@ Outcome run(const ArithmeticTraits& arithmetic, KvDtype dtype, int trials, Simul
 }
 
 template <class Simulate>
-Outcome run(const char* preset, KvDtype dtype, int trials, Simulate simulate) {
-  return run(*find_arithmetic_preset(preset), dtype, trials, simulate);
+Outcome run(const char* preset, KvDtype dtype, int trials, Simulate simulate, int key_offset = 0) {
+  return run(*find_arithmetic_preset(preset), dtype, trials, simulate, key_offset);
 }
 
 TEST(ReducedPrecisionAttention, FlashAttentionWithAnF16SumIsWithinItsBound) {
@@ -414,6 +465,154 @@ TEST(ReducedPrecisionAttention, GgmlQ4_0AndQ5_0ElementsAreWithinTheirStorageBoun
     std::printf("ggml %s elements: worst %.4f of the bound (clamped codes %.4f)\n",
                 kv_dtype_name(dtype), r.worst, r.worst_clamped);
   }
+}
+
+// Random blocks for q5_1: magnitudes 2^-22 .. 2^4 (subnormal f16 scales
+// too), half of them offset from 0 by up to 64 times their spread, where
+// the stored minimum's own f16 rounding is the largest error.
+std::vector<float> q5_1_test_block(SplitMix64& rng, int trial) {
+  const double magnitude = std::ldexp(1.0, int(rng.in_range(-22, 4)));
+  const double offset = trial % 2 == 0 ? magnitude * double(rng.in_range(-64, 64)) : 0.0;
+  std::vector<float> x(32);
+  for (float& e : x) e = float(offset + magnitude * rng.symmetric_unit());
+  return x;
+}
+
+// Per element, ggml's q5_1 lies within d (1/2 + 2^-16 + 31 2^-11) + 2^-11
+// |min| + 32 2^-25 + u |read| of its value, d = range / 31 (store_var's
+// bound). Without the minimum's term it fails on the offset blocks.
+TEST(ReducedPrecisionAttention, GgmlQ5_1ElementsAreWithinTheirStorageBound) {
+  const KvStorageError e = kv_storage_error(KvDtype::kQ5_1, KvQuantizer::kGgml);
+  SplitMix64 rng(17);
+  double worst = 0, worst_without_min = 0;
+  for (int trial = 0; trial < 20000; ++trial) {
+    const std::vector<float> x = q5_1_test_block(rng, trial);
+    const Q5_1Block b = ggml_q5_1_block(x.data(), 32);
+    std::vector<double> value(x.begin(), x.end()), var(32, 0.0), bound(32);
+    tolerance::store_var(value.data(), var.data(), bound.data(), nullptr, 1, 32, e);
+    const tolerance::BlockRange r = tolerance::block_range(value.data(), var.data(), 32);
+    for (int i = 0; i < 32; ++i) {
+      const double err = std::abs(double(b.read(i)) - value[size_t(i)]);
+      worst = std::max(worst, err / bound[size_t(i)]);
+      const double without_min = bound[size_t(i)] - e.min_relative * std::abs(r.min);
+      worst_without_min = std::max(worst_without_min, err / without_min);
+    }
+  }
+  EXPECT_LE(worst, 1.0);
+  EXPECT_GT(worst_without_min, 1.0) << "the stored minimum's rounding is not needed";
+  std::printf("ggml q5_1 elements: worst %.4f of the bound, %.4f without the minimum's term\n",
+              worst, worst_without_min);
+}
+
+// vec_dot_q5_1_q8_1 differs from the dot of the dequantized blocks (the
+// per-element models of K and q) by the stored block sum's error and from
+// the dot with the block's exact minimum by the minimum's rounding: both
+// within q8_1_block_sum_error, and far beyond the float rounding of a
+// 32-term dot (kConfidence sqrt(34) u sum |k q|) that would otherwise be
+// all the bound allows for them. vec_dot's own products and sums are
+// taken exactly here, to isolate its stored values; the float ones are the
+// attention test's (ggml_q5_1_dot).
+TEST(ReducedPrecisionAttention, GgmlQ5_1DotWithQ8_1IsWithinItsBlockSumTerms) {
+  SplitMix64 rng(19);
+  double worst_sum = 0, worst = 0, worst_as_rounding = 0;
+  for (int trial = 0; trial < 20000; ++trial) {
+    const std::vector<float> kx = q5_1_test_block(rng, trial);
+    std::vector<float> qx(32);
+    for (float& e : qx) e = float(rng.symmetric_unit() + (trial % 4 < 2 ? 0.5 : 0.0));
+    const Q5_1Block k = ggml_q5_1_block(kx.data(), 32);
+    const Q8_1Block q = ggml_q8_1_block(qx.data(), 32);
+    // read_rounding: k.read's own float rounding (u |read| each), K's
+    // storage term, which the dequantized dot carries and vec_dot does not.
+    double sumi = 0, dequantized = 0, exact_min = 0, abs_dot = 0, read_rounding = 0;
+    for (int i = 0; i < 32; ++i) {
+      const double qi = double(q.code[i]) * q.scale;
+      sumi += double(k.code[i]) * q.code[i];
+      dequantized += double(k.read(i)) * qi;  // k.read rounds as dequantize_row_q5_1
+      read_rounding += kUnitRoundoff / (1 - kUnitRoundoff) * std::abs(double(k.read(i)) * qi);
+      exact_min += (double(k.code[i]) * k.scale + k.computed_min) * qi;
+      abs_dot += std::abs(double(kx[size_t(i)]) * qx[size_t(i)]);
+    }
+    const double vec_dot = double(k.scale) * q.scale * sumi + double(k.min) * q.sum;
+    std::vector<double> kv(kx.begin(), kx.end()), qv(qx.begin(), qx.end()), zero(32, 0.0);
+    const tolerance::BlockSumError e =
+        tolerance::q8_1_block_sum_error(qv.data(), zero.data(), kv.data(), zero.data(), 32);
+    worst_sum = std::max(worst_sum, (std::abs(vec_dot - dequantized) - read_rounding) / e.sum);
+    worst = std::max(worst, std::abs(vec_dot - exact_min) / (e.sum + e.min));
+    const double rounding = kConfidence * std::sqrt(34.0) * kUnitRoundoff * abs_dot;
+    if (abs_dot > 0)
+      worst_as_rounding = std::max(worst_as_rounding, std::abs(vec_dot - dequantized) / rounding);
+  }
+  EXPECT_LE(worst_sum, 1.0);
+  EXPECT_LE(worst, 1.0);
+  EXPECT_GT(worst_as_rounding, 1.0) << "the block sum's error is within a dot's float rounding";
+  std::printf(
+      "q5_1 . q8_1: block sum %.4f of its term, with the minimum %.4f; %.1f x a dot's "
+      "rounding\n",
+      worst_sum, worst, worst_as_rounding);
+}
+
+// llama.cpp's q5_1 cache under flash attention: q quantized to q8_1 and
+// each score by vec_dot_q5_1_q8_1, V dequantized to f32 and summed in f32
+// (q5_1's mode declares ggml-flash-q8_0's fields), keys far from 0 too.
+TEST(ReducedPrecisionAttention, GgmlQ5_1FlashAttentionIsWithinItsBound) {
+  const Outcome o = run(
+      "ggml-flash-q8_0", KvDtype::kQ5_1, 400,
+      [](const Trial& t) {
+        std::vector<float> qf(t.q.begin(), t.q.end()), kf(t.k.begin(), t.k.end());
+        std::vector<float> vf(t.v.begin(), t.v.end()), k(kf.size()), v(vf.size());
+        std::vector<float> dots(size_t(t.n), 0.0f);
+        for (int j = 0; j < t.n; ++j) {
+          for (int b = 0; b < t.D; b += 32) {
+            const size_t at = size_t(j * t.D + b);
+            const Q5_1Block kb = ggml_q5_1_block(&kf[at], 32), vb = ggml_q5_1_block(&vf[at], 32);
+            dots[size_t(j)] += ggml_q5_1_dot(kb, ggml_q8_1_block(&qf[size_t(b)], 32), 32);
+            for (int i = 0; i < 32; ++i)
+              k[at + size_t(i)] = kb.read(i), v[at + size_t(i)] = vb.read(i);
+          }
+        }
+        return ggml_flash(t, qf, k, v, false, &dots);
+      },
+      8);
+  EXPECT_LE(o.derived, 1.0);
+  std::printf("flash q5_1: worst %.3f of the derived bound, %.3f of the f32 model's\n", o.derived,
+              o.f32_model);
+}
+
+// llama.cpp quantizes a llama head of K (and q) in the GGUF's adjacent-pair
+// order: blocks of 32 hold elements i and D/2 + i together. A head whose
+// halves differ in size (1e-3 and 1 here) then has the small elements
+// quantized with the large ones' scale: within store_var's bound in pair
+// order, far outside it in kvcheck's order (the P6 failure of a q8_0
+// campaign at head_dim 96 before k_blocks_in_pair_order).
+TEST(ReducedPrecisionAttention, PairOrderBlocksAreWithinTheirStorageBound) {
+  const KvStorageError e = kv_storage_error(KvDtype::kQ8_0, KvQuantizer::kGgml);
+  SplitMix64 rng(23);
+  double worst_pair = 0, worst_own = 0;
+  for (int trial = 0; trial < 2000; ++trial) {
+    const int D = 64 << rng.in_range(0, 1);
+    const size_t n = size_t(D);
+    std::vector<double> x(n), var(n, 0.0), pair(n), own(n);
+    for (int i = 0; i < D; ++i) x[size_t(i)] = (i < D / 2 ? 1e-3 : 1.0) * rng.symmetric_unit();
+    std::vector<float> stored(n), in(n), out(n);
+    for (int j = 0; j < D; ++j)
+      in[size_t(j)] = float(x[size_t(tolerance::block_element(j, D, true))]);
+    for (int b = 0; b < D; b += 32) ggml_q8_block(&in[size_t(b)], 32, &out[size_t(b)]);
+    for (int j = 0; j < D; ++j)
+      stored[size_t(tolerance::block_element(j, D, true))] = out[size_t(j)];
+    tolerance::store_var(x.data(), var.data(), pair.data(), nullptr, 1, D, e, true);
+    std::fill(var.begin(), var.end(), 0.0);
+    tolerance::store_var(x.data(), var.data(), own.data(), nullptr, 1, D, e, false);
+    for (int i = 0; i < D; ++i) {
+      const double err = std::abs(double(stored[size_t(i)]) - x[size_t(i)]);
+      worst_pair = std::max(worst_pair, err / pair[size_t(i)]);
+      worst_own = std::max(worst_own, err / own[size_t(i)]);
+    }
+  }
+  EXPECT_LE(worst_pair, 1.0);
+  EXPECT_GT(worst_own, 1.0) << "blocks in kvcheck's order cover the pair order";
+  std::printf(
+      "pair-order q8_0 heads: worst %.4f of the pair-order bound, %.1f of kvcheck's order\n",
+      worst_pair, worst_own);
 }
 
 }  // namespace

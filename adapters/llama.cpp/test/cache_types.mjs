@@ -1,10 +1,10 @@
-// The adapter's cache types beyond f32, f16, q8_0 and q4_0: bf16, q5_0 and
-// different K and V types (--kv-k, --kv-v: llama.cpp's type_k and
+// The adapter's cache types beyond f32, f16, q8_0 and q4_0: bf16, q5_0,
+// q5_1 and different K and V types (--kv-k, --kv-v: llama.cpp's type_k and
 // type_v through node-llama-cpp's experimentalKvCacheKeyType / ValueType).
 // Layer 0's K and V before the store are f32 arithmetic in every mode, so a
 // cache of type T holds exactly T's rounding of the f32 cache's layer 0
 // (the same model, tokens and flash attention): bf16 and f16 bit for bit,
-// q8_0 and q5_0 within their storage error. The snapshot must read each of K and V in
+// q8_0, q5_0 and q5_1 within their storage error. The snapshot must read each of K and V in
 // its own type, and the traits must declare K's as kv_dtypes and V's as
 // arithmetic.v_dtype, with the head sizes real models use (head_dims).
 // Also the options' refusals: a quantized V without flash attention, an
@@ -80,13 +80,19 @@ function expectRounded(got, f32, type, what) {
 
 // Per element, within ggml's storage error of its block of 32 (one head
 // here): q8_0 0.5622 amax/127 (docs/TOLERANCE.md, "ggml's q8_0"), q5_0
-// 1.0079 amax/16 ("ggml's q5_0"); and not an f16 rounding throughout.
-const kStorage = {q8_0: 0.5622 / 127, q5_0: 1.0079 / 16};
+// 1.0079 amax/16 ("ggml's q5_0"), q5_1 0.5152 (max - min)/31 + 2^-11 |min|
+// ("ggml's q5_1"); and not an f16 rounding throughout.
+const kStorage = {q8_0: 0.5622 / 127, q5_0: 1.0079 / 16, q5_1: 0.5152 / 31};
 function expectQuantized(got, f32, type, what) {
     for (let base = 0; base < f32.length; base += kHeadDim) {
-        let amax = 0;
-        for (let i = base; i < base + kHeadDim; ++i) amax = Math.max(amax, Math.abs(f32[i]));
-        const allowed = kStorage[type] * amax * (1 + 2 ** -10) + 127 * 2 ** -25;
+        let amax = 0, min = Infinity, max = -Infinity;
+        for (let i = base; i < base + kHeadDim; ++i) {
+            amax = Math.max(amax, Math.abs(f32[i]));
+            min = Math.min(min, f32[i]), max = Math.max(max, f32[i]);
+        }
+        const allowed = type === "q5_1"
+            ? (kStorage[type] * (max - min) + 2 ** -11 * Math.abs(min)) * (1 + 2 ** -10) + 32 * 2 ** -25
+            : kStorage[type] * amax * (1 + 2 ** -10) + 127 * 2 ** -25;
         for (let i = base; i < base + kHeadDim; ++i) {
             assert.ok(Math.abs(got[i] - f32[i]) <= allowed,
                       `${what}[${i}]: ${got[i]} is ${Math.abs(got[i] - f32[i])} from the f32 cache's ${f32[i]}, ${type} allows ${allowed}`);
@@ -114,7 +120,7 @@ try {
     assert.deepEqual(mixed.traits.limits.kv_dtypes, ["q8_0"]);
     assert.equal(mixed.traits.arithmetic.v_dtype, "f16");
     assert.equal(mixed.traits.arithmetic.value_accumulation, "f16", "an f16 V sums in f16 (VKQ16)");
-    assert.equal(mixed.traits.identity.name, "llama.cpp-k-q8_0-v-f16-fa-on");
+    assert.equal(mixed.traits.identity.name, "llama.cpp-k-q8_0-v-f16-fa-on-rot-off");
     expectQuantized(mixed.cache.k, f32.k, "q8_0", "K q8_0");
     expectRounded(mixed.cache.v, f32.v, "f16", "V f16");
     console.log("ok: --kv-k q8_0 --kv-v f16: K within q8_0's storage error, V f16 of the f32 cache's");
@@ -134,9 +140,16 @@ try {
     expectQuantized(q5.cache.v, f32.v, "q5_0", "q5_0 V");
     console.log("ok: --kv q5_0: layer 0's K and V within q5_0's storage error of the f32 cache's");
 
+    const q5_1 = await run(folder, ["--kv", "q5_1"], "q5_1");
+    assert.deepEqual(q5_1.traits.limits.kv_dtypes, ["q5_1"]);
+    assert.equal(q5_1.traits.arithmetic.queries_rounded_to_kv_dtype, true, "q is quantized to q8_1");
+    expectQuantized(q5_1.cache.k, f32.k, "q5_1", "q5_1 K");
+    expectQuantized(q5_1.cache.v, f32.v, "q5_1", "q5_1 V");
+    console.log("ok: --kv q5_1: layer 0's K and V within q5_1's storage error of the f32 cache's");
+
     for (const [args, message] of [
         [["--kv-k", "f16", "--kv-v", "q8_0", "--flash-attn", "off"], /V cache type q8_0 needs --flash-attn on/],
-        [["--kv-k", "q9"], /--kv-k: expected one of f32, f16, bf16, q8_0, q4_0, q5_0, got "q9"/]]) {
+        [["--kv-k", "q9"], /--kv-k: expected one of f32, f16, bf16, q8_0, q4_0, q5_0, q5_1, got "q9"/]]) {
         const r = spawnSync(process.execPath, [join(adapterDir, "engine.mjs"), "--export", exportTool, ...args],
                             {input: "", encoding: "utf8"});
         assert.equal(r.status, 2, `${args.join(" ")}: exit ${r.status}`);

@@ -10,9 +10,13 @@
 // block scale amax/127 <= |run|_2 / 127 (a rotated element is at most the
 // run's length). The check is shown to catch the false alarm: the same
 // snapshots with the rotation applied again (what the adapter returned
-// before) must fail it. Also with LLAMA_ATTN_ROT_DISABLE=1 in the child's
+// before) must fail it. The rotation is --attn-rot on; the adapter's
+// default, --attn-rot off, sets LLAMA_ATTN_ROT_DISABLE=1 in its own
 // environment (llama.cpp stores K/V unrotated, and the adapter must not
-// rotate them).
+// rotate them back), whatever the child inherited: each run below inherits
+// the opposite value, and each mode's traits must say which it is (the
+// name, and heads of 64 or more outside the limits only with the
+// rotation).
 //
 //   node test/q8_0_rotation.mjs PATH/TO/kvcheck-export
 //
@@ -35,11 +39,13 @@ const kTokens = [3, 1, 4, 1, 5];
 
 // Layer 0's snapshot of kTokens fed in one step, per model folder, in one
 // adapter mode (one child for all folders).
-async function snapshots(folders, kv, env) {
-    const adapter = new AdapterChild(["--export", exportTool, "--kv", kv, "--flash-attn", "on"], {...process.env, ...env});
+async function snapshots(folders, kv, env, args = []) {
+    const adapter = new AdapterChild(["--export", exportTool, "--kv", kv, "--flash-attn", "on", ...args],
+                                     {...process.env, ...env});
     try {
-        await adapter.ok({op: "hello", protocol: 1});
+        const [{traits}] = await adapter.ok({op: "hello", protocol: 1});
         const out = [];
+        out.traits = traits;
         for (const folder of folders) {
             const [{model}] = await adapter.ok({op: "load", path: folder});
             const [{engine}] = await adapter.ok({op: "create", model, capacity: 8, max_rows: 1, kv_dtype: kv});
@@ -82,8 +88,13 @@ const folders = kHeadDims.map((headDim) => modelFolder(exportTool, {
     max_pos: 8, rope_theta: 10000, norm_eps: 1e-5, qkv_bias: false}, headDim));
 try {
     const f32s = await snapshots(folders, "f32", {});
-    const q8s = await snapshots(folders, "q8_0", {});
-    const offs = await snapshots(folders, "q8_0", {LLAMA_ATTN_ROT_DISABLE: "1"});
+    const q8s = await snapshots(folders, "q8_0", {LLAMA_ATTN_ROT_DISABLE: "1"}, ["--attn-rot", "on"]);
+    const offs = await snapshots(folders, "q8_0", {LLAMA_ATTN_ROT_DISABLE: "0"});
+    assert.equal(q8s.traits.identity.name, "llama.cpp-kv-q8_0-fa-on-rot-on");
+    assert.equal(q8s.traits.limits.max_head_dim, 63, "--attn-rot on: heads of 64 are rotated, outside the limits");
+    assert.equal(offs.traits.identity.name, "llama.cpp-kv-q8_0-fa-on-rot-off");
+    assert.equal(offs.traits.limits.max_head_dim, 65536, "--attn-rot off (the default): heads of 64 and 128 drawn");
+    console.log("ok: the traits name the rotation and limit the head size only with it");
     kHeadDims.forEach((headDim, m) => {
         const [f32, q8] = [f32s[m], q8s[m]];
         assert.deepEqual(q8.positions, [0, 1, 2, 3, 4]);
@@ -101,9 +112,9 @@ try {
         assert.ok(before > 10, `head_dim ${headDim}: the rotated snapshot passes the check (${before}): it cannot fail`);
         console.log(`ok: head_dim ${headDim}: the rotated snapshot fails the check (${before.toFixed(1)} times)`);
 
-        const off = worstRatio(f32, offs[m], headDim, "LLAMA_ATTN_ROT_DISABLE=1");
-        assert.ok(off <= 1, `head_dim ${headDim}, LLAMA_ATTN_ROT_DISABLE=1: ${off} times q8_0's storage error`);
-        console.log(`ok: head_dim ${headDim}, LLAMA_ATTN_ROT_DISABLE=1: within ${off.toFixed(3)}`);
+        const off = worstRatio(f32, offs[m], headDim, "--attn-rot off");
+        assert.ok(off <= 1, `head_dim ${headDim}, --attn-rot off: ${off} times q8_0's storage error`);
+        console.log(`ok: head_dim ${headDim}, --attn-rot off (LLAMA_ATTN_ROT_DISABLE=0 inherited): within ${off.toFixed(3)}`);
     });
 } catch (error) {
     failed = true;

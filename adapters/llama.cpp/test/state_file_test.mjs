@@ -216,19 +216,37 @@ check("built q4_0: nibble minus 8 times the f16 scale", () => {
     assert.deepEqual(Array.from(state.layers[0].k), codes.map((q) => (q - 8) * 0.5));
 });
 
-// ggml's block_q5_0: an f16 scale, a u32 whose bit j is element j's fifth
-// bit, then q4_0's nibbles; each read as (code - 16) * scale.
-check("built q5_0: five-bit code minus 16 times the f16 scale", () => {
-    const codes = Array.from({length: 32}, (_, i) => (i * 7) % 32);
-    const row = Buffer.alloc(22);
-    row.writeUInt16LE(0x3800, 0);  // 0.5
+// A five-bit block: the f16 header words (q5_0: the scale; q5_1: the
+// scale, then the minimum), a u32 whose bit j is element j's fifth bit,
+// then q4_0's nibbles (ggml's block_q5_0, block_q5_1).
+function q5Row(header, codes) {
+    const row = Buffer.alloc(2 * header.length + 4 + 16);
+    header.forEach((word, i) => row.writeUInt16LE(word, 2 * i));
     let high = 0;
     for (let i = 0; i < 32; ++i) high |= ((codes[i] >> 4) & 1) << i;
-    row.writeUInt32LE(high >>> 0, 2);
-    for (let i = 0; i < 16; ++i) row[6 + i] = (codes[i] & 0x0f) | ((codes[16 + i] & 0x0f) << 4);
+    row.writeUInt32LE(high >>> 0, 2 * header.length);
+    for (let i = 0; i < 16; ++i) row[2 * header.length + 4 + i] = (codes[i] & 0x0f) | ((codes[16 + i] & 0x0f) << 4);
+    return row;
+}
+
+// q5_0: each code read as (code - 16) * scale.
+check("built q5_0: five-bit code minus 16 times the f16 scale", () => {
+    const codes = Array.from({length: 32}, (_, i) => (i * 7) % 32);
+    const row = q5Row([0x3800], codes);  // 0.5
     const bytes = build({cells: [0], layers: [{kType: 6, k: [row], v: [row]}]});
     const state = parseSequenceState(bytes, {layers: 1, width: 32, type: "q5_0"});
     assert.deepEqual(Array.from(state.layers[0].k), codes.map((q) => (q - 16) * 0.5));
+});
+
+// q5_1: each code read as code * scale + minimum; a read without the
+// minimum (q5_0's) fails it.
+check("built q5_1: five-bit code times the f16 scale plus the f16 minimum", () => {
+    const codes = Array.from({length: 32}, (_, i) => (i * 11) % 32);
+    const row = q5Row([0x3800, 0xc500], codes);  // scale 0.5, minimum -5
+    const bytes = build({cells: [0], layers: [{kType: 7, k: [row], v: [row]}]});
+    const state = parseSequenceState(bytes, {layers: 1, width: 32, type: "q5_1"});
+    assert.deepEqual(Array.from(state.layers[0].k), codes.map((q) => q * 0.5 - 5));
+    assert.deepEqual(Array.from(state.layers[0].v), codes.map((q) => q * 0.5 - 5));
 });
 
 // bf16 (ggml type 30): the upper 16 bits of an f32.

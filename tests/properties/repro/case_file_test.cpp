@@ -226,7 +226,7 @@ std::vector<Malformed> malformed_cases() {
        "line 22: weights_file: loading weights from a file is not supported by case format 1; "
        "expected weight_seed <integer> (docs/CASE_FORMAT.md)"},
       {"bad dtype", with_line("kv_dtype", "kv_dtype f8"),
-       "line 27: kv_dtype: expected f32, bf16, f16, q8_0, q4_0 or q5_0, got \"f8\""},
+       "line 27: kv_dtype: expected f32, bf16, f16, q8_0, q4_0, q5_0 or q5_1, got \"f8\""},
       {"duplicate key", with_line("max_rows", "capacity 8"),
        "line 26: capacity: given twice (first on line 25); expected it once"},
       {"missing key", with_line("max_rows", ""),

@@ -362,6 +362,11 @@ void check_declared_operations(const std::string& path, const kvcheck_plugin_v1&
                      ": traits.operations.save_restore is true, but the C plugin ABI does not "
                      "carry save and restore (docs/ENGINES.md); use the exec protocol");
   }
+  if (ops.div) {
+    throw InputError("--backend plugin:" + path +
+                     ": traits.operations.div is true, but the C plugin ABI does not carry div "
+                     "(docs/OPERATIONS.md, \"Div\"); use the exec protocol");
+  }
 }
 
 // The tensors as the ABI passes them, pointing into `weights`. P1 makes a

@@ -185,6 +185,7 @@ const std::vector<Section>& sections() {
                   bool_field("offload", &OperationTraits::offload),
                   bool_field("erase", &OperationTraits::erase),
                   bool_field("shift", &OperationTraits::shift),
+                  bool_field("div", &OperationTraits::div),
                   bool_field("save_restore", &OperationTraits::save_restore)}});
     s.push_back({"limits",
                  {list_field("families", &ShapeLimits::families, parse_family, family_name),

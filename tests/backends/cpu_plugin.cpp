@@ -138,6 +138,7 @@ const char* traits_json(const char* options, kvcheck_error* error) {
     t.operations.storage_map = false;
     t.operations.prompt_logits = false;  // no create argument asks for it
     t.operations.save_restore = false;   // the ABI does not carry save and restore
+    t.operations.div = false;            // nor div
     return traits_to_json(t).dump();
   }();
   return json.c_str();

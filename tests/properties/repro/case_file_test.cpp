@@ -165,7 +165,7 @@ std::vector<Malformed> malformed_cases() {
        "sliding_window, sliding_window_pattern, block_size, pool_blocks, prefix_cache, "
        "prompt_logits), "
        "sequence, cache_key, start, step, finish, reset, fork, truncate, flush, erase, shift, "
-       "verify, abort, offload, save, restore, "
+       "verify, abort, offload, save, restore, div, "
        "verdict, where, summary, prelude (docs/CASE_FORMAT.md)"},
       {"negative window", with_line("backend", "sliding_window -2"),
        "line 7: sliding_window: expected an integer in [0, 2147483647], got \"-2\""},

@@ -35,7 +35,7 @@ std::string needs(const EngineTraits& traits, const Scenario&, const Call&) {
 }
 
 // A range of the held positions divided by 2 to 5 (1, which changes
-// nothing, one time in eight): a middle range (cells stay above it, so the
+// nothing, one time in eight): a middle range of two positions or more (cells stay above it, so the
 // next token's position is not the divided range's), the tail from p0 (as
 // self-extend divides its window), or every cell.
 std::optional<Call> draw(const DrawContext& context, const OperationGenes& genes) {
@@ -48,8 +48,10 @@ std::optional<Call> draw(const DrawContext& context, const OperationGenes& genes
   const int p0 = genes.a % next;
   switch (genes.variant % 4) {
     case 0:
-    case 1:
-      return Call::div(s, p0, p0 + 1 + genes.b % (next - p0), d);
+    case 1: {  // two positions or more where there are: some then share one
+      const int least = next - p0 >= 2 ? 2 : 1;
+      return Call::div(s, p0, p0 + least + genes.b % (next - p0 - least + 1), d);
+    }
     case 2:
       return Call::div(s, p0, context.max_pos, d);
     default:
@@ -96,7 +98,7 @@ void run(CallTarget& target, const Call& call, int) {
 extern const Operation kDivOperation{.kind = Call::Kind::kDiv,
                                      .keyword = "div",
                                      .syntax = op_div::kSyntax,
-                                     .weight = 4,
+                                     .weight = 7,
                                      .precondition = op_div::precondition,
                                      .apply = op_div::apply,
                                      .plan = op_div::plan,

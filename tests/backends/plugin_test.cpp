@@ -56,6 +56,7 @@ EngineTraits plugin_traits() {
   t.operations.storage_map = false;
   t.operations.prompt_logits = false;
   t.operations.save_restore = false;
+  t.operations.div = false;  // the ABI carries neither
   return t;
 }
 

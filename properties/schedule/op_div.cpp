@@ -12,16 +12,7 @@ namespace kvcheck {
 namespace op_div {
 
 std::string precondition(const ScheduleModel& model, const Call& call) {
-  if (!model.is_running(call.sequence)) {
-    return "div of sequence " + std::to_string(call.sequence) + " which is not running";
-  }
-  if (std::string why = cell_operation_scope(model.scenario); !why.empty()) {
-    return "div: " + why;
-  }
-  if (call.p0 < 0 || call.p1 < call.p0) {
-    return "div of [" + std::to_string(call.p0) + ", " + std::to_string(call.p1) +
-           "): needs 0 <= p0 <= p1";
-  }
+  if (std::string why = cell_range_precondition(model, call, "div"); !why.empty()) return why;
   if (call.divisor < 1) return "div by " + std::to_string(call.divisor) + ": needs d >= 1";
   return {};
 }

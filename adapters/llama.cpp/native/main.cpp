@@ -69,7 +69,9 @@ EngineTraits llama_traits(const LlamaOptions& options) {
   o.fork = o.truncate = true;
   o.erase = o.shift = options.erase_shift;
   o.save_restore = options.save_restore;
-  o.div = options.div;
+  // In one stream a fork's cells are shared, and seq_div moves them for
+  // both sequences, as seq_add does (docs/LLAMA_CPP.md, "Native driver").
+  o.div = options.div && !unified;
   o.cache_snapshot = true;  // llama_state_seq_get_data (llama_state.h)
   o.fault_switches = false;
   t.limits.families = {Family::kLlama};

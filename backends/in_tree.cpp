@@ -65,6 +65,7 @@ EngineTraits cpu_engine_traits_with_operations(KernelPath kernels) {
   // shift is refused; the generators never draw them together).
   t.operations.erase = true;
   t.operations.shift = true;
+  t.operations.div = true;  // the same re-rotation, cells may share a position
   // An abort path of its own (SequenceTable::abort_paged), keyed prefix
   // chains and a host tier; the CUDA engine declares none of them until a
   // device tests them.
@@ -127,7 +128,7 @@ Backend cpu_backend(const BackendSpec& spec, KernelPath kernels) {
   // cpu?paged=B makes every scenario paged, where erase, shift, save and
   // restore are refused: they are then not applicable instead of failures.
   if (paged > 0) {
-    b.traits.operations.erase = b.traits.operations.shift = false;
+    b.traits.operations.erase = b.traits.operations.shift = b.traits.operations.div = false;
     b.traits.operations.save_restore = false;
   }
   b.make_factory = [kernels, paged, pool, prefix](FaultSet faults) {

@@ -376,6 +376,11 @@ void check_declared_operations(const std::string& path, const kvcheck_plugin_v1&
                                                   std::to_string(t.struct_size) + ")"
                                             : std::string()));
   }
+  if (ops.div) {
+    throw InputError("--backend plugin:" + path +
+                     ": traits.operations.div is true, but the C plugin ABI does not carry div "
+                     "(docs/OPERATIONS.md, \"Div\"); use the exec protocol");
+  }
 }
 
 // The tensors as the ABI passes them, pointing into `weights`. P1 makes a

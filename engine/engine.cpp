@@ -95,6 +95,11 @@ void Engine::shift(SequenceId, int, int, int) {
                     "shift: not supported by " + name() + " (traits.operations.shift is false)");
 }
 
+void Engine::div(SequenceId, int, int, int) {
+  throw EngineError(EngineError::Kind::kBadBatch,
+                    "div: not supported by " + name() + " (traits.operations.div is false)");
+}
+
 PoolReport Engine::pool() const {
   throw EngineError(EngineError::Kind::kBadBatch, "pool: not supported by " + name() +
                                                       " (traits.operations.pool_report is false)");

@@ -180,6 +180,11 @@ class Engine {
   // max_pos or collide with a cell outside the range.
   virtual void erase(SequenceId sequence, int p0, int p1);
   virtual void shift(SequenceId sequence, int p0, int p1, int delta);
+  // div (docs/OPERATIONS.md, "Div"; llama.cpp's llama_memory_seq_div): the
+  // cells holding positions [p0, p1) now hold position / d (rounded down),
+  // each key re-rotated by its own change; cells may come to share a
+  // position. kBadBatch, changing nothing, when d < 1.
+  virtual void div(SequenceId sequence, int p0, int p1, int d);
 
   // Paged storage: the pool's block counts, reference counts and tables.
   virtual PoolReport pool() const;

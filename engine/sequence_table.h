@@ -147,11 +147,17 @@ class BasicSequenceTable {
   // poisoned. shift adds delta to the positions of the cells in [p0, p1)
   // and has the engine re-rotate each one's key through `rotate` (row,
   // slot, angle delta), faults included; kBadBatch, changing nothing, when
-  // a position would leave [0, max_pos) or meet a cell outside the range.
+  // a position would leave [0, max_pos) or meet a cell outside the range
+  // (cells sharing a position after a div may keep sharing it).
   using MoveSlots = std::function<void(int row, int from_slot, int to_slot, int n_slots)>;
   using RotateSlot = std::function<void(int row, int slot, int delta)>;
   void erase(SequenceId id, int p0, int p1, const MoveSlots& move, const PoisonSlots& poison);
   void shift(SequenceId id, int p0, int p1, int delta, const RotateSlot& rotate);
+  // div divides the positions of the cells in [p0, p1) by d (rounding
+  // down) and has each moved cell's key re-rotated by its own change
+  // through `rotate`; cells may come to share a position. kBadBatch,
+  // changing nothing, when d < 1.
+  void div(SequenceId id, int p0, int p1, int d, const RotateSlot& rotate);
 
   // Sequence state (contiguous storage; kBadBatch when paged). save keeps
   // the sequence's bookkeeping and the bytes `read` returns for its slots

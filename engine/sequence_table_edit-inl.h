@@ -156,18 +156,44 @@ void BasicSequenceTable<kFaults>::shift(SequenceId id, int p0, int p1, int delta
     }
     p = int32_t(to);
   }
-  std::vector<int32_t> sorted = moved;
-  std::sort(sorted.begin(), sorted.end());
-  if (std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end()) {
-    throw EngineError(EngineError::Kind::kBadBatch,
-                      who + ": shifting [" + std::to_string(p0) + ", " + std::to_string(p1) +
-                          ") by " + std::to_string(delta) + " makes two cells hold one position");
+  std::vector<int32_t> staying;  // positions of the cells outside the range
+  for (const int32_t p : positions) {
+    if (p < p0 || p >= p1) staying.push_back(p);
+  }
+  std::sort(staying.begin(), staying.end());
+  for (size_t i = 0; i < moved.size(); ++i) {
+    if (moved[i] != positions[i] && std::binary_search(staying.begin(), staying.end(), moved[i])) {
+      throw EngineError(EngineError::Kind::kBadBatch,
+                        who + ": shifting [" + std::to_string(p0) + ", " + std::to_string(p1) +
+                            ") by " + std::to_string(delta) + " makes two cells hold one position");
+    }
   }
   if (delta == 0 || moved == positions) return;
   for (int i = 0; i < s.length; ++i) {
     if (moved[size_t(i)] != positions[size_t(i)])
       rotate(storage_row(s.row), s.slot_base + i, delta);
   }
+  s.positions = std::move(moved);
+  row_position_[size_t(s.row)] = s.position_base + s.next_position();
+}
+
+template <bool kFaults>
+void BasicSequenceTable<kFaults>::div(SequenceId id, int p0, int p1, int d,
+                                      const RotateSlot& rotate) {
+  const std::vector<int32_t> positions = held_positions(id, p0, p1, "div");
+  if (d < 1) {
+    throw EngineError(EngineError::Kind::kBadBatch, "div: sequence " + std::to_string(id) + ": d " +
+                                                        std::to_string(d) + " needs d >= 1");
+  }
+  SequenceState& s = sequences_.at(id);
+  std::vector<int32_t> moved = positions;
+  for (int i = 0; i < s.length; ++i) {
+    int32_t& p = moved[size_t(i)];
+    if (p < p0 || p >= p1 || p / d == p) continue;
+    rotate(storage_row(s.row), s.slot_base + i, p / d - p);
+    p /= d;
+  }
+  if (moved == positions) return;
   s.positions = std::move(moved);
   row_position_[size_t(s.row)] = s.position_base + s.next_position();
 }

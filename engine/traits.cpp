@@ -70,6 +70,7 @@ bool declares(const OperationTraits& op, std::string_view needs) {
   if (needs == "offload") return op.offload && op.paged && op.pool_report;
   if (needs == "sliding_window") return op.sliding_window;
   if (needs == "shift") return op.erase && op.shift;
+  if (needs == "div") return op.div;
   if (needs == "save_restore") return op.save_restore;
   return needs.empty();
 }

@@ -54,6 +54,7 @@ struct OperationTraits {
   bool offload = false;  // Engine::offload and EngineOptions::host_blocks (paged; P13 per tier)
   bool erase = false;    // Engine::erase (P1/P6 replay the history)
   bool shift = false;    // Engine::shift (P1/P6 replay the history)
+  bool div = false;      // Engine::div: cells may share a position (P1/P6 replay the history)
   // Engine::save_state / restore_state (contiguous storage; P1/P6/P12 after a restore)
   bool save_restore = false;
 };

@@ -184,6 +184,7 @@ Section operations_section() {
            bool_field("offload", &OperationTraits::offload),
            bool_field("erase", &OperationTraits::erase),
            bool_field("shift", &OperationTraits::shift),
+           bool_field("div", &OperationTraits::div),
            bool_field("save_restore", &OperationTraits::save_restore)}};
 }
 

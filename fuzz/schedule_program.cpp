@@ -229,6 +229,17 @@ bool code_range(CallBytes& io, const FuzzModel& model, Call& call) {
   return true;
 }
 
+// div: the sequence among those holding cells, a nonempty range [p0, p1)
+// below its next position, and a divisor 1..8 (1 changes nothing).
+bool code_div(CallBytes& io, const FuzzModel& model, Call& call) {
+  if (!io.pick(model.holding(), call.sequence)) return false;
+  const int next = model.at(call.sequence).next_position();
+  io.value(call.p0, 0, next - 1);
+  io.value(call.p1, call.p0 + 1, next);
+  io.value(call.divisor, 1, 8);
+  return true;
+}
+
 // What the mutator drew for a call it inserts (each draw its own statement:
 // the order of a call's arguments is unspecified, and g++ and clang differ).
 struct ExampleDraws {
@@ -279,14 +290,18 @@ constexpr std::array kFuzzOps = {
            [](const ExampleDraws& d, Random&) { return Call::save(d.sequence); }},
     FuzzOp{Call::Kind::kRestore, code_finish,
            [](const ExampleDraws& d, Random&) { return Call::restore(d.sequence); }},
+    FuzzOp{Call::Kind::kDiv, code_div,
+           [](const ExampleDraws& d, Random& random) {
+             return Call::div(d.sequence, d.a, d.b, random.between(2, 4));
+           }},
 };
 constexpr int kOpLast = static_cast<int>(kFuzzOps.size()) - 1;
 
 // The opcodes in the order the mutator draws which call to insert: the
 // order it has always used, so that its edits (pinned by
 // schedule_program_test's digest) stay the same. New operations go at the end.
-constexpr std::array<int, kFuzzOps.size()> kInsertOrder = {0, 1, 2, 4,  5,  6,  7,
-                                                           8, 3, 9, 10, 11, 12, 13};
+constexpr std::array<int, kFuzzOps.size()> kInsertOrder = {0, 1, 2,  4,  5,  6,  7, 8,
+                                                           3, 9, 10, 11, 12, 13, 14};
 
 int opcode(Call::Kind kind) {
   for (size_t op = 0; op < kFuzzOps.size(); ++op) {

@@ -213,20 +213,26 @@ struct Cells {
   }
 };
 
-// A shift's new positions, or the reason it is invalid.
+// A shift's new positions, or the reason it is invalid. Cells that share a
+// position (after a div) may keep sharing it; a moved cell may not land on
+// a position a cell outside the range holds.
 std::string shift_positions(const Config& config, const Event& e, std::vector<int32_t>& positions) {
   if (e.p0 < 0 || e.p1 < e.p0) return "shift needs 0 <= p0 <= p1";
-  std::vector<int32_t> moved = positions;
+  std::vector<int32_t> moved = positions, staying;
   for (int32_t& p : moved) {
-    if (p < e.p0 || p >= e.p1) continue;
+    if (p < e.p0 || p >= e.p1) {
+      staying.push_back(p);
+      continue;
+    }
     const long long to = (long long)p + e.delta;
     if (to < 0 || to >= config.max_pos) return "a shifted position leaves [0, max_pos)";
     p = int32_t(to);
   }
-  std::vector<int32_t> sorted = moved;
-  std::sort(sorted.begin(), sorted.end());
-  if (std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end()) {
-    return "the shift makes two cells hold one position";
+  for (size_t c = 0; c < moved.size(); ++c) {
+    if (moved[c] != positions[c] &&
+        std::find(staying.begin(), staying.end(), moved[c]) != staying.end()) {
+      return "the shift makes two cells hold one position";
+    }
   }
   positions = std::move(moved);
   return "";
@@ -277,6 +283,11 @@ CellOutput replay(const Config& config, const Weights& weights, std::span<const 
       if (const std::string error = shift_positions(config, e, cells.positions); !error.empty()) {
         fail(i, error);
       }
+      continue;
+    }
+    if (e.kind == Event::Kind::kDiv) {
+      if (e.p0 < 0 || e.p1 < e.p0 || e.delta < 1) fail(i, "div needs 0 <= p0 <= p1 and d >= 1");
+      for (int32_t& p : cells.positions) p = p >= e.p0 && p < e.p1 ? p / e.delta : p;
       continue;
     }
     // A fed token at the largest held position + 1.

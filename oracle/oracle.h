@@ -43,19 +43,22 @@ Output prefix(const Output& full, int n, int n_layers);
 // K/V once, from the cells alive then at their positions then, and keeps
 // them: an erase removes cells, a shift moves their positions (a key is
 // always the token's un-rotated key rotated to the cell's current position;
-// values never change), a truncation drops the last n cells.
+// values never change), a div divides them (rounding down; cells may then
+// share a position, and every held cell stays visible to the next token,
+// whose position is above them all), a truncation drops the last n cells.
 struct Event {
-  enum class Kind : uint8_t { kFeed, kErase, kShift, kTruncate };
+  enum class Kind : uint8_t { kFeed, kErase, kShift, kTruncate, kDiv };
   Kind kind = Kind::kFeed;
   int32_t token = 0;   // kFeed
-  int p0 = 0, p1 = 0;  // kErase, kShift: positions [p0, p1)
-  int delta = 0;       // kShift
+  int p0 = 0, p1 = 0;  // kErase, kShift, kDiv: positions [p0, p1)
+  int delta = 0;       // kShift; kDiv: the divisor d >= 1
   int n = 0;           // kTruncate: cells dropped from the end
 
   static Event feed(int32_t t) { return {Kind::kFeed, t}; }
   static Event erase(int p0, int p1) { return {Kind::kErase, 0, p0, p1}; }
   static Event shift(int p0, int p1, int d) { return {Kind::kShift, 0, p0, p1, d}; }
   static Event truncate(int n) { return {Kind::kTruncate, 0, 0, 0, 0, n}; }
+  static Event div(int p0, int p1, int d) { return {Kind::kDiv, 0, p0, p1, d}; }
 };
 
 struct CellOutput {
@@ -65,9 +68,9 @@ struct CellOutput {
   std::vector<double> v;           // [L][C][KVH][D]
 };
 
-// llama family only; invalid events (a shift making positions collide or
-// leave [0, max_pos), a truncation past the cells, a position reaching
-// max_pos) throw InputError naming the event.
+// llama family only; invalid events (a shift moving a cell onto a position
+// a cell outside its range holds, or out of [0, max_pos), a div by d < 1, a truncation past the
+// cells, a position reaching max_pos) throw InputError naming the event.
 CellOutput replay(const Config& config, const Weights& weights, std::span<const Event> events);
 
 }  // namespace kvcheck::oracle

@@ -37,8 +37,12 @@ int erase_cells(std::vector<int32_t>& cells, int p0, int p1) {
 
 std::string shift_cells(std::vector<int32_t>& cells, int p0, int p1, int delta, int max_pos) {
   std::vector<int32_t> moved = cells;
+  std::vector<int32_t> staying;  // positions of the cells outside [p0, p1)
   for (int32_t& p : moved) {
-    if (p < p0 || p >= p1) continue;
+    if (p < p0 || p >= p1) {
+      staying.push_back(p);
+      continue;
+    }
     const long long to = (long long)p + delta;
     if (to < 0 || to >= max_pos) {
       return "position " + std::to_string(p) + " + " + std::to_string(delta) +
@@ -46,12 +50,31 @@ std::string shift_cells(std::vector<int32_t>& cells, int p0, int p1, int delta, 
     }
     p = int32_t(to);
   }
-  std::vector<int32_t> sorted = moved;
-  std::sort(sorted.begin(), sorted.end());
-  if (std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end()) {
-    return "two cells would hold one position";
+  std::sort(staying.begin(), staying.end());
+  for (size_t i = 0; i < moved.size(); ++i) {
+    if (moved[i] != cells[i] && std::binary_search(staying.begin(), staying.end(), moved[i])) {
+      return "two cells would hold one position";
+    }
   }
   cells = std::move(moved);
+  return {};
+}
+
+void div_cells(std::vector<int32_t>& cells, int p0, int p1, int d) {
+  for (int32_t& p : cells) {
+    if (p >= p0 && p < p1) p /= d;
+  }
+}
+
+std::string cut_keeps_shared_positions(const std::vector<int32_t>& cells, int keep) {
+  std::vector<int32_t> kept(cells.begin(), cells.begin() + keep);
+  std::sort(kept.begin(), kept.end());
+  for (size_t i = size_t(keep); i < cells.size(); ++i) {
+    if (std::binary_search(kept.begin(), kept.end(), cells[i])) {
+      return "it would drop a cell at position " + std::to_string(cells[i]) +
+             " and keep another there";
+    }
+  }
   return {};
 }
 

@@ -41,7 +41,8 @@ struct Call {
     kAbort,
     kOffload,
     kSave,
-    kRestore
+    kRestore,
+    kDiv
   };
   Kind kind = Kind::kStep;
   int sequence =
@@ -50,9 +51,10 @@ struct Call {
   int parent = 0;                 // kFork: the sequence forked from
   int count = 0;                  // kFork: parent tokens the child starts with;
                                   // kTruncate: tokens forgotten; kVerify: draft tokens
-  int p0 = 0, p1 = 0;             // kErase, kShift: the positions [p0, p1)
+  int p0 = 0, p1 = 0;             // kErase, kShift, kDiv: the positions [p0, p1)
   int delta = 0;                  // kShift: added to those positions
   int accepted = 0;               // kVerify: draft tokens kept (the rest roll back)
+  int divisor = 0;                // kDiv: those positions become position / divisor
 
   static Call start(int s) { return {Kind::kStart, s, {}}; }
   static Call step(std::vector<ChunkSpec> c) { return {Kind::kStep, 0, std::move(c)}; }
@@ -69,6 +71,9 @@ struct Call {
   static Call offload(int s) { return {Kind::kOffload, s, {}}; }  // Engine::offload
   static Call save(int s) { return {Kind::kSave, s, {}}; }        // Engine::save_state
   static Call restore(int s) { return {Kind::kRestore, s, {}}; }  // Engine::restore_state
+  static Call div(int s, int p0, int p1, int d) {                 // Engine::div
+    return {Kind::kDiv, s, {}, 0, 0, p0, p1, 0, 0, d};
+  }
   static Call verify(int s, int drafts, int accepted) {
     return {Kind::kVerify, s, {}, 0, drafts, 0, 0, 0, accepted};
   }
@@ -136,9 +141,17 @@ int next_position(const std::vector<int32_t>& cells);
 // Removes the cells holding positions [p0, p1); returns how many.
 int erase_cells(std::vector<int32_t>& cells, int p0, int p1);
 // Adds delta to the positions in [p0, p1); "" on success, else why the
-// engine must refuse it (a position leaving [0, max_pos) or two cells on one
-// position), and `cells` is unchanged.
+// engine must refuse it (a position leaving [0, max_pos) or a moved cell
+// onto a position a cell outside the range holds), and `cells` is unchanged.
+// Cells that shared a position before (after a div) may keep sharing it.
 std::string shift_cells(std::vector<int32_t>& cells, int p0, int p1, int delta, int max_pos);
+// Divides the positions in [p0, p1) by d >= 1, rounding down (llama.cpp's
+// llama_memory_seq_div); cells may come to share a position.
+void div_cells(std::vector<int32_t>& cells, int p0, int p1, int d);
+// "" when keeping the first `keep` cells (a truncation, a fork) drops no
+// cell that shares its position with a kept one, else why not: cells on one
+// position are addressed together (docs/OPERATIONS.md, "Div").
+std::string cut_keeps_shared_positions(const std::vector<int32_t>& cells, int keep);
 
 // The weights a scenario runs: its checkpoint's, else init_weights(config,
 // weight_seed), computed once per thread for the most recent (config, seed)

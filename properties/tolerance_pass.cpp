@@ -66,6 +66,9 @@ class Pass {
   // The engine reads each cell in [p0, p1)'s stored key, rotates it by delta
   // in float and stores it again.
   void shift(int p0, int p1, int delta);
+  // A div: each cell in [p0, p1) whose position / d differs from its
+  // position is rotated so, by its own delta (position / d - position).
+  void div(int p0, int p1, int d);
 
   const std::vector<int32_t>& positions() const { return positions_; }
   // Layer-major concatenation of one field of every layer's cells:
@@ -77,6 +80,8 @@ class Pass {
  private:
   void layer(int l);
   void store_and_append(CellLayer& cells);
+  // Cell c's stored key, every layer: rotated at the current angles, stored again.
+  void rotate_cell(size_t c);
   // RoPE of one head at the current angles, rounded to narrower activations.
   void rope(double* head, double* var) {
     rope_var(head, var, angles_, c_.head_dim, m_.single);
@@ -215,23 +220,37 @@ void Pass::keep(const std::vector<bool>& kept) {
   positions_.resize(to);
 }
 
-void Pass::shift(int p0, int p1, int delta) {
+void Pass::rotate_cell(size_t c) {
   const bool quantized = k_quantized();
   const int KVH = c_.n_kv_heads, D = c_.head_dim;
+  for (CellLayer& layer : cells_) {
+    double* value = layer.k.data() + c * sz(KV_);
+    double* var = layer.var_k.data() + c * sz(KV_);
+    for (int g = 0; g < KVH; ++g) rope(value + g * D, var + g * D);
+    store_var(value, var, layer.k_bound.data() + c * sz(KV_),
+              quantized ? layer.k_comp.data() + c * sz(KV_) : nullptr, KVH, D, m_.storage_k,
+              m_.k_pair_order);
+  }
+}
+
+void Pass::shift(int p0, int p1, int delta) {
   // A shift's angles are delta * frequency: an engine with float angles errs
   // in them by the same rule as in a fed key's.
   angles_.at(delta, c_.rope_theta, in_float_, error_per_step_);
   for (size_t c = 0; c < positions_.size(); ++c) {
     if (positions_[c] < p0 || positions_[c] >= p1) continue;
     positions_[c] += delta;
-    for (CellLayer& layer : cells_) {
-      double* value = layer.k.data() + c * sz(KV_);
-      double* var = layer.var_k.data() + c * sz(KV_);
-      for (int g = 0; g < KVH; ++g) rope(value + g * D, var + g * D);
-      store_var(value, var, layer.k_bound.data() + c * sz(KV_),
-                quantized ? layer.k_comp.data() + c * sz(KV_) : nullptr, KVH, D, m_.storage_k,
-                m_.k_pair_order);
-    }
+    rotate_cell(c);
+  }
+}
+
+void Pass::div(int p0, int p1, int d) {
+  for (size_t c = 0; c < positions_.size(); ++c) {
+    const int from = positions_[c];
+    if (from < p0 || from >= p1 || from / d == from) continue;
+    positions_[c] = from / d;
+    angles_.at(positions_[c] - from, c_.rope_theta, in_float_, error_per_step_);
+    rotate_cell(c);
   }
 }
 
@@ -299,6 +318,8 @@ HistoryBounds derive_history_bounds(const Config& config, const Weights& weights
       pass.keep(kept);
     } else if (e.kind == Kind::kShift) {
       pass.shift(e.p0, e.p1, e.delta);
+    } else if (e.kind == Kind::kDiv) {
+      pass.div(e.p0, e.p1, e.delta);
     } else {
       pass.feed(e.token);
     }

@@ -77,7 +77,7 @@ std::string traits_summary(const EngineTraits& t, const std::string& indent) {
               yes_no(op.paged, "paged storage"), yes_no(op.pool_report, "pool report"),
               yes_no(op.storage_check, "storage check"), yes_no(op.prefix_cache, "prefix cache"),
               yes_no(op.sliding_window, "sliding window"), yes_no(op.erase, "erase"),
-              yes_no(op.shift, "shift")})
+              yes_no(op.shift, "shift"), yes_no(op.div, "div")})
       << "\n";
   const ShapeLimits& l = t.limits;
   std::vector<std::string> families, dtypes;

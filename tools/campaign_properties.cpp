@@ -69,6 +69,8 @@ constexpr CoverageClass kCoverageClasses[] = {
     {"shift up", &rcgen::Coverage::shift_up},
     {"shift middle, then step", &rcgen::Coverage::shift_middle_then_step},
     {"fed where index != position", &rcgen::Coverage::fed_with_gap},
+    {"div", &rcgen::Coverage::div},
+    {"fed after a div shared a position", &rcgen::Coverage::fed_with_shared_position},
     {"verify", &rcgen::Coverage::verify},
     {"verify: reject all", &rcgen::Coverage::verify_reject_all},
     {"verify: accept all", &rcgen::Coverage::verify_accept_all},

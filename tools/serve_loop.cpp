@@ -59,13 +59,15 @@ class Server {
       e.engine->truncate(e.sequence(id(request, "sequence")), int(id(request, "n")));
       return json::object();
     }
-    if (op == "erase" || op == "shift") {
+    if (op == "erase" || op == "shift" || op == "div") {
       const SequenceId s = e.sequence(id(request, "sequence"));
       const int p0 = int(id(request, "p0")), p1 = int(id(request, "p1"));
       if (op == "erase") {
         e.engine->erase(s, p0, p1);
-      } else {
+      } else if (op == "shift") {
         e.engine->shift(s, p0, p1, int(id(request, "delta")));
+      } else {
+        e.engine->div(s, p0, p1, int(id(request, "d")));
       }
       return json::object();
     }

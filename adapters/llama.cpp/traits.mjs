@@ -133,7 +133,10 @@ export function traitsFor(options) {
                      // sequence.saveStateToFile / loadStateFromFile (engine.mjs),
                      // declared with --save-restore on (docs/LLAMA_CPP.md,
                      // "Save and restore").
-                     save_restore: options.saveRestore === true},
+                     save_restore: options.saveRestore === true,
+                     // node-llama-cpp has no seq_div: the native driver's
+                     // --div on (docs/LLAMA_CPP.md, "Div").
+                     div: false},
         limits: {
             families: options.gpt2 ? ["gpt2", "llama"] : ["llama"],
             // The cache's storage type (K's; V's is arithmetic.v_dtype where

@@ -32,6 +32,8 @@ server side, standard library only. An engine is any object with
                                                      positions [p0, p1), leaving a gap)
     shift(sequence, p0, p1, delta)                   optional ("shift": add delta to the positions
                                                      of the cells in [p0, p1), re-rotating keys)
+    div(sequence, p0, p1, d)                         optional ("div": positions in [p0, p1)
+                                                     become position // d, keys re-rotated)
     save_state(sequence)                             optional ("save_restore": keep a copy of
                                                      the sequence's state, replacing the last)
     restore_state(sequence)                          optional ("save_restore": the sequence
@@ -329,6 +331,10 @@ class _Server:
         if op == "shift":
             self._optional(engine, "shift")(self._sequence(r, r["sequence"]), r["p0"], r["p1"],
                                             r["delta"])
+            return {}, []
+        if op == "div":
+            self._optional(engine, "div")(self._sequence(r, r["sequence"]), r["p0"], r["p1"],
+                                          r["d"])
             return {}, []
         if op == "length":
             return {"length": int(engine.length(self._sequence(r, r["sequence"])))}, []

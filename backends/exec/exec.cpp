@@ -210,6 +210,11 @@ class ExecEngine final : public Engine, private Pipeline {
           {"delta", delta}});
   }
 
+  void div(SequenceId sequence, int p0, int p1, int d) override {
+    call(
+        {{"op", "div"}, {"engine", id_}, {"sequence", sequence}, {"p0", p0}, {"p1", p1}, {"d", d}});
+  }
+
   int length(SequenceId sequence) const override {
     return checked_length(call({{"op", "length"}, {"engine", id_}, {"sequence", sequence}}));
   }

@@ -13,7 +13,7 @@ void probe_declared_operations(const std::string& spec, const EngineTraits& trai
                                const MakeProbeEngine& make) {
   const OperationTraits& ops = traits.operations;
   if (!ops.fork && !ops.truncate && !ops.pool_report && !ops.storage_check && !ops.erase &&
-      !ops.shift && !ops.prefix_cache && !ops.offload && !ops.save_restore) {
+      !ops.shift && !ops.div && !ops.prefix_cache && !ops.offload && !ops.save_restore) {
     return;
   }
   constexpr SequenceId kNeverStarted = 987654321;
@@ -31,12 +31,13 @@ void probe_declared_operations(const std::string& spec, const EngineTraits& trai
       return;  // not about the operations: the properties will see it
     }
     for (const std::string op : {"fork", "truncate", "pool_report", "storage_check", "erase",
-                                 "shift", "flush", "offload", "save"}) {
+                                 "shift", "div", "flush", "offload", "save"}) {
       try {
         if (op == "fork" && ops.fork) engine->fork(kNeverStarted, 0);
         if (op == "truncate" && ops.truncate) engine->truncate(kNeverStarted, 0);
         if (op == "erase" && ops.erase) engine->erase(kNeverStarted, 0, 0);
         if (op == "shift" && ops.shift) engine->shift(kNeverStarted, 0, 0, 0);
+        if (op == "div" && ops.div) engine->div(kNeverStarted, 0, 0, 1);
         if (op == "pool_report" && ops.pool_report) engine->pool();
         if (op == "storage_check" && ops.storage_check) engine->unheld_storage_check();
         if (op == "flush" && ops.prefix_cache) engine->flush_prefix_cache();

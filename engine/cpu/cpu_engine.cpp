@@ -167,6 +167,13 @@ class CpuEngine final : public Engine {
                  [this](int row, int slot, int d) { rotate_stored(row, slot, d); });
   }
 
+  // The same re-rotation as shift's, each cell by its own change (the
+  // shift faults live there too).
+  void div(SequenceId id, int p0, int p1, int d) override {
+    table_.div(id, p0, p1, d,
+               [this](int row, int slot, int delta) { rotate_stored(row, slot, delta); });
+  }
+
   // The saved state is a copy of the sequence's slots' bytes, kept by the
   // table outside the storage (sequence_table_state-inl.h).
   void save_state(SequenceId id) override {

@@ -3,8 +3,10 @@
 // cache holds as many positions (or cells) as were fed, and the positions
 // it reports are the reference's. The most localizing property: a failure
 // names the call, sequence, layer, KV head and slot range.
+#include <algorithm>
 #include <cmath>
 #include <memory>
+#include <numeric>
 #include <sstream>
 #include <string>
 #include <vector>
@@ -100,6 +102,52 @@ bool positions_hold(Verdict& verdict, const LayerView& view) {
   return false;
 }
 
+// The sum of |V| differences of every KV head between snapshot slot i and
+// reference cell r of the layer (the reference's T cells).
+double v_distance(const LayerView& view, int i, int r) {
+  const int KVH = view.config.n_kv_heads, D = view.config.head_dim;
+  const size_t T = size_t(view.reference.oracle.n_tokens);
+  double sum = 0;
+  for (int g = 0; g < KVH; ++g) {
+    const size_t base =
+        ((size_t(view.layer) * T + size_t(r)) * size_t(KVH) + size_t(g)) * size_t(D);
+    for (int d = 0; d < D; ++d) {
+      sum += std::abs(double(view.snap.v_at(i, g, d)) - view.reference.oracle.v[base + size_t(d)]);
+    }
+  }
+  return std::isfinite(sum) ? sum : INFINITY;
+}
+
+// The reference cell each snapshot slot is compared with: slot i with cell
+// i, except among cells that share a position (after a div), which no call
+// tells apart and attention sees as a set (docs/OPERATIONS.md, "Div"): the
+// engine may list them in any order, so each of such a group's slots, in
+// order, takes the group's unpaired cell whose V it holds most closely (V
+// never rotates). A cell with a K or V of another is still wrong.
+std::vector<int> reference_cells(const LayerView& view) {
+  const std::vector<int32_t>& positions = view.reference.positions;
+  const int n = std::min(view.snap.length, int(positions.size()));
+  std::vector<int> cell(size_t(std::max(view.snap.length, 0)));
+  std::iota(cell.begin(), cell.end(), 0);
+  std::vector<int32_t> sorted(positions.begin(), positions.begin() + n);
+  std::sort(sorted.begin(), sorted.end());
+  if (!view.cells() || std::adjacent_find(sorted.begin(), sorted.end()) == sorted.end())
+    return cell;
+  std::vector<bool> paired(size_t(n), false);
+  for (int i = 0; i < n; ++i) {
+    int best = -1;
+    double best_distance = INFINITY;
+    for (int r = 0; r < n; ++r) {
+      if (paired[size_t(r)] || positions[size_t(r)] != positions[size_t(i)]) continue;
+      const double distance = v_distance(view, i, r);
+      if (best < 0 || distance < best_distance) best = r, best_distance = distance;
+    }
+    cell[size_t(i)] = best;
+    paired[size_t(best)] = true;
+  }
+  return cell;
+}
+
 // The wrong elements of one layer: the first (its head, dim, K or V and
 // what was compared) and the last position holding one.
 struct WrongElements {
@@ -114,10 +162,13 @@ WrongElements scan_elements(const LayerView& view, double& worst_ratio) {
   const int KVH = view.config.n_kv_heads, D = view.config.head_dim;
   const int T = view.reference.oracle.n_tokens;
   WrongElements wrong;
-  // Slot i holds reference entry pos: i itself (no positions listed, or a
-  // replayed history's cells), or the ring's listed positions[i].
+  const std::vector<int> cell = reference_cells(view);
+  // Slot i holds reference entry pos: its cell (no positions listed: i
+  // itself; a replayed history's cells: reference_cells), or the ring's
+  // listed positions[i].
   for (int i = 0; i < snap.length; ++i) {
-    const int pos = view.cells() || snap.positions.empty() ? i : snap.positions[size_t(i)];
+    const int pos =
+        view.cells() || snap.positions.empty() ? cell[size_t(i)] : snap.positions[size_t(i)];
     if (pos >= T) break;
     for (int g = 0; g < KVH; ++g) {
       const size_t base =

@@ -45,6 +45,8 @@ Coverage& Coverage::operator|=(const Coverage& o) {
                       &Coverage::shift_up,
                       &Coverage::shift_middle_then_step,
                       &Coverage::fed_with_gap,
+                      &Coverage::div,
+                      &Coverage::fed_with_shared_position,
                       &Coverage::verify,
                       &Coverage::verify_reject_all,
                       &Coverage::verify_accept_all,
@@ -122,6 +124,7 @@ class CoverageWalk {
       if (call.kind == Call::Kind::kAbort) abort(call);
       if (call.kind == Call::Kind::kErase) erase(call);
       if (call.kind == Call::Kind::kShift) shift(call);
+      cov_.div |= call.kind == Call::Kind::kDiv;
       if (call.kind == Call::Kind::kOffload) offload(call);
       if (call.kind == Call::Kind::kSave)
         fed_at_save_[size_t(call.sequence)] = model_.at(call.sequence).fed;
@@ -168,6 +171,7 @@ class CoverageWalk {
       const SequenceModel& seq = model_.at(chunk.sequence);
       cov_.cow_write |= bool(shares_partial_block_[i]);
       cov_.fed_with_gap |= seq.gapped();
+      cov_.fed_with_shared_position |= shares_a_position(seq);
       cov_.erase_middle_then_step |= pending_erase_[i];
       cov_.shift_middle_then_step |= pending_shift_[i];
       pending_erase_[i] = pending_shift_[i] = false;
@@ -269,6 +273,11 @@ class CoverageWalk {
     if (cells.inside > 0 && cells.below > 0 && cells.above > 0) {
       pending_erase_[size_t(call.sequence)] = true;
     }
+  }
+
+  static bool shares_a_position(const SequenceModel& seq) {
+    const std::vector<int32_t> sorted = sorted_positions(seq);
+    return std::adjacent_find(sorted.begin(), sorted.end()) != sorted.end();
   }
 
   void shift(const Call& call) {

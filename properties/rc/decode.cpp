@@ -450,6 +450,8 @@ class ScheduleBuilder {
   // A fork makes a sequence: its plan (a chunk, then single tokens) and tokens.
   void fork(Call call, const OpGenes& op) {
     if (forks_ == 4 || model_.running >= traits_.limits.max_rows) return;
+    // A fork never splits cells that share a position (after a div).
+    if (!cut_keeps_shared_positions(model_.at(call.parent).cells, call.count).empty()) return;
     const int child = static_cast<int>(plans_.size());
     Plan plan;
     int tokens = std::clamp(op.child_tokens, 0, 8);

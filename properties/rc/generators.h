@@ -225,6 +225,9 @@ struct Coverage {
   bool shift_up = false;
   bool shift_middle_then_step = false;  // cells above the range stay, and it is fed next
   bool fed_with_gap = false;  // a step feeds a sequence whose cell i does not hold position i
+  // div (docs/OPERATIONS.md, "Div"): any, and a step that feeds a sequence
+  // two of whose cells share a position.
+  bool div = false, fed_with_shared_position = false;
   // Speculative decoding (verify): every draft rejected, every one
   // accepted, a single draft, a rollback that crosses a block boundary, and
   // one of a sequence a fork made or forked from (shared blocks).

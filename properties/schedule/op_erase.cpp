@@ -11,17 +11,7 @@ namespace kvcheck {
 namespace op_erase {
 
 std::string precondition(const ScheduleModel& model, const Call& call) {
-  if (!model.is_running(call.sequence)) {
-    return "erase of sequence " + std::to_string(call.sequence) + " which is not running";
-  }
-  if (std::string why = cell_operation_scope(model.scenario); !why.empty()) {
-    return "erase: " + why;
-  }
-  if (call.p0 < 0 || call.p1 < call.p0) {
-    return "erase of [" + std::to_string(call.p0) + ", " + std::to_string(call.p1) +
-           "): needs 0 <= p0 <= p1";
-  }
-  return {};
+  return cell_range_precondition(model, call, "erase");
 }
 
 void apply(ScheduleModel& model, const Call& call) {

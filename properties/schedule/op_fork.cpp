@@ -24,6 +24,11 @@ std::string precondition(const ScheduleModel& model, const Call& call) {
     return "fork of " + std::to_string(call.count) + " tokens from sequence " +
            std::to_string(call.parent) + ", which holds " + std::to_string(held);
   }
+  if (std::string why = cut_keeps_shared_positions(model.at(call.parent).cells, call.count);
+      !why.empty()) {
+    return "fork of " + std::to_string(call.count) + " tokens from sequence " +
+           std::to_string(call.parent) + ": " + why;
+  }
   if (model.running == model.scenario.max_rows) {
     return "fork into sequence " + std::to_string(call.sequence) + " exceeds max_rows " +
            std::to_string(model.scenario.max_rows);

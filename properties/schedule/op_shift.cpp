@@ -11,16 +11,7 @@ namespace kvcheck {
 namespace op_shift {
 
 std::string precondition(const ScheduleModel& model, const Call& call) {
-  if (!model.is_running(call.sequence)) {
-    return "shift of sequence " + std::to_string(call.sequence) + " which is not running";
-  }
-  if (std::string why = cell_operation_scope(model.scenario); !why.empty()) {
-    return "shift: " + why;
-  }
-  if (call.p0 < 0 || call.p1 < call.p0) {
-    return "shift of [" + std::to_string(call.p0) + ", " + std::to_string(call.p1) +
-           "): needs 0 <= p0 <= p1";
-  }
+  if (std::string why = cell_range_precondition(model, call, "shift"); !why.empty()) return why;
   std::vector<int32_t> cells = model.at(call.sequence).cells;
   if (std::string error =
           shift_cells(cells, call.p0, call.p1, call.delta, model.scenario.config.max_pos);

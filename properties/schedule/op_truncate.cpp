@@ -19,6 +19,12 @@ std::string precondition(const ScheduleModel& model, const Call& call) {
     return "truncate of " + std::to_string(call.count) + " tokens from sequence " +
            std::to_string(call.sequence) + ", which holds " + std::to_string(held);
   }
+  if (std::string why =
+          cut_keeps_shared_positions(model.at(call.sequence).cells, held - call.count);
+      !why.empty()) {
+    return "truncate of " + std::to_string(call.count) + " tokens from sequence " +
+           std::to_string(call.sequence) + ": " + why;
+  }
   return {};
 }
 

@@ -15,6 +15,10 @@ namespace kvcheck {
 
 namespace op_verify {
 
+int rejected(const Call& call) {
+  return call.count - call.accepted;
+}
+
 std::string precondition(const ScheduleModel& model, const Call& call) {
   const std::string of = "verify of sequence " + std::to_string(call.sequence);
   if (!model.is_running(call.sequence)) return of + " which is not running";
@@ -27,11 +31,11 @@ std::string precondition(const ScheduleModel& model, const Call& call) {
     return of + ": " + std::to_string(call.accepted) + " accepted of " +
            std::to_string(call.count) + " draft tokens (0 to " + std::to_string(call.count) + ")";
   }
+  const std::vector<int32_t>& cells = model.at(call.sequence).cells;
+  if (std::string why = cut_keeps_shared_positions(cells, held - rejected(call)); !why.empty()) {
+    return of + ": " + why;
+  }
   return {};
-}
-
-int rejected(const Call& call) {
-  return call.count - call.accepted;
 }
 
 void apply(ScheduleModel& model, const Call& call) {

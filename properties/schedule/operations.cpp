@@ -11,15 +11,16 @@ namespace kvcheck {
 
 extern const Operation kStartOperation, kStepOperation, kFinishOperation, kResetOperation,
     kForkOperation, kTruncateOperation, kFlushOperation, kEraseOperation, kShiftOperation,
-    kVerifyOperation, kAbortOperation, kOffloadOperation, kSaveOperation, kRestoreOperation;
+    kVerifyOperation, kAbortOperation, kOffloadOperation, kSaveOperation, kRestoreOperation,
+    kDivOperation;
 
 namespace {
 
-const std::array<const Operation*, 14> kTable = {
+const std::array<const Operation*, 15> kTable = {
     &kStartOperation, &kStepOperation,     &kFinishOperation, &kResetOperation,
     &kForkOperation,  &kTruncateOperation, &kFlushOperation,  &kEraseOperation,
     &kShiftOperation, &kVerifyOperation,   &kAbortOperation,  &kOffloadOperation,
-    &kSaveOperation,  &kRestoreOperation};
+    &kSaveOperation,  &kRestoreOperation,  &kDivOperation};
 
 std::vector<Operation> table_in_kind_order() {
   std::vector<Operation> out;

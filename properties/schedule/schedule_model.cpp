@@ -27,6 +27,21 @@ std::string cell_operation_scope(const Scenario& scenario) {
   return {};
 }
 
+std::string cell_range_precondition(const ScheduleModel& model, const Call& call,
+                                    const std::string& keyword) {
+  if (!model.is_running(call.sequence)) {
+    return keyword + " of sequence " + std::to_string(call.sequence) + " which is not running";
+  }
+  if (std::string why = cell_operation_scope(model.scenario); !why.empty()) {
+    return keyword + ": " + why;
+  }
+  if (call.p0 < 0 || call.p1 < call.p0) {
+    return keyword + " of [" + std::to_string(call.p0) + ", " + std::to_string(call.p1) +
+           "): needs 0 <= p0 <= p1";
+  }
+  return {};
+}
+
 std::vector<int32_t> sorted_positions(const SequenceModel& sequence) {
   std::vector<int32_t> positions = sequence.cells;
   std::sort(positions.begin(), positions.end());

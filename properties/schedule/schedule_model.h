@@ -52,6 +52,12 @@ struct ScheduleModel {
 // (docs/OPERATIONS.md, "Erase and shift", says why).
 std::string cell_operation_scope(const Scenario& scenario);
 
+// "" when a call on a range of positions (erase, shift, div) may run:
+// its sequence is running, the scenario is in cell_operation_scope and
+// 0 <= p0 <= p1; else why not, naming `keyword`.
+std::string cell_range_precondition(const ScheduleModel& model, const Call& call,
+                                    const std::string& keyword);
+
 // The positions a sequence's cells hold, ascending.
 std::vector<int32_t> sorted_positions(const SequenceModel& sequence);
 

@@ -137,6 +137,7 @@ const char* traits_json(const char* options, kvcheck_error* error) {
     t.operations.fault_switches = false;
     t.operations.storage_map = false;
     t.operations.prompt_logits = false;  // no create argument asks for it
+    t.operations.div = false;            // the ABI does not carry div
     return traits_to_json(t).dump();
   }();
   return json.c_str();

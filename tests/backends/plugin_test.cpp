@@ -55,6 +55,7 @@ EngineTraits plugin_traits() {
   EngineTraits t = cpu_engine_traits_with_operations();
   t.operations.storage_map = false;
   t.operations.prompt_logits = false;
+  t.operations.div = false;  // the ABI does not carry div
   return t;
 }
 

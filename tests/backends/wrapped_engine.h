@@ -31,6 +31,9 @@ class WrappedEngine : public Engine {
   void shift(SequenceId sequence, int p0, int p1, int delta) override {
     inner_->shift(sequence, p0, p1, delta);
   }
+  void div(SequenceId sequence, int p0, int p1, int d) override {
+    inner_->div(sequence, p0, p1, d);
+  }
   PoolReport pool() const override { return inner_->pool(); }
   std::string unheld_storage_check() const override { return inner_->unheld_storage_check(); }
   int reused(SequenceId sequence) const override { return inner_->reused(sequence); }

@@ -46,6 +46,8 @@ finding corpus/llama.cpp/native/unified_shift_after_fork.batch.fails.case \
   "--unified on" "--unified off"
 finding corpus/llama.cpp/native/keep_leaves_other_streams.reset.fails.case \
   "--unified off --finish-by keep --erase-shift off" "--unified on --finish-by keep --erase-shift off"
+finding corpus/llama.cpp/native/seq_div_rotates_k_backwards.oracle.fails.case \
+  "--div on" "--div on --div-by add"
 
 # llama.cpp's own capacity refusal with another sequence alive (P9: the
 # other continues as if the refused steps had never been sent). Both

@@ -7,6 +7,7 @@
 #include <vector>
 
 #include "model/status.h"
+#include "oracle/ops.h"
 #include "oracle/oracle.h"
 
 namespace kvcheck::oracle {
@@ -60,12 +61,13 @@ TEST(Replay, FeedsAloneAreTheForwardPass) {
   EXPECT_EQ(r.positions, (std::vector<int32_t>{0, 1, 2, 3, 4, 5}));
 }
 
-TEST(Replay, EraseOfNothingIsTheIdentity) {
+TEST(Replay, EraseOrDivOfNothingIsTheIdentity) {
   const Config c = model();
   const Weights w = init_weights(c, 3);
   const CellOutput plain = replay(c, w, cat(feeds(kTokens), feeds({7})));
-  // A range past the last position, and an empty range.
-  for (const Event& e : {Event::erase(6, 40), Event::erase(2, 2)}) {
+  // A range past the last position, an empty range, and a div by 1.
+  for (const Event& e : {Event::erase(6, 40), Event::erase(2, 2), Event::div(6, 40, 3),
+                         Event::div(2, 2, 2), Event::div(0, 64, 1)}) {
     const CellOutput erased = replay(c, w, cat(cat(feeds(kTokens), {e}), feeds({7})));
     EXPECT_EQ(erased.logits, plain.logits);
     EXPECT_EQ(erased.k, plain.k);
@@ -142,6 +144,65 @@ TEST(Replay, RefusesCollisionsNegativePositionsAndGpt2) {
             std::string::npos);
   EXPECT_NE(error(gpt2_tiny(), feeds(kTokens)).find("RoPE"), std::string::npos);
   (void)w;
+}
+
+// div (docs/OPERATIONS.md, "Div"): cells 0..5 divided by 2 hold 0, 0, 1,
+// 1, 2, 2; each keeps the K/V it was computed with, its key rotated by
+// its own change (p / 2 - p), and the next token, at 3, sees every one of
+// them: dropping either cell of a shared position changes its logits.
+TEST(Replay, DivSharesPositionsAndEveryCellStaysVisible) {
+  const Config c = model();
+  const Weights w = init_weights(c, 3);
+  const CellOutput plain = replay(c, w, feeds(kTokens));
+  const CellOutput divided = replay(c, w, cat(feeds(kTokens), {Event::div(0, 64, 2)}));
+  EXPECT_EQ(divided.positions, (std::vector<int32_t>{0, 0, 1, 1, 2, 2}));
+  EXPECT_EQ(divided.v, plain.v);
+  std::vector<double> expected = plain.k;  // [L][C][KVH][D]
+  const size_t D = size_t(c.head_dim), C = kTokens.size();
+  for (size_t head = 0; head < expected.size() / D; ++head) {
+    const int p = int(head / size_t(c.n_kv_heads) % C);
+    apply_rope(std::span<double>(expected).subspan(head * D, D), p / 2 - p, c.rope_theta);
+  }
+  EXPECT_LT(largest_difference(divided.k, expected), 1e-12);
+  EXPECT_GT(largest_difference(divided.k, plain.k), 1e-3);
+
+  const auto next = [&](std::vector<Event> between) {
+    std::vector<Event> events = cat(feeds(kTokens), {Event::div(0, 64, 2)});
+    return replay(c, w, cat(cat(events, between), feeds({7})));
+  };
+  const CellOutput all = next({});
+  EXPECT_EQ(all.positions.back(), 3);
+  const CellOutput without_last = next({Event::truncate(1)});  // slot 5 goes, slot 4 stays at 2
+  const CellOutput without_both = next({Event::erase(2, 3)});  // both cells at 2 go
+  EXPECT_EQ(without_last.positions, (std::vector<int32_t>{0, 0, 1, 1, 2, 3}));
+  EXPECT_EQ(without_both.positions, (std::vector<int32_t>{0, 0, 1, 1, 2}));
+  EXPECT_GT(largest_difference(last_row(all, c.vocab), last_row(without_last, c.vocab)), 1e-6);
+  EXPECT_GT(largest_difference(last_row(without_last, c.vocab), last_row(without_both, c.vocab)),
+            1e-6);
+}
+
+// After a div, a shift moves cells that share a position together; only a
+// moved cell onto a position a cell outside the range holds is refused.
+TEST(Replay, AShiftAfterADivKeepsSharedPositions) {
+  const Config c = model();
+  const Weights w = init_weights(c, 3);
+  const std::vector<Event> divided = cat(feeds(kTokens), {Event::div(2, 64, 2)});  // 0 1 1 1 2 2
+  const CellOutput up = replay(c, w, cat(divided, {Event::shift(1, 64, 4)}));
+  EXPECT_EQ(up.positions, (std::vector<int32_t>{0, 5, 5, 5, 6, 6}));
+  std::string error;
+  try {
+    replay(c, w, cat(divided, {Event::shift(2, 3, -1)}));  // 2 -> 1, held by cells that stay
+  } catch (const InputError& e) {
+    error = e.what();
+  }
+  EXPECT_NE(error.find("two cells"), std::string::npos) << error;
+  try {
+    replay(c, w, cat(feeds(kTokens), {Event::div(0, 64, 0)}));
+    error = "no error";
+  } catch (const InputError& e) {
+    error = e.what();
+  }
+  EXPECT_NE(error.find("d >= 1"), std::string::npos) << error;
 }
 
 }  // namespace

@@ -428,6 +428,8 @@ TEST(Generators, TheDefaultGeneratorReachesEveryShape) {
         {"shift up", c.shift_up},
         {"shift middle, then step", c.shift_middle_then_step},
         {"fed where index != position", c.fed_with_gap},
+        {"div", c.div},
+        {"fed after a div shared a position", c.fed_with_shared_position},
         {"verify", c.verify},
         {"verify: reject all", c.verify_reject_all},
         {"verify: accept all", c.verify_accept_all},
@@ -437,10 +439,15 @@ TEST(Generators, TheDefaultGeneratorReachesEveryShape) {
         {"offload", c.offload}};
     for (const auto& [name, has] : tags) seen[name] += has;
   }
-  const std::set<std::string> shapes = {"erase middle, then step", "shift up",
-                                        "shift middle, then step", "fed where index != position",
-                                        "verify: reject all",      "verify: accept all",
-                                        "verify: one draft",       "verify: across blocks"};
+  const std::set<std::string> shapes = {"erase middle, then step",
+                                        "shift up",
+                                        "shift middle, then step",
+                                        "fed where index != position",
+                                        "fed after a div shared a position",
+                                        "verify: reject all",
+                                        "verify: accept all",
+                                        "verify: one draft",
+                                        "verify: across blocks"};
   for (const auto& [name, n] : seen) {
     const double percent = 100.0 * n / kCases;
     std::cout << name << ": " << percent << " %\n";

@@ -80,6 +80,28 @@ Scenario context_shift_scenario() {
   return s;
 }
 
+Scenario div_scenario() {
+  Scenario s;
+  s.config = small_config(Family::kLlama, 2, 4, 2);
+  s.weight_seed = 19;
+  s.capacity = 12;
+  s.max_rows = 2;
+  s.sequences = token_table(29, {8, 6}, s.config.vocab);
+  const int max_pos = s.config.max_pos;
+  s.calls = {S(0),
+             P({{0, 6}}),
+             Call::div(0, 0, max_pos, 2),
+             P({{0, 2}}),
+             S(1),
+             P({{1, 4}}),
+             Call::erase(1, 1, 2),
+             P({{1, 1}}),
+             Call::div(1, 0, max_pos, 3),
+             Call::shift(1, 0, max_pos, 2),
+             P({{1, 1}})};
+  return s;
+}
+
 Scenario save_restore_scenario() {
   Scenario s;
   s.config = small_config(Family::kLlama, 2, 4, 2);

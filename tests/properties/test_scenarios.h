@@ -70,6 +70,11 @@ Scenario window_scenario(Family family, int window, int pattern, KvDtype dtype);
 // its cells are shifted up by 4 before one more decode.
 Scenario context_shift_scenario();
 
+// Div (docs/OPERATIONS.md, "Div"; llama): s0's 6 cells divided by 2 (0 0 1
+// 1 2 2), then fed 2; s1 fed 4, erased at 1, fed 1, divided by 3 (0 0 1 1,
+// slots no longer in feed order), all shifted by 2 together, fed 1.
+Scenario div_scenario();
+
 // Save and restore (docs/OPERATIONS.md, "Save and restore"; llama): s0 is
 // saved at 4 tokens, fed, truncated and fed again, restored and decoded;
 // s1 is saved empty, then again after a context shift, fed and restored;

@@ -1,5 +1,5 @@
 """adapters/python/kvcheck_adapter.py's dispatch of the optional operations
-(pool, storage_check, the prefix cache, the paged create keys, erase, shift, offload,
+(pool, storage_check, the prefix cache, the paged create keys, erase, shift, div, offload,
 save, restore and a snapshot's positions) on a stand-in
 engine: the replies must have the protocol's form (docs/ENGINE_PROTOCOL.md),
 with kvcheck's version-2 ids, and an engine without a method must answer
@@ -48,6 +48,9 @@ class PagedEngine:
 
     def shift(self, sequence, p0, p1, delta):
         self.moved = ("shift", sequence, p0, p1, delta)
+
+    def div(self, sequence, p0, p1, d):
+        self.moved = ("div", sequence, p0, p1, d)
 
     def offload(self, sequence):
         self.moved = ("offload", sequence)
@@ -172,6 +175,9 @@ def main():
     expect("shift", server.handle({"op": "shift", "engine": 5, "sequence": 40, "p0": 3,
                                    "p1": 64, "delta": -2})[0], {})
     expect("shift reaches the engine's id", server.engines[5].moved, ("shift", 100, 3, 64, -2))
+    expect("div", server.handle({"op": "div", "engine": 5, "sequence": 41, "p0": 0,
+                                 "p1": 64, "d": 2})[0], {})
+    expect("div reaches the engine's id", server.engines[5].moved, ("div", 101, 0, 64, 2))
     expect("offload", server.handle({"op": "offload", "engine": 5, "sequence": 41})[0], {})
     expect("offload reaches the engine's id", server.engines[5].moved, ("offload", 101))
     expect("save", server.handle({"op": "save", "engine": 5, "sequence": 40})[0], {})
@@ -193,10 +199,11 @@ def main():
     expect("no reused without the method", "reused" in reply, False)
     reply, _ = server.handle({"op": "cache", "engine": 6, "sequence": 50, "layer": 0})
     expect("cache without positions", (reply.get("positions"), reply["length"]), (None, 1))
-    for op in ("pool", "storage_check", "flush", "erase", "shift", "offload", "save", "restore"):
+    for op in ("pool", "storage_check", "flush", "erase", "shift", "div", "offload", "save",
+               "restore"):
         try:
             server.handle({"op": op, "engine": 6, "sequence": 50, "p0": 0, "p1": 1,
-                           "delta": 1})
+                           "delta": 1, "d": 2})
             failures.append("%s on an engine without it was not refused" % op)
         except kv.EngineError as e:
             expect(op + " refusal kind", e.kind, "unsupported")

@@ -256,6 +256,22 @@ void LlamaEngine::shift(SequenceId id, int p0, int p1, int delta) {
   if (delta != 0 && p1 > p0) llama_memory_seq_add(llama_get_memory(ctx_), seq(id), p0, p1, delta);
 }
 
+void LlamaEngine::div(SequenceId id, int p0, int p1, int d) {
+  pending_ = true;
+  std::vector<int> held = slot_positions(id, 0, table_.lookup(id, "div").length);
+  table_.div(id, p0, p1, d, [](int, int, int) {});  // kBadBatch, changing nothing
+  if (d == 1 || p1 <= p0) return;
+  llama_memory_t mem = llama_get_memory(ctx_);
+  if (!llama_.div_by_add) return llama_memory_seq_div(mem, seq(id), p0, p1, d);
+  // Ascending: a cell lands below every position still to move, so none
+  // is moved twice.
+  std::sort(held.begin(), held.end());
+  held.erase(std::unique(held.begin(), held.end()), held.end());
+  for (const int p : held) {
+    if (p >= p0 && p < p1 && p / d != p) llama_memory_seq_add(mem, seq(id), p, p + 1, p / d - p);
+  }
+}
+
 // The state as llama.cpp writes it for the sequence now: a user's save.
 void LlamaEngine::save_state(SequenceId id) {
   table_.save(id, [this, id](int, int, int) {
@@ -321,7 +337,13 @@ CacheSnapshot LlamaEngine::cache(SequenceId id, int layer) const {
   for (int slot = 0; slot < held.length; ++slot) {
     const int pos = held.position_of(slot);
     moved = moved || pos != slot;
-    const auto cell = std::find(state.positions.begin(), state.positions.end(), pos);
+    // The slot's cell: after a div several share a position; the n-th slot
+    // at a position takes llama.cpp's n-th cell there.
+    int nth = 0;
+    for (int before = 0; before < slot; ++before) nth += held.position_of(before) == pos;
+    auto cell = std::find(state.positions.begin(), state.positions.end(), pos);
+    for (; nth > 0 && cell != state.positions.end(); --nth)
+      cell = std::find(cell + 1, state.positions.end(), pos);
     if (cell == state.positions.end())
       throw std::runtime_error("cache: llama.cpp holds no cell at position " + std::to_string(pos));
     const size_t from = size_t(cell - state.positions.begin()) * size_t(width);

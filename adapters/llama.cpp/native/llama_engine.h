@@ -20,6 +20,11 @@ struct LlamaOptions {
   bool unified = false;       // llama_context_params::kv_unified: one KV stream for every sequence
   bool erase_shift = true;    // declare erase and shift (off: traits leave them out)
   bool save_restore = false;  // declare save and restore (llama_state_seq_get/set_data)
+  bool div = false;           // declare div (llama_memory_seq_div)
+  // --div-by add: div as one llama_memory_seq_add per moved position
+  // instead of seq_div, whose K rotation has the wrong sign
+  // (docs/findings/llama_cpp_seq_div_rotates_k_backwards.md)
+  bool div_by_add = false;
   // finish through llama_memory_seq_keep(survivor) where exactly one
   // sequence survives it, else seq_rm: how seq_keep is reached with the
   // protocol's operations (docs/LLAMA_CPP.md, "Native driver")
@@ -48,9 +53,14 @@ struct LlamaOptions {
 //   fork      llama_memory_seq_cp(parent, child, -1, -1), then seq_rm of the
 //             positions of the parent's slots n..
 //   truncate  seq_rm of the positions of the last n cells
-//   erase     seq_rm(seq, p0, p1); shift: seq_add(seq, p0, p1, delta)
+//   erase     seq_rm(seq, p0, p1); shift: seq_add(seq, p0, p1, delta);
+//             div: seq_div(seq, p0, p1, d), or with div_by_add, in
+//             ascending order, seq_add(seq, p, p + 1, p / d - p) for each
+//             held p in [p0, p1) (llama.cpp lets cells share a position)
 //   cache     llama_state_seq_get_data, read by llama_state.h (f32), K
 //             un-permuted to kvcheck's layout, in the table's slot order
+//             (cells sharing a position, after a div, in llama.cpp's cell
+//             order)
 //   save      llama_state_seq_get_data of the sequence, as a user calls it
 //             (no decode first: pending copies and shifts stay pending), the
 //             bytes kept by the table with the cells; restore:
@@ -75,6 +85,7 @@ class LlamaEngine final : public Engine {
   void truncate(SequenceId sequence, int n) override;
   void erase(SequenceId sequence, int p0, int p1) override;
   void shift(SequenceId sequence, int p0, int p1, int delta) override;
+  void div(SequenceId sequence, int p0, int p1, int d) override;
   void save_state(SequenceId sequence) override;
   void restore_state(SequenceId sequence) override;
   int length(SequenceId sequence) const override;

@@ -19,6 +19,11 @@
 //                      llama_state_seq_get_data / set_data into the same seq
 //                      id, as a user calls them (docs/LLAMA_CPP.md, "Save and
 //                      restore")
+//   --div on|off       declare div (default off): llama_memory_seq_div
+//                      (docs/LLAMA_CPP.md, "Div")
+//   --div-by div|add   div through llama_memory_seq_div (default), or one
+//                      llama_memory_seq_add per moved position (seq_div's K
+//                      rotation has the wrong sign; the same page)
 // f32 K/V, flash attention off, llama family, one thread. Exit 2 on bad options.
 #include <unistd.h>
 #include <cstdio>
@@ -64,6 +69,9 @@ EngineTraits llama_traits(const LlamaOptions& options) {
   o.fork = o.truncate = true;
   o.erase = o.shift = options.erase_shift;
   o.save_restore = options.save_restore;
+  // In one stream a fork's cells are shared, and seq_div moves them for
+  // both sequences, as seq_add does (docs/LLAMA_CPP.md, "Native driver").
+  o.div = options.div && !unified;
   o.cache_snapshot = true;  // llama_state_seq_get_data (llama_state.h)
   o.fault_switches = false;
   t.limits.families = {Family::kLlama};
@@ -128,6 +136,11 @@ int main(int argc, char** argv) {
       options.erase_shift = std::strcmp(argv[++i], "on") == 0;
     } else if (std::strcmp(argv[i], "--save-restore") == 0 && on_off) {
       options.save_restore = std::strcmp(argv[++i], "on") == 0;
+    } else if (std::strcmp(argv[i], "--div") == 0 && on_off) {
+      options.div = std::strcmp(argv[++i], "on") == 0;
+    } else if (std::strcmp(argv[i], "--div-by") == 0 && i + 1 < argc &&
+               (std::strcmp(argv[i + 1], "div") == 0 || std::strcmp(argv[i + 1], "add") == 0)) {
+      options.div_by_add = std::strcmp(argv[++i], "add") == 0;
     } else if (std::strcmp(argv[i], "--finish-by") == 0 && i + 1 < argc &&
                (std::strcmp(argv[i + 1], "rm") == 0 || std::strcmp(argv[i + 1], "keep") == 0)) {
       options.finish_by_keep = std::strcmp(argv[++i], "keep") == 0;
@@ -137,7 +150,8 @@ int main(int argc, char** argv) {
     } else {
       std::fprintf(stderr,
                    "kvcheck-llama-native: unknown argument \"%s\" (known: --unified on|off, "
-                   "--erase-shift on|off, --save-restore on|off, --finish-by rm|keep, "
+                   "--erase-shift on|off, --save-restore on|off, --div on|off, "
+                   "--div-by div|add, --finish-by rm|keep, "
                    "--capacity-by table|llama)\n",
                    argv[i]);
       return 2;

@@ -737,7 +737,7 @@ TEST(ExecServe, OperationFaultsAreCaughtThroughExec) {
       backend_registry().resolve(kServe).under_test());
 }
 
-// Sliding windows and context shifts through the protocol: the config's
+// Sliding windows, context shifts and divs through the protocol: the config's
 // window reaches the child, and the cache reply's "positions" carry a
 // wrapped ring's slots and the shifted cells' positions, so every property
 // gives the in-process verdict (P6 on the rings needs the positions: the
@@ -756,8 +756,8 @@ TEST(ExecServe, WindowsAndContextShiftsGiveTheInTreeVerdicts) {
       backend_registry().resolve(proxy + "wrong_positions -- " + KVCHECK_SERVE).under_test();
   const Scenario ring = test::window_scenario(Family::kLlama, 3, 2, KvDtype::kF32);
   const Scenario shift = test::context_shift_scenario();
-  for (const Scenario& s :
-       {ring, test::window_scenario(Family::kGpt2, 4, 0, KvDtype::kBF16), shift}) {
+  for (const Scenario& s : {ring, test::window_scenario(Family::kGpt2, 4, 0, KvDtype::kBF16), shift,
+                            test::div_scenario()}) {
     ASSERT_EQ("", s.validate());
     for (int p = 0; p < kPropertyCount; ++p) {
       const Verdict a = check_property(Property(p), s, serve);

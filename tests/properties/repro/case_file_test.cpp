@@ -165,7 +165,7 @@ std::vector<Malformed> malformed_cases() {
        "sliding_window, sliding_window_pattern, block_size, pool_blocks, prefix_cache, "
        "prompt_logits), "
        "sequence, cache_key, start, step, finish, reset, fork, truncate, flush, erase, shift, "
-       "verify, abort, offload, save, restore, "
+       "verify, abort, offload, save, restore, div, "
        "verdict, where, summary, prelude (docs/CASE_FORMAT.md)"},
       {"negative window", with_line("backend", "sliding_window -2"),
        "line 7: sliding_window: expected an integer in [0, 2147483647], got \"-2\""},
@@ -320,6 +320,30 @@ TEST(CaseFile, RoundTripsASlidingWindow) {
   EXPECT_EQ(parsed.value(), c);
   EXPECT_EQ(print_case(sample_case()).find("sliding_window"), std::string::npos);
   EXPECT_EQ(parse_case(kSampleText).value().scenario.config.sliding_window, 0);
+}
+
+// div (docs/OPERATIONS.md, "Div") reads and prints back; d must be >= 1,
+// and a truncate that would split the two cells a div put on one position
+// is invalid (they are addressed together).
+TEST(CaseFile, RoundTripsADivAndRefusesSplittingASharedPosition) {
+  const std::string head =
+      "kvcheck-case 1\nproperty cache_state\nfault none\nfamily llama\nn_layers 1\n"
+      "d_model 4\nn_heads 1\nn_kv_heads 1\nhead_dim 2\nd_ff 4\nvocab 4\nmax_pos 8\n"
+      "rope_theta 10000\nnorm_eps 1e-05\nqkv_bias false\nweight_seed 0\ncapacity 4\n"
+      "max_rows 1\nkv_dtype f32\nsequence s0: 1 2 3\nstart s0\nstep s0:2\n";
+  const Result<CaseFile> parsed = parse_case(head + "div s0 0 8 2\nstep s0:1\n");
+  ASSERT_TRUE(parsed.ok()) << parsed.error();
+  EXPECT_EQ(parsed.value().scenario.calls[2], Call::div(0, 0, 8, 2));
+  const std::string text = print_case(parsed.value());
+  EXPECT_NE(text.find("\ndiv s0 0 8 2\n"), std::string::npos) << text;
+  ASSERT_TRUE(parse_case(text).ok());
+  EXPECT_EQ(parse_case(text).value(), parsed.value());
+  EXPECT_EQ(parse_case(head + "div s0 0 8 0\n").error(),
+            "line 23: div d: expected an integer in [1, 2147483647], got \"0\"");
+  EXPECT_EQ(parse_case(head + "div s0 0 8 2\ntruncate s0 1\n").error(),
+            "line 24: invalid scenario: call 3: truncate of 1 tokens from sequence 0: it would "
+            "drop a cell at position 0 and keep another there");
+  EXPECT_TRUE(parse_case(head + "div s0 0 8 2\ntruncate s0 2\n").ok());
 }
 
 TEST(CaseFile, RefusesMalformedFilesWithLineAndExpectation) {
